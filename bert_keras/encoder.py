@@ -1,0 +1,273 @@
+"""BertEncoder: the BERT network as a functional Keras model with the Hub contract."""
+
+import collections.abc
+
+import keras
+import tensorflow as tf
+
+from bert_keras.layers import BertEmbeddings, TransformerEncoderBlock
+from bert_keras.layers._utils import (
+    check_positive_int,
+    check_rate,
+    deserialize_activation,
+    get_activation,
+    serialize_activation,
+)
+from bert_keras.presets import get_preset
+
+INPUT_KEYS = ("input_word_ids", "input_mask", "input_type_ids")
+
+
+@keras.saving.register_keras_serializable(package="bert_keras")
+class BertEncoder(keras.Model):
+    """The BERT encoder (Devlin et al., 2019) with TF Hub's inputs and outputs.
+
+    Embeddings (word + position + segment, LayerNorm, dropout), `num_layers`
+    Transformer blocks, and a pooler (`tanh(dense(sequence_output[:, 0]))`).
+
+    Args:
+        vocab_size: int. Size of the WordPiece vocabulary.
+        num_layers: int. Number of Transformer blocks.
+        hidden_size: int. Width of every hidden state.
+        num_heads: int. Attention heads per block; must divide `hidden_size`.
+        intermediate_size: int. Width of the feed-forward inner layer.
+        activation: str or callable. `"gelu"` (exact, as BERT), `"gelu_approximate"`,
+            `"relu"`, or a callable. Defaults to `"gelu"`.
+        dropout: float. Dropout on embeddings and sublayer outputs. Defaults to `0.1`.
+        attention_dropout: float. Dropout on attention probabilities. Defaults to `0.1`.
+        max_sequence_length: int. Number of learned positions. Defaults to `512`.
+        type_vocab_size: int. Number of segment types. Defaults to `2`.
+        position_embedding: str. `"learned"` or `"sinusoidal"`. Defaults to `"learned"`.
+        norm_first: bool. Pre-LayerNorm blocks with a final LayerNorm. Defaults to `False`.
+        layer_norm_epsilon: float. Defaults to `1e-12`.
+        initializer_range: float. Standard deviation of the truncated normal
+            initializer of all kernels and tables. Defaults to `0.02`.
+        return_attention_probs: bool. Also output `attention_probs`, a list of
+            `(batch, num_heads, seq, seq)` per layer. Defaults to `False`.
+        dtype: dtype or `keras.DTypePolicy`, e.g. `"mixed_bfloat16"`.
+
+    Call arguments:
+        inputs: dict of int32 `(batch, seq)` tensors: `input_word_ids`,
+            `input_mask` (1 for real tokens, 0 for padding) and
+            `input_type_ids` (0 for segment A, 1 for segment B).
+        training: bool. Whether dropout is applied.
+
+    Returns:
+        A dict: `sequence_output` `(batch, seq, hidden)`, `pooled_output`
+        `(batch, hidden)`, `encoder_outputs` (a list of `num_layers` tensors
+        `(batch, seq, hidden)`, the last equal to `sequence_output`), `default`
+        (equal to `pooled_output`), and `attention_probs` when asked.
+
+    Example:
+    >>> encoder = BertEncoder(vocab_size=100, num_layers=2, hidden_size=16,
+    ...                       num_heads=2, intermediate_size=32)
+    >>> ids = np.array([[2, 7, 9, 3, 0]], dtype="int32")
+    >>> outputs = encoder({"input_word_ids": ids, "input_mask": (ids > 0).astype("int32"),
+    ...                    "input_type_ids": np.zeros_like(ids)})
+    >>> outputs["pooled_output"].shape
+    (1, 16)
+    """
+
+    def __init__(
+        self,
+        vocab_size,
+        num_layers,
+        hidden_size,
+        num_heads,
+        intermediate_size,
+        activation="gelu",
+        dropout=0.1,
+        attention_dropout=0.1,
+        max_sequence_length=512,
+        type_vocab_size=2,
+        position_embedding="learned",
+        norm_first=False,
+        layer_norm_epsilon=1e-12,
+        initializer_range=0.02,
+        return_attention_probs=False,
+        dtype=None,
+        **kwargs,
+    ):
+        check_positive_int("num_layers", num_layers)
+        check_positive_int("hidden_size", hidden_size)
+        check_positive_int("num_heads", num_heads)
+        if hidden_size % num_heads:
+            raise ValueError(
+                f"`hidden_size` must be divisible by `num_heads`. Received: "
+                f"hidden_size={hidden_size}, num_heads={num_heads}. Pick num_heads among "
+                f"the divisors of {hidden_size} (BERT uses hidden_size / 64)."
+            )
+        check_rate("dropout", dropout)
+        check_rate("attention_dropout", attention_dropout)
+        if not isinstance(initializer_range, (int, float)) or initializer_range <= 0:
+            raise ValueError(
+                "Received an invalid value for argument `initializer_range`, expected a "
+                f"positive float. Received: initializer_range={initializer_range!r}"
+            )
+        activation = deserialize_activation(activation)
+        get_activation(activation)
+
+        # === Layers ===
+        initializer = keras.initializers.TruncatedNormal(stddev=initializer_range)
+        embeddings = BertEmbeddings(
+            vocab_size=vocab_size,
+            hidden_size=hidden_size,
+            max_sequence_length=max_sequence_length,
+            type_vocab_size=type_vocab_size,
+            position_embedding=position_embedding,
+            dropout=dropout,
+            layer_norm_epsilon=layer_norm_epsilon,
+            initializer=initializer,
+            dtype=dtype,
+            name="embeddings",
+        )
+        blocks = [
+            TransformerEncoderBlock(
+                num_heads=num_heads,
+                intermediate_size=intermediate_size,
+                activation=activation,
+                dropout=dropout,
+                attention_dropout=attention_dropout,
+                layer_norm_epsilon=layer_norm_epsilon,
+                norm_first=norm_first,
+                kernel_initializer=keras.initializers.TruncatedNormal(stddev=initializer_range),
+                dtype=dtype,
+                name=f"transformer_layer_{i}",
+            )
+            for i in range(num_layers)
+        ]
+        output_layer_norm = None
+        if norm_first:
+            output_layer_norm = keras.layers.LayerNormalization(
+                epsilon=layer_norm_epsilon, dtype=dtype, name="output_layer_norm"
+            )
+        pooler = keras.layers.Dense(
+            hidden_size,
+            activation="tanh",
+            kernel_initializer=keras.initializers.TruncatedNormal(stddev=initializer_range),
+            dtype=dtype,
+            name="pooler_dense",
+        )
+
+        # === Functional model ===
+        inputs = {key: keras.Input(shape=(None,), dtype="int32", name=key) for key in INPUT_KEYS}
+        x = embeddings(inputs["input_word_ids"], inputs["input_type_ids"])
+        encoder_outputs, attention_probs = [], []
+        for block in blocks:
+            x, probs = block(x, attention_mask=inputs["input_mask"], return_attention_scores=True)
+            encoder_outputs.append(x)
+            attention_probs.append(probs)
+        if output_layer_norm is not None:
+            encoder_outputs[-1] = output_layer_norm(encoder_outputs[-1])
+        sequence_output = encoder_outputs[-1]
+        pooled_output = pooler(sequence_output[:, 0, :])
+        outputs = {
+            "sequence_output": sequence_output,
+            "pooled_output": pooled_output,
+            "encoder_outputs": encoder_outputs,
+            "default": pooled_output,
+        }
+        if return_attention_probs:
+            outputs["attention_probs"] = attention_probs
+        super().__init__(inputs=inputs, outputs=outputs, dtype=dtype, **kwargs)
+
+        # === Config ===
+        self.vocab_size = vocab_size
+        self.num_layers = num_layers
+        self.hidden_size = hidden_size
+        self.num_heads = num_heads
+        self.intermediate_size = intermediate_size
+        self.activation = activation
+        self.dropout = dropout
+        self.attention_dropout = attention_dropout
+        self.max_sequence_length = max_sequence_length
+        self.type_vocab_size = type_vocab_size
+        self.position_embedding = position_embedding
+        self.norm_first = norm_first
+        self.layer_norm_epsilon = layer_norm_epsilon
+        self.initializer_range = initializer_range
+        self.return_attention_probs = return_attention_probs
+        self.embeddings = embeddings
+        self.transformer_layers = blocks
+        self.output_layer_norm = output_layer_norm
+        self.pooler = pooler
+
+    @classmethod
+    def from_preset(cls, name, **kwargs):
+        """Builds a preset's architecture with random weights.
+
+        Args:
+            name: str. A name from `bert_keras.preset_names()`.
+            **kwargs: overrides of the preset's arguments (e.g. `dropout=0.0`).
+        """
+        config = dict(get_preset(name)["config"])
+        config.update(kwargs)
+        return cls(**config)
+
+    def __call__(self, inputs, *args, **kwargs):
+        return super().__call__(_check_inputs(inputs), *args, **kwargs)
+
+    def get_config(self):
+        config = {
+            "name": self.name,
+            "trainable": self.trainable,
+            "dtype": keras.dtype_policies.serialize(self.dtype_policy),
+            "vocab_size": self.vocab_size,
+            "num_layers": self.num_layers,
+            "hidden_size": self.hidden_size,
+            "num_heads": self.num_heads,
+            "intermediate_size": self.intermediate_size,
+            "activation": serialize_activation(self.activation),
+            "dropout": self.dropout,
+            "attention_dropout": self.attention_dropout,
+            "max_sequence_length": self.max_sequence_length,
+            "type_vocab_size": self.type_vocab_size,
+            "position_embedding": self.position_embedding,
+            "norm_first": self.norm_first,
+            "layer_norm_epsilon": self.layer_norm_epsilon,
+            "initializer_range": self.initializer_range,
+            "return_attention_probs": self.return_attention_probs,
+        }
+        return config
+
+    @classmethod
+    def from_config(cls, config):
+        config = dict(config)
+        if isinstance(config.get("dtype"), dict):
+            config["dtype"] = keras.dtype_policies.deserialize(config["dtype"])
+        return cls(**config)
+
+
+def _check_inputs(inputs):
+    """Checks the Hub input dict; integer tensors are cast to int32."""
+    if not isinstance(inputs, collections.abc.Mapping):
+        raise ValueError(
+            "BertEncoder expects a dict with keys "
+            f"{list(INPUT_KEYS)} (int32 tensors of shape (batch, seq)), as produced by "
+            f"a BERT preprocessor. Received: {type(inputs).__name__}"
+        )
+    missing = [key for key in INPUT_KEYS if key not in inputs]
+    unexpected = [key for key in inputs if key not in INPUT_KEYS]
+    if missing or unexpected:
+        raise ValueError(
+            f"BertEncoder expects exactly the keys {list(INPUT_KEYS)}. "
+            f"Missing: {missing}. Unexpected: {unexpected}. Received keys: {sorted(inputs)}"
+        )
+    checked = {}
+    for key in INPUT_KEYS:
+        value = inputs[key]
+        if not hasattr(value, "dtype"):
+            value = tf.convert_to_tensor(value)
+        dtype = keras.backend.standardize_dtype(value.dtype)
+        if not dtype.startswith(("int", "uint")):
+            raise ValueError(
+                f"Input `{key}` must hold integer token data (int32). Received: "
+                f"dtype={dtype}. Convert text with a BERT preprocessor, and cast "
+                "ids and masks to int32."
+            )
+        if len(value.shape) != 2:
+            raise ValueError(
+                f"Input `{key}` must have shape (batch, seq). Received: shape={tuple(value.shape)}"
+            )
+        checked[key] = value if dtype == "int32" else keras.ops.cast(value, "int32")
+    return checked

@@ -1,0 +1,145 @@
+"""Multi-head scaled dot-product self-attention."""
+
+import keras
+from keras import ops
+
+from bert_keras.layers._utils import check_positive_int, check_rate, clone_initializer
+
+# Added to the scores of masked positions before the softmax (computed in float32).
+_MASK_NEGATIVE = -1e9
+
+
+@keras.saving.register_keras_serializable(package="bert_keras")
+class MultiHeadSelfAttention(keras.layers.Layer):
+    """Multi-head self-attention as in "Attention Is All You Need".
+
+    The input is projected to queries, keys and values (`query`, `key`, `value`
+    dense layers, each `hidden -> hidden`), split into `num_heads` heads of size
+    `hidden // num_heads`, attended with scaled dot products under an additive
+    padding mask, and the heads are concatenated and projected back (`output`).
+    The softmax is computed in float32 under mixed precision.
+
+    Args:
+        num_heads: int. Number of attention heads; must divide the hidden size
+            of the input.
+        dropout: float. Dropout rate on the attention probabilities. Defaults
+            to `0.0`.
+        kernel_initializer: str or initializer. Initializer of the four dense
+            kernels. Defaults to `"glorot_uniform"`.
+        bias_initializer: str or initializer. Initializer of the biases.
+            Defaults to `"zeros"`.
+        **kwargs: other `keras.layers.Layer` arguments (`name`, `dtype`, ...).
+
+    Call arguments:
+        inputs: float tensor `(batch, seq, hidden)`.
+        attention_mask: optional 0/1 (or boolean) tensor, 1 where attention is
+            allowed: `(batch, seq)` for a padding mask over keys, or
+            `(batch, seq, seq)` for a full query-by-key mask.
+        training: bool. Whether dropout is applied.
+        return_attention_scores: bool. If `True`, also return the attention
+            probabilities.
+
+    Returns:
+        `(batch, seq, hidden)`, and with `return_attention_scores=True` a tuple
+        of that and the probabilities `(batch, num_heads, seq, seq)`.
+
+    Example:
+    >>> layer = MultiHeadSelfAttention(num_heads=2)
+    >>> x = np.random.rand(3, 5, 8).astype("float32")
+    >>> layer(x, attention_mask=np.ones((3, 5))).shape
+    (3, 5, 8)
+    """
+
+    def __init__(
+        self,
+        num_heads,
+        dropout=0.0,
+        kernel_initializer="glorot_uniform",
+        bias_initializer="zeros",
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        self.num_heads = check_positive_int("num_heads", num_heads)
+        self.dropout = check_rate("dropout", dropout)
+        self.kernel_initializer = keras.initializers.get(kernel_initializer)
+        self.bias_initializer = keras.initializers.get(bias_initializer)
+        self.supports_masking = False
+
+    def build(self, input_shape):
+        hidden_size = input_shape[-1]
+        if hidden_size is None:
+            raise ValueError(
+                "The last dimension of the input to MultiHeadSelfAttention must be "
+                f"known. Received: input_shape={input_shape}"
+            )
+        if hidden_size % self.num_heads:
+            raise ValueError(
+                f"The hidden size ({hidden_size}) must be divisible by `num_heads`. "
+                f"Received: num_heads={self.num_heads}. Choose num_heads among the "
+                f"divisors of {hidden_size}."
+            )
+        self.hidden_size = hidden_size
+        self.head_size = hidden_size // self.num_heads
+        dense_shape = (None, None, hidden_size)
+        for name in ("query", "key", "value", "output"):
+            dense = keras.layers.Dense(
+                hidden_size,
+                kernel_initializer=clone_initializer(self.kernel_initializer),
+                bias_initializer=clone_initializer(self.bias_initializer),
+                dtype=self.dtype_policy,
+                name=name,
+            )
+            dense.build(dense_shape)
+            setattr(self, f"{name}_dense", dense)
+        self.probs_dropout = keras.layers.Dropout(self.dropout, dtype=self.dtype_policy, name="probs_dropout")
+        self.built = True
+
+    def _split_heads(self, x, seq_length):
+        # x: (batch, seq, hidden) -> (batch, heads, seq, head_size)
+        x = ops.reshape(x, (-1, seq_length, self.num_heads, self.head_size))
+        return ops.transpose(x, (0, 2, 1, 3))
+
+    def _mask_bias(self, attention_mask):
+        # attention_mask: (batch, seq_k) or (batch, seq_q, seq_k) -> (batch, 1|1, seq_q|1, seq_k)
+        mask = ops.cast(attention_mask, "float32")
+        if len(mask.shape) == 2:
+            mask = mask[:, None, None, :]  # (batch, 1, 1, seq_k)
+        elif len(mask.shape) == 3:
+            mask = mask[:, None, :, :]  # (batch, 1, seq_q, seq_k)
+        else:
+            raise ValueError(
+                "Expected `attention_mask` of rank 2 (batch, seq) or 3 (batch, seq, seq). "
+                f"Received: attention_mask.shape={attention_mask.shape}"
+            )
+        return (1.0 - mask) * _MASK_NEGATIVE
+
+    def call(self, inputs, attention_mask=None, training=None, return_attention_scores=False):
+        seq_length = ops.shape(inputs)[1]
+        query = self._split_heads(self.query_dense(inputs), seq_length)  # (batch, heads, seq, head_size)
+        key = self._split_heads(self.key_dense(inputs), seq_length)  # (batch, heads, seq, head_size)
+        value = self._split_heads(self.value_dense(inputs), seq_length)  # (batch, heads, seq, head_size)
+        query = query * ops.cast(1.0 / self.head_size**0.5, query.dtype)
+        scores = ops.matmul(query, ops.transpose(key, (0, 1, 3, 2)))  # (batch, heads, seq_q, seq_k)
+        scores = ops.cast(scores, "float32")
+        if attention_mask is not None:
+            scores = scores + self._mask_bias(attention_mask)
+        probs = ops.cast(ops.softmax(scores, axis=-1), self.compute_dtype)  # (batch, heads, seq_q, seq_k)
+        context = ops.matmul(self.probs_dropout(probs, training=training), value)  # (batch, heads, seq, head_size)
+        context = ops.transpose(context, (0, 2, 1, 3))  # (batch, seq, heads, head_size)
+        context = ops.reshape(context, (-1, seq_length, self.hidden_size))  # (batch, seq, hidden)
+        outputs = self.output_dense(context)
+        if return_attention_scores:
+            return outputs, probs
+        return outputs
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            {
+                "num_heads": self.num_heads,
+                "dropout": self.dropout,
+                "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
+                "bias_initializer": keras.initializers.serialize(self.bias_initializer),
+            }
+        )
+        return config

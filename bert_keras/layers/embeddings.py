@@ -1,0 +1,209 @@
+"""Token, position and segment embeddings."""
+
+import math
+
+import keras
+import tensorflow as tf
+from keras import ops
+
+from bert_keras.layers._utils import check_choice, check_positive_int, check_rate, clone_initializer
+
+POSITION_EMBEDDINGS = ("learned", "sinusoidal")
+
+
+@keras.saving.register_keras_serializable(package="bert_keras")
+class SinusoidalPositionEncoding(keras.layers.Layer):
+    """Fixed sinusoidal position encodings of "Attention Is All You Need".
+
+    `PE[pos, 2i] = sin(pos / max_wavelength ** (2i / hidden))` and
+    `PE[pos, 2i + 1] = cos(pos / max_wavelength ** (2i / hidden))`. The layer
+    has no weights and works for any sequence length.
+
+    Args:
+        max_wavelength: float. The longest wavelength. Defaults to `10000`.
+        **kwargs: other `keras.layers.Layer` arguments.
+
+    Call arguments:
+        inputs: tensor `(batch, seq, hidden)`; only its shape is used.
+
+    Returns:
+        The encodings, `(batch, seq, hidden)` (the same for every batch entry).
+
+    Example:
+    >>> SinusoidalPositionEncoding()(np.zeros((2, 5, 8))).shape
+    (2, 5, 8)
+    """
+
+    def __init__(self, max_wavelength=10000.0, **kwargs):
+        super().__init__(**kwargs)
+        if not isinstance(max_wavelength, (int, float)) or max_wavelength <= 1:
+            raise ValueError(
+                "Received an invalid value for argument `max_wavelength`, expected a "
+                f"number greater than 1. Received: max_wavelength={max_wavelength!r}"
+            )
+        self.max_wavelength = float(max_wavelength)
+        self.built = True
+
+    def call(self, inputs):
+        shape = ops.shape(inputs)
+        seq_length, hidden_size = shape[-2], inputs.shape[-1]
+        positions = ops.cast(ops.arange(seq_length), "float32")  # (seq,)
+        dims = ops.arange(hidden_size)  # (hidden,)
+        exponents = ops.cast(2 * (dims // 2), "float32") / float(hidden_size)
+        inverse_freq = ops.exp(-math.log(self.max_wavelength) * exponents)  # (hidden,)
+        angles = positions[:, None] * inverse_freq[None, :]  # (seq, hidden)
+        encodings = ops.where(dims % 2 == 0, ops.sin(angles), ops.cos(angles))  # (seq, hidden)
+        return ops.broadcast_to(ops.cast(encodings, self.compute_dtype), shape)
+
+    def compute_output_shape(self, input_shape):
+        return input_shape
+
+    def get_config(self):
+        config = super().get_config()
+        config.update({"max_wavelength": self.max_wavelength})
+        return config
+
+
+@keras.saving.register_keras_serializable(package="bert_keras")
+class BertEmbeddings(keras.layers.Layer):
+    """BERT input embeddings: word + position + segment, then LayerNorm and dropout.
+
+    Args:
+        vocab_size: int. Size of the WordPiece vocabulary.
+        hidden_size: int. Width of the embeddings.
+        max_sequence_length: int. Number of learned positions; longer inputs
+            are rejected. With sinusoidal positions it is only recorded.
+            Defaults to `512`.
+        type_vocab_size: int. Number of segment types. Defaults to `2`.
+        position_embedding: str. `"learned"` (a trained table, as in BERT) or
+            `"sinusoidal"` (fixed, no weights). Defaults to `"learned"`.
+        dropout: float. Dropout rate after the LayerNorm. Defaults to `0.0`.
+        layer_norm_epsilon: float. Defaults to `1e-12`.
+        initializer: str or initializer. Initializer of the embedding tables.
+            Defaults to `TruncatedNormal(stddev=0.02)`.
+        **kwargs: other `keras.layers.Layer` arguments.
+
+    Call arguments:
+        input_word_ids: int tensor `(batch, seq)`.
+        input_type_ids: optional int tensor `(batch, seq)`; zeros if omitted.
+        training: bool. Whether dropout is applied.
+
+    Returns:
+        `(batch, seq, hidden_size)`.
+
+    Example:
+    >>> layer = BertEmbeddings(vocab_size=100, hidden_size=8)
+    >>> layer(np.array([[2, 5, 3]])).shape
+    (1, 3, 8)
+    """
+
+    def __init__(
+        self,
+        vocab_size,
+        hidden_size,
+        max_sequence_length=512,
+        type_vocab_size=2,
+        position_embedding="learned",
+        dropout=0.0,
+        layer_norm_epsilon=1e-12,
+        initializer=None,
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        self.vocab_size = check_positive_int("vocab_size", vocab_size)
+        self.hidden_size = check_positive_int("hidden_size", hidden_size)
+        self.max_sequence_length = check_positive_int("max_sequence_length", max_sequence_length)
+        self.type_vocab_size = check_positive_int("type_vocab_size", type_vocab_size)
+        self.position_embedding = check_choice("position_embedding", position_embedding, POSITION_EMBEDDINGS)
+        self.dropout = check_rate("dropout", dropout)
+        self.layer_norm_epsilon = float(layer_norm_epsilon)
+        self.initializer = keras.initializers.get(
+            initializer if initializer is not None else keras.initializers.TruncatedNormal(stddev=0.02)
+        )
+
+    def build(self, input_word_ids_shape, input_type_ids_shape=None):
+        self.word_embeddings = keras.layers.Embedding(
+            self.vocab_size,
+            self.hidden_size,
+            embeddings_initializer=clone_initializer(self.initializer),
+            dtype=self.dtype_policy,
+            name="word_embeddings",
+        )
+        self.word_embeddings.build(input_word_ids_shape)
+        self.type_embeddings = keras.layers.Embedding(
+            self.type_vocab_size,
+            self.hidden_size,
+            embeddings_initializer=clone_initializer(self.initializer),
+            dtype=self.dtype_policy,
+            name="type_embeddings",
+        )
+        self.type_embeddings.build(input_word_ids_shape)
+        if self.position_embedding == "learned":
+            self.position_embeddings = self.add_weight(
+                shape=(self.max_sequence_length, self.hidden_size),
+                initializer=clone_initializer(self.initializer),
+                name="position_embeddings",
+            )
+        else:
+            self.sinusoidal_encoding = SinusoidalPositionEncoding(dtype=self.dtype_policy, name="position_encoding")
+        self.layer_norm = keras.layers.LayerNormalization(
+            epsilon=self.layer_norm_epsilon, dtype=self.dtype_policy, name="layer_norm"
+        )
+        self.layer_norm.build(tuple(input_word_ids_shape) + (self.hidden_size,))
+        self.dropout_layer = keras.layers.Dropout(self.dropout, dtype=self.dtype_policy, name="dropout")
+        self.built = True
+
+    def _learned_positions(self, seq_length):
+        static_length = seq_length if isinstance(seq_length, int) else None
+        if static_length is not None and static_length > self.max_sequence_length:
+            raise ValueError(self._too_long_message(static_length))
+        if static_length is None:
+            tf.debugging.assert_less_equal(
+                seq_length,
+                self.max_sequence_length,
+                message=self._too_long_message("<seq_length>"),
+            )
+        table = ops.convert_to_tensor(self.position_embeddings)
+        return ops.slice(table, (0, 0), (seq_length, self.hidden_size))  # (seq, hidden)
+
+    def _too_long_message(self, seq_length):
+        return (
+            f"The input sequence length ({seq_length}) exceeds max_sequence_length "
+            f"({self.max_sequence_length}) of the learned position embeddings. Truncate "
+            f"the inputs to at most {self.max_sequence_length} tokens (the preprocessor's "
+            "`seq_length`), or build the encoder with a larger `max_sequence_length`."
+        )
+
+    def call(self, input_word_ids, input_type_ids=None, training=None):
+        if input_type_ids is None:
+            input_type_ids = ops.zeros_like(input_word_ids)
+        embeddings = self.word_embeddings(input_word_ids)  # (batch, seq, hidden)
+        embeddings = embeddings + self.type_embeddings(input_type_ids)  # (batch, seq, hidden)
+        if self.position_embedding == "learned":
+            static_length = input_word_ids.shape[1]
+            seq_length = static_length if static_length is not None else ops.shape(input_word_ids)[1]
+            positions = self._learned_positions(seq_length)  # (seq, hidden)
+            embeddings = embeddings + ops.cast(positions, embeddings.dtype)[None, :, :]
+        else:
+            embeddings = embeddings + self.sinusoidal_encoding(embeddings)
+        embeddings = self.layer_norm(embeddings)
+        return self.dropout_layer(embeddings, training=training)
+
+    def compute_output_shape(self, input_word_ids_shape, input_type_ids_shape=None):
+        return tuple(input_word_ids_shape) + (self.hidden_size,)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            {
+                "vocab_size": self.vocab_size,
+                "hidden_size": self.hidden_size,
+                "max_sequence_length": self.max_sequence_length,
+                "type_vocab_size": self.type_vocab_size,
+                "position_embedding": self.position_embedding,
+                "dropout": self.dropout,
+                "layer_norm_epsilon": self.layer_norm_epsilon,
+                "initializer": keras.initializers.serialize(self.initializer),
+            }
+        )
+        return config

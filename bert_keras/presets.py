@@ -1,0 +1,76 @@
+"""BERT configurations as plain data.
+
+Each preset is the set of `BertEncoder` arguments of a published model, plus
+`do_lower_case` (how its vocabulary was built) and a one-line description.
+Building a preset gives random weights; real weights come from
+`bert_keras.checkpoints`.
+"""
+
+_UNCASED_VOCAB = 30522
+_CASED_VOCAB = 28996
+
+
+def _bert(num_layers, hidden_size, num_heads, vocab_size, do_lower_case, description):
+    return {
+        "config": {
+            "vocab_size": vocab_size,
+            "num_layers": num_layers,
+            "hidden_size": hidden_size,
+            "num_heads": num_heads,
+            "intermediate_size": 4 * hidden_size,
+            "activation": "gelu",
+            "max_sequence_length": 512,
+            "type_vocab_size": 2,
+        },
+        "do_lower_case": do_lower_case,
+        "description": description,
+    }
+
+
+PRESETS = {
+    "bert_base_en_uncased": _bert(12, 768, 12, _UNCASED_VOCAB, True, "BERT-Base, English, uncased (L-12 H-768 A-12)."),
+    "bert_base_en_cased": _bert(12, 768, 12, _CASED_VOCAB, False, "BERT-Base, English, cased (L-12 H-768 A-12)."),
+    "bert_large_en_uncased": _bert(24, 1024, 16, _UNCASED_VOCAB, True, "BERT-Large, English, uncased (L-24 H-1024 A-16)."),
+    "bert_large_en_cased": _bert(24, 1024, 16, _CASED_VOCAB, False, "BERT-Large, English, cased (L-24 H-1024 A-16)."),
+    "minilm_l6_h384_uncased": {
+        "config": {
+            "vocab_size": _UNCASED_VOCAB,
+            "num_layers": 6,
+            "hidden_size": 384,
+            "num_heads": 12,
+            "intermediate_size": 1536,
+            "activation": "gelu",
+            "max_sequence_length": 512,
+            "type_vocab_size": 2,
+        },
+        "do_lower_case": True,
+        "description": "all-MiniLM-L6-v2 (sentence-transformers), a BERT of L-6 H-384 A-12, uncased.",
+    },
+}
+
+# The 24 "small BERTs" of Turc et al. (2019): uncased, heads = hidden / 64.
+for _layers in (2, 4, 6, 8, 10, 12):
+    for _hidden in (128, 256, 512, 768):
+        _heads = _hidden // 64
+        PRESETS[f"small_bert_en_uncased_L-{_layers}_H-{_hidden}_A-{_heads}"] = _bert(
+            _layers,
+            _hidden,
+            _heads,
+            _UNCASED_VOCAB,
+            True,
+            f"Small BERT, English, uncased (L-{_layers} H-{_hidden} A-{_heads}).",
+        )
+
+
+def preset_names():
+    """The names of all presets, sorted."""
+    return sorted(PRESETS)
+
+
+def get_preset(name):
+    """Returns the preset entry for `name`, or raises a `ValueError` listing the names."""
+    if name not in PRESETS:
+        raise ValueError(
+            f"Unknown preset {name!r}. Available presets: {', '.join(preset_names())}."
+        )
+    return PRESETS[name]
