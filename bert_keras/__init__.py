@@ -2,12 +2,9 @@
 
 import keras as _keras
 
-if _keras.backend.backend() != "tensorflow":
-    raise ImportError(
-        "bert_keras runs on the Keras 3 TensorFlow backend only. "
-        f"Received: keras.backend.backend()={_keras.backend.backend()!r}. "
-        "Set the environment variable KERAS_BACKEND=tensorflow before importing keras."
-    )
+from bert_keras._backend import check_backend as _check_backend
+
+_check_backend(_keras.backend.backend())
 
 from bert_keras.encoder import BertEncoder  # noqa: E402
 from bert_keras.presets import PRESETS, preset_names  # noqa: E402

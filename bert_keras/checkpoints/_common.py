@@ -1,0 +1,291 @@
+"""Shared pieces of the converters: errors, summaries, weight plans and vocabularies."""
+
+import dataclasses
+import json
+import logging
+import os
+import re
+
+import numpy as np
+
+from bert_keras.checkpoints import tables
+
+logger = logging.getLogger("bert_keras.checkpoints")
+
+
+class CheckpointError(ValueError):
+    """A checkpoint that cannot be converted. Names the file and, where known, the tensor.
+
+    Attributes:
+        file: str. The file at fault.
+        tensor: str or None. The tensor (or config field) at fault.
+    """
+
+    def __init__(self, file, tensor, message):
+        self.file = str(file)
+        self.tensor = tensor
+        where = f"{self.file}" + (f", tensor {tensor!r}" if tensor is not None else "")
+        super().__init__(f"{where}: {message}")
+
+
+class ConfigError(CheckpointError):
+    """A config file that does not describe a model we can build."""
+
+    def __init__(self, file, field, message):
+        self.file = str(file)
+        self.tensor = field
+        where = f"{self.file}" + (f", field {field!r}" if field is not None else "")
+        ValueError.__init__(self, f"{where}: {message}")
+
+
+@dataclasses.dataclass
+class ConversionSummary:
+    """What a conversion read and what it left alone.
+
+    Attributes:
+        format: str. `"huggingface"`, `"google"` or `"keras_nlp"`.
+        files: list of str. The weight files read.
+        loaded: list of `(source_name, target_path)` pairs.
+        ignored: list of str. Source tensors skipped on purpose (buffers such as
+            `position_ids`, optimizer slots, tied copies).
+        unused: list of str. Source tensors that nothing here reads (e.g. a
+            task head we do not convert).
+        not_in_checkpoint: list of str. Parts we built that the checkpoint lacks
+            and that keep their random initialization (e.g. `"pooler"`).
+        heads: list of str. The heads converted (`"mlm"`, `"nsp"`).
+    """
+
+    format: str
+    files: list
+    loaded: list = dataclasses.field(default_factory=list)
+    ignored: list = dataclasses.field(default_factory=list)
+    unused: list = dataclasses.field(default_factory=list)
+    not_in_checkpoint: list = dataclasses.field(default_factory=list)
+    heads: list = dataclasses.field(default_factory=list)
+
+    def __str__(self):
+        lines = [
+            f"Converted a {self.format} checkpoint ({', '.join(self.files)}): "
+            f"{len(self.loaded)} tensors loaded, heads: {', '.join(self.heads) or 'none'}.",
+            f"Ignored ({len(self.ignored)}): {', '.join(self.ignored) or '-'}.",
+            f"Unused ({len(self.unused)}): {', '.join(self.unused) or '-'}.",
+        ]
+        if self.not_in_checkpoint:
+            lines.append(
+                "Not in the checkpoint, left randomly initialized: "
+                f"{', '.join(self.not_in_checkpoint)}."
+            )
+        return "\n".join(lines)
+
+
+@dataclasses.dataclass
+class LoadedCheckpoint:
+    """The result of a conversion.
+
+    Attributes:
+        encoder: `BertEncoder` holding the converted weights.
+        heads: dict of converted heads: `"mlm"` (`MaskedLMHead`, tied to the
+            encoder's word embeddings) and/or `"nsp"` (`NextSentenceHead`).
+        pretrainer: `BertPretrainer` or None. Built when both heads are present;
+            its `.encoder`, `.mlm_head` and `.nsp_head` are the objects above.
+        vocab_file: str or None. Path of the WordPiece vocabulary.
+        do_lower_case: bool. Whether the vocabulary expects lower-cased text.
+        summary: `ConversionSummary`.
+    """
+
+    encoder: object
+    heads: dict
+    pretrainer: object
+    vocab_file: object
+    do_lower_case: bool
+    summary: ConversionSummary
+
+
+# ---------------------------------------------------------------------------
+# Weight plans: tables expanded, checked against the built model, then assigned.
+# ---------------------------------------------------------------------------
+
+
+def expand_table(table, parts, num_layers):
+    """Expands the `{i}` templates of `table[part]` for the given parts.
+
+    Returns a list of `(target, source, transform)`.
+    """
+    entries = []
+    for part in parts:
+        for target, source, transform in table[part]:
+            if "{i}" in target:
+                for i in range(num_layers):
+                    entries.append((target.format(i=i), source.format(i=i), transform))
+            else:
+                entries.append((target, source, transform))
+    return entries
+
+
+def resolve_target(roots, path):
+    """Returns the variable at an attribute path such as `encoder.transformer_layers.0.pooler.kernel`."""
+    root, *attributes = path.split(".")
+    obj = roots[root]
+    for attribute in attributes:
+        obj = obj[int(attribute)] if attribute.isdigit() else getattr(obj, attribute)
+    return obj
+
+
+def expected_source_shape(transform, target_shape):
+    """The shape a source tensor must have so that `transform` gives `target_shape`.
+
+    For `"reshape"` any shape with as many elements fits; the target shape is returned.
+    """
+    if transform == tables.TRANSPOSE:
+        return tuple(reversed(target_shape))
+    return tuple(target_shape)
+
+
+def shape_fits(transform, stored_shape, target_shape):
+    if transform == tables.RESHAPE:
+        return int(np.prod(stored_shape)) == int(np.prod(target_shape))
+    return tuple(stored_shape) == expected_source_shape(transform, target_shape)
+
+
+def apply_transform(array, transform, target_shape):
+    """Turns a source array into the layout of our variable."""
+    if transform == tables.TRANSPOSE:
+        return np.ascontiguousarray(np.transpose(array))
+    if transform == tables.RESHAPE:
+        return np.reshape(array, target_shape)
+    return array
+
+
+def check_float(file, name, array):
+    if not np.issubdtype(array.dtype, np.floating):
+        raise CheckpointError(
+            file, name, f"expected a floating-point weight, found dtype {array.dtype}."
+        )
+
+
+def load_plan(source, entries, roots, hint=""):
+    """Reads and checks every tensor of a plan; assigns nothing.
+
+    Args:
+        source: a tensor source (see `sources.py`).
+        entries: list of `(target, source_name, transform)`.
+        roots: dict of the objects that targets start from.
+        hint: str. Appended to shape errors (e.g. which config to check).
+
+    Returns:
+        A list of `(variable, array, source_name, target)`, ready to assign.
+    """
+    plan = []
+    for target, name, transform in entries:
+        variable = resolve_target(roots, target)
+        target_shape = tuple(variable.shape)
+        if not source.has(name):
+            raise CheckpointError(
+                source.file_of(name),
+                name,
+                f"missing from the checkpoint; it is needed for {target} (shape "
+                f"{target_shape}). The checkpoint may be incomplete, or of another model.",
+            )
+        stored_shape = tuple(source.shape(name))
+        if not shape_fits(transform, stored_shape, target_shape):
+            expected = expected_source_shape(transform, target_shape)
+            if transform == tables.RESHAPE:
+                expected = f"{int(np.prod(target_shape))} values reshaped to {expected}"
+            raise CheckpointError(
+                source.file_of(name),
+                name,
+                f"has shape {stored_shape}, expected {expected} for {target}.{hint}",
+            )
+        array = source.get(name)
+        check_float(source.file_of(name), name, array)
+        plan.append((variable, apply_transform(array, transform, target_shape), name, target))
+    return plan
+
+
+def assign_plan(plan):
+    """Assigns a checked plan. Returns the `(source_name, target)` pairs."""
+    for variable, array, _, _ in plan:
+        variable.assign(array.astype(variable.dtype))
+    return [(name, target) for _, _, name, target in plan]
+
+
+# ---------------------------------------------------------------------------
+# Configs and vocabularies.
+# ---------------------------------------------------------------------------
+
+
+def read_json(path):
+    try:
+        with open(path, encoding="utf-8") as f:
+            config = json.load(f)
+    except json.JSONDecodeError as error:
+        raise ConfigError(path, None, f"is not valid JSON ({error}).") from error
+    if not isinstance(config, dict):
+        raise ConfigError(path, None, f"expected a JSON object, found {type(config).__name__}.")
+    return config
+
+
+def encoder_kwargs(config, key_table, file, defaults=None):
+    """Translates a config dict to `BertEncoder` arguments with a key table."""
+    kwargs = dict(defaults or {})
+    for ours, theirs in key_table.items():
+        if theirs in config:
+            kwargs[ours] = config[theirs]
+        elif ours not in kwargs:
+            raise ConfigError(
+                file,
+                theirs,
+                f"missing; a BERT config needs {sorted(key_table.values())}.",
+            )
+    for ours in ("vocab_size", "num_layers", "hidden_size", "num_heads", "intermediate_size",
+                 "max_sequence_length", "type_vocab_size"):
+        value = kwargs[ours]
+        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+            raise ConfigError(file, key_table[ours], f"expected a positive integer, found {value!r}.")
+    return kwargs
+
+
+def translate_activation(name, table, file, field):
+    if name not in table:
+        raise ConfigError(
+            file, field, f"unsupported activation {name!r}; supported: {sorted(table)}."
+        )
+    return table[name]
+
+
+def read_vocabulary(path):
+    """The tokens of a WordPiece vocabulary file, one a line."""
+    with open(path, encoding="utf-8") as f:
+        return [line.rstrip("\r\n") for line in f]
+
+
+def check_vocabulary(vocab_file, tokens, tensor_file, tensor_name, embeddings_rows):
+    if len(tokens) != embeddings_rows:
+        raise CheckpointError(
+            vocab_file,
+            tensor_name,
+            f"the vocabulary has {len(tokens)} tokens but the word embeddings "
+            f"{tensor_name!r} in {tensor_file} have {embeddings_rows} rows. The vocabulary "
+            "does not belong to these weights.",
+        )
+
+
+_SPECIAL = re.compile(r"^\[[A-Za-z0-9_]+\]$|^<[^>]+>$")
+
+
+def guess_do_lower_case(tokens):
+    """True when no ordinary token has an upper-case letter (an uncased vocabulary)."""
+    for token in tokens:
+        if _SPECIAL.match(token):
+            continue
+        if token != token.lower():
+            return False
+    return True
+
+
+def first_existing(directory, names):
+    for name in names:
+        path = os.path.join(directory, name)
+        if os.path.exists(path):
+            return path
+    return None

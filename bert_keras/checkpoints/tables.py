@@ -1,0 +1,225 @@
+"""Name tables: how other projects' configs and weights map onto ours. Plain data.
+
+Weight tables are tuples of `(target, source, transform)`:
+
+- `target`: an attribute path from one of the converted objects: `encoder.` (a
+  `BertEncoder`), `mlm.` (a `MaskedLMHead`) or `nsp.` (a `NextSentenceHead`).
+  `{i}` stands for the Transformer block index.
+- `source`: the tensor name in the other project's checkpoint (`{i}` likewise).
+- `transform`: how the source array becomes ours: `"identity"`, `"transpose"`
+  (PyTorch `Linear` weights are `(out, in)`, Keras kernels `(in, out)`) or
+  `"reshape"` (keras-nlp keeps attention kernels as `(hidden, heads, head_size)`).
+"""
+
+IDENTITY = "identity"
+TRANSPOSE = "transpose"
+RESHAPE = "reshape"
+
+# The parts of a model. Tables are grouped by part; a checkpoint may lack a head.
+EMBEDDINGS = "embeddings"
+LAYER = "layer"
+POOLER = "pooler"
+MLM = "mlm"
+NSP = "nsp"
+
+_BLOCK = "encoder.transformer_layers.{i}."
+
+# ---------------------------------------------------------------------------
+# Hugging Face `transformers` (modeling_bert.py), names without the `bert.` prefix.
+# ---------------------------------------------------------------------------
+HF_WEIGHTS = {
+    EMBEDDINGS: (
+        ("encoder.embeddings.word_embeddings.embeddings", "embeddings.word_embeddings.weight", IDENTITY),
+        ("encoder.embeddings.position_embeddings", "embeddings.position_embeddings.weight", IDENTITY),
+        ("encoder.embeddings.type_embeddings.embeddings", "embeddings.token_type_embeddings.weight", IDENTITY),
+        ("encoder.embeddings.layer_norm.gamma", "embeddings.LayerNorm.weight", IDENTITY),
+        ("encoder.embeddings.layer_norm.beta", "embeddings.LayerNorm.bias", IDENTITY),
+    ),
+    LAYER: (
+        (_BLOCK + "attention.query_dense.kernel", "encoder.layer.{i}.attention.self.query.weight", TRANSPOSE),
+        (_BLOCK + "attention.query_dense.bias", "encoder.layer.{i}.attention.self.query.bias", IDENTITY),
+        (_BLOCK + "attention.key_dense.kernel", "encoder.layer.{i}.attention.self.key.weight", TRANSPOSE),
+        (_BLOCK + "attention.key_dense.bias", "encoder.layer.{i}.attention.self.key.bias", IDENTITY),
+        (_BLOCK + "attention.value_dense.kernel", "encoder.layer.{i}.attention.self.value.weight", TRANSPOSE),
+        (_BLOCK + "attention.value_dense.bias", "encoder.layer.{i}.attention.self.value.bias", IDENTITY),
+        (_BLOCK + "attention.output_dense.kernel", "encoder.layer.{i}.attention.output.dense.weight", TRANSPOSE),
+        (_BLOCK + "attention.output_dense.bias", "encoder.layer.{i}.attention.output.dense.bias", IDENTITY),
+        (_BLOCK + "attention_layer_norm.gamma", "encoder.layer.{i}.attention.output.LayerNorm.weight", IDENTITY),
+        (_BLOCK + "attention_layer_norm.beta", "encoder.layer.{i}.attention.output.LayerNorm.bias", IDENTITY),
+        (_BLOCK + "feed_forward.intermediate_dense.kernel", "encoder.layer.{i}.intermediate.dense.weight", TRANSPOSE),
+        (_BLOCK + "feed_forward.intermediate_dense.bias", "encoder.layer.{i}.intermediate.dense.bias", IDENTITY),
+        (_BLOCK + "feed_forward.output_dense.kernel", "encoder.layer.{i}.output.dense.weight", TRANSPOSE),
+        (_BLOCK + "feed_forward.output_dense.bias", "encoder.layer.{i}.output.dense.bias", IDENTITY),
+        (_BLOCK + "feed_forward_layer_norm.gamma", "encoder.layer.{i}.output.LayerNorm.weight", IDENTITY),
+        (_BLOCK + "feed_forward_layer_norm.beta", "encoder.layer.{i}.output.LayerNorm.bias", IDENTITY),
+    ),
+    POOLER: (
+        ("encoder.pooler.kernel", "pooler.dense.weight", TRANSPOSE),
+        ("encoder.pooler.bias", "pooler.dense.bias", IDENTITY),
+    ),
+    MLM: (
+        ("mlm.transform_dense.kernel", "cls.predictions.transform.dense.weight", TRANSPOSE),
+        ("mlm.transform_dense.bias", "cls.predictions.transform.dense.bias", IDENTITY),
+        ("mlm.layer_norm.gamma", "cls.predictions.transform.LayerNorm.weight", IDENTITY),
+        ("mlm.layer_norm.beta", "cls.predictions.transform.LayerNorm.bias", IDENTITY),
+        ("mlm.output_bias", "cls.predictions.bias", IDENTITY),
+    ),
+    NSP: (
+        ("nsp.dense.kernel", "cls.seq_relationship.weight", TRANSPOSE),
+        ("nsp.dense.bias", "cls.seq_relationship.bias", IDENTITY),
+    ),
+}
+# Prefixes that tell which heads a checkpoint holds.
+HF_PART_PREFIXES = {POOLER: "pooler.", MLM: "cls.predictions.", NSP: "cls.seq_relationship."}
+# Names with another spelling in some checkpoints: {name we look up: alternatives}.
+HF_ALIASES = {"cls.predictions.bias": ("cls.predictions.decoder.bias",)}
+# Tied to the word embeddings; read only to check that it is tied.
+HF_TIED_DECODER = "cls.predictions.decoder.weight"
+# Buffers and bookkeeping that are not weights.
+HF_IGNORED_SUFFIXES = ("position_ids",)
+
+HF_CONFIG = {  # our argument: config.json key
+    "vocab_size": "vocab_size",
+    "num_layers": "num_hidden_layers",
+    "hidden_size": "hidden_size",
+    "num_heads": "num_attention_heads",
+    "intermediate_size": "intermediate_size",
+    "dropout": "hidden_dropout_prob",
+    "attention_dropout": "attention_probs_dropout_prob",
+    "max_sequence_length": "max_position_embeddings",
+    "type_vocab_size": "type_vocab_size",
+    "initializer_range": "initializer_range",
+    "layer_norm_epsilon": "layer_norm_eps",
+}
+# transformers' ACT2FN names -> ours. "gelu" there is the exact (erf) GELU.
+HF_ACTIVATIONS = {
+    "gelu": "gelu",
+    "gelu_python": "gelu",
+    "gelu_new": "gelu_approximate",
+    "gelu_pytorch_tanh": "gelu_approximate",
+    "gelu_fast": "gelu_approximate",
+    "relu": "relu",
+}
+HF_MODEL_TYPES = ("bert",)
+
+# ---------------------------------------------------------------------------
+# Original Google BERT (google-research/bert, TF1 checkpoints `bert_model.ckpt`).
+# ---------------------------------------------------------------------------
+_G_BLOCK = "bert/encoder/layer_{i}/"
+GOOGLE_WEIGHTS = {
+    EMBEDDINGS: (
+        ("encoder.embeddings.word_embeddings.embeddings", "bert/embeddings/word_embeddings", IDENTITY),
+        ("encoder.embeddings.position_embeddings", "bert/embeddings/position_embeddings", IDENTITY),
+        ("encoder.embeddings.type_embeddings.embeddings", "bert/embeddings/token_type_embeddings", IDENTITY),
+        ("encoder.embeddings.layer_norm.gamma", "bert/embeddings/LayerNorm/gamma", IDENTITY),
+        ("encoder.embeddings.layer_norm.beta", "bert/embeddings/LayerNorm/beta", IDENTITY),
+    ),
+    LAYER: (
+        (_BLOCK + "attention.query_dense.kernel", _G_BLOCK + "attention/self/query/kernel", IDENTITY),
+        (_BLOCK + "attention.query_dense.bias", _G_BLOCK + "attention/self/query/bias", IDENTITY),
+        (_BLOCK + "attention.key_dense.kernel", _G_BLOCK + "attention/self/key/kernel", IDENTITY),
+        (_BLOCK + "attention.key_dense.bias", _G_BLOCK + "attention/self/key/bias", IDENTITY),
+        (_BLOCK + "attention.value_dense.kernel", _G_BLOCK + "attention/self/value/kernel", IDENTITY),
+        (_BLOCK + "attention.value_dense.bias", _G_BLOCK + "attention/self/value/bias", IDENTITY),
+        (_BLOCK + "attention.output_dense.kernel", _G_BLOCK + "attention/output/dense/kernel", IDENTITY),
+        (_BLOCK + "attention.output_dense.bias", _G_BLOCK + "attention/output/dense/bias", IDENTITY),
+        (_BLOCK + "attention_layer_norm.gamma", _G_BLOCK + "attention/output/LayerNorm/gamma", IDENTITY),
+        (_BLOCK + "attention_layer_norm.beta", _G_BLOCK + "attention/output/LayerNorm/beta", IDENTITY),
+        (_BLOCK + "feed_forward.intermediate_dense.kernel", _G_BLOCK + "intermediate/dense/kernel", IDENTITY),
+        (_BLOCK + "feed_forward.intermediate_dense.bias", _G_BLOCK + "intermediate/dense/bias", IDENTITY),
+        (_BLOCK + "feed_forward.output_dense.kernel", _G_BLOCK + "output/dense/kernel", IDENTITY),
+        (_BLOCK + "feed_forward.output_dense.bias", _G_BLOCK + "output/dense/bias", IDENTITY),
+        (_BLOCK + "feed_forward_layer_norm.gamma", _G_BLOCK + "output/LayerNorm/gamma", IDENTITY),
+        (_BLOCK + "feed_forward_layer_norm.beta", _G_BLOCK + "output/LayerNorm/beta", IDENTITY),
+    ),
+    POOLER: (
+        ("encoder.pooler.kernel", "bert/pooler/dense/kernel", IDENTITY),
+        ("encoder.pooler.bias", "bert/pooler/dense/bias", IDENTITY),
+    ),
+    MLM: (
+        ("mlm.transform_dense.kernel", "cls/predictions/transform/dense/kernel", IDENTITY),
+        ("mlm.transform_dense.bias", "cls/predictions/transform/dense/bias", IDENTITY),
+        ("mlm.layer_norm.gamma", "cls/predictions/transform/LayerNorm/gamma", IDENTITY),
+        ("mlm.layer_norm.beta", "cls/predictions/transform/LayerNorm/beta", IDENTITY),
+        ("mlm.output_bias", "cls/predictions/output_bias", IDENTITY),
+    ),
+    NSP: (
+        # Stored as (2, hidden) and applied with transpose_b=True.
+        ("nsp.dense.kernel", "cls/seq_relationship/output_weights", TRANSPOSE),
+        ("nsp.dense.bias", "cls/seq_relationship/output_bias", IDENTITY),
+    ),
+}
+GOOGLE_PART_PREFIXES = {POOLER: "bert/pooler/", MLM: "cls/predictions/", NSP: "cls/seq_relationship/"}
+# Optimizer slots and counters saved next to the weights.
+GOOGLE_IGNORED_SUFFIXES = ("/adam_m", "/adam_v", "/Adam", "/Adam_1", "/Momentum")
+GOOGLE_IGNORED_NAMES = ("global_step", "beta1_power", "beta2_power")
+
+GOOGLE_CONFIG = {  # our argument: bert_config.json key
+    "vocab_size": "vocab_size",
+    "num_layers": "num_hidden_layers",
+    "hidden_size": "hidden_size",
+    "num_heads": "num_attention_heads",
+    "intermediate_size": "intermediate_size",
+    "dropout": "hidden_dropout_prob",
+    "attention_dropout": "attention_probs_dropout_prob",
+    "max_sequence_length": "max_position_embeddings",
+    "type_vocab_size": "type_vocab_size",
+    "initializer_range": "initializer_range",
+}
+# google-research/bert's `gelu` is the tanh approximation (modeling.py), unlike transformers'.
+GOOGLE_ACTIVATIONS = {"gelu": "gelu_approximate", "relu": "relu"}
+
+# ---------------------------------------------------------------------------
+# keras-nlp / keras-hub `BertBackbone` (variable paths of Keras 3).
+# ---------------------------------------------------------------------------
+_K_BLOCK = "transformer_layer_{i}/"
+KERAS_NLP_WEIGHTS = {
+    EMBEDDINGS: (
+        ("encoder.embeddings.word_embeddings.embeddings", "token_embedding/embeddings", IDENTITY),
+        ("encoder.embeddings.position_embeddings", "position_embedding/embeddings", IDENTITY),
+        ("encoder.embeddings.type_embeddings.embeddings", "segment_embedding/embeddings", IDENTITY),
+        ("encoder.embeddings.layer_norm.gamma", "embeddings_layer_norm/gamma", IDENTITY),
+        ("encoder.embeddings.layer_norm.beta", "embeddings_layer_norm/beta", IDENTITY),
+    ),
+    LAYER: (
+        (_BLOCK + "attention.query_dense.kernel", _K_BLOCK + "self_attention_layer/query/kernel", RESHAPE),
+        (_BLOCK + "attention.query_dense.bias", _K_BLOCK + "self_attention_layer/query/bias", RESHAPE),
+        (_BLOCK + "attention.key_dense.kernel", _K_BLOCK + "self_attention_layer/key/kernel", RESHAPE),
+        (_BLOCK + "attention.key_dense.bias", _K_BLOCK + "self_attention_layer/key/bias", RESHAPE),
+        (_BLOCK + "attention.value_dense.kernel", _K_BLOCK + "self_attention_layer/value/kernel", RESHAPE),
+        (_BLOCK + "attention.value_dense.bias", _K_BLOCK + "self_attention_layer/value/bias", RESHAPE),
+        (_BLOCK + "attention.output_dense.kernel", _K_BLOCK + "self_attention_layer/attention_output/kernel", RESHAPE),
+        (_BLOCK + "attention.output_dense.bias", _K_BLOCK + "self_attention_layer/attention_output/bias", IDENTITY),
+        (_BLOCK + "attention_layer_norm.gamma", _K_BLOCK + "self_attention_layer_norm/gamma", IDENTITY),
+        (_BLOCK + "attention_layer_norm.beta", _K_BLOCK + "self_attention_layer_norm/beta", IDENTITY),
+        (_BLOCK + "feed_forward.intermediate_dense.kernel", _K_BLOCK + "feedforward_intermediate_dense/kernel", IDENTITY),
+        (_BLOCK + "feed_forward.intermediate_dense.bias", _K_BLOCK + "feedforward_intermediate_dense/bias", IDENTITY),
+        (_BLOCK + "feed_forward.output_dense.kernel", _K_BLOCK + "feedforward_output_dense/kernel", IDENTITY),
+        (_BLOCK + "feed_forward.output_dense.bias", _K_BLOCK + "feedforward_output_dense/bias", IDENTITY),
+        (_BLOCK + "feed_forward_layer_norm.gamma", _K_BLOCK + "feedforward_layer_norm/gamma", IDENTITY),
+        (_BLOCK + "feed_forward_layer_norm.beta", _K_BLOCK + "feedforward_layer_norm/beta", IDENTITY),
+    ),
+    POOLER: (
+        ("encoder.pooler.kernel", "pooled_dense/kernel", IDENTITY),
+        ("encoder.pooler.bias", "pooled_dense/bias", IDENTITY),
+    ),
+}
+KERAS_NLP_CONFIG = {  # our argument: BertBackbone argument
+    "vocab_size": "vocabulary_size",
+    "num_layers": "num_layers",
+    "hidden_size": "hidden_dim",
+    "num_heads": "num_heads",
+    "intermediate_size": "intermediate_dim",
+    "dropout": "dropout",
+    "max_sequence_length": "max_sequence_length",
+    "type_vocab_size": "num_segments",
+}
+# BertBackbone fixes these; an encoder must match them to be exported.
+KERAS_NLP_FIXED = {
+    "activation": "gelu_approximate",
+    "layer_norm_epsilon": 1e-12,
+    "position_embedding": "learned",
+    "norm_first": False,
+}
+KERAS_NLP_CLASS_NAMES = ("BertBackbone",)
+KERAS_NLP_VOCABULARY = "assets/tokenizer/vocabulary.txt"

@@ -1,0 +1,79 @@
+"""Checks that every bert_keras layer goes through (the shared layer test)."""
+
+import numpy as np
+import keras
+import tensorflow as tf
+
+
+def assert_close(actual, expected, atol=1e-6):
+    actual, expected = np.asarray(actual), np.asarray(expected)
+    assert actual.shape == expected.shape, (actual.shape, expected.shape)
+    diff = float(np.max(np.abs(actual - expected))) if actual.size else 0.0
+    assert diff <= atol, f"max abs diff {diff} > {atol}"
+
+
+def _as_list(x):
+    return list(x) if isinstance(x, (list, tuple)) else [x]
+
+
+def run_layer_test(
+    layer_cls,
+    init_kwargs,
+    input_data,
+    expected_output_shape,
+    expected_num_trainable_weights,
+    expected_num_params,
+    call_kwargs=None,
+    tmp_path=None,
+):
+    """Config round trip, eager and symbolic calls, weight counts, a fit step, `.keras` save/load.
+
+    `input_data` is one array or a list of arrays passed positionally.
+    """
+    call_kwargs = call_kwargs or {}
+    inputs = _as_list(input_data)
+
+    # Config round trip.
+    layer = layer_cls(**init_kwargs)
+    config = layer.get_config()
+    for key, value in init_kwargs.items():
+        assert key in config, f"`{key}` missing from get_config()"
+    revived = layer_cls.from_config(config)
+    assert revived.get_config() == config
+
+    # Eager call, shape and weights.
+    output = layer(*inputs, **call_kwargs)
+    assert tuple(output.shape) == tuple(expected_output_shape)
+    assert len(layer.trainable_weights) == expected_num_trainable_weights
+    assert layer.count_params() == expected_num_params
+
+    # Symbolic call.
+    symbolic_inputs = [keras.Input(batch_shape=x.shape, dtype=str(x.dtype)) for x in inputs]
+    symbolic_output = layer_cls(**init_kwargs)(*symbolic_inputs, **call_kwargs)
+    assert tuple(symbolic_output.shape) == tuple(expected_output_shape)
+
+    # A model around the layer: one fit step changes the weights and lowers the loss.
+    model_layer = layer_cls(**init_kwargs)
+    model_inputs = [keras.Input(batch_shape=x.shape, dtype=str(x.dtype)) for x in inputs]
+    model_output = model_layer(*model_inputs, **call_kwargs)
+    model = keras.Model(model_inputs, model_output)
+    model.compile(optimizer=keras.optimizers.SGD(0.1), loss="mse")
+    target = np.random.default_rng(0).normal(size=expected_output_shape).astype("float32")
+    before = model.evaluate(inputs, target, verbose=0)
+    model.fit(inputs, target, epochs=3, batch_size=len(inputs[0]), verbose=0)
+    after = model.evaluate(inputs, target, verbose=0)
+    assert after < before, f"loss did not decrease: {before} -> {after}"
+
+    # .keras save/load reproduces outputs exactly.
+    if tmp_path is not None:
+        path = str(tmp_path / f"{layer_cls.__name__}.keras")
+        model.save(path)
+        restored = keras.saving.load_model(path)
+        np.testing.assert_array_equal(
+            np.asarray(restored.predict(inputs, verbose=0)), np.asarray(model.predict(inputs, verbose=0))
+        )
+    return layer, output
+
+
+def run_under_tf_function(fn, *args, jit_compile=False):
+    return tf.function(fn, jit_compile=jit_compile)(*args)

@@ -1,0 +1,119 @@
+import numpy as np
+import keras
+import pytest
+
+from bert_keras.layers import MultiHeadSelfAttention
+from tests.helpers import assert_close, run_layer_test
+
+BATCH, SEQ, HIDDEN, HEADS = 3, 7, 16, 4
+
+
+def _inputs():
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(BATCH, SEQ, HIDDEN)).astype("float32")
+    lengths = np.array([7, 4, 1])
+    mask = (np.arange(SEQ)[None, :] < lengths[:, None]).astype("int32")  # (batch, seq)
+    return x, mask
+
+
+def _keras_mha_with_our_weights(ours):
+    head_size = HIDDEN // HEADS
+    mha = keras.layers.MultiHeadAttention(num_heads=HEADS, key_dim=head_size)
+    x, _ = _inputs()
+    mha(x, x)
+    for ours_dense, theirs in (
+        (ours.query_dense, mha._query_dense),
+        (ours.key_dense, mha._key_dense),
+        (ours.value_dense, mha._value_dense),
+    ):
+        theirs.kernel.assign(np.reshape(ours_dense.kernel.numpy(), (HIDDEN, HEADS, head_size)))
+        theirs.bias.assign(np.reshape(ours_dense.bias.numpy(), (HEADS, head_size)))
+    mha._output_dense.kernel.assign(np.reshape(ours.output_dense.kernel.numpy(), (HEADS, head_size, HIDDEN)))
+    mha._output_dense.bias.assign(ours.output_dense.bias.numpy())
+    return mha
+
+
+def _random_weights(layer):
+    rng = np.random.default_rng(1)
+    for weight in layer.weights:
+        weight.assign(rng.normal(scale=0.3, size=weight.shape).astype("float32"))
+
+
+@pytest.mark.parametrize("masked", [False, True])
+def test_equals_keras_multi_head_attention(masked):
+    x, mask = _inputs()
+    ours = MultiHeadSelfAttention(num_heads=HEADS)
+    ours(x)
+    _random_weights(ours)
+    mha = _keras_mha_with_our_weights(ours)
+
+    if masked:
+        ours_out, ours_probs = ours(x, attention_mask=mask, return_attention_scores=True)
+        full_mask = np.repeat(mask[:, None, :], SEQ, axis=1).astype(bool)  # (batch, seq_q, seq_k)
+        ref_out, ref_probs = mha(x, x, attention_mask=full_mask, return_attention_scores=True)
+    else:
+        ours_out, ours_probs = ours(x, return_attention_scores=True)
+        ref_out, ref_probs = mha(x, x, return_attention_scores=True)
+    assert_close(ours_out, ref_out, atol=1e-5)
+    assert_close(ours_probs, ref_probs, atol=1e-5)
+
+
+def test_masked_keys_get_zero_probability():
+    x, mask = _inputs()
+    layer = MultiHeadSelfAttention(num_heads=HEADS)
+    _, probs = layer(x, attention_mask=mask, return_attention_scores=True)
+    probs = np.asarray(probs)  # (batch, heads, seq, seq)
+    assert probs.shape == (BATCH, HEADS, SEQ, SEQ)
+    np.testing.assert_allclose(probs.sum(axis=-1), 1.0, atol=1e-6)
+    assert probs[1, :, :, 4:].max() == 0.0
+    np.testing.assert_allclose(probs[2, :, :, 0], 1.0, atol=1e-6)
+
+
+def test_full_mask_of_rank_three_matches_padding_mask():
+    x, mask = _inputs()
+    layer = MultiHeadSelfAttention(num_heads=HEADS)
+    full = np.repeat(mask[:, None, :], SEQ, axis=1)
+    assert_close(layer(x, attention_mask=full), layer(x, attention_mask=mask), atol=0)
+
+
+def test_layer_contract(tmp_path):
+    x, mask = _inputs()
+    run_layer_test(
+        MultiHeadSelfAttention,
+        {"num_heads": HEADS, "dropout": 0.1},
+        [x],
+        expected_output_shape=(BATCH, SEQ, HIDDEN),
+        expected_num_trainable_weights=8,
+        expected_num_params=4 * (HIDDEN * HIDDEN + HIDDEN),
+        tmp_path=tmp_path,
+    )
+
+
+def test_dropout_only_in_training():
+    x, mask = _inputs()
+    layer = MultiHeadSelfAttention(num_heads=HEADS, dropout=0.5)
+    inference = layer(x, attention_mask=mask, training=False)
+    assert_close(layer(x, attention_mask=mask), inference, atol=0)
+    assert np.max(np.abs(np.asarray(layer(x, attention_mask=mask, training=True)) - np.asarray(inference))) > 1e-3
+
+
+def test_heads_must_divide_hidden_size():
+    layer = MultiHeadSelfAttention(num_heads=3)
+    with pytest.raises(ValueError, match=r"hidden size \(16\) must be divisible by `num_heads`.*num_heads=3"):
+        layer(np.zeros((1, 2, 16), "float32"))
+
+
+@pytest.mark.parametrize("kwargs, pattern", [
+    ({"num_heads": 0}, "num_heads=0"),
+    ({"num_heads": 2.5}, "num_heads=2.5"),
+    ({"num_heads": 2, "dropout": 1.0}, "dropout=1.0"),
+])
+def test_bad_arguments(kwargs, pattern):
+    with pytest.raises(ValueError, match=pattern):
+        MultiHeadSelfAttention(**kwargs)
+
+
+def test_bad_mask_rank():
+    layer = MultiHeadSelfAttention(num_heads=2)
+    with pytest.raises(ValueError, match="attention_mask"):
+        layer(np.zeros((1, 2, 4), "float32"), attention_mask=np.ones((1, 1, 2, 2)))

@@ -1,0 +1,229 @@
+import numpy as np
+import keras
+import pytest
+import tensorflow as tf
+
+from bert_keras import BertEncoder, PRESETS, preset_names
+from tests.helpers import assert_close
+
+TINY = dict(vocab_size=50, num_layers=2, hidden_size=16, num_heads=2, intermediate_size=32, max_sequence_length=16)
+
+
+def _inputs(lengths=(7, 4, 1), seq=8, seed=0):
+    rng = np.random.default_rng(seed)
+    lengths = np.asarray(lengths)
+    mask = (np.arange(seq)[None, :] < lengths[:, None]).astype("int32")
+    ids = rng.integers(1, TINY["vocab_size"], size=mask.shape).astype("int32") * mask
+    types = ((np.arange(seq)[None, :] >= (lengths[:, None] // 2)) * mask).astype("int32")
+    return {"input_word_ids": ids, "input_mask": mask, "input_type_ids": types}
+
+
+def _bert_param_count(vocab, layers, hidden, intermediate, positions=512, types=2):
+    embeddings = (vocab + positions + types) * hidden + 2 * hidden
+    block = 4 * (hidden * hidden + hidden) + 2 * hidden * intermediate + intermediate + hidden + 4 * hidden
+    return embeddings + layers * block + hidden * hidden + hidden
+
+
+@pytest.mark.parametrize(
+    "preset, expected",
+    [
+        ("bert_base_en_uncased", 109_482_240),
+        ("bert_large_en_uncased", 335_141_888),
+        ("minilm_l6_h384_uncased", 22_713_216),
+    ],
+)
+def test_preset_parameter_counts(preset, expected):
+    assert BertEncoder.from_preset(preset).count_params() == expected
+
+
+def test_presets_cover_the_published_family():
+    names = preset_names()
+    small = [n for n in names if n.startswith("small_bert_")]
+    assert len(small) == 24
+    assert len(names) == 29
+    config = PRESETS["small_bert_en_uncased_L-4_H-512_A-8"]["config"]
+    assert (config["num_layers"], config["hidden_size"], config["num_heads"], config["intermediate_size"]) == (4, 512, 8, 2048)
+    assert PRESETS["bert_base_en_cased"]["config"]["vocab_size"] == 28996
+    assert PRESETS["bert_base_en_cased"]["do_lower_case"] is False
+    small_model = BertEncoder.from_preset("small_bert_en_uncased_L-2_H-128_A-2")
+    assert small_model.count_params() == _bert_param_count(30522, 2, 128, 512)
+
+
+def test_unknown_preset_lists_the_names():
+    with pytest.raises(ValueError, match=r"Unknown preset 'bert_huge'.*bert_base_en_uncased"):
+        BertEncoder.from_preset("bert_huge")
+
+
+def test_hub_output_contract():
+    encoder = BertEncoder(**TINY)
+    inputs = _inputs()
+    out = encoder(inputs)
+    assert sorted(out) == ["default", "encoder_outputs", "pooled_output", "sequence_output"]
+    assert tuple(out["sequence_output"].shape) == (3, 8, 16)
+    assert tuple(out["pooled_output"].shape) == (3, 16)
+    assert len(out["encoder_outputs"]) == 2
+    assert_close(out["encoder_outputs"][-1], out["sequence_output"], atol=0)
+    assert_close(out["default"], out["pooled_output"], atol=0)
+    first = np.asarray(out["sequence_output"])[:, 0]
+    expected = np.tanh(first @ encoder.pooler.kernel.numpy() + encoder.pooler.bias.numpy())
+    assert_close(out["pooled_output"], expected, atol=1e-6)
+
+
+def test_attention_probabilities_output():
+    encoder = BertEncoder(**TINY, return_attention_probs=True)
+    out = encoder(_inputs())
+    probs = [np.asarray(p) for p in out["attention_probs"]]
+    assert len(probs) == 2 and probs[0].shape == (3, 2, 8, 8)
+    assert probs[1][1, :, :, 4:].max() == 0.0
+    np.testing.assert_allclose(probs[0].sum(-1), 1.0, atol=1e-6)
+
+
+@pytest.mark.parametrize("variant", [{}, {"position_embedding": "sinusoidal", "norm_first": True}])
+def test_padding_invariance(variant):
+    encoder = BertEncoder(**{**TINY, **variant})
+    short = _inputs(seq=8)
+    padded = {k: np.pad(v, ((0, 0), (0, 6))) for k, v in short.items()}
+    a, b = encoder(short), encoder(padded)
+    mask = short["input_mask"].astype(bool)
+    assert_close(np.asarray(b["sequence_output"])[:, :8][mask], np.asarray(a["sequence_output"])[mask], atol=1e-5)
+    assert_close(b["pooled_output"], a["pooled_output"], atol=1e-5)
+    for layer_a, layer_b in zip(a["encoder_outputs"], b["encoder_outputs"]):
+        assert_close(np.asarray(layer_b)[:, :8][mask], np.asarray(layer_a)[mask], atol=1e-5)
+
+
+def test_pre_layer_norm_has_final_norm():
+    encoder = BertEncoder(**TINY, norm_first=True)
+    assert encoder.output_layer_norm is not None
+    assert encoder.count_params() == BertEncoder(**TINY).count_params() + 2 * 16
+    out = encoder(_inputs())
+    seq = np.asarray(out["sequence_output"])
+    np.testing.assert_allclose(seq.mean(-1), 0.0, atol=1e-5)
+
+
+def test_config_round_trip_reproduces_outputs():
+    encoder = BertEncoder(**TINY, activation="gelu_approximate", dropout=0.2)
+    config = encoder.get_config()
+    for key, value in {**TINY, "activation": "gelu_approximate", "dropout": 0.2}.items():
+        assert config[key] == value
+    revived = BertEncoder.from_config(config)
+    revived.set_weights(encoder.get_weights())
+    inputs = _inputs()
+    assert_close(revived(inputs)["sequence_output"], encoder(inputs)["sequence_output"], atol=0)
+    assert revived.get_config() == config
+
+
+def test_keras_save_and_load_reproduces_outputs(tmp_path):
+    encoder = BertEncoder(**TINY, position_embedding="sinusoidal")
+    path = str(tmp_path / "encoder.keras")
+    encoder.save(path)
+    restored = keras.saving.load_model(path)
+    assert isinstance(restored, BertEncoder)
+    inputs = _inputs()
+    expected, actual = encoder(inputs), restored(inputs)
+    for key in ("sequence_output", "pooled_output"):
+        np.testing.assert_array_equal(np.asarray(actual[key]), np.asarray(expected[key]))
+
+
+def test_one_fit_step_lowers_the_loss():
+    encoder = BertEncoder(**TINY)
+    inputs = {k: keras.Input(shape=(None,), dtype="int32", name=k) for k in _inputs()}
+    logits = keras.layers.Dense(2, name="head")(encoder(inputs)["pooled_output"])
+    model = keras.Model(inputs, logits)
+    model.compile(
+        optimizer=keras.optimizers.Adam(1e-3),
+        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+    )
+    data = _inputs(lengths=(8, 6, 5, 3, 2, 7, 4, 1))
+    labels = (data["input_word_ids"][:, 0] % 2).astype("int32")
+    before = model.evaluate(data, labels, verbose=0)
+    model.fit(data, labels, epochs=1, batch_size=8, verbose=0)
+    after = model.evaluate(data, labels, verbose=0)
+    assert after < before
+
+
+@pytest.mark.parametrize("jit_compile", [False, True])
+def test_runs_under_tf_function(jit_compile):
+    encoder = BertEncoder(**TINY)
+    inputs = _inputs()
+    eager = encoder(inputs)
+    spec = {k: tf.TensorSpec([None, None], tf.int32) for k in inputs}
+    fn = tf.function(lambda x: encoder(x), input_signature=[spec], jit_compile=jit_compile)
+    graph = fn({k: tf.constant(v) for k, v in inputs.items()})
+    assert_close(graph["sequence_output"], eager["sequence_output"], atol=1e-5)
+    assert_close(graph["pooled_output"], eager["pooled_output"], atol=1e-5)
+
+
+def test_training_flag_enables_dropout():
+    encoder = BertEncoder(**TINY, dropout=0.3)
+    inputs = _inputs()
+    inference = np.asarray(encoder(inputs)["pooled_output"])
+    assert_close(encoder(inputs, training=False)["pooled_output"], inference, atol=0)
+    assert np.max(np.abs(np.asarray(encoder(inputs, training=True)["pooled_output"]) - inference)) > 1e-3
+
+
+def test_sequence_longer_than_max_sequence_length():
+    encoder = BertEncoder(**TINY)
+    with pytest.raises(ValueError, match=r"sequence length \(20\) exceeds max_sequence_length \(16\)"):
+        encoder(_inputs(lengths=(20,), seq=20))
+
+
+def test_int64_inputs_are_accepted():
+    encoder = BertEncoder(**TINY)
+    inputs = _inputs()
+    wide = {k: v.astype("int64") for k, v in inputs.items()}
+    assert_close(encoder(wide)["pooled_output"], encoder(inputs)["pooled_output"], atol=0)
+
+
+@pytest.mark.parametrize(
+    "change, pattern",
+    [
+        ({"hidden_size": 30, "num_heads": 4}, r"hidden_size=30, num_heads=4.*divisors of 30"),
+        ({"num_layers": 0}, r"`num_layers`.*num_layers=0"),
+        ({"activation": "gelu_fast"}, r"activation='gelu_fast'"),
+        ({"dropout": 1.5}, r"dropout=1.5"),
+        ({"position_embedding": "alibi"}, r"position_embedding='alibi'"),
+        ({"initializer_range": 0}, r"initializer_range=0"),
+    ],
+)
+def test_bad_arguments(change, pattern):
+    with pytest.raises(ValueError, match=pattern):
+        BertEncoder(**{**TINY, **change})
+
+
+def test_wrong_input_keys():
+    encoder = BertEncoder(**TINY)
+    inputs = _inputs()
+    inputs["segment_ids"] = inputs.pop("input_type_ids")
+    with pytest.raises(ValueError, match=r"Missing: \['input_type_ids'\]\. Unexpected: \['segment_ids'\]"):
+        encoder(inputs)
+    with pytest.raises(ValueError, match="expects a dict"):
+        encoder(_inputs()["input_word_ids"])
+
+
+def test_wrong_input_dtypes():
+    encoder = BertEncoder(**TINY)
+    inputs = _inputs()
+    inputs["input_mask"] = inputs["input_mask"].astype("float32")
+    with pytest.raises(ValueError, match=r"`input_mask` must hold integer.*dtype=float32"):
+        encoder(inputs)
+    strings = dict(_inputs(), input_word_ids=tf.constant([["a", "b"]]))
+    with pytest.raises(ValueError, match=r"`input_word_ids`.*dtype=string"):
+        encoder(strings)
+    with pytest.raises(ValueError, match=r"`input_word_ids` must have shape \(batch, seq\)"):
+        encoder(dict(_inputs(), input_word_ids=np.zeros((3,), "int32")))
+
+
+def test_symbolic_inputs_with_wrong_dtype_are_rejected():
+    encoder = BertEncoder(**TINY)
+    inputs = {k: keras.Input(shape=(None,), dtype="int32", name=k) for k in _inputs()}
+    inputs["input_type_ids"] = keras.Input(shape=(None,), dtype="float32")
+    with pytest.raises(ValueError, match="input_type_ids"):
+        encoder(inputs)
+
+
+def test_other_backends_are_refused():
+    from bert_keras._backend import check_backend
+
+    check_backend("tensorflow")
+    with pytest.raises(ImportError, match=r"TensorFlow backend only.*keras.backend.backend\(\)='jax'.*KERAS_BACKEND=tensorflow"):
+        check_backend("jax")
