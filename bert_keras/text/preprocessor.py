@@ -1,0 +1,167 @@
+"""BertPreprocessor: raw strings to the TF Hub encoder inputs, as one Keras layer."""
+
+import keras
+import tensorflow as tf
+
+from bert_keras.text.packer import BertPacker, pack_inputs
+from bert_keras.text.tokenizer import WordPieceTokenizer, to_string_tensor
+
+OUTPUT_KEYS = ("input_word_ids", "input_mask", "input_type_ids")
+
+
+@keras.saving.register_keras_serializable(package="bert_keras")
+class BertPreprocessor(keras.layers.Layer):
+    """Strings (or pairs of strings) to BERT's inputs, inside the graph.
+
+    The counterpart of a TF Hub `bert_*_preprocess` module: WordPiece
+    tokenization (`WordPieceTokenizer`), then round-robin trimming, `[CLS]` /
+    `[SEP]` and padding (`pack_inputs`). Special-token ids come from the
+    vocabulary. Works on eager tensors, in `tf.function`, `tf.data` and in a
+    functional model fed by `keras.Input(shape=(), dtype="string")`, and is
+    saved with its vocabulary (`.keras` files, `model.export()`).
+
+    Args:
+        vocabulary: str, path-like, or list of str. A `vocab.txt` or its
+            tokens. Give this or `tokenizer`.
+        lower_case: bool. Uncased (`True`) or cased (`False`) vocabulary;
+            used with `vocabulary`. Defaults to `True`.
+        seq_length: int. Length of the packed sequences. Defaults to `128`.
+        truncation: str. `"round_robin"` (TF Hub's rule) or `"waterfall"`.
+            Defaults to `"round_robin"`.
+        tokenizer: `WordPieceTokenizer`, optional. Used instead of building
+            one from `vocabulary`.
+
+    Call arguments:
+        inputs: a string tensor `(batch,)` for single texts, or a list of
+            string tensors `[(batch,), (batch,)]` for text pairs (or more
+            segments).
+
+    Returns:
+        A dict of int32 `(batch, seq_length)` tensors: `input_word_ids`,
+        `input_mask` (1 for real tokens, 0 for padding) and `input_type_ids`
+        (0 for `[CLS]`, segment A and its `[SEP]`; 1 for segment B and its
+        `[SEP]`).
+
+    Example:
+    >>> preprocessor = BertPreprocessor(
+    ...     ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "hello", "world"], seq_length=6)
+    >>> preprocessor(tf.constant(["Hello world"]))["input_word_ids"].numpy().tolist()
+    [[2, 5, 6, 3, 0, 0]]
+    >>> text = keras.Input(shape=(), dtype="string")
+    >>> model = keras.Model(text, preprocessor(text))
+    """
+
+    def __init__(
+        self,
+        vocabulary=None,
+        lower_case=True,
+        seq_length=128,
+        truncation="round_robin",
+        tokenizer=None,
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        if (vocabulary is None) == (tokenizer is None):
+            raise ValueError(
+                "Expected exactly one of the arguments `vocabulary` and `tokenizer`. Received: "
+                f"vocabulary={'None' if vocabulary is None else '...'}, tokenizer={tokenizer!r}"
+            )
+        if isinstance(tokenizer, dict):
+            tokenizer = keras.saving.deserialize_keras_object(tokenizer)
+        if tokenizer is None:
+            tokenizer = WordPieceTokenizer(vocabulary, lower_case=lower_case, name="tokenizer")
+        elif not isinstance(tokenizer, WordPieceTokenizer):
+            raise ValueError(
+                "Received an invalid value for argument `tokenizer`, expected a "
+                f"WordPieceTokenizer. Received: tokenizer={tokenizer!r}"
+            )
+        self.tokenizer = tokenizer
+        self.seq_length = seq_length
+        self.truncation = truncation
+        self.packer = BertPacker(
+            seq_length=seq_length,
+            truncation=truncation,
+            name="packer",
+            **self._special_ids(),
+        )
+        self._convert_input_args = False
+        self._allow_non_tensor_positional_args = True
+        self.built = True
+
+    @property
+    def lower_case(self):
+        return self.tokenizer.lower_case
+
+    def _special_ids(self):
+        return {
+            "start_of_sequence_id": self.tokenizer.cls_id,
+            "end_of_segment_id": self.tokenizer.sep_id,
+            "padding_id": self.tokenizer.pad_id,
+        }
+
+    def get_special_tokens_dict(self):
+        """`vocab_size`, `start_of_sequence_id`, `end_of_segment_id`, `padding_id`, `mask_id`."""
+        return self.tokenizer.get_special_tokens_dict()
+
+    def tokenize(self, inputs):
+        """Strings `(batch,)` to int32 ragged ids `(batch, words, word_pieces)`."""
+        return self.tokenizer.tokenize(inputs)
+
+    def bert_pack_inputs(self, segments, seq_length=None):
+        """Packs tokenized segments (ragged rank 1 or 2) as TF Hub's `bert_pack_inputs`.
+
+        Args:
+            segments: list of 1 or more int ragged tensors `(batch, tokens)`
+                or `(batch, words, word_pieces)`.
+            seq_length: int, optional. Defaults to the layer's `seq_length`.
+
+        Returns:
+            The dict of int32 `(batch, seq_length)` encoder inputs.
+        """
+        return pack_inputs(
+            segments,
+            seq_length=self.seq_length if seq_length is None else seq_length,
+            truncation=self.truncation,
+            **self._special_ids(),
+        )
+
+    def call(self, inputs):
+        if isinstance(inputs, dict):
+            raise ValueError(
+                "Received an invalid value for argument `inputs`, expected a string tensor or "
+                f"a list of string tensors (one per segment). Received: a dict with keys "
+                f"{sorted(inputs)}"
+            )
+        texts = list(inputs) if isinstance(inputs, (list, tuple)) else [inputs]
+        if not texts:
+            raise ValueError(
+                "Received an invalid value for argument `inputs`, expected at least one "
+                "string tensor. Received: inputs=[]"
+            )
+        segments = [
+            self.tokenizer.tokenize(to_string_tensor(text, f"inputs[{i}]" if len(texts) > 1 else "inputs"))
+            for i, text in enumerate(texts)
+        ]
+        for segment in segments:
+            if segment.shape.rank != 3:
+                raise ValueError(
+                    "Received an invalid value for argument `inputs`, expected a batch of "
+                    "strings of shape (batch,). Received: a scalar string; wrap it in a list"
+                )
+        return self.bert_pack_inputs(segments)
+
+    def compute_output_spec(self, inputs):
+        first = inputs[0] if isinstance(inputs, (list, tuple)) else inputs
+        shape = (first.shape[0], self.seq_length)
+        return {key: keras.KerasTensor(shape, dtype="int32") for key in OUTPUT_KEYS}
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            {
+                "seq_length": self.seq_length,
+                "truncation": self.truncation,
+                "tokenizer": keras.saving.serialize_keras_object(self.tokenizer),
+            }
+        )
+        return config

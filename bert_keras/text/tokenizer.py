@@ -1,0 +1,356 @@
+"""BERT's WordPiece tokenizer as a Keras layer, in the TensorFlow graph.
+
+The text is normalised with string ops in the order of the reference
+(`BertTokenizerFast`): decode UTF-8 (invalid bytes become U+FFFD), clean
+(drop NUL, U+FFFD and Cc/Cf/Co characters, map whitespace to a space), put
+spaces around CJK ideographs, and, when uncased, NFD, drop accents (Mn),
+lower-case. Words are then split off at spaces and punctuation and cut into
+word pieces by tensorflow-text's `FastWordpieceTokenizer`.
+
+tensorflow-text's own lower-casing (`lower_case_nfd_strip_accents`) applies
+NFKC case folding, which changes characters such as full-width letters,
+ligatures and superscripts that the reference keeps; doing the steps here
+reproduces the reference instead.
+"""
+
+import os
+
+import keras
+import tensorflow as tf
+import tensorflow_text as tf_text
+
+from bert_keras.text import _unicode_tables as tables
+
+_REMOVED = tables.to_regex_class(tables.REMOVED_RANGES)
+_WHITESPACE = tables.to_regex_class(tables.WHITESPACE_RANGES)
+_CJK = tables.to_regex_class(tables.CJK_RANGES)
+_ACCENTS = tables.to_regex_class(tables.ACCENT_RANGES)
+_PUNCTUATION = tables.to_regex_class(tables.PUNCTUATION_RANGES)
+_WORD_DELIMITERS = " +|" + _PUNCTUATION
+_CAPITAL_SIGMA = "\u03a3"
+_SMALL_SIGMA = "\u03c3"
+
+
+def normalize_text(inputs, lower_case=True):
+    """Normalises UTF-8 strings exactly as BERT's reference tokenizer does.
+
+    Args:
+        inputs: string tensor of any shape.
+        lower_case: bool. Also apply NFD, drop accents and lower-case, as the
+            uncased BERT models expect. Defaults to `True`.
+
+    Returns:
+        A string tensor of the same shape, valid UTF-8. Bytes that are not
+        valid UTF-8 are replaced by U+FFFD and then dropped, as the reference
+        drops U+FFFD.
+
+    Example:
+    >>> normalize_text(tf.constant(["Héllo\\tWORLD 中文"])).numpy()
+    array([b'hello world  \\xe4\\xb8\\xad  \\xe6\\x96\\x87 '], dtype=object)
+    """
+    x = tf.strings.unicode_transcode(
+        inputs, "UTF-8", "UTF-8", errors="replace", replacement_char=0xFFFD
+    )
+    x = tf.strings.regex_replace(x, _REMOVED, "")
+    x = tf.strings.regex_replace(x, _WHITESPACE, " ")
+    x = tf.strings.regex_replace(x, f"({_CJK})", r" \1 ")
+    if lower_case:
+        x = tf_text.normalize_utf8(x, "NFD")
+        x = tf.strings.regex_replace(x, _ACCENTS, "")
+        # ICU lower-cases a word-final capital sigma to the final form; the
+        # reference maps every capital sigma to the plain small sigma.
+        x = tf.strings.regex_replace(x, _CAPITAL_SIGMA, _SMALL_SIGMA)
+        x = tf.strings.lower(x, encoding="utf-8")
+    return x
+
+
+def load_vocabulary(vocabulary):
+    """Returns the list of tokens of a `vocab.txt` path or of a list of tokens.
+
+    Args:
+        vocabulary: str, path-like, or list of str. A file with one token per
+            line (line `i` is the token of id `i`), or the tokens themselves.
+
+    Returns:
+        A list of str.
+    """
+    if isinstance(vocabulary, (str, os.PathLike)):
+        path = os.fspath(vocabulary)
+        if not tf.io.gfile.exists(path):
+            raise ValueError(
+                "Received an invalid value for argument `vocabulary`, expected a list of "
+                f"tokens or the path of a vocab.txt file that exists. Received: vocabulary={path!r}"
+            )
+        with tf.io.gfile.GFile(path, "rb") as f:
+            text = f.read().decode("utf-8")
+        tokens = text.split("\n")
+        if tokens and tokens[-1] == "":
+            tokens.pop()
+        return [token.rstrip("\r") for token in tokens]
+    if isinstance(vocabulary, (list, tuple)) and all(isinstance(t, str) for t in vocabulary):
+        return list(vocabulary)
+    raise ValueError(
+        "Received an invalid value for argument `vocabulary`, expected a list of str or "
+        f"the path of a vocab.txt file. Received: vocabulary of type {type(vocabulary).__name__}"
+    )
+
+
+def to_string_tensor(inputs, argument="inputs"):
+    """Converts `inputs` to a string tensor, or raises a `TypeError` that names it."""
+    if isinstance(inputs, (tf.Tensor, tf.RaggedTensor, keras.KerasTensor)):
+        tensor = inputs
+    else:
+        try:
+            tensor = tf.convert_to_tensor(inputs)
+        except (TypeError, ValueError) as error:
+            raise TypeError(
+                f"Received an invalid value for argument `{argument}`, expected strings "
+                f"(str, bytes, or a tf.string tensor). Received: {argument}={inputs!r:.80}"
+            ) from error
+    if tensor.dtype != tf.string:
+        raise TypeError(
+            f"Received an invalid value for argument `{argument}`, expected a tensor of "
+            f"dtype string (raw text). Received: {argument} with dtype={tensor.dtype.name}"
+        )
+    return tensor
+
+
+@keras.saving.register_keras_serializable(package="bert_keras")
+class WordPieceTokenizer(keras.layers.Layer):
+    """BERT's WordPiece tokenizer: strings to word-piece ids, in the graph.
+
+    Gives the ids of Hugging Face's `BertTokenizerFast` built from the same
+    `vocab.txt` (uncased: `do_lower_case=True`; cased: `do_lower_case=False`),
+    checked on every Unicode code point and on 38,158 real tweets. The
+    reference's special-token matching of literal strings such as `"[MASK]"`
+    in the input is not reproduced: they are tokenized as text.
+
+    Args:
+        vocabulary: str, path-like, or list of str. A `vocab.txt` (one token
+            per line, line `i` is id `i`) or the list of tokens. It is kept in
+            the layer's config, so saved models carry it.
+        lower_case: bool. `True` for uncased vocabularies (NFD, accents
+            dropped, lower-cased), `False` for cased ones. Defaults to `True`.
+        unknown_token: str. Token for words that cannot be cut into pieces.
+            Defaults to `"[UNK]"`.
+        cls_token: str. Start-of-sequence token. Defaults to `"[CLS]"`.
+        sep_token: str. End-of-segment token. Defaults to `"[SEP]"`.
+        pad_token: str. Padding token. Defaults to `"[PAD]"`.
+        mask_token: str. Masked-LM token. Defaults to `"[MASK]"`.
+        suffix_indicator: str. Prefix of word pieces that continue a word.
+            Defaults to `"##"`.
+        max_chars_per_word: int. Longer words become `unknown_token`, as in
+            the reference. Defaults to `100`.
+
+    Call arguments:
+        inputs: string tensor `(batch,)` (or a scalar, or `(batch, 1)`), or a
+            Python str or list of str.
+
+    Returns:
+        An int32 `tf.RaggedTensor` `(batch, words, word_pieces)` (without the
+        batch axis for a scalar input).
+
+    Example:
+    >>> tokenizer = WordPieceTokenizer(
+    ...     ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "qu", "##ick", "!"])
+    >>> tokenizer(["The quick!"]).to_list()
+    [[[5], [6, 7], [8]]]
+    """
+
+    def __init__(
+        self,
+        vocabulary,
+        lower_case=True,
+        unknown_token="[UNK]",
+        cls_token="[CLS]",
+        sep_token="[SEP]",
+        pad_token="[PAD]",
+        mask_token="[MASK]",
+        suffix_indicator="##",
+        max_chars_per_word=100,
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        if not isinstance(lower_case, bool):
+            raise ValueError(
+                "Received an invalid value for argument `lower_case`, expected a bool. "
+                f"Received: lower_case={lower_case!r}"
+            )
+        if isinstance(max_chars_per_word, bool) or not isinstance(max_chars_per_word, int) or max_chars_per_word <= 0:
+            raise ValueError(
+                "Received an invalid value for argument `max_chars_per_word`, expected a "
+                f"positive integer. Received: max_chars_per_word={max_chars_per_word!r}"
+            )
+        if not isinstance(suffix_indicator, str) or not suffix_indicator:
+            raise ValueError(
+                "Received an invalid value for argument `suffix_indicator`, expected a "
+                f"non-empty str. Received: suffix_indicator={suffix_indicator!r}"
+            )
+        self.vocabulary = load_vocabulary(vocabulary)
+        if not self.vocabulary:
+            raise ValueError(
+                "Received an invalid value for argument `vocabulary`, expected at least one "
+                "token. Received: an empty vocabulary"
+            )
+        self.lower_case = lower_case
+        self.unknown_token = unknown_token
+        self.cls_token = cls_token
+        self.sep_token = sep_token
+        self.pad_token = pad_token
+        self.mask_token = mask_token
+        self.suffix_indicator = suffix_indicator
+        self.max_chars_per_word = max_chars_per_word
+
+        # The first occurrence wins, as in `vocab.txt` readers.
+        self._token_to_id = {}
+        for index, token in enumerate(self.vocabulary):
+            self._token_to_id.setdefault(token, index)
+        special = {
+            "unknown_token": unknown_token,
+            "cls_token": cls_token,
+            "sep_token": sep_token,
+            "pad_token": pad_token,
+            "mask_token": mask_token,
+        }
+        for argument, token in special.items():
+            if token not in self._token_to_id:
+                raise ValueError(
+                    f"Received an invalid value for argument `{argument}`, expected a token "
+                    f"of the vocabulary ({len(self.vocabulary)} tokens). Received: "
+                    f"{argument}={token!r}, which the vocabulary lacks"
+                )
+        self.unknown_id = self._token_to_id[unknown_token]
+        self.cls_id = self._token_to_id[cls_token]
+        self.sep_id = self._token_to_id[sep_token]
+        self.pad_id = self._token_to_id[pad_token]
+        self.mask_id = self._token_to_id[mask_token]
+
+        self._wordpiece = tf_text.FastWordpieceTokenizer(
+            vocab=self.vocabulary,
+            suffix_indicator=suffix_indicator,
+            # Words are cut to `max_chars_per_word` characters before this
+            # step, so a UTF-8 character takes at most 4 of these bytes.
+            max_bytes_per_word=4 * max_chars_per_word,
+            token_out_type=tf.int32,
+            unknown_token=unknown_token,
+            no_pretokenization=True,
+        )
+        self._convert_input_args = False
+        self._allow_non_tensor_positional_args = True
+        self.built = True
+
+    def vocabulary_size(self):
+        """The number of tokens (ids run from 0 to this minus one)."""
+        return len(self.vocabulary)
+
+    def token_to_id(self, token):
+        """The id of `token`; raises a `KeyError` when the vocabulary lacks it."""
+        return self._token_to_id[token]
+
+    def id_to_token(self, token_id):
+        """The token of `token_id`."""
+        return self.vocabulary[token_id]
+
+    def get_special_tokens_dict(self):
+        """The TF Hub preprocessor's special-token dict, as Python ints.
+
+        Returns:
+            A dict with `vocab_size`, `start_of_sequence_id` ([CLS]),
+            `end_of_segment_id` ([SEP]), `padding_id` ([PAD]) and `mask_id`
+            ([MASK]), all read from the vocabulary.
+        """
+        return {
+            "vocab_size": self.vocabulary_size(),
+            "start_of_sequence_id": self.cls_id,
+            "end_of_segment_id": self.sep_id,
+            "padding_id": self.pad_id,
+            "mask_id": self.mask_id,
+        }
+
+    def normalize(self, inputs):
+        """The normalised text that words are split from; offsets refer to it."""
+        return normalize_text(self._check_inputs(inputs), lower_case=self.lower_case)
+
+    def split_words(self, inputs):
+        """Normalises and splits into words (punctuation marks are words of their own).
+
+        Returns:
+            A tuple `(words, starts, ends)` of ragged tensors `(batch, words)`:
+            the words (strings) and their byte offsets in `normalize(inputs)`.
+        """
+        text = self.normalize(inputs)
+        return tf_text.regex_split_with_offsets(text, _WORD_DELIMITERS, _PUNCTUATION)
+
+    def _wordpiece_words(self, words):
+        # words: (num_words,) strings -> ids (num_words, pieces)
+        too_long = tf.strings.length(words, unit="UTF8_CHAR") > self.max_chars_per_word
+        words = tf.where(too_long, self.unknown_token, words)
+        return self._wordpiece.tokenize_with_offsets(words)
+
+    def tokenize_with_offsets(self, inputs):
+        """Like `tokenize`, and also returns the byte offsets of every word piece.
+
+        Returns:
+            A tuple `(token_ids, starts, ends)` of ragged tensors
+            `(batch, words, word_pieces)`: int32 ids and int64 byte offsets
+            into `normalize(inputs)` (the normalised text, which equals the
+            input for clean ASCII text that is already lower-case).
+        """
+        inputs = self._check_inputs(inputs)
+        scalar = inputs.shape.rank == 0
+        if scalar:
+            inputs = tf.expand_dims(inputs, 0)
+        words, word_starts, _ = self.split_words(inputs)
+        ids, starts, ends = self._wordpiece_words(words.flat_values)
+        # starts: (num_words, pieces) within the word -> within the text
+        word_starts = tf.expand_dims(word_starts.flat_values, -1)
+        outputs = (
+            words.with_flat_values(ids),
+            words.with_flat_values(starts + word_starts),
+            words.with_flat_values(ends + word_starts),
+        )
+        if scalar:
+            outputs = tuple(output[0] for output in outputs)
+        return outputs
+
+    def tokenize(self, inputs):
+        """Strings to int32 word-piece ids, a ragged tensor `(batch, words, word_pieces)`."""
+        return self.tokenize_with_offsets(inputs)[0]
+
+    def call(self, inputs):
+        return self.tokenize(inputs)
+
+    def _check_inputs(self, inputs):
+        tensor = to_string_tensor(inputs)
+        rank = tensor.shape.rank
+        if rank == 2 and tensor.shape[-1] == 1:
+            tensor = tf.squeeze(tensor, axis=-1)
+        elif rank is not None and rank > 1:
+            raise ValueError(
+                "Received an invalid value for argument `inputs`, expected a scalar or a "
+                f"batch of strings of shape (batch,) or (batch, 1). Received: inputs.shape={tensor.shape}"
+            )
+        return tensor
+
+    def compute_output_spec(self, inputs):
+        raise NotImplementedError(
+            "WordPieceTokenizer returns a tf.RaggedTensor, which Keras' functional models "
+            "cannot carry; call it on tensors, or use BertPreprocessor inside a model."
+        )
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            {
+                "vocabulary": list(self.vocabulary),
+                "lower_case": self.lower_case,
+                "unknown_token": self.unknown_token,
+                "cls_token": self.cls_token,
+                "sep_token": self.sep_token,
+                "pad_token": self.pad_token,
+                "mask_token": self.mask_token,
+                "suffix_indicator": self.suffix_indicator,
+                "max_chars_per_word": self.max_chars_per_word,
+            }
+        )
+        return config
