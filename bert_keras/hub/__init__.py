@@ -1,0 +1,11 @@
+"""TF Hub modules in Keras 3: `KerasLayer`, `load`, and the exporters.
+
+`from bert_keras import hub` is a drop-in for `import tensorflow_hub as hub`
+in the BERT workflow.
+"""
+
+from bert_keras.hub.export import export_encoder
+from bert_keras.hub.keras_layer import KerasLayer
+from bert_keras.hub.loader import load, resolve
+
+__all__ = ["KerasLayer", "export_encoder", "load", "resolve"]

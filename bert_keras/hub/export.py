@@ -1,0 +1,136 @@
+"""Writing Hub modules in the format of TF Model Garden's `export_tfhub_lib.py`."""
+
+import logging
+import os
+import shutil
+import tempfile
+
+import tensorflow as tf
+
+from bert_keras.encoder import INPUT_KEYS
+
+logger = logging.getLogger(__name__)
+
+
+def _encoder_input_spec():
+    return {key: tf.TensorSpec([None, None], tf.int32, name=key) for key in INPUT_KEYS}
+
+
+class _CallableModule(tf.train.Checkpoint):
+    """A reusable SavedModel object: `__call__(inputs, training=False)` runs a Keras model.
+
+    Carries `variables`, `trainable_variables` and `regularization_losses` as
+    TF Hub's reusable SavedModel API asks.
+    """
+
+    def __init__(self, model, output_fn):
+        super().__init__()
+        self._model = model
+        self._output_fn = output_fn
+        self.variables = [getattr(v, "value", v) for v in model.weights]
+        self.trainable_variables = [getattr(v, "value", v) for v in model.trainable_weights]
+        self.regularization_losses = []
+        # Random-seed state of dropout layers: read by the training=True function, not a weight.
+        weight_ids = {id(v) for v in model.weights}
+        self._keras_state = [getattr(v, "value", v) for v in model.variables if id(v) not in weight_ids]
+
+    @tf.function
+    def __call__(self, inputs, training=False):
+        return self._output_fn(self._model, inputs, training)
+
+
+def _encoder_outputs(encoder, inputs, training):
+    outputs = encoder(inputs, training=training)
+    return {
+        "sequence_output": outputs["sequence_output"],
+        "pooled_output": outputs["pooled_output"],
+        "encoder_outputs": list(outputs["encoder_outputs"]),
+        "default": outputs["pooled_output"],
+    }
+
+
+def _mlm_outputs(pretrainer, inputs, training):
+    outputs = pretrainer(inputs, training=training)
+    encoder_outputs = _encoder_outputs(pretrainer.encoder, {k: inputs[k] for k in INPUT_KEYS}, training)
+    encoder_outputs["mlm_logits"] = outputs["mlm_logits"]
+    return encoder_outputs
+
+
+def _trace(module, spec):
+    for training in (False, True):
+        module.__call__.get_concrete_function(spec, training=training)
+
+
+def build_encoder_module(encoder, vocab_file, do_lower_case, pretrainer=None):
+    """Returns the `tf.Module` that `export_encoder` saves (see there)."""
+    if not os.path.isfile(vocab_file):
+        raise FileNotFoundError(f"vocab_file {vocab_file!r} does not exist.")
+    root = _CallableModule(encoder, _encoder_outputs)
+    _trace(root, _encoder_input_spec())
+    root.vocab_file = tf.saved_model.Asset(vocab_file)
+    root.do_lower_case = tf.Variable(bool(do_lower_case), trainable=False, name="do_lower_case")
+    if pretrainer is not None:
+        if pretrainer.encoder is not encoder:
+            raise ValueError("`pretrainer.encoder` must be the encoder being exported.")
+        mlm = _CallableModule(pretrainer, _mlm_outputs)
+        spec = dict(_encoder_input_spec(), masked_lm_positions=tf.TensorSpec([None, None], tf.int32, name="masked_lm_positions"))
+        _trace(mlm, spec)
+        root.mlm = mlm
+    return root
+
+
+def export_encoder(encoder, export_dir, vocab_file, do_lower_case, pretrainer=None, overwrite=False):
+    """Writes `encoder` as a TF Hub encoder SavedModel (Model Garden's format).
+
+    The module is called as `obj(inputs, training=False)` with the dict of
+    int32 `(batch, seq)` tensors `input_word_ids`, `input_mask`,
+    `input_type_ids`, and returns `pooled_output`, `sequence_output`,
+    `encoder_outputs` and `default`. It carries `variables`,
+    `trainable_variables`, `regularization_losses`, the `vocab_file` asset and
+    the `do_lower_case` variable. With `pretrainer` (a model with an MLM head
+    on this encoder), an `mlm` sub-object also takes `masked_lm_positions`
+    `(batch, num_predictions)` and adds `mlm_logits`.
+
+    Args:
+        encoder: a `BertEncoder` (or any model with the same inputs/outputs).
+        export_dir: str. The directory to write; written to a temporary
+            sibling first and moved into place.
+        vocab_file: str. The WordPiece vocabulary, stored as an asset.
+        do_lower_case: bool. How the vocabulary expects text to be cased.
+        pretrainer: optional model with `encoder` and an `mlm_logits` output.
+        overwrite: bool. Replace an existing `export_dir`. Defaults to `False`.
+    """
+    root = build_encoder_module(encoder, vocab_file, do_lower_case, pretrainer)
+    _save_atomically(root, export_dir, overwrite, _encoder_signatures(root))
+    logger.info("Wrote the encoder module to %s", export_dir)
+    return export_dir
+
+
+def _encoder_signatures(root):
+    # Signatures take flat outputs: encoder_outputs becomes encoder_outputs_0, _1, ...
+    @tf.function(input_signature=[_encoder_input_spec()])
+    def serve(inputs):
+        outputs = root(inputs, training=False)
+        flat = {key: value for key, value in outputs.items() if key != "encoder_outputs"}
+        for i, layer_output in enumerate(outputs["encoder_outputs"]):
+            flat[f"encoder_outputs_{i}"] = layer_output
+        return flat
+
+    return {"serving_default": serve}
+
+
+def _save_atomically(root, export_dir, overwrite, signatures=None):
+    export_dir = os.fspath(export_dir)
+    if os.path.exists(export_dir) and not overwrite:
+        raise FileExistsError(f"{export_dir!r} already exists; pass overwrite=True to replace it.")
+    parent = os.path.dirname(os.path.abspath(export_dir))
+    os.makedirs(parent, exist_ok=True)
+    staging = tempfile.mkdtemp(prefix=".partial-", dir=parent)
+    try:
+        tf.saved_model.save(root, staging, signatures=signatures)
+        if os.path.exists(export_dir):
+            shutil.rmtree(export_dir)
+        os.replace(staging, export_dir)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
