@@ -1,0 +1,156 @@
+import math
+
+import keras
+import numpy as np
+import pytest
+
+from bert_keras import BertEncoder
+from bert_keras.heads import MaskedLMHead, NextSentenceHead
+from bert_keras.tasks import BertPretrainer
+from tests.helpers import assert_close, run_layer_test
+
+TINY = dict(vocab_size=30, num_layers=2, hidden_size=16, num_heads=2, intermediate_size=32, max_sequence_length=16)
+
+
+def _pretrainer_inputs(batch=2, seq=8, predictions=3, seed=0):
+    rng = np.random.default_rng(seed)
+    ids = rng.integers(5, TINY["vocab_size"], size=(batch, seq)).astype("int32")
+    mask = np.ones_like(ids)
+    mask[1, 5:] = 0
+    ids = ids * mask
+    return {
+        "input_word_ids": ids,
+        "input_mask": mask,
+        "input_type_ids": (np.arange(seq)[None, :] >= 4).astype("int32").repeat(batch, 0) * mask,
+        "masked_lm_positions": np.array([[1, 2, 6], [0, 3, 4]], dtype="int32")[:batch, :predictions],
+    }
+
+
+def _layer_norm(x, gamma, beta, epsilon=1e-12):
+    mean = x.mean(-1, keepdims=True)
+    variance = x.var(-1, keepdims=True)
+    return (x - mean) / np.sqrt(variance + epsilon) * gamma + beta
+
+
+def test_masked_lm_head_layer(tmp_path):
+    rng = np.random.default_rng(0)
+    sequence = rng.normal(size=(2, 7, 16)).astype("float32")
+    positions = np.array([[1, 3, 6], [0, 2, 2]], dtype="int32")
+    # transform (16*16 + 16) + LayerNorm (2*16) + untied table (30*16) + output bias (30)
+    run_layer_test(
+        MaskedLMHead,
+        {"vocab_size": 30, "activation": "gelu", "layer_norm_epsilon": 1e-12},
+        [sequence, positions],
+        expected_output_shape=(2, 3, 30),
+        expected_num_trainable_weights=6,
+        expected_num_params=16 * 16 + 16 + 32 + 30 * 16 + 30,
+        tmp_path=tmp_path,
+    )
+
+
+def test_next_sentence_head_layer(tmp_path):
+    pooled = np.random.default_rng(0).normal(size=(4, 16)).astype("float32")
+    run_layer_test(
+        NextSentenceHead,
+        {"num_classes": 2},
+        pooled,
+        expected_output_shape=(4, 2),
+        expected_num_trainable_weights=2,
+        expected_num_params=16 * 2 + 2,
+        tmp_path=tmp_path,
+    )
+
+
+def test_tied_masked_lm_head_matches_numpy():
+    embedding = keras.layers.Embedding(30, 16)
+    embedding.build((None,))
+    head = MaskedLMHead(vocab_size=30, embedding=embedding, activation="gelu")
+    rng = np.random.default_rng(1)
+    sequence = rng.normal(size=(2, 7, 16)).astype("float32")
+    positions = np.array([[1, 3, 6], [0, 2, 2]], dtype="int32")
+    head(sequence, positions)
+    for variable in head.trainable_weights:
+        variable.assign(rng.normal(0, 0.3, variable.shape).astype("float32"))
+    logits = np.asarray(head(sequence, positions))
+
+    gathered = np.take_along_axis(sequence, positions[:, :, None], axis=1)  # (2, 3, 16)
+    x = gathered @ head.transform_dense.kernel.numpy() + head.transform_dense.bias.numpy()
+    x = 0.5 * x * (1 + np.vectorize(math.erf)(x / np.sqrt(2)))  # exact GELU
+    x = _layer_norm(x, head.layer_norm.gamma.numpy(), head.layer_norm.beta.numpy())
+    expected = x @ embedding.embeddings.numpy().T + head.output_bias.numpy()
+    assert_close(logits, expected, atol=1e-5)
+
+    # Tied: the head owns no table of its own, and follows the embedding.
+    assert not hasattr(head, "decoder_embeddings")
+    embedding.embeddings.assign(np.zeros((30, 16), "float32"))
+    assert_close(head(sequence, positions), np.broadcast_to(head.output_bias.numpy(), (2, 3, 30)))
+
+
+def test_masked_lm_head_without_positions_scores_every_token():
+    head = MaskedLMHead(vocab_size=11)
+    assert head(np.zeros((2, 5, 8), "float32")).shape == (2, 5, 11)
+
+
+def test_head_argument_errors():
+    embedding = keras.layers.Embedding(20, 16)
+    with pytest.raises(ValueError, match="vocab_size"):
+        MaskedLMHead(vocab_size=30, embedding=embedding)
+    with pytest.raises(ValueError, match="vocab_size"):
+        MaskedLMHead(vocab_size=0)
+    with pytest.raises(ValueError, match="activation"):
+        MaskedLMHead(vocab_size=30, activation="swishy")
+    with pytest.raises(ValueError, match="num_classes"):
+        NextSentenceHead(num_classes=0)
+    with pytest.raises(ValueError, match="encoder"):
+        BertPretrainer(keras.layers.Dense(3))
+
+
+def test_pretrainer_outputs_and_shared_weights():
+    encoder = BertEncoder(**TINY)
+    pretrainer = BertPretrainer(encoder)
+    assert pretrainer.encoder is encoder
+    assert pretrainer.mlm_head.embedding is encoder.embeddings.word_embeddings
+    inputs = _pretrainer_inputs()
+    outputs = pretrainer(inputs)
+    assert outputs["mlm_logits"].shape == (2, 3, 30)
+    assert outputs["nsp_logits"].shape == (2, 2)
+    # The word-embedding table is counted once: the heads add transform, LayerNorm,
+    # output bias and the 2-way dense only.
+    head_params = (16 * 16 + 16) + 2 * 16 + 30 + (16 * 2 + 2)
+    assert pretrainer.count_params() == encoder.count_params() + head_params
+
+    encoded = encoder({k: inputs[k] for k in ("input_word_ids", "input_mask", "input_type_ids")})
+    assert_close(outputs["mlm_logits"], pretrainer.mlm_head(encoded["sequence_output"], inputs["masked_lm_positions"]))
+    assert_close(outputs["nsp_logits"], pretrainer.nsp_head(encoded["pooled_output"]))
+    assert pretrainer.mlm_head.activation == "gelu"
+
+
+def test_pretrainer_keras_round_trip_and_fit(tmp_path):
+    encoder = BertEncoder(**TINY, dropout=0.0, attention_dropout=0.0, activation="gelu_approximate")
+    pretrainer = BertPretrainer(encoder, layer_norm_epsilon=1e-6)
+    inputs = _pretrainer_inputs()
+    config = pretrainer.get_config()
+    assert config["layer_norm_epsilon"] == 1e-6 and config["mlm_activation"] is None
+    assert pretrainer.mlm_head.activation == "gelu_approximate"
+
+    pretrainer.compile(
+        optimizer=keras.optimizers.Adam(1e-2),
+        loss={
+            "mlm_logits": keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+            "nsp_logits": keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        },
+    )
+    targets = {"mlm_logits": np.array([[5, 6, 7], [8, 9, 10]]), "nsp_logits": np.array([0, 1])}
+    before = pretrainer.evaluate(inputs, targets, verbose=0)[0]
+    pretrainer.fit(inputs, targets, epochs=3, batch_size=2, verbose=0)
+    after = pretrainer.evaluate(inputs, targets, verbose=0)[0]
+    assert after < before
+
+    path = str(tmp_path / "pretrainer.keras")
+    pretrainer.save(path)
+    restored = keras.saving.load_model(path)
+    assert isinstance(restored, BertPretrainer) and isinstance(restored.encoder, BertEncoder)
+    assert restored.mlm_head.embedding is restored.encoder.embeddings.word_embeddings
+    expected, actual = pretrainer.predict(inputs, verbose=0), restored.predict(inputs, verbose=0)
+    for key in ("mlm_logits", "nsp_logits"):
+        np.testing.assert_array_equal(actual[key], expected[key])
