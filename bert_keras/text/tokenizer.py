@@ -4,7 +4,8 @@ The text is normalised with string ops in the order of the reference
 (`BertTokenizerFast`): decode UTF-8 (invalid bytes become U+FFFD), clean
 (drop NUL, U+FFFD and Cc/Cf/Co characters, map whitespace to a space), put
 spaces around CJK ideographs, and, when uncased, NFD, drop accents (Mn),
-lower-case. Words are then split off at spaces and punctuation and cut into
+lower-case (with a table for the few letters whose case mapping or
+decomposition in TensorFlow's ICU differs from the reference's). Words are then split off at spaces and punctuation and cut into
 word pieces by tensorflow-text's `FastWordpieceTokenizer`.
 
 tensorflow-text's own lower-casing (`lower_case_nfd_strip_accents`) applies
@@ -29,6 +30,40 @@ _PUNCTUATION = tables.to_regex_class(tables.PUNCTUATION_RANGES)
 _WORD_DELIMITERS = " +|" + _PUNCTUATION
 _CAPITAL_SIGMA = "\u03a3"
 _SMALL_SIGMA = "\u03c3"
+_PATCH_KEYS = [key for key, _ in tables.CASE_PATCH]
+_PATCH_VALUES = [value for _, value in tables.CASE_PATCH]
+_PATCH_MATCH = "(?s).*" + tables.to_regex_class([(key, key) for key in _PATCH_KEYS]) + ".*"
+# Private-use code points stand in for the patched characters while the
+# uncased steps run: the cleaning step has removed all private-use input.
+_PLACEHOLDER_BASE = 0xF0000
+
+
+def _uncase(x):
+    x = tf_text.normalize_utf8(x, "NFD")
+    x = tf.strings.regex_replace(x, _ACCENTS, "")
+    # ICU lower-cases a word-final capital sigma to the final form; the
+    # reference maps every capital sigma to the plain small sigma.
+    x = tf.strings.regex_replace(x, _CAPITAL_SIGMA, _SMALL_SIGMA)
+    return tf.strings.lower(x, encoding="utf-8")
+
+
+def _uncase_patched(x):
+    """`_uncase` for the rare strings holding a `CASE_PATCH` character."""
+    keys = tf.constant(_PATCH_KEYS, tf.int32)
+    # chars: (strings, (code points))
+    chars = tf.strings.unicode_decode(x, "UTF-8")
+    flat = chars.flat_values
+    index = tf.minimum(tf.searchsorted(keys, flat), len(_PATCH_KEYS) - 1)
+    patched = tf.gather(keys, index) == flat
+    flat = tf.where(patched, _PLACEHOLDER_BASE + tf.cast(index, tf.int32), flat)
+    x = _uncase(tf.strings.unicode_encode(chars.with_flat_values(flat), "UTF-8"))
+    chars = tf.strings.unicode_decode(x, "UTF-8")
+    flat = chars.flat_values
+    index = flat - _PLACEHOLDER_BASE
+    placeholder = (index >= 0) & (index < len(_PATCH_KEYS))
+    values = tf.gather(tf.constant(_PATCH_VALUES, tf.int32), tf.clip_by_value(index, 0, len(_PATCH_KEYS) - 1))
+    flat = tf.where(placeholder, values, flat)
+    return tf.strings.unicode_encode(chars.with_flat_values(flat), "UTF-8")
 
 
 def normalize_text(inputs, lower_case=True):
@@ -55,12 +90,13 @@ def normalize_text(inputs, lower_case=True):
     x = tf.strings.regex_replace(x, _WHITESPACE, " ")
     x = tf.strings.regex_replace(x, f"({_CJK})", r" \1 ")
     if lower_case:
-        x = tf_text.normalize_utf8(x, "NFD")
-        x = tf.strings.regex_replace(x, _ACCENTS, "")
-        # ICU lower-cases a word-final capital sigma to the final form; the
-        # reference maps every capital sigma to the plain small sigma.
-        x = tf.strings.regex_replace(x, _CAPITAL_SIGMA, _SMALL_SIGMA)
-        x = tf.strings.lower(x, encoding="utf-8")
+        shape = tf.shape(x)
+        x = tf.reshape(x, [-1])
+        # rows: (strings with a patched character, 1)
+        rows = tf.where(tf.strings.regex_full_match(x, _PATCH_MATCH))
+        patched = _uncase_patched(tf.gather_nd(x, rows))
+        x = tf.tensor_scatter_nd_update(_uncase(x), rows, patched)
+        x = tf.reshape(x, shape)
     return x
 
 
