@@ -4,8 +4,8 @@
 in the BERT workflow.
 """
 
-from bert_keras.hub.export import export_encoder
+from bert_keras.hub.export import export_encoder, export_preprocessor
 from bert_keras.hub.keras_layer import KerasLayer
 from bert_keras.hub.loader import load, resolve
 
-__all__ = ["KerasLayer", "export_encoder", "load", "resolve"]
+__all__ = ["KerasLayer", "export_encoder", "export_preprocessor", "load", "resolve"]

@@ -134,3 +134,86 @@ def _save_atomically(root, export_dir, overwrite, signatures=None):
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
+
+
+class _TokenizeModule(tf.train.Checkpoint):
+    """`preprocess.tokenize`: strings `(batch,)` -> int32 ragged `(batch, words, word_pieces)`."""
+
+    def __init__(self, preprocessor):
+        super().__init__()
+        self._preprocessor = preprocessor
+        special = {key: int(value) for key, value in preprocessor.get_special_tokens_dict().items()}
+        self.get_special_tokens_dict = tf.train.Checkpoint()
+        self.get_special_tokens_dict.__call__ = tf.function(
+            lambda: {key: tf.constant(value, tf.int32) for key, value in special.items()},
+            input_signature=[],
+        )
+
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
+    def __call__(self, sentences):
+        return self._preprocessor.tokenize(sentences)
+
+
+class _PackModule(tf.train.Checkpoint):
+    """`preprocess.bert_pack_inputs(segments, seq_length=...)`, traced for 1-2 segments of ragged rank 1-2."""
+
+    def __init__(self, preprocessor):
+        super().__init__()
+        self._preprocessor = preprocessor
+        default_seq_length = int(preprocessor.seq_length)
+
+        @tf.function(autograph=False)
+        def call(inputs, seq_length=default_seq_length):
+            return preprocessor.bert_pack_inputs(list(inputs), seq_length=seq_length)
+
+        self.__call__ = call
+        for ragged_rank in (1, 2):
+            for num_segments in (1, 2):
+                segments = [tf.RaggedTensorSpec([None] * (ragged_rank + 1), tf.int32) for _ in range(num_segments)]
+                call.get_concrete_function(segments, seq_length=tf.TensorSpec([], tf.int32))
+
+
+class _PreprocessModule(tf.train.Checkpoint):
+    def __init__(self, preprocessor, vocab_file, do_lower_case):
+        super().__init__()
+        self._preprocessor = preprocessor
+        self.tokenize = _TokenizeModule(preprocessor)
+        self.bert_pack_inputs = _PackModule(preprocessor)
+        self.vocab_file = tf.saved_model.Asset(vocab_file)
+        self.do_lower_case = tf.Variable(bool(do_lower_case), trainable=False, name="do_lower_case")
+
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
+    def __call__(self, sentences):
+        return self._preprocessor(sentences)
+
+
+def export_preprocessor(export_dir, vocab_file, do_lower_case, seq_length=128, overwrite=False):
+    """Writes a TF Hub preprocessing SavedModel (Model Garden's format).
+
+    The module maps `(batch,)` strings to the encoder's input dict at
+    `seq_length`; `.tokenize` maps strings to int32 ragged
+    `(batch, words, word_pieces)`; `.tokenize.get_special_tokens_dict()`
+    returns `vocab_size`, `start_of_sequence_id`, `end_of_segment_id`,
+    `padding_id` and `mask_id`; `.bert_pack_inputs(segments, seq_length=...)`
+    packs a list of 1 or 2 ragged tensors (ragged rank 1 or 2). The vocabulary
+    travels as the `vocab_file` asset, with `do_lower_case`. Loading it needs
+    `import tensorflow_text` first (`bert_keras.hub.load` does that).
+
+    Args:
+        export_dir: str. Directory to write; written to a temporary sibling
+            first and moved into place.
+        vocab_file: str. The WordPiece `vocab.txt`.
+        do_lower_case: bool. Uncased (`True`) or cased (`False`) tokenization.
+        seq_length: int. The default sequence length. Defaults to `128`.
+        overwrite: bool. Replace an existing `export_dir`. Defaults to `False`.
+    """
+    from bert_keras.text import BertPreprocessor
+
+    if not os.path.isfile(vocab_file):
+        raise FileNotFoundError(f"vocab_file {vocab_file!r} does not exist.")
+    preprocessor = BertPreprocessor(vocab_file, lower_case=bool(do_lower_case), seq_length=seq_length)
+    root = _PreprocessModule(preprocessor, vocab_file, do_lower_case)
+    signatures = {"serving_default": root.__call__.get_concrete_function()}
+    _save_atomically(root, export_dir, overwrite, signatures)
+    logger.info("Wrote the preprocessing module to %s", export_dir)
+    return export_dir

@@ -1,0 +1,66 @@
+import numpy as np
+import tensorflow as tf
+
+from bert_keras import hub
+from tests.helpers import assert_close
+from tests.hub.conftest import VOCAB, encoder_inputs
+
+
+def test_encoder_module_matches_the_keras_encoder(encoder_dir, tiny_encoder):
+    module = hub.load(encoder_dir)
+    inputs = encoder_inputs()
+    ours = tiny_encoder(inputs)
+    theirs = module({k: tf.constant(v) for k, v in inputs.items()}, training=False)
+    assert sorted(theirs) == ["default", "encoder_outputs", "pooled_output", "sequence_output"]
+    assert theirs["pooled_output"].dtype == tf.float32
+    assert theirs["sequence_output"].shape == (4, 10, 16)
+    assert len(theirs["encoder_outputs"]) == 2
+    assert_close(theirs["sequence_output"], ours["sequence_output"], atol=1e-6)
+    assert_close(theirs["pooled_output"], ours["pooled_output"], atol=1e-6)
+    assert_close(theirs["default"], theirs["pooled_output"], atol=0)
+    assert_close(theirs["encoder_outputs"][-1], theirs["sequence_output"], atol=0)
+
+
+def test_encoder_module_attributes(encoder_dir, tiny_encoder):
+    module = hub.load(encoder_dir)
+    assert len(module.variables) == len(tiny_encoder.weights) == 39
+    assert len(module.trainable_variables) == 39
+    assert list(module.regularization_losses) == []
+    assert bool(module.do_lower_case.numpy()) is True
+    with open(module.vocab_file.asset_path.numpy().decode()) as f:
+        assert f.read().split() == VOCAB
+    table = {v.name.split(":")[0]: v for v in module.variables}
+    assert any(name.endswith("position_embeddings") for name in table)
+
+
+def test_training_flag_reaches_dropout(encoder_dir):
+    module = hub.load(encoder_dir)
+    inputs = {k: tf.constant(v) for k, v in encoder_inputs().items()}
+    a = module(inputs, training=False)["pooled_output"]
+    b = module(inputs, training=False)["pooled_output"]
+    c = module(inputs, training=True)["pooled_output"]
+    assert_close(a, b, atol=0)
+    assert float(tf.reduce_max(tf.abs(a - c))) > 1e-4
+
+
+def test_serving_signature_has_flat_outputs(encoder_dir):
+    module = hub.load(encoder_dir)
+    serve = module.signatures["serving_default"]
+    outputs = serve(**{k: tf.constant(v) for k, v in encoder_inputs().items()})
+    assert sorted(outputs) == ["default", "encoder_outputs_0", "encoder_outputs_1", "pooled_output", "sequence_output"]
+
+
+def test_export_refuses_to_overwrite(encoder_dir, tiny_encoder, vocab_file):
+    import pytest
+
+    with pytest.raises(FileExistsError, match="already exists; pass overwrite=True"):
+        hub.export_encoder(tiny_encoder, encoder_dir, vocab_file, do_lower_case=True)
+
+
+def test_failed_export_leaves_nothing(tmp_path, tiny_encoder):
+    import os
+    import pytest
+
+    with pytest.raises(FileNotFoundError, match="vocab_file"):
+        hub.export_encoder(tiny_encoder, str(tmp_path / "out"), str(tmp_path / "missing.txt"), do_lower_case=True)
+    assert os.listdir(tmp_path) == []
