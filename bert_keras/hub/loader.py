@@ -4,6 +4,7 @@ import logging
 import os
 import re
 import urllib.error
+import warnings
 
 import tensorflow as tf
 
@@ -39,7 +40,10 @@ def resolve(handle):
                 "that holds saved_model.pb, or an http(s) URL of a compressed module."
             )
         return handle
-    import tensorflow_hub
+    with warnings.catch_warnings():
+        # tensorflow-hub imports the deprecated pkg_resources at import time.
+        warnings.filterwarnings("ignore", message="pkg_resources is deprecated", category=UserWarning)
+        import tensorflow_hub
 
     try:
         path = tensorflow_hub.resolve(handle)
@@ -81,7 +85,7 @@ def load(handle, tags=None, options=None):
     _check_saved_model_dir(path)
     try:
         return tf.saved_model.load(path, tags=tags, options=options)
-    except tf.errors.NotFoundError as error:
+    except (tf.errors.OpError, RuntimeError, ValueError, KeyError) as error:
         missing = re.findall(r"Op type not registered '([^']+)'", str(error))
         if not missing:
             raise
