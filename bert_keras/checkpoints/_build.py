@@ -14,7 +14,7 @@ from bert_keras.checkpoints._common import (
     logger,
 )
 from bert_keras.encoder import BertEncoder
-from bert_keras.heads import MaskedLMHead
+from bert_keras.heads import MaskedLMHead, NextSentenceHead
 from bert_keras.tasks import BertPretrainer
 
 
@@ -45,8 +45,6 @@ def build_models(encoder_config, heads, mlm_activation, dtype=None):
         head.build((None, None, encoder.hidden_size))
         roots["mlm"] = head
     elif tables.NSP in heads:
-        from bert_keras.heads import NextSentenceHead
-
         head = NextSentenceHead(
             kernel_initializer=keras.initializers.TruncatedNormal(stddev=encoder.initializer_range),
             dtype=encoder.dtype_policy,

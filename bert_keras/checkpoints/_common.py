@@ -18,24 +18,22 @@ class CheckpointError(ValueError):
 
     Attributes:
         file: str. The file at fault.
-        tensor: str or None. The tensor (or config field) at fault.
+        tensor: str or None. The tensor (or, for a `ConfigError`, the config field) at fault.
     """
+
+    kind = "tensor"
 
     def __init__(self, file, tensor, message):
         self.file = str(file)
         self.tensor = tensor
-        where = f"{self.file}" + (f", tensor {tensor!r}" if tensor is not None else "")
+        where = self.file + (f", {self.kind} {tensor!r}" if tensor is not None else "")
         super().__init__(f"{where}: {message}")
 
 
 class ConfigError(CheckpointError):
-    """A config file that does not describe a model we can build."""
+    """A config file that does not describe a model we can build; `tensor` holds the field."""
 
-    def __init__(self, file, field, message):
-        self.file = str(file)
-        self.tensor = field
-        where = f"{self.file}" + (f", field {field!r}" if field is not None else "")
-        ValueError.__init__(self, f"{where}: {message}")
+    kind = "field"
 
 
 @dataclasses.dataclass
