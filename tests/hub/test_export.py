@@ -64,3 +64,27 @@ def test_failed_export_leaves_nothing(tmp_path, tiny_encoder):
     with pytest.raises(FileNotFoundError, match="vocab_file"):
         hub.export_encoder(tiny_encoder, str(tmp_path / "out"), str(tmp_path / "missing.txt"), do_lower_case=True)
     assert os.listdir(tmp_path) == []
+
+
+def test_encoder_module_with_mlm_sub_object(tmp_path, vocab_file):
+    from bert_keras import BertEncoder
+    from bert_keras.tasks import BertPretrainer
+    from tests.hub.conftest import TINY
+
+    encoder = BertEncoder(**TINY)
+    pretrainer = BertPretrainer(encoder)
+    path = hub.export_encoder(encoder, str(tmp_path / "with_mlm"), vocab_file, do_lower_case=True, pretrainer=pretrainer)
+    module = hub.load(path)
+    inputs = encoder_inputs()
+    inputs["masked_lm_positions"] = np.array([[1, 2, 0]] * 4, "int32")
+    tensors = {k: tf.constant(v) for k, v in inputs.items()}
+    outputs = module.mlm(tensors, training=False)
+    assert sorted(outputs) == ["default", "encoder_outputs", "mlm_logits", "pooled_output", "sequence_output"]
+    assert outputs["mlm_logits"].shape == (4, 3, len(VOCAB))
+    assert outputs["mlm_logits"].dtype == tf.float32
+    assert_close(outputs["mlm_logits"], pretrainer(inputs)["mlm_logits"], atol=1e-5)
+    plain = module({k: tensors[k] for k in ("input_word_ids", "input_mask", "input_type_ids")})
+    assert_close(outputs["pooled_output"], plain["pooled_output"], atol=1e-6)
+    # The root module lists only the encoder's variables; the head's live in the mlm sub-object.
+    assert len(module.variables) == len(encoder.weights)
+    assert len(module.mlm.variables) == len(pretrainer.weights) > len(encoder.weights)
