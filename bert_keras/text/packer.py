@@ -107,7 +107,16 @@ def pack_inputs(
             f"token-id tensors. Received: segments={segments!r:.80}"
         )
     _check_truncation(truncation)
-    _check_int("seq_length", seq_length, len(segments) + 1)
+    if isinstance(seq_length, tf.Tensor):
+        # A scalar tensor, as the exported `bert_pack_inputs(..., seq_length=)` receives it.
+        seq_length = tf.cast(seq_length, tf.int32)
+        tf.debugging.assert_greater_equal(
+            seq_length,
+            len(segments) + 1,
+            message=f"`seq_length` must be at least {len(segments) + 1} for {len(segments)} segment(s)",
+        )
+    else:
+        _check_int("seq_length", seq_length, len(segments) + 1)
     segments = [_as_segment(segment, i) for i, segment in enumerate(segments)]
     dtype = segments[0].dtype
     segments = [segment if segment.dtype == dtype else tf.cast(segment, dtype) for segment in segments]

@@ -25,7 +25,6 @@ LEGACY_SCRIPT = textwrap.dedent(
     import tensorflow_hub as hub
 
     preprocess_dir, encoder_dir, inputs_file, out_file = sys.argv[1:]
-    assert tf.keras.__name__.startswith("tf_keras"), tf.keras.__name__
     preprocess = hub.KerasLayer(preprocess_dir)
     encoder = hub.KerasLayer(encoder_dir, trainable=True)
 
@@ -42,7 +41,7 @@ LEGACY_SCRIPT = textwrap.dedent(
     history = model.fit(texts, tf.constant([1, 0, 1, 0]), epochs=1, batch_size=4, verbose=0)
     after = encoder(ids)["pooled_output"]
     json.dump({
-        "keras": tf.keras.__name__,
+        "keras": type(model).__module__,
         "layer": type(encoder).__module__,
         "trainable_weights": len(encoder.trainable_weights),
         "loss": history.history["loss"],
