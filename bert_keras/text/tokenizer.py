@@ -28,6 +28,16 @@ _CJK = tables.to_regex_class(tables.CJK_RANGES)
 _ACCENTS = tables.to_regex_class(tables.ACCENT_RANGES)
 _PUNCTUATION = tables.to_regex_class(tables.PUNCTUATION_RANGES)
 _WORD_DELIMITERS = " +|" + _PUNCTUATION
+_ASCII = r"[\x00-\x7f]*"
+
+
+def _ascii_part(ranges):
+    return tables.to_regex_class([(first, min(last, 0x7F)) for first, last in ranges if first < 0x80])
+
+
+_ASCII_REMOVED = _ascii_part(tables.REMOVED_RANGES)
+_ASCII_WHITESPACE = _ascii_part(tables.WHITESPACE_RANGES)
+_SPLIT_DETOUR = tables.to_regex_class(tables.SPLIT_DETOUR_RANGES)
 _CAPITAL_SIGMA = "\u03a3"
 _SMALL_SIGMA = "\u03c3"
 _PATCH_KEYS = [key for key, _ in tables.CASE_PATCH]
@@ -83,20 +93,29 @@ def normalize_text(inputs, lower_case=True):
     >>> normalize_text(tf.constant(["Héllo\\tWORLD 中文"])).numpy()
     array([b'hello world  \\xe4\\xb8\\xad  \\xe6\\x96\\x87 '], dtype=object)
     """
-    x = tf.strings.unicode_transcode(
-        inputs, "UTF-8", "UTF-8", errors="replace", replacement_char=0xFFFD
-    )
+    shape = tf.shape(inputs)
+    flat = tf.reshape(inputs, [-1])
+    # ASCII text (most text) needs only the ASCII part of each step; the
+    # other rows go through all of them.
+    rows = tf.where(~tf.strings.regex_full_match(flat, _ASCII))  # (non-ASCII rows, 1)
+    x = tf.strings.regex_replace(flat, _ASCII_REMOVED, "")
+    x = tf.strings.regex_replace(x, _ASCII_WHITESPACE, " ")
+    if lower_case:
+        x = tf.strings.lower(x)
+    x = tf.tensor_scatter_nd_update(x, rows, _normalize_any(tf.gather_nd(flat, rows), lower_case))
+    return tf.reshape(x, shape)
+
+
+def _normalize_any(x, lower_case):
+    """`normalize_text` for a vector of any strings, valid UTF-8 or not."""
+    x = tf.strings.unicode_transcode(x, "UTF-8", "UTF-8", errors="replace", replacement_char=0xFFFD)
     x = tf.strings.regex_replace(x, _REMOVED, "")
     x = tf.strings.regex_replace(x, _WHITESPACE, " ")
     x = tf.strings.regex_replace(x, f"({_CJK})", r" \1 ")
     if lower_case:
-        shape = tf.shape(x)
-        x = tf.reshape(x, [-1])
-        # rows: (strings with a patched character, 1)
-        rows = tf.where(tf.strings.regex_full_match(x, _PATCH_MATCH))
+        rows = tf.where(tf.strings.regex_full_match(x, _PATCH_MATCH))  # (rows to patch, 1)
         patched = _uncase_patched(tf.gather_nd(x, rows))
         x = tf.tensor_scatter_nd_update(_uncase(x), rows, patched)
-        x = tf.reshape(x, shape)
     return x
 
 
@@ -261,16 +280,28 @@ class WordPieceTokenizer(keras.layers.Layer):
         self.pad_id = self._token_to_id[pad_token]
         self.mask_id = self._token_to_id[mask_token]
 
-        self._wordpiece = tf_text.FastWordpieceTokenizer(
+        # Two paths give the reference's ids. The fast one splits words and
+        # cuts pieces in one tensorflow-text op; it serves every text without
+        # a run of more than `max_chars_per_word` non-space characters (words
+        # longer than that are [UNK] in the reference, counted in characters,
+        # not bytes) and without the characters of `SPLIT_DETOUR_RANGES`. The
+        # exact one splits words with a regex first.
+        wordpiece_args = dict(
             vocab=self.vocabulary,
             suffix_indicator=suffix_indicator,
-            # Words are cut to `max_chars_per_word` characters before this
-            # step, so a UTF-8 character takes at most 4 of these bytes.
+            # A UTF-8 character takes at most 4 bytes.
             max_bytes_per_word=4 * max_chars_per_word,
             token_out_type=tf.int32,
             unknown_token=unknown_token,
-            no_pretokenization=True,
         )
+        self._wordpiece_text = tf_text.FastWordpieceTokenizer(**wordpiece_args)
+        self._wordpiece = tf_text.FastWordpieceTokenizer(no_pretokenization=True, **wordpiece_args)
+        self._starts_word = tf.constant([not t.startswith(suffix_indicator) for t in self.vocabulary])
+        if max_chars_per_word < 1000:  # RE2's limit on counted repetition
+            long_run = f"[^ ]{{{max_chars_per_word + 1},}}|"
+        else:
+            long_run = ""
+        self._detour_pattern = f"(?s).*(?:{long_run}{_SPLIT_DETOUR}).*"
         self._convert_input_args = False
         self._allow_non_tensor_positional_args = True
         self.built = True
@@ -317,11 +348,49 @@ class WordPieceTokenizer(keras.layers.Layer):
         text = self.normalize(inputs)
         return tf_text.regex_split_with_offsets(text, _WORD_DELIMITERS, _PUNCTUATION)
 
-    def _wordpiece_words(self, words):
-        # words: (num_words,) strings -> ids (num_words, pieces)
-        too_long = tf.strings.length(words, unit="UTF8_CHAR") > self.max_chars_per_word
-        words = tf.where(too_long, self.unknown_token, words)
-        return self._wordpiece.tokenize_with_offsets(words)
+    def _exact_path(self, text):
+        # text: (batch,) normalised -> ids, starts, ends (batch, words, pieces)
+        words, word_starts, word_ends = tf_text.regex_split_with_offsets(
+            text, _WORD_DELIMITERS, _PUNCTUATION
+        )
+        flat = words.flat_values
+        too_long = tf.strings.length(flat, unit="UTF8_CHAR") > self.max_chars_per_word
+        # The unknown token is a word of the vocabulary: one piece, the unknown id.
+        flat = tf.where(too_long, self.unknown_token, flat)
+        ids, starts, ends = self._wordpiece.tokenize_with_offsets(flat)
+        # starts, ends: (words, pieces) within the word -> within the text
+        word_starts = tf.expand_dims(word_starts.flat_values, -1)
+        word_lengths = tf.expand_dims(word_ends.flat_values, -1) - word_starts
+        ends = tf.where(tf.expand_dims(too_long, -1), word_lengths, ends)
+        return tuple(words.with_flat_values(x) for x in (ids, starts + word_starts, ends + word_starts))
+
+    def _fast_path(self, text):
+        # ids, starts, ends: (batch, (pieces)) -> (batch, words, pieces)
+        ids, starts, ends = self._wordpiece_text.tokenize_with_offsets(text)
+        starts_word = tf.cast(tf.gather(self._starts_word, ids.flat_values), tf.int64)
+        word_index = tf.cumsum(starts_word) - 1
+        num_words = tf.reduce_sum(starts_word)
+        words_per_text = tf.reduce_sum(ids.with_flat_values(starts_word), axis=1)
+
+        def nest(values):
+            pieces = tf.RaggedTensor.from_value_rowids(values, word_index, nrows=num_words, validate=False)
+            return tf.RaggedTensor.from_row_lengths(pieces, words_per_text, validate=False)
+
+        return nest(ids.flat_values), nest(starts.flat_values), nest(ends.flat_values)
+
+    def _tokenize_normalized(self, text):
+        detour = tf.strings.regex_full_match(text, self._detour_pattern)
+        fast = self._fast_path(text)
+
+        def with_detour():
+            rows, kept = tf.where(detour)[:, 0], tf.where(~detour)[:, 0]
+            exact = self._exact_path(tf.gather(text, rows))
+            order = tf.math.invert_permutation(tf.concat([kept, rows], 0))
+            return tuple(
+                tf.gather(tf.concat([tf.gather(f, kept), e], 0), order) for f, e in zip(fast, exact)
+            )
+
+        return tf.cond(tf.reduce_any(detour), with_detour, lambda: fast)
 
     def tokenize_with_offsets(self, inputs):
         """Like `tokenize`, and also returns the byte offsets of every word piece.
@@ -336,15 +405,8 @@ class WordPieceTokenizer(keras.layers.Layer):
         scalar = inputs.shape.rank == 0
         if scalar:
             inputs = tf.expand_dims(inputs, 0)
-        words, word_starts, _ = self.split_words(inputs)
-        ids, starts, ends = self._wordpiece_words(words.flat_values)
-        # starts: (num_words, pieces) within the word -> within the text
-        word_starts = tf.expand_dims(word_starts.flat_values, -1)
-        outputs = (
-            words.with_flat_values(ids),
-            words.with_flat_values(starts + word_starts),
-            words.with_flat_values(ends + word_starts),
-        )
+        text = normalize_text(inputs, lower_case=self.lower_case)
+        outputs = self._tokenize_normalized(text)
         if scalar:
             outputs = tuple(output[0] for output in outputs)
         return outputs
