@@ -204,3 +204,41 @@ def test_special_token_strings_in_text_are_plain_text(uncased_tokenizer, hf_unca
     # to the [MASK] id; an in-graph tokenizer treats it as text, as TF Hub's does.
     assert hf_uncased("[MASK]", add_special_tokens=False)["input_ids"] == [103]
     assert _flat(uncased_tokenizer(["[MASK]"])) == [[1031, 7308, 1033]]
+
+
+# --- the two tokenization paths ---
+
+CODE_POINTS = [cp for cp in range(0x110000) if not 0xD800 <= cp <= 0xDFFF]
+
+
+def test_fast_path_equals_exact_path_outside_the_detour_table(uncased_tokenizer):
+    from bert_keras.text import _unicode_tables as tables
+
+    # Every code point between two letters, normalised as the tokenizer does.
+    text = normalize_text(tf.constant([f"a{chr(cp)}b" for cp in CODE_POINTS]))
+    fast = uncased_tokenizer._fast_path(text)[0].merge_dims(1, 2).to_list()
+    exact = uncased_tokenizer._exact_path(text)[0].merge_dims(1, 2).to_list()
+    differ = [cp for cp, f, e in zip(CODE_POINTS, fast, exact) if f != e]
+    detour = [cp for first, last in tables.SPLIT_DETOUR_RANGES for cp in range(first, last + 1)]
+    assert differ == detour and len(detour) == 398
+
+
+def test_every_code_point_between_letters_equals_the_reference(uncased_tokenizer, hf_uncased):
+    texts = [f"x{chr(cp)}y" for cp in CODE_POINTS if cp < 0x20000]
+    expected = hf_uncased(texts, add_special_tokens=False)["input_ids"]
+    ours = _flat(uncased_tokenizer(tf.constant(texts)))
+    assert [t for t, a, b in zip(texts, ours, expected) if a != b] == []
+
+
+def test_mixed_batch_keeps_the_order_of_rows(tiny_vocab):
+    tokenizer = WordPieceTokenizer(tiny_vocab, max_chars_per_word=10)
+    texts = ["the fox", "a" * 11 + " the", "\u2e43the", "fox", ""]  # fast, long word, detour char, fast
+    together = tokenizer.tokenize_with_offsets(texts)
+    alone = [tokenizer.tokenize_with_offsets([text]) for text in texts]
+    for i in range(3):
+        assert together[i].to_list() == [a[i].to_list()[0] for a in alone]
+    # U+2E43 is punctuation for ICU, not for the reference: one unknown word.
+    assert together[0].to_list() == [[[5], [9]], [[1], [5]], [[1]], [[9]], []]
+    # Offsets of the 11-character word (one unknown piece) and of "the" after it.
+    assert together[1].to_list()[1] == [[0], [12]] and together[2].to_list()[1] == [[11], [15]]
+    assert together[1].to_list()[2] == [[0]] and together[2].to_list()[2] == [[6]]
