@@ -27,11 +27,41 @@ def _presets(args):
     return 0
 
 
+def _convert(args):
+    from bert_keras.checkpoints.to_hub import convert_to_hub
+
+    def progress(index, total, text):
+        print(f"[{index}/{total}] {text}", flush=True)
+
+    try:
+        loaded = convert_to_hub(args.source, args.out, seq_length=args.seq_length, overwrite=args.force, progress=progress)
+    except FileExistsError as error:
+        print(f"bert-keras convert: {error}", file=sys.stderr)
+        return 2
+    except (OSError, ValueError) as error:
+        print(f"bert-keras convert: cannot convert {args.source}: {error}", file=sys.stderr)
+        return 2
+    print(loaded.summary)
+    print(f"Wrote {os.path.join(args.out, 'encoder')} and {os.path.join(args.out, 'preprocess')}")
+    return 0
+
+
 def _build_parser():
     parser = argparse.ArgumentParser(prog="bert-keras", description="BERT for Keras 3 and TensorFlow.")
     commands = parser.add_subparsers(dest="command", required=True)
     presets = commands.add_parser("presets", help="list the built-in BERT configurations")
     presets.set_defaults(func=_presets)
+
+    convert = commands.add_parser(
+        "convert",
+        help="convert a checkpoint (Hugging Face, Google BERT, keras-nlp) into TF Hub modules",
+        description="Writes OUT/encoder and OUT/preprocess, TF Hub modules in TF Model Garden's format.",
+    )
+    convert.add_argument("source", help="checkpoint directory (or TF checkpoint prefix)")
+    convert.add_argument("--out", required=True, help="output directory")
+    convert.add_argument("--seq-length", type=int, default=128, help="default sequence length of the preprocess module")
+    convert.add_argument("--force", action="store_true", help="replace existing modules in --out")
+    convert.set_defaults(func=_convert)
     return parser
 
 

@@ -88,3 +88,29 @@ def test_encoder_module_with_mlm_sub_object(tmp_path, vocab_file):
     # The root module lists only the encoder's variables; the head's live in the mlm sub-object.
     assert len(module.variables) == len(encoder.weights)
     assert len(module.mlm.variables) == len(pretrainer.weights) > len(encoder.weights)
+
+
+def test_preprocess_module_api(preprocess_dir):
+    module = hub.load(preprocess_dir)
+    sentences = tf.constant(["the movie was great", "i loved it !", "boring"])
+    packed = module(sentences)
+    assert sorted(packed) == ["input_mask", "input_type_ids", "input_word_ids"]
+    assert all(packed[k].dtype == tf.int32 and packed[k].shape == (3, 16) for k in packed)
+
+    tokens = module.tokenize(sentences)
+    assert isinstance(tokens, tf.RaggedTensor) and tokens.dtype == tf.int32
+    assert tokens.shape.rank == 3 and tokens.ragged_rank == 2
+    assert tokens.to_list()[0] == [[VOCAB.index("the")], [VOCAB.index("movie")], [VOCAB.index("was")], [VOCAB.index("great")]]
+
+    special = {k: int(v) for k, v in module.tokenize.get_special_tokens_dict().items()}
+    assert special == {"vocab_size": len(VOCAB), "start_of_sequence_id": 2, "end_of_segment_id": 3, "padding_id": 0, "mask_id": 4}
+
+    pairs = module.bert_pack_inputs([tokens, module.tokenize(tf.constant(["fun", "good fun", "bad"]))], seq_length=64)
+    assert pairs["input_word_ids"].shape == (3, 64) and pairs["input_word_ids"].dtype == tf.int32
+    assert pairs["input_type_ids"].numpy()[1, :9].tolist() == [0, 0, 0, 0, 0, 0, 1, 1, 1]
+    assert pairs["input_mask"].numpy().sum(axis=1).tolist() == [8, 9, 5]
+    flat = module.bert_pack_inputs([tokens.merge_dims(-2, -1)], seq_length=5)
+    assert flat["input_word_ids"].numpy()[0].tolist() == [2] + [VOCAB.index(w) for w in ("the", "movie", "was")] + [3]
+    assert bool(module.do_lower_case.numpy()) is True
+    with open(module.vocab_file.asset_path.numpy().decode()) as f:
+        assert f.read().split() == VOCAB

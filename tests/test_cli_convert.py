@@ -1,0 +1,89 @@
+"""`bert-keras convert`: checkpoints -> TF Hub encoder + preprocess modules."""
+
+import os
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from bert_keras import cli, hub
+from tests.checkpoints._models import hf_pretraining_model, random_inputs, save_hf_directory, torch_outputs
+
+
+@pytest.fixture(scope="module")
+def hf_pretraining_dir(tmp_path_factory):
+    pytest.importorskip("transformers")
+    model = hf_pretraining_model()
+    directory = tmp_path_factory.mktemp("hf_pretraining")
+    return save_hf_directory(model, directory), model
+
+
+def test_convert_writes_encoder_with_mlm_and_preprocess(hf_pretraining_dir, tmp_path, capsys):
+    source, reference = hf_pretraining_dir
+    out = str(tmp_path / "modules")
+    assert cli.main(["convert", source, "--out", out, "--seq-length", "12"]) == 0
+    printed = capsys.readouterr().out
+    assert "[1/4] read the checkpoint" in printed and "[4/4] move into place" in printed
+    assert "with the mlm sub-object" in printed
+    assert sorted(os.listdir(out)) == ["encoder", "preprocess"]
+
+    encoder = hub.load(os.path.join(out, "encoder"))
+    inputs, positions = random_inputs()
+    tensors = {k: tf.constant(v) for k, v in inputs.items()}
+    outputs = encoder.mlm(dict(tensors, masked_lm_positions=tf.constant(positions)))
+    expected = torch_outputs(reference, inputs).prediction_logits.numpy()
+    gathered = np.take_along_axis(expected, positions[:, :, None], axis=1)
+    np.testing.assert_allclose(outputs["mlm_logits"].numpy(), gathered, atol=1e-4)
+
+    preprocess = hub.load(os.path.join(out, "preprocess"))
+    packed = preprocess(tf.constant(["tok1 tok2 tok30", "tok7"]))
+    assert packed["input_word_ids"].numpy().tolist() == [[2, 6, 7, 35, 3] + [0] * 7, [2, 12, 3] + [0] * 9]
+    assert int(preprocess.tokenize.get_special_tokens_dict()["vocab_size"]) == 40
+
+
+def test_convert_refuses_to_overwrite_and_force_replaces(hf_pretraining_dir, tmp_path, capsys):
+    source, _ = hf_pretraining_dir
+    out = str(tmp_path / "modules")
+    assert cli.main(["convert", source, "--out", out]) == 0
+    stamp = os.path.getmtime(os.path.join(out, "encoder", "saved_model.pb"))
+    capsys.readouterr()
+    assert cli.main(["convert", source, "--out", out]) == 2
+    assert "--force" in capsys.readouterr().err
+    assert os.path.getmtime(os.path.join(out, "encoder", "saved_model.pb")) == stamp
+    assert cli.main(["convert", source, "--out", out, "--force"]) == 0
+    assert sorted(os.listdir(out)) == ["encoder", "preprocess"]
+
+
+def test_failed_convert_leaves_nothing(tmp_path, capsys):
+    source = tmp_path / "gpt2"
+    source.mkdir()
+    (source / "config.json").write_text('{"model_type": "gpt2", "n_layer": 2, "n_embd": 16}')
+    out = tmp_path / "modules"
+    assert cli.main(["convert", str(source), "--out", str(out)]) == 2
+    error = capsys.readouterr().err
+    assert "cannot convert" in error and "config.json" in error
+    assert not out.exists() or os.listdir(out) == []
+
+
+@pytest.mark.slow
+def test_converted_minilm_matches_transformers_on_raw_text(tmp_path):
+    transformers = pytest.importorskip("transformers")
+    torch = pytest.importorskip("torch")
+    from bert_keras.text.corpora import load_tweets, minilm_vocab_path
+
+    source = os.path.dirname(minilm_vocab_path())
+    out = str(tmp_path / "minilm")
+    assert cli.main(["convert", source, "--out", out, "--seq-length", "48"]) == 0
+    texts = [t for t in load_tweets()[0][:200] if t.isascii()][:16]
+    preprocess, encoder = hub.load(os.path.join(out, "preprocess")), hub.load(os.path.join(out, "encoder"))
+    ours = encoder(preprocess(tf.constant(texts)))
+
+    tokenizer = transformers.BertTokenizerFast(os.path.join(source, "vocab.txt"), do_lower_case=True)
+    batch = tokenizer(texts, padding="max_length", truncation=True, max_length=48, return_tensors="pt")
+    np.testing.assert_array_equal(preprocess(tf.constant(texts))["input_word_ids"].numpy(), batch["input_ids"].numpy())
+    model = transformers.BertModel.from_pretrained(source).eval()
+    with torch.no_grad():
+        reference = model(**batch)
+    mask = batch["attention_mask"].numpy().astype(bool)
+    np.testing.assert_allclose(ours["sequence_output"].numpy()[mask], reference.last_hidden_state.numpy()[mask], atol=1e-4)
+    np.testing.assert_allclose(ours["pooled_output"].numpy(), reference.pooler_output.numpy(), atol=1e-4)
