@@ -12,6 +12,10 @@ import keras
 import tensorflow as tf
 import tensorflow_text as tf_text
 
+# Plain TensorFlow ops without Python control flow: tracing them through
+# AutoGraph only makes `tf.function` and `tf.data` tracing slower.
+_do_not_convert = tf.autograph.experimental.do_not_convert
+
 TRUNCATIONS = ("round_robin", "waterfall")
 
 
@@ -61,6 +65,7 @@ def _as_segment(segment, index):
     return segment
 
 
+@_do_not_convert
 def pack_inputs(
     segments,
     seq_length,
@@ -189,6 +194,7 @@ class BertPacker(keras.layers.Layer):
         self._allow_non_tensor_positional_args = True
         self.built = True
 
+    @_do_not_convert
     def call(self, inputs, seq_length=None):
         return pack_inputs(
             inputs,

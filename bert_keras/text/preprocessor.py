@@ -6,6 +6,10 @@ import tensorflow as tf
 from bert_keras.text.packer import BertPacker, pack_inputs
 from bert_keras.text.tokenizer import WordPieceTokenizer, to_string_tensor
 
+# Plain TensorFlow ops without Python control flow: tracing them through
+# AutoGraph only makes `tf.function` and `tf.data` tracing slower.
+_do_not_convert = tf.autograph.experimental.do_not_convert
+
 OUTPUT_KEYS = ("input_word_ids", "input_mask", "input_type_ids")
 
 
@@ -103,10 +107,12 @@ class BertPreprocessor(keras.layers.Layer):
         """`vocab_size`, `start_of_sequence_id`, `end_of_segment_id`, `padding_id`, `mask_id`."""
         return self.tokenizer.get_special_tokens_dict()
 
+    @_do_not_convert
     def tokenize(self, inputs):
         """Strings `(batch,)` to int32 ragged ids `(batch, words, word_pieces)`."""
         return self.tokenizer.tokenize(inputs)
 
+    @_do_not_convert
     def bert_pack_inputs(self, segments, seq_length=None):
         """Packs tokenized segments (ragged rank 1 or 2) as TF Hub's `bert_pack_inputs`.
 
@@ -125,6 +131,7 @@ class BertPreprocessor(keras.layers.Layer):
             **self._special_ids(),
         )
 
+    @_do_not_convert
     def call(self, inputs):
         if isinstance(inputs, dict):
             raise ValueError(

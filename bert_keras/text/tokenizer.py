@@ -1,17 +1,23 @@
 """BERT's WordPiece tokenizer as a Keras layer, in the TensorFlow graph.
 
 The text is normalised with string ops in the order of the reference
-(`BertTokenizerFast`): decode UTF-8 (invalid bytes become U+FFFD), clean
-(drop NUL, U+FFFD and Cc/Cf/Co characters, map whitespace to a space), put
-spaces around CJK ideographs, and, when uncased, NFD, drop accents (Mn),
-lower-case (with a table for the few letters whose case mapping or
-decomposition in TensorFlow's ICU differs from the reference's). Words are then split off at spaces and punctuation and cut into
-word pieces by tensorflow-text's `FastWordpieceTokenizer`.
+(`BertTokenizerFast`): decode UTF-8 (invalid bytes become U+FFFD), clean (drop
+NUL, U+FFFD and Cc/Cf/Co characters, map whitespace to a space), put spaces
+around CJK ideographs and, when uncased, NFD, drop accents (Mn), lower-case.
+The character classes are tables taken from the reference
+(`_unicode_tables.py`), plus a patch for the 116 letters whose case mapping or
+decomposition in TensorFlow's ICU differs. ASCII-only strings take a short
+cut through the same steps.
+
+Words and word pieces then come from tensorflow-text's end-to-end
+`FastWordpieceTokenizer`; texts where its word splitting could differ from
+the reference's (a run of more than `max_chars_per_word` non-space
+characters, or a character of `SPLIT_DETOUR_RANGES`) are split by a regex
+first and cut into pieces word by word.
 
 tensorflow-text's own lower-casing (`lower_case_nfd_strip_accents`) applies
-NFKC case folding, which changes characters such as full-width letters,
-ligatures and superscripts that the reference keeps; doing the steps here
-reproduces the reference instead.
+NFKC case folding, which changes characters that the reference keeps
+(full-width letters, ligatures, superscripts...); it is not used.
 """
 
 import os
@@ -21,6 +27,10 @@ import tensorflow as tf
 import tensorflow_text as tf_text
 
 from bert_keras.text import _unicode_tables as tables
+
+# Plain TensorFlow ops without Python control flow: tracing them through
+# AutoGraph only makes `tf.function` and `tf.data` tracing slower.
+_do_not_convert = tf.autograph.experimental.do_not_convert
 
 _REMOVED = tables.to_regex_class(tables.REMOVED_RANGES)
 _WHITESPACE = tables.to_regex_class(tables.WHITESPACE_RANGES)
@@ -76,6 +86,7 @@ def _uncase_patched(x):
     return tf.strings.unicode_encode(chars.with_flat_values(flat), "UTF-8")
 
 
+@_do_not_convert
 def normalize_text(inputs, lower_case=True):
     """Normalises UTF-8 strings exactly as BERT's reference tokenizer does.
 
@@ -93,6 +104,7 @@ def normalize_text(inputs, lower_case=True):
     >>> normalize_text(tf.constant(["Héllo\\tWORLD 中文"])).numpy()
     array([b'hello world  \\xe4\\xb8\\xad  \\xe6\\x96\\x87 '], dtype=object)
     """
+    inputs = to_string_tensor(inputs)
     shape = tf.shape(inputs)
     flat = tf.reshape(inputs, [-1])
     # ASCII text (most text) needs only the ASCII part of each step; the
@@ -334,10 +346,12 @@ class WordPieceTokenizer(keras.layers.Layer):
             "mask_id": self.mask_id,
         }
 
+    @_do_not_convert
     def normalize(self, inputs):
         """The normalised text that words are split from; offsets refer to it."""
         return normalize_text(self._check_inputs(inputs), lower_case=self.lower_case)
 
+    @_do_not_convert
     def split_words(self, inputs):
         """Normalises and splits into words (punctuation marks are words of their own).
 
@@ -392,6 +406,7 @@ class WordPieceTokenizer(keras.layers.Layer):
 
         return tf.cond(tf.reduce_any(detour), with_detour, lambda: fast)
 
+    @_do_not_convert
     def tokenize_with_offsets(self, inputs):
         """Like `tokenize`, and also returns the byte offsets of every word piece.
 
@@ -411,10 +426,12 @@ class WordPieceTokenizer(keras.layers.Layer):
             outputs = tuple(output[0] for output in outputs)
         return outputs
 
+    @_do_not_convert
     def tokenize(self, inputs):
         """Strings to int32 word-piece ids, a ragged tensor `(batch, words, word_pieces)`."""
         return self.tokenize_with_offsets(inputs)[0]
 
+    @_do_not_convert
     def call(self, inputs):
         return self.tokenize(inputs)
 
