@@ -1,0 +1,141 @@
+import os
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from bert_keras import BertEncoder
+from bert_keras.finetune import NO_DECAY_NAMES, WarmupLinearDecay, bert_adamw, finetune
+
+TINY = dict(vocab_size=30, num_layers=1, hidden_size=8, num_heads=2, intermediate_size=16, max_sequence_length=8)
+KEYS = ("input_word_ids", "input_mask", "input_type_ids")
+
+
+def _classifier():
+    encoder = BertEncoder(**TINY, dropout=0.0, attention_dropout=0.0)
+    inputs = {k: keras.Input(shape=(None,), dtype="int32", name=k) for k in KEYS}
+    logits = keras.layers.Dense(2, activation="softmax", name="head")(encoder(inputs)["pooled_output"])
+    return keras.Model(inputs, logits), encoder
+
+
+def _data(n=32, batch=8):
+    rng = np.random.default_rng(0)
+    ids = rng.integers(5, 30, size=(n, 6)).astype("int32")
+    ids[:, 0] = 2
+    labels = (ids[:, 1] > 17).astype("int32")
+    features = {"input_word_ids": ids, "input_mask": np.ones_like(ids), "input_type_ids": np.zeros_like(ids)}
+    return tf.data.Dataset.from_tensor_slices((features, labels)).batch(batch)
+
+
+def _snapshot(weights):
+    return [w.numpy().copy() for w in weights]
+
+
+def _changed(before, weights):
+    return [not np.array_equal(a, w.numpy()) for a, w in zip(before, weights)]
+
+
+class _PhaseProbe(keras.callbacks.Callback):
+    """Records which weights changed by the end of each fit call."""
+
+    def __init__(self, encoder, head):
+        super().__init__()
+        self.encoder, self.head, self.records = encoder, head, []
+
+    def on_train_begin(self, logs=None):
+        self.start = (_snapshot(self.encoder.weights), _snapshot(self.head.weights))
+
+    def on_train_end(self, logs=None):
+        self.records.append(
+            (sum(_changed(self.start[0], self.encoder.weights)), sum(_changed(self.start[1], self.head.weights)))
+        )
+
+
+def test_phase_one_trains_only_the_head_and_phase_two_the_encoder():
+    model, encoder = _classifier()
+    probe = _PhaseProbe(encoder, model.get_layer("head"))
+    history = finetune(model, _data(), encoder=encoder, head_epochs=1, epochs=1, learning_rate=1e-3, callbacks=[probe], verbose=0)
+    assert probe.records[0] == (0, 2)
+    assert probe.records[1][0] == len(encoder.weights) and probe.records[1][1] == 2
+    assert sorted(history.head) == ["accuracy", "loss"] and len(history.full["loss"]) == 1
+
+
+def test_learning_rate_follows_warmup_then_linear_decay():
+    model, encoder = _classifier()
+    rates = []
+
+    class Recorder(keras.callbacks.Callback):
+        def on_train_batch_begin(self, batch, logs=None):
+            if encoder.trainable:
+                rates.append(float(keras.ops.convert_to_numpy(self.model.optimizer.learning_rate)))
+
+    finetune(model, _data(n=80, batch=8), encoder=encoder, head_epochs=1, epochs=2, learning_rate=2e-5, callbacks=[Recorder()], verbose=0)
+    total, warmup = 20, 2
+    expected = [2e-5 * s / warmup if s < warmup else 2e-5 * (1 - (s - warmup) / (total - warmup)) for s in range(total)]
+    np.testing.assert_allclose(rates, expected, rtol=1e-5, atol=1e-12)
+    assert rates[0] == 0.0 and rates[warmup] == pytest.approx(2e-5)
+
+
+def test_optimizer_recipe():
+    model, encoder = _classifier()
+    optimizer = bert_adamw(2e-5, total_steps=100)
+    assert optimizer.weight_decay == pytest.approx(0.01)
+    assert optimizer.global_clipnorm == pytest.approx(1.0)
+    decayed = {w.path for w in model.weights if optimizer._use_weight_decay(w)}
+    excluded = {w.path for w in model.weights} - decayed
+    assert all(name.endswith(("bias", "gamma", "beta")) for name in excluded)
+    assert any(name.endswith("kernel") for name in decayed)
+    assert any(name.endswith("embeddings") for name in decayed)
+    assert not any(name.endswith(("bias", "gamma", "beta")) for name in decayed)
+    assert "layer_norm" in NO_DECAY_NAMES
+
+
+def test_schedule_values_and_errors():
+    schedule = WarmupLinearDecay(1e-4, total_steps=10, warmup_steps=4)
+    assert [round(float(schedule(s)), 9) for s in (0, 2, 4, 7, 10, 12)] == [0.0, 5e-5, 1e-4, 5e-5, 0.0, 0.0]
+    assert WarmupLinearDecay.from_config(schedule.get_config()).get_config() == schedule.get_config()
+    with pytest.raises(ValueError, match="warmup_steps=10"):
+        WarmupLinearDecay(1e-4, total_steps=10, warmup_steps=10)
+    with pytest.raises(ValueError, match="total_steps=0"):
+        WarmupLinearDecay(1e-4, total_steps=0)
+
+
+def test_unknown_steps_per_epoch_is_explained():
+    model, encoder = _classifier()
+    data = _data().repeat()
+    with pytest.raises(ValueError, match="steps_per_epoch"):
+        finetune(model, data, encoder=encoder, verbose=0)
+
+
+def test_missing_encoder_is_explained():
+    model, _ = _classifier()
+    with pytest.raises(ValueError, match="Pass `encoder=`"):
+        finetune(model, _data(), verbose=0)
+
+
+def test_interrupted_run_resumes(tmp_path):
+    backup = str(tmp_path / "backup")
+
+    class Interrupt(keras.callbacks.Callback):
+        def on_epoch_end(self, epoch, logs=None):
+            if self.model.get_layer("head").trainable and getattr(self, "armed", False):
+                raise KeyboardInterrupt
+
+    model, encoder = _classifier()
+    interrupt = Interrupt()
+
+    class Arm(keras.callbacks.Callback):
+        def on_train_begin(self, logs=None):
+            interrupt.armed = encoder.trainable
+
+    with pytest.raises(KeyboardInterrupt):
+        finetune(model, _data(), encoder=encoder, head_epochs=1, epochs=3, callbacks=[Arm(), interrupt], backup_dir=backup, verbose=0)
+    assert os.path.exists(os.path.join(backup, "head_phase.weights.h5"))
+
+    resumed, resumed_encoder = _classifier()
+    history = finetune(resumed, _data(), encoder=resumed_encoder, head_epochs=1, epochs=3, backup_dir=backup, verbose=0)
+    # Phase 1 is not redone, and phase 2 continues after its first (completed) epoch.
+    assert len(history.full["loss"]) == 2
+    assert int(resumed.optimizer.iterations.numpy()) == 3 * 4
+    assert len(history.head["loss"]) == 1
