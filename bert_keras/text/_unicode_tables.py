@@ -7,10 +7,14 @@ Hugging Face `tokenizers` BertNormalizer and BertPreTokenizer, as used by
 that reference on each of the 1,112,064 Unicode scalar values (tokenizers
 0.23.3); `tests/text/test_unicode_tables.py` repeats the probe and compares.
 Fixed tables, rather than RE2's `\p{..}` classes, keep the result independent
-of the Unicode version bundled with TensorFlow.
+of the Unicode version bundled with TensorFlow. The last two tables list where
+TensorFlow 2.21 / tensorflow-text 2.21 (their ICU) differ from the reference;
+`tests/text/test_unicode_tables.py` and `tests/text/test_tokenizer.py` check
+that they are complete.
 """
 
-# Dropped by `clean_text`: NUL, U+FFFD and categories Cc, Cf, Co (tab, newline, carriage return excepted).
+# Dropped by `clean_text`: NUL, U+FFFD and categories Cc, Cf, Co (tab, newline
+# and carriage return excepted).
 REMOVED_RANGES = (
     (0x0000, 0x0008), (0x000B, 0x000C), (0x000E, 0x001F), (0x007F, 0x009F), (0x00AD, 0x00AD),
     (0x0600, 0x0605), (0x061C, 0x061C), (0x06DD, 0x06DD), (0x070F, 0x070F), (0x180E, 0x180E),
@@ -20,7 +24,8 @@ REMOVED_RANGES = (
     (0x100000, 0x10FFFD),
 )
 
-# Mapped to a space by `clean_text`: tab, newline, carriage return and the White_Space characters left after the drop above.
+# Mapped to a space by `clean_text`: tab, newline, carriage return and the
+# White_Space characters left after the drop above.
 WHITESPACE_RANGES = (
     (0x0009, 0x000A), (0x000D, 0x000D), (0x00A0, 0x00A0), (0x1680, 0x1680), (0x2000, 0x200A),
     (0x2028, 0x2029), (0x202F, 0x202F), (0x205F, 0x205F), (0x3000, 0x3000),
@@ -32,7 +37,8 @@ CJK_RANGES = (
     (0x2B920, 0x2CEAF), (0x2F800, 0x2FA1F),
 )
 
-# Characters that `strip_accents` drops after NFD (Unicode category Mn, in the tables of the reference implementation).
+# Characters that `strip_accents` drops after NFD (Unicode category Mn, in the
+# tables of the reference implementation).
 ACCENT_RANGES = (
     (0x0300, 0x036F), (0x0483, 0x0487), (0x0591, 0x05BD), (0x05BF, 0x05BF), (0x05C1, 0x05C2),
     (0x05C4, 0x05C5), (0x05C7, 0x05C7), (0x0610, 0x061A), (0x064B, 0x065F), (0x0670, 0x0670),
@@ -93,7 +99,8 @@ ACCENT_RANGES = (
     (0x1E8D0, 0x1E8D6), (0xE0100, 0xE01EF),
 )
 
-# Characters that the BERT pre-tokenizer splits off as words of their own: ASCII punctuation and Unicode categories P*.
+# Characters that the BERT pre-tokenizer splits off as words of their own:
+# ASCII punctuation and Unicode categories P*.
 PUNCTUATION_RANGES = (
     (0x0021, 0x002F), (0x003A, 0x0040), (0x005B, 0x0060), (0x007B, 0x007E), (0x00A1, 0x00A1),
     (0x00A7, 0x00A7), (0x00AB, 0x00AB), (0x00B6, 0x00B7), (0x00BB, 0x00BB), (0x00BF, 0x00BF),

@@ -243,7 +243,11 @@ class WordPieceTokenizer(keras.layers.Layer):
                 "Received an invalid value for argument `lower_case`, expected a bool. "
                 f"Received: lower_case={lower_case!r}"
             )
-        if isinstance(max_chars_per_word, bool) or not isinstance(max_chars_per_word, int) or max_chars_per_word <= 0:
+        if (
+            isinstance(max_chars_per_word, bool)
+            or not isinstance(max_chars_per_word, int)
+            or max_chars_per_word <= 0
+        ):
             raise ValueError(
                 "Received an invalid value for argument `max_chars_per_word`, expected a "
                 f"positive integer. Received: max_chars_per_word={max_chars_per_word!r}"
