@@ -5,6 +5,7 @@ from keras import ops
 
 from bert_keras.layers._utils import (
     check_positive_int,
+    check_rate,
     deserialize_activation,
     get_activation,
     serialize_activation,
@@ -198,4 +199,161 @@ class NextSentenceHead(keras.layers.Layer):
                 "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
             }
         )
+        return config
+
+
+def _clone(initializer):
+    return keras.initializers.get(keras.initializers.serialize(initializer))
+
+
+@keras.saving.register_keras_serializable(package="bert_keras")
+class ClassificationHead(keras.layers.Layer):
+    """Sentence classification on the pooled output: dropout, then a dense layer.
+
+    The head of `BertForSequenceClassification` and of TF Hub's classifier
+    examples: `logits = dense(dropout(pooled_output))`.
+
+    Args:
+        num_classes: int. Number of logits.
+        dropout: float. Dropout rate on the pooled output. Defaults to `0.1`.
+        kernel_initializer: str or initializer. Defaults to
+            `TruncatedNormal(stddev=0.02)`.
+        **kwargs: other `keras.layers.Layer` arguments (`name`, `dtype`, ...).
+
+    Call arguments:
+        pooled_output: float tensor `(batch, hidden)`.
+        training: bool. Whether dropout is applied.
+
+    Returns:
+        Logits `(batch, num_classes)`.
+
+    Example:
+    >>> ClassificationHead(num_classes=3)(np.zeros((2, 16))).shape
+    (2, 3)
+    """
+
+    def __init__(self, num_classes, dropout=0.1, kernel_initializer=None, **kwargs):
+        super().__init__(**kwargs)
+        self.num_classes = check_positive_int("num_classes", num_classes)
+        self.dropout = check_rate("dropout", dropout)
+        self.kernel_initializer = keras.initializers.get(
+            kernel_initializer if kernel_initializer is not None else _default_initializer()
+        )
+
+    def build(self, pooled_output_shape):
+        self.dropout_layer = keras.layers.Dropout(self.dropout, dtype=self.dtype_policy, name="dropout")
+        self.dense = keras.layers.Dense(
+            self.num_classes,
+            kernel_initializer=_clone(self.kernel_initializer),
+            dtype=self.dtype_policy,
+            name="dense",
+        )
+        self.dense.build(pooled_output_shape)
+        self.built = True
+
+    def call(self, pooled_output, training=None):
+        x = self.dropout_layer(pooled_output, training=training)  # (batch, hidden)
+        return self.dense(x)  # (batch, num_classes)
+
+    def compute_output_shape(self, pooled_output_shape):
+        return tuple(pooled_output_shape[:-1]) + (self.num_classes,)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            {
+                "num_classes": self.num_classes,
+                "dropout": self.dropout,
+                "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
+            }
+        )
+        return config
+
+
+@keras.saving.register_keras_serializable(package="bert_keras")
+class TokenClassificationHead(ClassificationHead):
+    """Token classification (e.g. NER tags) on the sequence output: dropout, then dense.
+
+    The head of `BertForTokenClassification`: one set of logits per token.
+
+    Args:
+        num_classes: int. Number of tags.
+        dropout: float. Dropout rate on the sequence output. Defaults to `0.1`.
+        kernel_initializer: str or initializer. Defaults to
+            `TruncatedNormal(stddev=0.02)`.
+        **kwargs: other `keras.layers.Layer` arguments.
+
+    Call arguments:
+        sequence_output: float tensor `(batch, seq, hidden)`.
+        training: bool. Whether dropout is applied.
+
+    Returns:
+        Logits `(batch, seq, num_classes)`.
+
+    Example:
+    >>> TokenClassificationHead(num_classes=5)(np.zeros((2, 7, 16))).shape
+    (2, 7, 5)
+    """
+
+    def call(self, sequence_output, training=None):
+        x = self.dropout_layer(sequence_output, training=training)  # (batch, seq, hidden)
+        return self.dense(x)  # (batch, seq, num_classes)
+
+
+@keras.saving.register_keras_serializable(package="bert_keras")
+class SpanHead(keras.layers.Layer):
+    """Span labelling for extractive QA: start and end logits, masked to the context.
+
+    `start_logits, end_logits = unstack(dense_2(sequence_output))`, the head
+    of `BertForQuestionAnswering`. Positions outside `context_mask` get a
+    large negative logit, so that softmax and argmax never pick them.
+
+    Args:
+        kernel_initializer: str or initializer. Defaults to
+            `TruncatedNormal(stddev=0.02)`.
+        **kwargs: other `keras.layers.Layer` arguments.
+
+    Call arguments:
+        sequence_output: float tensor `(batch, seq, hidden)`.
+        context_mask: optional int or bool tensor `(batch, seq)`: 1 where an
+            answer may start or end. If omitted, nothing is masked.
+
+    Returns:
+        A tuple `(start_logits, end_logits)`, each `(batch, seq)`.
+
+    Example:
+    >>> start, end = SpanHead()(np.zeros((2, 7, 16)), np.ones((2, 7)))
+    >>> start.shape, end.shape
+    ((2, 7), (2, 7))
+    """
+
+    def __init__(self, kernel_initializer=None, **kwargs):
+        super().__init__(**kwargs)
+        self.kernel_initializer = keras.initializers.get(
+            kernel_initializer if kernel_initializer is not None else _default_initializer()
+        )
+
+    def build(self, sequence_output_shape, context_mask_shape=None):
+        self.dense = keras.layers.Dense(
+            2, kernel_initializer=_clone(self.kernel_initializer), dtype=self.dtype_policy, name="dense"
+        )
+        self.dense.build(sequence_output_shape)
+        self.built = True
+
+    def call(self, sequence_output, context_mask=None):
+        logits = self.dense(sequence_output)  # (batch, seq, 2)
+        if context_mask is not None:
+            # float16 cannot hold -1e9; -3e4 is still far below any real logit.
+            low = -3e4 if keras.backend.standardize_dtype(logits.dtype) == "float16" else -1e9
+            allowed = ops.cast(context_mask, "bool")[:, :, None]  # (batch, seq, 1)
+            logits = ops.where(allowed, logits, ops.cast(low, logits.dtype))
+        return logits[:, :, 0], logits[:, :, 1]  # (batch, seq) each
+
+    def compute_output_shape(self, sequence_output_shape, context_mask_shape=None):
+        shape = tuple(sequence_output_shape[:-1])
+        return shape, shape
+
+    def get_config(self):
+        config = super().get_config()
+        config.update({"kernel_initializer": keras.initializers.serialize(self.kernel_initializer)})
         return config
