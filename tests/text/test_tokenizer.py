@@ -242,3 +242,8 @@ def test_mixed_batch_keeps_the_order_of_rows(tiny_vocab):
     # Offsets of the 11-character word (one unknown piece) and of "the" after it.
     assert together[1].to_list()[1] == [[0], [12]] and together[2].to_list()[1] == [[11], [15]]
     assert together[1].to_list()[2] == [[0]] and together[2].to_list()[2] == [[6]]
+
+
+def test_symbolic_call_explains_the_ragged_output(tiny_vocab):
+    with pytest.raises(NotImplementedError, match="use BertPreprocessor inside a model"):
+        WordPieceTokenizer(tiny_vocab)(keras.Input(shape=(), dtype="string"))
