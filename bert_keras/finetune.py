@@ -240,3 +240,42 @@ def _run_head_phase(model, encoder, data, loss, metrics, epochs, learning_rate, 
         with open(done_history, "w") as f:
             json.dump(history, f)
     return history
+
+
+def hub_classifier(preprocess, encoder, num_classes, seq_length=None, text_pairs=False, dropout=0.1, trainable=False):
+    """The reference workflow's model: strings -> Hub preprocess -> Hub encoder -> dropout -> softmax.
+
+    Args:
+        preprocess: handle (path or URL) of a Hub preprocess module.
+        encoder: handle of a Hub encoder module.
+        num_classes: int.
+        seq_length: optional int. Pack to this length (through the module's
+            `tokenize` and `bert_pack_inputs`) instead of its default.
+        text_pairs: bool. Two string inputs (`text`, `text_pair`) packed as
+            segments A and B. Defaults to `False`.
+        dropout: float. Dropout on `pooled_output`. Defaults to `0.1`.
+        trainable: bool. Whether the encoder starts trainable. Defaults to `False`.
+
+    Returns:
+        `(model, encoder_layer)`: the `keras.Model` and the encoder's
+        `bert_keras.hub.KerasLayer` (to freeze or unfreeze).
+    """
+    from bert_keras import hub
+
+    encoder_layer = hub.KerasLayer(encoder, trainable=trainable, name="encoder")
+    texts = [keras.Input(shape=(), dtype="string", name="text")]
+    if text_pairs:
+        texts.append(keras.Input(shape=(), dtype="string", name="text_pair"))
+    if seq_length is None and not text_pairs:
+        encoder_inputs = hub.KerasLayer(preprocess, name="preprocess")(texts[0])
+    else:
+        module = hub.load(preprocess)
+        tokenize = hub.KerasLayer(module.tokenize, name="tokenize")
+        arguments = {} if seq_length is None else {"seq_length": int(seq_length)}
+        pack = hub.KerasLayer(module.bert_pack_inputs, arguments=arguments, name="pack")
+        encoder_inputs = pack([tokenize(text) for text in texts])
+    pooled = encoder_layer(encoder_inputs)["pooled_output"]
+    pooled = keras.layers.Dropout(dropout, name="dropout")(pooled)
+    probabilities = keras.layers.Dense(num_classes, activation="softmax", name="classifier")(pooled)
+    model = keras.Model(texts if text_pairs else texts[0], probabilities, name="bert_classifier")
+    return model, encoder_layer
