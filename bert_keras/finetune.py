@@ -249,8 +249,8 @@ def hub_classifier(preprocess, encoder, num_classes, seq_length=None, text_pairs
         preprocess: handle (path or URL) of a Hub preprocess module.
         encoder: handle of a Hub encoder module.
         num_classes: int.
-        seq_length: optional int. Pack to this length (through the module's
-            `tokenize` and `bert_pack_inputs`) instead of its default.
+        seq_length: optional int. Pack to this length (with
+            `bert_keras.hub.PreprocessLayer`) instead of the module's default.
         text_pairs: bool. Two string inputs (`text`, `text_pair`) packed as
             segments A and B. Defaults to `False`.
         dropout: float. Dropout on `pooled_output`. Defaults to `0.1`.
@@ -269,11 +269,8 @@ def hub_classifier(preprocess, encoder, num_classes, seq_length=None, text_pairs
     if seq_length is None and not text_pairs:
         encoder_inputs = hub.KerasLayer(preprocess, name="preprocess")(texts[0])
     else:
-        module = hub.load(preprocess)
-        tokenize = hub.KerasLayer(module.tokenize, name="tokenize")
-        arguments = {} if seq_length is None else {"seq_length": int(seq_length)}
-        pack = hub.KerasLayer(module.bert_pack_inputs, arguments=arguments, name="pack")
-        encoder_inputs = pack([tokenize(text) for text in texts])
+        pack = hub.PreprocessLayer(preprocess, seq_length=seq_length, name="preprocess")
+        encoder_inputs = pack(texts if text_pairs else texts[0])
     pooled = encoder_layer(encoder_inputs)["pooled_output"]
     pooled = keras.layers.Dropout(dropout, name="dropout")(pooled)
     probabilities = keras.layers.Dense(num_classes, activation="softmax", name="classifier")(pooled)

@@ -1,0 +1,72 @@
+"""A Hub preprocess module as one Keras layer: strings (or pairs) -> packed encoder inputs."""
+
+import keras
+import tensorflow as tf
+
+from bert_keras.hub.loader import load
+
+
+@keras.saving.register_keras_serializable(package="bert_keras")
+class PreprocessLayer(keras.layers.Layer):
+    """Runs a Hub preprocess module's `tokenize` and `bert_pack_inputs` in one layer.
+
+    TF Hub's recipe for sentence pairs or another sequence length chains
+    `KerasLayer(preprocess.tokenize)` and `KerasLayer(preprocess.bert_pack_inputs)`.
+    Keras 3 functional models cannot pass ragged tensors between layers, so
+    this layer does both steps inside one call and returns dense tensors.
+
+    Args:
+        handle: str. Path or URL of a Hub preprocess module.
+        seq_length: optional int. Packed length; defaults to the module's own.
+        load_options: optional `tf.saved_model.LoadOptions`.
+        **kwargs: other `keras.layers.Layer` arguments.
+
+    Call arguments:
+        inputs: a `(batch,)` string tensor, or a list of them (one per segment).
+
+    Returns:
+        The dict of int32 `(batch, seq_length)` tensors `input_word_ids`,
+        `input_mask` and `input_type_ids`.
+
+    Example:
+    >>> pack = PreprocessLayer("saved_models/preprocess", seq_length=64)
+    >>> question, passage = keras.Input((), dtype="string"), keras.Input((), dtype="string")
+    >>> encoder_inputs = pack([question, passage])
+    """
+
+    def __init__(self, handle, seq_length=None, load_options=None, **kwargs):
+        super().__init__(trainable=False, **kwargs)
+        if seq_length is not None and (isinstance(seq_length, bool) or not isinstance(seq_length, int) or seq_length < 3):
+            raise ValueError(
+                "Received an invalid value for argument `seq_length`, expected an integer >= 3. "
+                f"Received: seq_length={seq_length!r}"
+            )
+        self.handle = handle
+        self.seq_length = seq_length
+        self._module = load(handle, options=load_options)
+        for name in ("tokenize", "bert_pack_inputs"):
+            if not hasattr(self._module, name):
+                raise ValueError(
+                    f"The SavedModel at {handle!r} is not a Hub preprocess module: it has no `{name}`."
+                )
+        self.built = True
+
+    def call(self, inputs):
+        texts = list(inputs) if isinstance(inputs, (list, tuple)) else [inputs]
+        segments = [self._module.tokenize(tf.reshape(text, [-1])) for text in texts]
+        if self.seq_length is None:
+            return self._module.bert_pack_inputs(segments)
+        return self._module.bert_pack_inputs(segments, seq_length=tf.constant(self.seq_length, tf.int32))
+
+    def compute_output_spec(self, inputs):
+        first = inputs[0] if isinstance(inputs, (list, tuple)) else inputs
+        length = self.seq_length
+        if length is None:
+            length = int(self._module(tf.constant([""]))["input_word_ids"].shape[1])
+        shape = (first.shape[0], length)
+        return {key: keras.KerasTensor(shape, dtype="int32") for key in ("input_word_ids", "input_mask", "input_type_ids")}
+
+    def get_config(self):
+        config = super().get_config()
+        config.update({"handle": self.handle, "seq_length": self.seq_length})
+        return config
