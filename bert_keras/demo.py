@@ -34,7 +34,7 @@ class DemoConfig:
     out_dir: str = "saved_models"
     train_size: int = 6000
     validation_size: int = 1000
-    test_size: int = 0  # 0: the whole test split
+    test_size: int = 2000  # 0: the whole test split
     seq_length: int = 64
     batch_size: int = 32
     head_epochs: int = 1

@@ -1,0 +1,125 @@
+"""`bert-keras finetune` and `bert-keras predict` on tiny Hub modules and users' files."""
+
+import io
+import json
+import os
+import sys
+
+import keras
+import pytest
+
+from bert_keras import BertEncoder, cli, hub
+
+WORDS = ["good", "great", "fun", "bad", "awful", "boring", "movie", "the", "was", "a", "plot", "?"]
+VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + WORDS
+
+
+@pytest.fixture(scope="module")
+def modules(tmp_path_factory):
+    root = tmp_path_factory.mktemp("modules")
+    vocab = root / "vocab.txt"
+    vocab.write_text("\n".join(VOCAB) + "\n")
+    keras.utils.set_random_seed(3)
+    encoder = BertEncoder(vocab_size=len(VOCAB), num_layers=1, hidden_size=8, num_heads=2, intermediate_size=16, max_sequence_length=32)
+    hub.export_encoder(encoder, str(root / "encoder"), str(vocab), do_lower_case=True)
+    hub.export_preprocessor(str(root / "preprocess"), str(vocab), do_lower_case=True, seq_length=16)
+    return str(root)
+
+
+ROWS = [("the movie was good", "pos"), ("great fun", "pos"), ("a great plot", "pos"), ("good good", "pos"),
+        ("the movie was bad", "neg"), ("awful plot", "neg"), ("boring boring", "neg"), ("bad bad movie", "neg")] * 3
+
+
+def _csv(path, rows, header="text,label"):
+    path.write_text(header + "\n" + "\n".join(f"{t},{l}" for t, l in rows) + "\n")
+    return str(path)
+
+
+def _finetune(modules, train, out, *extra):
+    return cli.main(["finetune", "--train", train, "--modules", modules, "--out", out, "--seq-length", "16",
+                     "--epochs", "1", "--batch-size", "8", *extra])
+
+
+def test_finetune_then_predict(modules, tmp_path, capsys, monkeypatch):
+    out = str(tmp_path / "classifier")
+    test = _csv(tmp_path / "test.csv", ROWS[:8])
+    assert _finetune(modules, _csv(tmp_path / "train.csv", ROWS), out, "--test", test) == 0
+    printed = capsys.readouterr().out
+    assert "labels: ['neg', 'pos']" in printed and "Test accuracy:" in printed
+    assert os.path.exists(os.path.join(out, "saved_model.pb"))
+    with open(os.path.join(out, "assets.extra", "metrics.json")) as f:
+        metrics = json.load(f)
+    assert metrics["label_names"] == ["neg", "pos"] and 0.0 <= metrics["test_accuracy"] <= 1.0
+
+    assert cli.main(["predict", "--model", out, "great fun", "awful plot"]) == 0
+    lines = capsys.readouterr().out.strip().split("\n")
+    assert [line.split("\t")[2] for line in lines] == ["great fun", "awful plot"]
+    assert all(line.split("\t")[0] in ("neg", "pos") and 0.5 <= float(line.split("\t")[1]) <= 1.0 for line in lines)
+
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(b"good movie\nboring plot\n")))
+    assert cli.main(["predict", "--model", out]) == 0
+    assert len(capsys.readouterr().out.strip().split("\n")) == 2
+
+
+def test_finetune_text_pairs(modules, tmp_path, capsys):
+    rows = "\n".join(f"{a}\t{b}\t{l}" for a, b, l in [("good", "great", "same"), ("bad", "good", "diff"), ("awful", "bad", "same"), ("fun", "boring", "diff")] * 4)
+    train = tmp_path / "pairs.tsv"
+    train.write_text("a\tb\tlabel\n" + rows + "\n")
+    out = str(tmp_path / "pairs")
+    code = _finetune(modules, str(train), out, "--text-column", "a", "--text-pair-column", "b")
+    assert code == 0, capsys.readouterr().err
+    capsys.readouterr()
+    assert cli.main(["predict", "--model", out, "good\tgreat"]) == 0
+    assert capsys.readouterr().out.split("\t")[0] in ("same", "diff")
+    assert cli.main(["predict", "--model", out, "good only"]) == 2
+    assert "TEXT<TAB>TEXT_PAIR" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "content, extra, pattern",
+    [
+        (None, (), r"no such file"),
+        ("text,sentiment\ngood,pos\n", (), r"missing column\(s\) \['label'\]. Columns found: \['text', 'sentiment'\]"),
+        ("", (), r"is empty"),
+        (b"text,label\ngood,pos\n\xff\xfe bad,neg\n", (), r"line 3 is not valid UTF-8 \(byte 0xff"),
+        ("text,label\ngood,pos\n\nbad,neg\n", (), r"line 3 is empty"),
+        ("text,label\ngood,pos\nbad,neg\n", ("--test", "TEST"), r"label\(s\) \['meh'\] do not occur in the training data"),
+    ],
+    ids=["missing-file", "missing-column", "empty-file", "non-utf8", "empty-line", "label-only-in-test"],
+)
+def test_finetune_bad_input(modules, tmp_path, capsys, content, extra, pattern):
+    train = tmp_path / "train.csv"
+    if isinstance(content, bytes):
+        train.write_bytes(content)
+    elif content is not None:
+        train.write_text(content)
+    test = _csv(tmp_path / "test.csv", [("good", "pos"), ("so so", "meh")])
+    extra = tuple(test if arg == "TEST" else arg for arg in extra)
+    out = tmp_path / "out"
+    assert _finetune(modules, str(train), str(out), *extra) == 2
+    error = capsys.readouterr().err
+    assert error.startswith("bert-keras finetune: ")
+    assert __import__("re").search(pattern, error), error
+    assert not out.exists()
+
+
+def test_finetune_refuses_a_non_empty_output(modules, tmp_path, capsys):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "keep.txt").write_text("mine")
+    assert _finetune(modules, _csv(tmp_path / "train.csv", ROWS), str(out)) == 2
+    assert "--force" in capsys.readouterr().err
+    assert (out / "keep.txt").read_text() == "mine"
+
+
+def test_predict_bad_input(tmp_path, capsys, monkeypatch):
+    assert cli.main(["predict", "--model", str(tmp_path / "nothing"), "hello"]) == 2
+    assert "cannot load a classifier" in capsys.readouterr().err
+    assert cli.main(["predict", "--model", str(tmp_path), "hello", " "]) == 2
+    assert "input 2 is empty" in capsys.readouterr().err
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(b"fine\n\xffbad\n")))
+    assert cli.main(["predict", "--model", str(tmp_path)]) == 2
+    assert "line 2 is not valid UTF-8" in capsys.readouterr().err
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(b"")))
+    assert cli.main(["predict", "--model", str(tmp_path)]) == 2
+    assert "no text given" in capsys.readouterr().err
