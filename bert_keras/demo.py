@@ -141,7 +141,7 @@ def run_demo(config=None, report=print, verbose=2):
         model, encoder = hub_classifier(preprocess_dir, encoder_dir, num_classes=len(train.label_names), seq_length=config.seq_length)
     report(
         f"Fine-tuning MiniLM-L6-H384 (seq_length {config.seq_length}, batch {config.batch_size}): "
-        f"{config.head_epochs} epoch(s) with the encoder frozen, then {config.epochs} with it unfrozen (AdamW 2e-5)"
+        f"{config.head_epochs} epoch(s) with the encoder frozen, then {config.epochs} with it unfrozen (AdamW {config.learning_rate:g})"
     )
     fit_started = time.time()
     history = finetune(
