@@ -5,7 +5,7 @@ import collections.abc
 import keras
 import tensorflow as tf
 
-from bert_keras.layers import BertEmbeddings, TransformerEncoderBlock
+from bert_keras.layers import BertEmbeddings, TransformerEncoderBlock, attention_bias_from_mask
 from bert_keras.layers._utils import (
     check_positive_int,
     check_rate,
@@ -152,9 +152,11 @@ class BertEncoder(keras.Model):
         # === Functional model ===
         inputs = {key: keras.Input(shape=(None,), dtype="int32", name=key) for key in INPUT_KEYS}
         x = embeddings(inputs["input_word_ids"], inputs["input_type_ids"])
+        # The additive mask is built once per batch and shared by every block.
+        attention_bias = attention_bias_from_mask(inputs["input_mask"])  # (batch, 1, 1, seq)
         encoder_outputs, attention_probs = [], []
         for block in blocks:
-            x, probs = block(x, attention_mask=inputs["input_mask"], return_attention_scores=True)
+            x, probs = block(x, attention_bias=attention_bias, return_attention_scores=True)
             encoder_outputs.append(x)
             attention_probs.append(probs)
         if output_layer_norm is not None:

@@ -227,3 +227,57 @@ def test_other_backends_are_refused():
     check_backend("tensorflow")
     with pytest.raises(ImportError, match=r"TensorFlow backend only.*keras.backend.backend\(\)='jax'.*KERAS_BACKEND=tensorflow"):
         check_backend("jax")
+
+
+def _tiny_pair(policy):
+    """A float32 encoder and one under `policy` with the same weights."""
+    reference = BertEncoder(**TINY, dropout=0.0, attention_dropout=0.0)
+    mixed = BertEncoder(**TINY, dropout=0.0, attention_dropout=0.0, dtype=policy)
+    inputs = _inputs()
+    reference(inputs)
+    mixed(inputs)
+    mixed.set_weights(reference.get_weights())
+    return reference, mixed, inputs
+
+
+@pytest.mark.parametrize("policy, atol", [("mixed_bfloat16", 0.1), ("mixed_float16", 0.01)])
+def test_mixed_precision_is_close_to_float32(policy, atol):
+    reference, mixed, inputs = _tiny_pair(policy)
+    assert all(w.dtype == "float32" for w in mixed.weights)
+    expected = reference(inputs)
+    out = mixed(inputs)
+    compute = policy.split("_")[1]
+    assert keras.backend.standardize_dtype(out["sequence_output"].dtype) == compute
+    for key in ("sequence_output", "pooled_output"):
+        actual = np.asarray(tf.cast(out[key], "float32"))
+        assert np.isfinite(actual).all()
+        assert_close(actual, expected[key], atol=atol)
+    # Padding stays masked: the float32 bias of -1e9 is added in float32.
+    probs = BertEncoder(**TINY, return_attention_probs=True, dtype=policy)(inputs)["attention_probs"]
+    assert float(np.asarray(tf.cast(probs[0], "float32"))[1, :, :, 4:].max()) == 0.0
+
+
+def test_xla_compiled_call_matches_eager():
+    encoder = BertEncoder(**TINY, dropout=0.0, attention_dropout=0.0)
+    inputs = {k: tf.constant(v) for k, v in _inputs().items()}
+    eager = encoder(inputs)
+    compiled = tf.function(lambda x: encoder(x, training=False), jit_compile=True)(inputs)
+    for key in ("sequence_output", "pooled_output"):
+        assert_close(compiled[key], eager[key], atol=1e-5)
+
+
+def test_exported_hub_module_equals_the_in_memory_encoder(tmp_path):
+    from bert_keras.hub import export_encoder, load
+
+    encoder = BertEncoder(**TINY)
+    vocab = tmp_path / "vocab.txt"
+    vocab.write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + [f"w{i}" for i in range(45)]) + "\n")
+    export_dir = export_encoder(encoder, str(tmp_path / "encoder"), str(vocab), do_lower_case=True)
+    module = load(export_dir)
+    inputs = {k: tf.constant(v) for k, v in _inputs().items()}
+    expected = encoder(inputs, training=False)
+    out = module(inputs, training=False)
+    for key in ("sequence_output", "pooled_output", "default"):
+        assert_close(out[key], expected[key], atol=1e-6)
+    for actual, wanted in zip(out["encoder_outputs"], expected["encoder_outputs"]):
+        assert_close(actual, wanted, atol=1e-6)

@@ -1,6 +1,6 @@
 """Reusable Keras 3 layers that BERT is built from."""
 
-from bert_keras.layers.attention import MultiHeadSelfAttention
+from bert_keras.layers.attention import MultiHeadSelfAttention, attention_bias_from_mask
 from bert_keras.layers.embeddings import BertEmbeddings, SinusoidalPositionEncoding
 from bert_keras.layers.encoder_block import TransformerEncoderBlock
 from bert_keras.layers.feed_forward import FeedForward
@@ -11,4 +11,5 @@ __all__ = [
     "MultiHeadSelfAttention",
     "SinusoidalPositionEncoding",
     "TransformerEncoderBlock",
+    "attention_bias_from_mask",
 ]

@@ -1,6 +1,7 @@
 """Multi-head scaled dot-product self-attention."""
 
 import keras
+import tensorflow as tf
 from keras import ops
 
 from bert_keras.layers._utils import check_positive_int, check_rate, clone_initializer
@@ -9,12 +10,42 @@ from bert_keras.layers._utils import check_positive_int, check_rate, clone_initi
 _MASK_NEGATIVE = -1e9
 
 
+def attention_bias_from_mask(attention_mask):
+    """The additive float32 bias of a 0/1 attention mask: 0 where allowed, -1e9 where not.
+
+    Build it once per batch and pass it to every layer as `attention_bias`
+    (`BertEncoder` does), instead of converting the mask in each layer.
+
+    Args:
+        attention_mask: 0/1 (or boolean) tensor, 1 where attention is allowed:
+            `(batch, seq_k)` or `(batch, seq_q, seq_k)`.
+
+    Returns:
+        float32 `(batch, 1, 1, seq_k)` or `(batch, 1, seq_q, seq_k)`.
+    """
+    mask = ops.cast(attention_mask, "float32")
+    if len(mask.shape) == 2:
+        mask = mask[:, None, None, :]  # (batch, 1, 1, seq_k)
+    elif len(mask.shape) == 3:
+        mask = mask[:, None, :, :]  # (batch, 1, seq_q, seq_k)
+    else:
+        raise ValueError(
+            "Expected `attention_mask` of rank 2 (batch, seq) or 3 (batch, seq, seq). "
+            f"Received: attention_mask.shape={attention_mask.shape}"
+        )
+    # (Equal to `(1 - mask) * -1e9` for 0/1 masks; `where` also keeps Keras'
+    # symbolic tensors dense in functional models.)
+    return ops.where(mask > 0.5, 0.0, _MASK_NEGATIVE)
+
+
 @keras.saving.register_keras_serializable(package="bert_keras")
 class MultiHeadSelfAttention(keras.layers.Layer):
     """Multi-head self-attention as in "Attention Is All You Need".
 
     The input is projected to queries, keys and values (`query`, `key`, `value`
-    dense layers, each `hidden -> hidden`), split into `num_heads` heads of size
+    dense layers, each `hidden -> hidden`; computed as one fused GEMM over the
+    flattened `(batch * seq, hidden)` tokens, with the `1/sqrt(head_size)` scale
+    folded into the query weights), split into `num_heads` heads of size
     `hidden // num_heads`, attended with scaled dot products under an additive
     padding mask, and the heads are concatenated and projected back (`output`).
     The softmax is computed in float32 under mixed precision.
@@ -38,6 +69,9 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         training: bool. Whether dropout is applied.
         return_attention_scores: bool. If `True`, also return the attention
             probabilities.
+        attention_bias: optional float tensor broadcastable to
+            `(batch, num_heads, seq_q, seq_k)`, added to the scores; takes the
+            place of `attention_mask` (see `attention_bias_from_mask`).
 
     Returns:
         `(batch, seq, hidden)`, and with `return_attention_scores=True` a tuple
@@ -94,43 +128,55 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         self.probs_dropout = keras.layers.Dropout(self.dropout, dtype=self.dtype_policy, name="probs_dropout")
         self.built = True
 
-    def _split_heads(self, x, seq_length):
-        # x: (batch, seq, hidden) -> (batch, heads, seq, head_size)
-        x = ops.reshape(x, (-1, seq_length, self.num_heads, self.head_size))
-        return ops.transpose(x, (0, 2, 1, 3))
+    def _fused_qkv(self, tokens):
+        # One (tokens, hidden) x (hidden, 3 * hidden) GEMM instead of three; the
+        # 1/sqrt(head_size) scale is folded into the query kernel and bias
+        # (hidden^2 multiplications instead of tokens * hidden).
+        scale = 1.0 / self.head_size**0.5
+        kernels, biases = [], []
+        for dense, factor in ((self.query_dense, scale), (self.key_dense, None), (self.value_dense, None)):
+            kernel, bias = dense.kernel, dense.bias  # (hidden, hidden), (hidden,)
+            if factor is not None:
+                kernel, bias = kernel * factor, bias * factor
+            kernels.append(ops.cast(kernel, self.compute_dtype))
+            biases.append(ops.cast(bias, self.compute_dtype))
+        kernel = ops.concatenate(kernels, axis=1)  # (hidden, 3 * hidden)
+        bias = ops.concatenate(biases, axis=0)  # (3 * hidden,)
+        return ops.matmul(tokens, kernel) + bias  # (tokens, 3 * hidden)
 
-    def _mask_bias(self, attention_mask):
-        # attention_mask: (batch, seq_k) or (batch, seq_q, seq_k) -> (batch, 1|1, seq_q|1, seq_k)
-        mask = ops.cast(attention_mask, "float32")
-        if len(mask.shape) == 2:
-            mask = mask[:, None, None, :]  # (batch, 1, 1, seq_k)
-        elif len(mask.shape) == 3:
-            mask = mask[:, None, :, :]  # (batch, 1, seq_q, seq_k)
-        else:
-            raise ValueError(
-                "Expected `attention_mask` of rank 2 (batch, seq) or 3 (batch, seq, seq). "
-                f"Received: attention_mask.shape={attention_mask.shape}"
-            )
-        return (1.0 - mask) * _MASK_NEGATIVE
-
-    def call(self, inputs, attention_mask=None, training=None, return_attention_scores=False):
-        seq_length = ops.shape(inputs)[1]
-        query = self._split_heads(self.query_dense(inputs), seq_length)  # (batch, heads, seq, head_size)
-        key = self._split_heads(self.key_dense(inputs), seq_length)  # (batch, heads, seq, head_size)
-        value = self._split_heads(self.value_dense(inputs), seq_length)  # (batch, heads, seq, head_size)
-        query = query * ops.cast(1.0 / self.head_size**0.5, query.dtype)
-        scores = ops.matmul(query, ops.transpose(key, (0, 1, 3, 2)))  # (batch, heads, seq_q, seq_k)
+    def call(
+        self,
+        inputs,
+        attention_mask=None,
+        training=None,
+        return_attention_scores=False,
+        attention_bias=None,
+    ):
+        shape = ops.shape(inputs)
+        batch_size, seq_length = shape[0], shape[1]
+        tokens = ops.reshape(inputs, (-1, self.hidden_size))  # (batch * seq, hidden)
+        qkv = self._fused_qkv(tokens)  # (batch * seq, 3 * hidden)
+        qkv = ops.reshape(qkv, (batch_size, seq_length, 3, self.num_heads, self.head_size))
+        qkv = ops.transpose(qkv, (2, 0, 3, 1, 4))  # (3, batch, heads, seq, head_size)
+        query, key, value = ops.unstack(qkv, 3, axis=0)  # each (batch, heads, seq, head_size)
+        scores = tf.linalg.matmul(query, key, transpose_b=True)  # (batch, heads, seq_q, seq_k)
         scores = ops.cast(scores, "float32")
-        if attention_mask is not None:
-            scores = scores + self._mask_bias(attention_mask)
+        if attention_bias is None and attention_mask is not None:
+            attention_bias = attention_bias_from_mask(attention_mask)
+        if attention_bias is not None:
+            scores = scores + ops.cast(attention_bias, "float32")
         probs = ops.cast(ops.softmax(scores, axis=-1), self.compute_dtype)  # (batch, heads, seq_q, seq_k)
         context = ops.matmul(self.probs_dropout(probs, training=training), value)  # (batch, heads, seq, head_size)
         context = ops.transpose(context, (0, 2, 1, 3))  # (batch, seq, heads, head_size)
-        context = ops.reshape(context, (-1, seq_length, self.hidden_size))  # (batch, seq, hidden)
-        outputs = self.output_dense(context)
+        context = ops.reshape(context, (-1, self.hidden_size))  # (batch * seq, hidden)
+        outputs = self.output_dense(context)  # (batch * seq, hidden)
+        outputs = ops.reshape(outputs, (batch_size, seq_length, self.hidden_size))  # (batch, seq, hidden)
         if return_attention_scores:
             return outputs, probs
         return outputs
+
+    def compute_output_shape(self, input_shape):
+        return input_shape
 
     def get_config(self):
         config = super().get_config()

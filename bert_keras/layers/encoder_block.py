@@ -43,6 +43,9 @@ class TransformerEncoderBlock(keras.layers.Layer):
         attention_mask: optional 0/1 tensor `(batch, seq)` or `(batch, seq, seq)`.
         training: bool. Whether dropout is applied.
         return_attention_scores: bool. Also return the attention probabilities.
+        attention_bias: optional additive float bias in place of
+            `attention_mask`, built once per batch with
+            `bert_keras.layers.attention_bias_from_mask` and shared by all blocks.
 
     Returns:
         `(batch, seq, hidden)`, and with `return_attention_scores=True` also the
@@ -108,13 +111,24 @@ class TransformerEncoderBlock(keras.layers.Layer):
             setattr(self, f"{prefix}_output_dropout", drop)
         self.built = True
 
-    def call(self, inputs, attention_mask=None, training=None, return_attention_scores=False):
+    def call(
+        self,
+        inputs,
+        attention_mask=None,
+        training=None,
+        return_attention_scores=False,
+        attention_bias=None,
+    ):
         x = inputs
         residual = x
         if self.norm_first:
             x = self.attention_layer_norm(x)
         x, probs = self.attention(
-            x, attention_mask=attention_mask, training=training, return_attention_scores=True
+            x,
+            attention_mask=attention_mask,
+            training=training,
+            return_attention_scores=True,
+            attention_bias=attention_bias,
         )
         x = residual + self.attention_output_dropout(x, training=training)  # (batch, seq, hidden)
         if not self.norm_first:

@@ -2,7 +2,7 @@ import numpy as np
 import keras
 import pytest
 
-from bert_keras.layers import MultiHeadSelfAttention
+from bert_keras.layers import MultiHeadSelfAttention, attention_bias_from_mask
 from tests.helpers import assert_close, run_layer_test
 
 BATCH, SEQ, HIDDEN, HEADS = 3, 7, 16, 4
@@ -117,3 +117,62 @@ def test_bad_mask_rank():
     layer = MultiHeadSelfAttention(num_heads=2)
     with pytest.raises(ValueError, match="attention_mask"):
         layer(np.zeros((1, 2, 4), "float32"), attention_mask=np.ones((1, 1, 2, 2)))
+
+
+def _reference_attention(layer, x, mask):
+    """Textbook attention from the layer's own sublayers, in numpy."""
+    batch, seq, hidden = x.shape
+    heads, head_size = layer.num_heads, hidden // layer.num_heads
+
+    def project(dense, h):  # (batch, seq, hidden) -> (batch, heads, seq, head_size)
+        y = h @ dense.kernel.numpy() + dense.bias.numpy()
+        return y.reshape(batch, seq, heads, head_size).transpose(0, 2, 1, 3)
+
+    q, k, v = (project(d, x) for d in (layer.query_dense, layer.key_dense, layer.value_dense))
+    scores = q @ k.transpose(0, 1, 3, 2) / np.sqrt(head_size) + (1.0 - mask[:, None, None, :]) * -1e9
+    probs = np.exp(scores - scores.max(-1, keepdims=True))
+    probs /= probs.sum(-1, keepdims=True)
+    context = (probs @ v).transpose(0, 2, 1, 3).reshape(batch, seq, hidden)
+    return context @ layer.output_dense.kernel.numpy() + layer.output_dense.bias.numpy(), probs
+
+
+@pytest.mark.parametrize("hidden, heads", [(16, 4), (12, 2), (24, 8)])
+def test_fused_projection_with_folded_scale_matches_reference(hidden, heads):
+    # head sizes 4, 6 and 3: the folded 1/sqrt(head_size) is a power of two only for the first.
+    rng = np.random.default_rng(2)
+    x = rng.normal(size=(BATCH, SEQ, hidden)).astype("float32")
+    _, mask = _inputs()
+    layer = MultiHeadSelfAttention(num_heads=heads)
+    layer(x)
+    _random_weights(layer)
+    out, probs = layer(x, attention_mask=mask, return_attention_scores=True)
+    ref_out, ref_probs = _reference_attention(layer, x.astype("float64"), mask.astype("float64"))
+    assert_close(out, ref_out, atol=1e-5)
+    assert_close(probs, ref_probs, atol=1e-6)
+
+
+def test_attention_bias_equals_the_mask_it_was_built_from():
+    x, mask = _inputs()
+    layer = MultiHeadSelfAttention(num_heads=HEADS)
+    bias = attention_bias_from_mask(mask)
+    assert tuple(bias.shape) == (BATCH, 1, 1, SEQ)
+    np.testing.assert_array_equal(np.asarray(bias)[:, 0, 0], (1.0 - mask) * -1e9)
+    assert_close(layer(x, attention_bias=bias), layer(x, attention_mask=mask), atol=0)
+    full = attention_bias_from_mask(np.repeat(mask[:, None, :], SEQ, axis=1))
+    assert tuple(full.shape) == (BATCH, 1, SEQ, SEQ)
+    assert_close(layer(x, attention_bias=full), layer(x, attention_mask=mask), atol=0)
+
+
+def test_attention_bias_rejects_bad_mask_rank():
+    with pytest.raises(ValueError, match=r"attention_mask.*rank 2.*Received: attention_mask.shape"):
+        attention_bias_from_mask(np.ones((1, 1, 2, 2)))
+
+
+def test_weights_and_sublayers_unchanged_by_the_fused_path():
+    layer = MultiHeadSelfAttention(num_heads=HEADS, name="attention")
+    layer(np.zeros((1, 2, HIDDEN), "float32"))
+    assert [w.path for w in layer.weights] == [
+        f"attention/{d}/{w}" for d in ("query", "key", "value", "output") for w in ("kernel", "bias")
+    ]
+    for name in ("query_dense", "key_dense", "value_dense", "output_dense"):
+        assert tuple(getattr(layer, name).kernel.shape) == (HIDDEN, HIDDEN)

@@ -1,0 +1,109 @@
+"""Where the time of one MiniLM-L6 encoder block goes (batch 32, seq 128, fp32 inference).
+
+Times, in one process, each part of our `TransformerEncoderBlock` on its own
+(a `tf.function` per part, median of `--repeats` calls after warm-up) next to
+the plain GEMMs of the same shapes, and prints a markdown table: milliseconds,
+GFLOP and GFLOP/s per part, and the sum of the parts against the whole block.
+Run it with and without `TF_ENABLE_ONEDNN_OPTS=1` (read when TensorFlow is
+imported) to see what oneDNN changes:
+
+    TF_CPP_MIN_LOG_LEVEL=2 python benchmarks/profile_encoder.py
+    TF_ENABLE_ONEDNN_OPTS=1 TF_CPP_MIN_LOG_LEVEL=2 python benchmarks/profile_encoder.py
+"""
+
+import argparse
+import os
+import statistics
+import sys
+import time
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
+
+from bert_keras.layers import TransformerEncoderBlock, attention_bias_from_mask  # noqa: E402
+
+
+def median_ms(function, repeats, *args):
+    function(*args)
+    function(*args)
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        result = function(*args)
+        (result[0] if isinstance(result, (tuple, list)) else result).numpy()
+        times.append(time.perf_counter() - start)
+    return 1000 * statistics.median(times)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--batch", type=int, default=32)
+    parser.add_argument("--seq", type=int, default=128)
+    parser.add_argument("--hidden", type=int, default=384)
+    parser.add_argument("--heads", type=int, default=12)
+    parser.add_argument("--intermediate", type=int, default=1536)
+    parser.add_argument("--repeats", type=int, default=10)
+    parser.add_argument("--jit", action="store_true", help="compile every part with XLA")
+    args = parser.parse_args()
+    b, s, h, heads, i = args.batch, args.seq, args.hidden, args.heads, args.intermediate
+    tokens = b * s
+
+    rng = np.random.default_rng(0)
+    x = tf.constant(rng.normal(size=(b, s, h)).astype("float32"))
+    bias = attention_bias_from_mask(tf.ones((b, s), tf.int32))
+    block = TransformerEncoderBlock(num_heads=heads, intermediate_size=i)
+    block(x, attention_bias=bias)
+    attention, ffn = block.attention, block.feed_forward
+    x2 = tf.reshape(x, (tokens, h))
+    inter = tf.constant(rng.normal(size=(tokens, i)).astype("float32"))
+    scores = tf.constant(rng.normal(size=(b, heads, s, s)).astype("float32"))
+    q = tf.constant(rng.normal(size=(b, heads, s, h // heads)).astype("float32"))
+    w_qkv = tf.constant(rng.normal(size=(h, 3 * h)).astype("float32"))
+    w_o = tf.constant(rng.normal(size=(h, h)).astype("float32"))
+    w_1 = tf.constant(rng.normal(size=(h, i)).astype("float32"))
+    w_2 = tf.constant(rng.normal(size=(i, h)).astype("float32"))
+
+    def fn(f):
+        return tf.function(f, jit_compile=args.jit)
+
+    parts = [
+        ("GEMM qkv (tokens x H x 3H)", fn(lambda: tf.matmul(x2, w_qkv)), 2 * tokens * h * 3 * h),
+        ("batched matmul q k^T", fn(lambda: tf.matmul(q, q, transpose_b=True)), 2 * b * heads * s * s * (h // heads)),
+        ("mask bias + softmax", fn(lambda: tf.nn.softmax(scores + bias)), 0),
+        ("batched matmul probs v", fn(lambda: tf.matmul(scores, q)), 2 * b * heads * s * s * (h // heads)),
+        ("GEMM attention output (tokens x H x H)", fn(lambda: tf.matmul(x2, w_o)), 2 * tokens * h * h),
+        ("GEMM FFN in (tokens x H x I)", fn(lambda: tf.matmul(x2, w_1)), 2 * tokens * h * i),
+        ("exact GELU (tokens x I)", fn(lambda: tf.nn.gelu(inter, approximate=False)), 0),
+        ("GEMM FFN out (tokens x I x H)", fn(lambda: tf.matmul(inter, w_2)), 2 * tokens * i * h),
+        ("2 x (residual add + LayerNorm)", fn(lambda: block.feed_forward_layer_norm(block.attention_layer_norm(x + x) + x)), 0),
+    ]
+    whole = [
+        ("attention layer (ours)", fn(lambda: attention(x, attention_bias=bias)), 0),
+        ("feed-forward layer (ours)", fn(lambda: ffn(x)), 0),
+        ("whole block (ours)", fn(lambda: block(x, attention_bias=bias)), 0),
+    ]
+    rows, total, total_flops = [], 0.0, 0
+    for name, f, flops in parts:
+        ms = median_ms(f, args.repeats)
+        total += ms
+        total_flops += flops
+        rows.append((name, ms, flops))
+    rows.append(("sum of the parts", total, total_flops))
+    for name, f, flops in whole:
+        rows.append((name, median_ms(f, args.repeats), total_flops if name.startswith("whole") else 0))
+
+    print(f"TF {tf.__version__}, TF_ENABLE_ONEDNN_OPTS={os.environ.get('TF_ENABLE_ONEDNN_OPTS', 'unset')}, "
+          f"XLA={'on' if args.jit else 'off'}; batch {b}, seq {s}, hidden {h}, heads {heads}, intermediate {i}")
+    print()
+    print("| part | ms | GFLOP | GFLOP/s |")
+    print("|---|---:|---:|---:|")
+    for name, ms, flops in rows:
+        rate = f"{flops / ms / 1e6:.0f}" if flops else ""
+        print(f"| {name} | {ms:.1f} | {flops / 1e9:.2f} | {rate} |")
+
+
+if __name__ == "__main__":
+    main()

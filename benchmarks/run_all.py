@@ -1,0 +1,301 @@
+"""All speed comparisons of bert_keras against its peers, in one run, as one markdown table.
+
+Peers: our `BertEncoder`, keras-nlp (keras-hub) `BertBackbone` and transformers'
+`BertModel` on torch, on the same architecture, batch, sequence length and
+inputs. Every measurement runs in its own process (`worker.py`); the peers
+alternate within each round (the order rotates from round to round), so that
+other load on the machine hits all of them alike. Reported: the median over
+all timed steps of all rounds, the spread (lowest and highest per-process
+median), ratios as the median of the per-round paired ratios, the achieved
+GFLOP/s (model FLOPs / time; a training step counts 3x the forward FLOPs) and
+its share of this machine's fp32 GEMM peak, measured in the same run.
+
+Sections: fp32 GEMM peak; MiniLM-L6 inference (batch 32, seq 128); BERT-Base
+inference (batch 8, seq 128); training step (MiniLM-L6 + 2-class head, Adam,
+batch 32, seq 128); our exported Hub SavedModel vs the in-memory model;
+tokenisation (`tokenize_benchmark.py`).
+
+Run from the repository root (about 35 minutes on 2 cores):
+
+    TF_CPP_MIN_LOG_LEVEL=2 python benchmarks/run_all.py --output benchmarks/results/benchmarks.md
+"""
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+WORKER = os.path.join(HERE, "worker.py")
+
+MODELS = {
+    "minilm": dict(layers=6, hidden=384, intermediate=1536),
+    "base": dict(layers=12, hidden=768, intermediate=3072),
+}
+
+# Variants: label -> (worker peer, extra worker args, TF_ENABLE_ONEDNN_OPTS or None for unset).
+VARIANTS = {
+    "ours": ("ours", [], None),
+    "ours + oneDNN": ("ours", [], "1"),
+    "ours + XLA": ("ours", ["--jit"], None),
+    "keras-nlp": ("kerasnlp", [], None),
+    "keras-nlp + oneDNN": ("kerasnlp", [], "1"),
+    "keras-nlp + XLA": ("kerasnlp", ["--jit"], None),
+    "torch": ("torch", [], None),
+}
+
+BASELINE = "ours @ baseline tree"
+
+TARGETS = {  # section -> [(ours label, peer label, target ratio)]
+    "minilm": [("ours", "keras-nlp", 1.4), ("ours", "torch", 1.2)],
+    "train": [("ours", "keras-nlp", 1.3)],
+}
+
+
+def forward_flops(model, batch, seq):
+    """Multiply-adds x 2 of the encoder's matrix products (embedding lookups and elementwise ops excluded)."""
+    c = MODELS[model]
+    tokens = batch * seq
+    dense = 2 * tokens * (4 * c["hidden"] ** 2 + 2 * c["hidden"] * c["intermediate"])
+    attention = 2 * 2 * batch * seq * seq * c["hidden"]
+    pooler = 2 * batch * c["hidden"] ** 2
+    return c["layers"] * (dense + attention) + pooler
+
+
+def run_worker(args, onednn, timeout=1200, worker=WORKER):
+    env = dict(os.environ)
+    env.pop("TF_ENABLE_ONEDNN_OPTS", None)
+    if onednn is not None:
+        env["TF_ENABLE_ONEDNN_OPTS"] = onednn
+    env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    command = [sys.executable, worker] + [str(a) for a in args]
+    cwd = os.path.dirname(os.path.dirname(worker))
+    result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=timeout, cwd=cwd)
+    for line in result.stdout.splitlines():
+        if line.startswith("RESULT "):
+            return json.loads(line[len("RESULT "):])
+    raise RuntimeError(f"{' '.join(command)} failed:\n{result.stderr[-3000:]}")
+
+
+def rotate(items, shift):
+    shift %= len(items)
+    return items[shift:] + items[:shift]
+
+
+def run_rounds(name, labels, make_args, rounds, log):
+    """Runs every label once per round, rotating the order; returns label -> list of per-round results."""
+    results = {label: [] for label in labels}
+    for r in range(rounds):
+        for label in rotate(list(labels), r):
+            args, onednn, worker = make_args(label)
+            result = run_worker(args, onednn, worker=worker)
+            results[label].append(result)
+            median = statistics.median(result["seconds"])
+            log(f"[{name}] round {r + 1}/{rounds} {label}: median {median:.3f} s/step")
+    return results
+
+
+def summarise(results):
+    """label -> dict(median over all steps, per-round medians)."""
+    summary = {}
+    for label, per_round in results.items():
+        all_steps = [s for result in per_round for s in result["seconds"]]
+        summary[label] = {
+            "median": statistics.median(all_steps),
+            "rounds": [statistics.median(result["seconds"]) for result in per_round],
+            "extra": {k: v for k, v in per_round[0].items() if k not in ("seconds", "process_seconds")},
+        }
+    return summary
+
+
+def paired_ratio(summary, ours, peer):
+    """Median over rounds of (peer time / our time) in the same round, and its range."""
+    ratios = [p / o for o, p in zip(summary[ours]["rounds"], summary[peer]["rounds"])]
+    return statistics.median(ratios), min(ratios), max(ratios)
+
+
+def model_table(summary, batch, flops, peak, reference="ours"):
+    lines = [
+        f"| peer | median s/step | seq/s (median) | seq/s spread (per-process medians) | GFLOP/s | share of GEMM peak | {reference} vs this |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for label, s in summary.items():
+        rate = batch / s["median"]
+        low, high = batch / max(s["rounds"]), batch / min(s["rounds"])
+        gflops = flops / s["median"] / 1e9
+        ratio = ""
+        if label != reference and reference in summary:
+            r, lo, hi = paired_ratio(summary, reference, label)
+            ratio = f"{r:.2f}x ({lo:.2f}-{hi:.2f})"
+        lines.append(
+            f"| {label} | {s['median']:.3f} | {rate:.1f} | {low:.1f}-{high:.1f} | {gflops:.0f} | "
+            f"{100 * gflops / peak:.0f}% | {ratio} |"
+        )
+    return lines
+
+
+def target_lines(section, summary):
+    lines = []
+    for ours, peer, target in TARGETS.get(section, []):
+        if ours not in summary or peer not in summary:
+            continue
+        r, lo, hi = paired_ratio(summary, ours, peer)
+        verdict = "**met**" if r >= target else "**not met**"
+        lines.append(f"- target `{ours}` >= {target}x `{peer}`: measured {r:.2f}x (rounds {lo:.2f}-{hi:.2f}): {verdict}")
+    return lines
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--output", default=None, help="write the markdown here as well")
+    parser.add_argument("--rounds", type=int, default=3, help="rounds of the GEMM and MiniLM inference sections")
+    parser.add_argument("--other-rounds", type=int, default=2, help="rounds of the other sections")
+    parser.add_argument(
+        "--baseline-tree", default=None,
+        help="also time `ours` from this source tree (made with `git archive <commit> bert_keras | tar -x -C DIR`)",
+    )
+    parser.add_argument("--repeats", type=int, default=5, help="timed steps per process")
+    parser.add_argument(
+        "--sections",
+        nargs="+",
+        default=["gemm", "minilm", "base", "train", "savedmodel", "tokenize"],
+        choices=["gemm", "minilm", "base", "train", "savedmodel", "tokenize"],
+    )
+    parser.add_argument("--minilm-peers", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
+    parser.add_argument(
+        "--base-peers", nargs="+", default=["ours", "ours + oneDNN", "keras-nlp", "torch"],
+        choices=list(VARIANTS),
+    )
+    parser.add_argument(
+        "--train-peers", nargs="+", default=["ours", "keras-nlp", "torch"],
+        choices=list(VARIANTS),
+    )
+    args = parser.parse_args()
+    started = time.time()
+
+    def log(message):
+        print(f"{time.time() - started:7.0f}s {message}", file=sys.stderr, flush=True)
+
+    out = [
+        "# bert_keras benchmarks",
+        "",
+        f"Command: `TF_CPP_MIN_LOG_LEVEL=2 python benchmarks/run_all.py {' '.join(sys.argv[1:])}`",
+        "",
+        f"Run {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC on {os.cpu_count()} CPUs "
+        f"({platform.processor() or platform.machine()}), Python {platform.python_version()}. "
+        f"{args.rounds} rounds (GEMM, MiniLM inference) / {args.other_rounds} (other sections); each peer runs in its own process once per round (order rotating), "
+        f"{args.repeats} timed steps per process after warm-up. Medians over all timed steps; spread = "
+        "lowest-highest per-process median; ratios = median of per-round paired ratios (range). "
+        "`+ oneDNN`: `TF_ENABLE_ONEDNN_OPTS=1` in that process's environment (off by default on this CPU); "
+        "`+ XLA`: `model.compile(jit_compile=True)`. Keras peers time `predict_on_batch` / `train_on_batch`; "
+        "torch times `model(**inputs)` under `inference_mode` / forward+backward+Adam step.",
+        "",
+        "**GPU: not yet measured** (no GPU on this machine; `benchmarks/gpu.sh` is the prepared script).",
+        "",
+    ]
+    peak = None
+    if "gemm" in args.sections:
+        labels = {"TF (Eigen)": ("tf", [], None), "TF + oneDNN": ("tf", [], "1"), "torch": ("torch", [], None)}
+        results = run_rounds(
+            "gemm", list(labels),
+            lambda label: (["gemm", labels[label][0], "--seq", 2048, "--repeats", 10, "--warmup", 2], labels[label][2], WORKER),
+            args.rounds, log,
+        )
+        summary = summarise(results)
+        flops = 2 * 2048**3
+        rates = {label: flops / s["median"] / 1e9 for label, s in summary.items()}
+        peak = max(flops / min(s["rounds"]) / 1e9 for s in summary.values())
+        out += ["## fp32 GEMM peak (2048 x 2048 x 2048)", "", "| library | GFLOP/s (median) | spread |", "|---|---:|---:|"]
+        for label, s in summary.items():
+            out.append(f"| {label} | {rates[label]:.0f} | {flops / max(s['rounds']) / 1e9:.0f}-{flops / min(s['rounds']) / 1e9:.0f} |")
+        out += ["", f"Peak used for the shares below: **{peak:.0f} GFLOP/s** (the best per-process median of any library).", ""]
+    if peak is None:
+        peak = float("nan")
+
+    baseline_worker = None
+    if args.baseline_tree:
+        # The same worker, importing bert_keras from another tree (e.g. `git archive <commit> bert_keras`).
+        os.makedirs(os.path.join(args.baseline_tree, "benchmarks"), exist_ok=True)
+        baseline_worker = os.path.join(args.baseline_tree, "benchmarks", "worker.py")
+        shutil.copy(WORKER, baseline_worker)
+        VARIANTS[BASELINE] = ("ours", [], None)
+
+    def model_section(section, title, model, batch, peers, task, rounds):
+        if baseline_worker and BASELINE not in peers:
+            peers = [peers[0], BASELINE] + list(peers[1:])
+
+        def make_args(label):
+            peer, extra, onednn = VARIANTS[label]
+            worker = baseline_worker if label == BASELINE else WORKER
+            return [task, peer, "--model", model, "--batch", batch, "--seq", 128, "--repeats", args.repeats] + extra, onednn, worker
+
+        results = run_rounds(section, peers, make_args, rounds, log)
+        summary = summarise(results)
+        flops = forward_flops(model, batch, 128) * (3 if task == "train" else 1)
+        lines = [f"## {title}", "", *model_table(summary, batch, flops, peak), ""]
+        lines += target_lines(section, summary)
+        if "ours + oneDNN" in summary:
+            for peer in ("keras-nlp + oneDNN", "torch"):
+                if peer in summary:
+                    r, lo, hi = paired_ratio(summary, "ours + oneDNN", peer)
+                    lines.append(f"- `ours + oneDNN` vs `{peer}`: {r:.2f}x (rounds {lo:.2f}-{hi:.2f})")
+        lines.append("")
+        return lines
+
+    if "minilm" in args.sections:
+        out += model_section("minilm", "MiniLM-L6 (L6 H384 A12, real weights for ours and torch), fp32 inference, batch 32, seq 128",
+                             "minilm", 32, args.minilm_peers, "infer", args.rounds)
+    if "base" in args.sections:
+        out += model_section("base", "BERT-Base (L12 H768 A12, random weights), fp32 inference, batch 8, seq 128",
+                             "base", 8, args.base_peers, "infer", args.other_rounds)
+    if "train" in args.sections:
+        out += model_section("train", "Training step: MiniLM-L6 + 2-class head, Adam, batch 32, seq 128 (dropout 0.1)",
+                             "minilm", 32, args.train_peers, "train", args.other_rounds)
+    if "savedmodel" in args.sections:
+        directory = tempfile.mkdtemp(prefix="bert_keras_bench_")
+        path = os.path.join(directory, "encoder")
+        try:
+            run_worker(["export", "ours", "--path", path], None)
+            labels = {"in-memory encoder (tf.function)": "memory", "exported Hub SavedModel (hub.load)": "hub"}
+            results = run_rounds(
+                "savedmodel", list(labels),
+                lambda label: (["savedmodel", labels[label], "--path", path, "--repeats", args.repeats], None, WORKER),
+                args.other_rounds, log,
+            )
+        finally:
+            shutil.rmtree(directory, ignore_errors=True)
+        summary = summarise(results)
+        out += ["## Exported Hub SavedModel vs in-memory encoder (MiniLM-L6, batch 32, seq 128, fp32, defaults)", ""]
+        out += model_table(summary, 32, forward_flops("minilm", 32, 128), peak,
+                           reference="in-memory encoder (tf.function)")
+        out.append("")
+    if "tokenize" in args.sections:
+        log("[tokenize] running tokenize_benchmark.py")
+        tokenize_md = os.path.join(HERE, "results", "tokenize_benchmark.md")
+        env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+        result = subprocess.run(
+            [sys.executable, os.path.join(HERE, "tokenize_benchmark.py"), "--output", tokenize_md],
+            env=env, capture_output=True, text=True, cwd=ROOT,
+        )
+        if result.returncode:
+            raise RuntimeError(result.stderr[-3000:])
+        out += ["## Tokenisation (tweets corpus; from `benchmarks/tokenize_benchmark.py`)", "", result.stdout.strip(), ""]
+    log("done")
+    text = "\n".join(out) + "\n"
+    print(text)
+    if args.output:
+        os.makedirs(os.path.dirname(args.output) or ".", exist_ok=True)
+        with open(args.output, "w", encoding="utf-8") as f:
+            f.write(text)
+
+
+if __name__ == "__main__":
+    main()

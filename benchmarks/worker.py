@@ -1,0 +1,254 @@
+"""One benchmark measurement in a fresh process (called by `run_all.py`).
+
+Each call builds one peer (our `BertEncoder`, keras-nlp's `BertBackbone`,
+transformers' `BertModel` on torch, our exported Hub SavedModel, or a plain
+GEMM), runs `--warmup` untimed steps (tracing, XLA compilation, allocator
+warm-up), then `--repeats` timed steps, and prints one line
+`RESULT {"seconds": [...], ...}` on stdout. Environment switches such as
+`TF_ENABLE_ONEDNN_OPTS` are set by the caller before this process starts,
+because TensorFlow reads them when it is imported.
+
+    python benchmarks/worker.py infer ours --model minilm --batch 32 --seq 128
+"""
+
+import argparse
+import json
+import os
+import sys
+import time
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import numpy as np  # noqa: E402
+
+# Architectures, in our vocabulary of names.
+MODELS = {
+    "minilm": dict(vocab_size=30522, num_layers=6, hidden_size=384, num_heads=12, intermediate_size=1536),
+    "base": dict(vocab_size=30522, num_layers=12, hidden_size=768, num_heads=12, intermediate_size=3072),
+}
+NUM_CLASSES = 2
+
+
+def minilm_dir():
+    from bert_keras.text.corpora import minilm_vocab_path
+
+    return os.path.dirname(minilm_vocab_path())
+
+
+def make_inputs(batch, seq, seed=0):
+    """Random ids with ragged lengths (the masks are real), the same for every peer."""
+    rng = np.random.default_rng(seed)
+    ids = rng.integers(1000, 30000, size=(batch, seq)).astype("int32")
+    lengths = rng.integers(seq // 2, seq + 1, size=batch)
+    lengths[0] = seq
+    mask = (np.arange(seq)[None, :] < lengths[:, None]).astype("int32")
+    ids[:, 0], ids[mask == 0] = 101, 0
+    types = np.zeros_like(ids)
+    labels = rng.integers(0, NUM_CLASSES, size=batch).astype("int32")
+    return ids, mask, types, labels
+
+
+def timed(step, warmup, repeats):
+    for _ in range(warmup):
+        step()
+    seconds = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        step()
+        seconds.append(time.perf_counter() - start)
+    return seconds
+
+
+# --- peers ------------------------------------------------------------------
+
+
+def ours_encoder(args, training):
+    from bert_keras import BertEncoder
+
+    if args.model == "minilm" and not args.random_weights:
+        from bert_keras.checkpoints import load_checkpoint
+
+        return load_checkpoint(minilm_dir(), with_heads=False).encoder  # dropout 0.1 from config.json
+    return BertEncoder(**MODELS[args.model], dropout=0.1, attention_dropout=0.1)
+
+
+def kerasnlp_backbone(args):
+    import keras_hub
+
+    config = MODELS[args.model]
+    return keras_hub.models.BertBackbone(
+        vocabulary_size=config["vocab_size"],
+        num_layers=config["num_layers"],
+        num_heads=config["num_heads"],
+        hidden_dim=config["hidden_size"],
+        intermediate_dim=config["intermediate_size"],
+        dropout=0.1,
+        max_sequence_length=512,
+        num_segments=2,
+    )
+
+
+def keras_inputs(peer, ids, mask, types):
+    if peer == "kerasnlp":
+        return {"token_ids": ids, "segment_ids": types, "padding_mask": mask}
+    return {"input_word_ids": ids, "input_mask": mask, "input_type_ids": types}
+
+
+def keras_model(args, training):
+    """Our encoder or keras-nlp's backbone; with a 2-class head and Adam for training."""
+    import keras
+
+    if args.peer == "ours":
+        backbone = ours_encoder(args, training)
+    else:
+        backbone = kerasnlp_backbone(args)
+    if not training:
+        model = backbone
+    else:
+        inputs = {name: keras.Input((None,), dtype="int32", name=name) for name in backbone.input}
+        pooled = backbone(inputs)["pooled_output"]
+        logits = keras.layers.Dense(NUM_CLASSES, name="logits")(pooled)
+        model = keras.Model(inputs, logits)
+    model.compile(
+        optimizer=keras.optimizers.Adam(2e-5),
+        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        jit_compile=args.jit,
+    )
+    return model
+
+
+def bench_keras(args, training):
+    import tensorflow as tf
+
+    ids, mask, types, labels = make_inputs(args.batch, args.seq)
+    model = keras_model(args, training)
+    x = {k: tf.constant(v) for k, v in keras_inputs(args.peer, ids, mask, types).items()}
+    if training:
+        y = tf.constant(labels)
+        step = lambda: model.train_on_batch(x, y)  # noqa: E731
+    else:
+        step = lambda: model.predict_on_batch(x)  # noqa: E731
+    return timed(step, args.warmup, args.repeats), {"jit_compile": bool(model.jit_compile)}
+
+
+def bench_torch(args, training):
+    import torch
+    from transformers import BertConfig, BertModel
+
+    torch.manual_seed(0)
+    if args.model == "minilm" and not args.random_weights:
+        model = BertModel.from_pretrained(minilm_dir(), add_pooling_layer=True)
+    else:
+        c = MODELS[args.model]
+        model = BertModel(
+            BertConfig(
+                vocab_size=c["vocab_size"],
+                hidden_size=c["hidden_size"],
+                num_hidden_layers=c["num_layers"],
+                num_attention_heads=c["num_heads"],
+                intermediate_size=c["intermediate_size"],
+            )
+        )
+    ids, mask, types, labels = make_inputs(args.batch, args.seq)
+    x = dict(
+        input_ids=torch.from_numpy(ids.astype("int64")),
+        attention_mask=torch.from_numpy(mask.astype("int64")),
+        token_type_ids=torch.from_numpy(types.astype("int64")),
+    )
+    extra = {"threads": torch.get_num_threads(), "attn": model.config._attn_implementation}
+    if not training:
+        model.eval()
+
+        def step():
+            with torch.inference_mode():
+                model(**x)
+
+        return timed(step, args.warmup, args.repeats), extra
+    model.train()
+    head = torch.nn.Linear(model.config.hidden_size, NUM_CLASSES)
+    optimizer = torch.optim.Adam(list(model.parameters()) + list(head.parameters()), lr=2e-5)
+    y = torch.from_numpy(labels.astype("int64"))
+
+    def train_step():
+        optimizer.zero_grad(set_to_none=True)
+        loss = torch.nn.functional.cross_entropy(head(model(**x).pooler_output), y)
+        loss.backward()
+        optimizer.step()
+
+    return timed(train_step, args.warmup, args.repeats), extra
+
+
+def bench_savedmodel(args):
+    """Our encoder in memory (a tf.function, as the export traces it) or its exported Hub module."""
+    import tensorflow as tf
+
+    ids, mask, types, _ = make_inputs(args.batch, args.seq)
+    x = {k: tf.constant(v) for k, v in keras_inputs("ours", ids, mask, types).items()}
+    if args.peer == "memory":
+        encoder = ours_encoder(args, training=False)
+        call = tf.function(lambda inputs: encoder(inputs, training=False))
+    else:
+        from bert_keras import hub
+
+        module = hub.load(args.path) if hasattr(hub, "load") else tf.saved_model.load(args.path)
+        call = lambda inputs: module(inputs, training=False)  # noqa: E731
+    step = lambda: call(x)["sequence_output"].numpy()  # noqa: E731
+    return timed(step, args.warmup, args.repeats), {}
+
+
+def export_module(args):
+    from bert_keras.checkpoints import load_checkpoint
+    from bert_keras.hub import export_encoder
+
+    loaded = load_checkpoint(minilm_dir(), with_heads=False)
+    export_encoder(loaded.encoder, args.path, loaded.vocab_file, loaded.do_lower_case, overwrite=True)
+    return [], {"path": args.path}
+
+
+def bench_gemm(args):
+    size = args.seq  # square GEMM of this size
+    if args.peer == "torch":
+        import torch
+
+        a, b = torch.randn(size, size), torch.randn(size, size)
+        return timed(lambda: a @ b, args.warmup, args.repeats), {"threads": torch.get_num_threads()}
+    import tensorflow as tf
+
+    a, b = tf.random.normal((size, size)), tf.random.normal((size, size))
+    matmul = tf.function(tf.matmul, jit_compile=args.jit)
+    return timed(lambda: matmul(a, b).numpy(), args.warmup, args.repeats), {}
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("task", choices=["infer", "train", "savedmodel", "export", "gemm"])
+    parser.add_argument("peer", help="ours | kerasnlp | torch (infer/train); memory | hub (savedmodel); tf | torch (gemm)")
+    parser.add_argument("--model", choices=sorted(MODELS), default="minilm")
+    parser.add_argument("--batch", type=int, default=32)
+    parser.add_argument("--seq", type=int, default=128)
+    parser.add_argument("--warmup", type=int, default=2)
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--jit", action="store_true", help="Keras peers: compile(jit_compile=True) (XLA)")
+    parser.add_argument("--random-weights", action="store_true")
+    parser.add_argument("--path", default=None, help="SavedModel directory (savedmodel, export)")
+    args = parser.parse_args()
+
+    start = time.perf_counter()
+    if args.task == "gemm":
+        seconds, extra = bench_gemm(args)
+    elif args.task == "export":
+        seconds, extra = export_module(args)
+    elif args.task == "savedmodel":
+        seconds, extra = bench_savedmodel(args)
+    elif args.peer == "torch":
+        seconds, extra = bench_torch(args, training=args.task == "train")
+    else:
+        seconds, extra = bench_keras(args, training=args.task == "train")
+    extra["process_seconds"] = time.perf_counter() - start
+    print("RESULT " + json.dumps({"seconds": seconds, **extra}), flush=True)
+
+
+if __name__ == "__main__":
+    main()
