@@ -124,8 +124,11 @@ class MaskedLMHead(keras.layers.Layer):
         x = self._activation_fn(self.transform_dense(x))  # (batch, predictions, hidden)
         x = self.layer_norm(x)
         table = ops.cast(self._output_table(), x.dtype)  # (vocab, hidden)
-        logits = ops.matmul(x, ops.transpose(table))  # (batch, predictions, vocab)
-        return logits + ops.cast(self.output_bias, logits.dtype)
+        # One 2-D matmul is several times faster on CPU than a batched 3-D one.
+        shape = ops.shape(x)
+        flat = ops.reshape(x, (-1, shape[-1]))  # (batch * predictions, hidden)
+        logits = ops.matmul(flat, ops.transpose(table)) + ops.cast(self.output_bias, x.dtype)  # (batch * predictions, vocab)
+        return ops.reshape(logits, (shape[0], shape[1], self.vocab_size))  # (batch, predictions, vocab)
 
     def compute_output_shape(self, sequence_output_shape, masked_lm_positions_shape=None):
         length = sequence_output_shape[1] if masked_lm_positions_shape is None else masked_lm_positions_shape[1]

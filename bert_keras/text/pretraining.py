@@ -31,6 +31,7 @@ sample_weights)` ready for `BertPretrainer.fit`.
 
 import logging
 import os
+import weakref
 
 import numpy as np
 import tensorflow as tf
@@ -133,6 +134,18 @@ def _split_long(words, max_tokens):
     return parts
 
 
+_TOKENIZE_FUNCTIONS = weakref.WeakKeyDictionary()
+
+
+def _tokenize_function(tokenizer):
+    """`tokenizer.tokenize` as a `tf.function` over string vectors, traced once per tokenizer."""
+    if tokenizer not in _TOKENIZE_FUNCTIONS:
+        _TOKENIZE_FUNCTIONS[tokenizer] = tf.function(
+            tokenizer.tokenize, input_signature=[tf.TensorSpec([None], tf.string)]
+        )
+    return _TOKENIZE_FUNCTIONS[tokenizer]
+
+
 def _to_lists(ids):
     """Ragged `(lines, words, pieces)` to nested Python lists (faster than `to_list()`)."""
     values = ids.flat_values.numpy().tolist()
@@ -166,7 +179,7 @@ def tokenize_documents(documents, tokenizer, max_sentence_tokens=None, batch_siz
         are documents left empty.
     """
     lines = [line for document in documents for line in document]
-    tokenize = tf.function(tokenizer.tokenize, input_signature=[tf.TensorSpec([None], tf.string)])
+    tokenize = _tokenize_function(tokenizer)
     tokenized = []
     for start in range(0, len(lines), batch_size):
         ids = tokenize(tf.constant(lines[start : start + batch_size]))  # (lines, words, pieces)
@@ -356,7 +369,6 @@ class BertItemSelector(tf_text.RandomItemSelector):
         selectable = self.get_selectable(input_ids, axis)  # (batch, (items)) bool
         if input_ids.ragged_rank >= 2:
             sizes = tf.cast(input_ids.row_lengths(axis=2), tf.int32)  # (batch, (words)): pieces per word
-            sizes = selectable.with_flat_values(sizes)
         else:
             sizes = tf.ones_like(selectable, dtype=tf.int32)
         sizes = tf.ragged.map_flat_values(tf.where, selectable, sizes, tf.zeros_like(sizes))
@@ -446,10 +458,8 @@ def mask_and_pack(
         random_token_rate=random_token_rate,
     )
     items = words if whole_word_masking else words.merge_dims(1, 2)
-    # masked: (batch, (words), (pieces)) or (batch, (tokens)); positions, ids: (batch, (predictions))
+    # masked: (batch, (tokens)); positions, masked_ids: (batch, (predictions))
     masked, positions, masked_ids = tf_text.mask_language_model(items, selector, chooser, axis=1)
-    if whole_word_masking:
-        masked = masked.merge_dims(1, 2)
     # word_ids, mask, type_ids: (batch, seq_length)
     word_ids, mask = tf_text.pad_model_inputs(masked, max_seq_length=seq_length, pad_value=pad_id)
     type_ids, _ = tf_text.pad_model_inputs(types.merge_dims(1, 2), max_seq_length=seq_length, pad_value=0)
