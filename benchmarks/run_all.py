@@ -163,6 +163,9 @@ def main():
         help="also time `ours` from this source tree (made with `git archive <commit> bert_keras | tar -x -C DIR`)",
     )
     parser.add_argument("--repeats", type=int, default=5, help="timed steps per process")
+    parser.add_argument("--dtype", default="float32", choices=["float32", "mixed_bfloat16"],
+                        help="dtype policy of the model sections (torch: bf16 autocast)")
+    parser.add_argument("--gpu", action="store_true", help="say in the table that it was measured on a GPU")
     parser.add_argument(
         "--sections",
         nargs="+",
@@ -198,7 +201,8 @@ def main():
         "`+ XLA`: `model.compile(jit_compile=True)`. Keras peers time `predict_on_batch` / `train_on_batch`; "
         "torch times `model(**inputs)` under `inference_mode` / forward+backward+Adam step.",
         "",
-        "**GPU: not yet measured** (no GPU on this machine; `benchmarks/gpu.sh` is the prepared script).",
+        (f"Device: GPU (dtype {args.dtype})." if args.gpu else
+         "**GPU: not yet measured** (no GPU on this machine; `benchmarks/gpu.sh` is the prepared script)."),
         "",
     ]
     peak = None
@@ -235,7 +239,8 @@ def main():
         def make_args(label):
             peer, extra, onednn = VARIANTS[label]
             worker = baseline_worker if label == BASELINE else WORKER
-            return [task, peer, "--model", model, "--batch", batch, "--seq", 128, "--repeats", args.repeats] + extra, onednn, worker
+            command = [task, peer, "--model", model, "--batch", batch, "--seq", 128, "--repeats", args.repeats]
+            return command + ["--dtype", args.dtype] + extra, onednn, worker
 
         results = run_rounds(section, peers, make_args, rounds, log)
         summary = summarise(results)

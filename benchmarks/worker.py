@@ -70,8 +70,9 @@ def ours_encoder(args, training):
     if args.model == "minilm" and not args.random_weights:
         from bert_keras.checkpoints import load_checkpoint
 
-        return load_checkpoint(minilm_dir(), with_heads=False).encoder  # dropout 0.1 from config.json
-    return BertEncoder(**MODELS[args.model], dropout=0.1, attention_dropout=0.1)
+        # dropout 0.1 from config.json
+        return load_checkpoint(minilm_dir(), with_heads=False, dtype=args.dtype).encoder
+    return BertEncoder(**MODELS[args.model], dropout=0.1, attention_dropout=0.1, dtype=args.dtype)
 
 
 def kerasnlp_backbone(args):
@@ -87,6 +88,7 @@ def kerasnlp_backbone(args):
         dropout=0.1,
         max_sequence_length=512,
         num_segments=2,
+        dtype=args.dtype,
     )
 
 
@@ -138,6 +140,8 @@ def bench_torch(args, training):
     from transformers import BertConfig, BertModel
 
     torch.manual_seed(0)
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    autocast = torch.autocast(device, dtype=torch.bfloat16, enabled=args.dtype == "mixed_bfloat16")
     if args.model == "minilm" and not args.random_weights:
         model = BertModel.from_pretrained(minilm_dir(), add_pooling_layer=True)
     else:
@@ -151,31 +155,36 @@ def bench_torch(args, training):
                 intermediate_size=c["intermediate_size"],
             )
         )
+    model.to(device)
     ids, mask, types, labels = make_inputs(args.batch, args.seq)
     x = dict(
-        input_ids=torch.from_numpy(ids.astype("int64")),
-        attention_mask=torch.from_numpy(mask.astype("int64")),
-        token_type_ids=torch.from_numpy(types.astype("int64")),
+        input_ids=torch.from_numpy(ids.astype("int64")).to(device),
+        attention_mask=torch.from_numpy(mask.astype("int64")).to(device),
+        token_type_ids=torch.from_numpy(types.astype("int64")).to(device),
     )
-    extra = {"threads": torch.get_num_threads(), "attn": model.config._attn_implementation}
+    extra = {"threads": torch.get_num_threads(), "attn": model.config._attn_implementation, "device": device}
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
     if not training:
         model.eval()
 
         def step():
-            with torch.inference_mode():
+            with torch.inference_mode(), autocast:
                 model(**x)
+            sync()
 
         return timed(step, args.warmup, args.repeats), extra
     model.train()
-    head = torch.nn.Linear(model.config.hidden_size, NUM_CLASSES)
+    head = torch.nn.Linear(model.config.hidden_size, NUM_CLASSES).to(device)
     optimizer = torch.optim.Adam(list(model.parameters()) + list(head.parameters()), lr=2e-5)
-    y = torch.from_numpy(labels.astype("int64"))
+    y = torch.from_numpy(labels.astype("int64")).to(device)
 
     def train_step():
         optimizer.zero_grad(set_to_none=True)
-        loss = torch.nn.functional.cross_entropy(head(model(**x).pooler_output), y)
+        with autocast:
+            loss = torch.nn.functional.cross_entropy(head(model(**x).pooler_output).float(), y)
         loss.backward()
         optimizer.step()
+        sync()
 
     return timed(train_step, args.warmup, args.repeats), extra
 
@@ -232,6 +241,8 @@ def main():
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--jit", action="store_true", help="Keras peers: compile(jit_compile=True) (XLA)")
     parser.add_argument("--random-weights", action="store_true")
+    parser.add_argument("--dtype", default="float32", choices=["float32", "mixed_bfloat16"],
+                        help="Keras dtype policy; torch: bf16 autocast")
     parser.add_argument("--path", default=None, help="SavedModel directory (savedmodel, export)")
     args = parser.parse_args()
 

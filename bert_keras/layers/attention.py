@@ -43,9 +43,8 @@ class MultiHeadSelfAttention(keras.layers.Layer):
     """Multi-head self-attention as in "Attention Is All You Need".
 
     The input is projected to queries, keys and values (`query`, `key`, `value`
-    dense layers, each `hidden -> hidden`; computed as one fused GEMM over the
-    flattened `(batch * seq, hidden)` tokens, with the `1/sqrt(head_size)` scale
-    folded into the query weights), split into `num_heads` heads of size
+    dense layers, each `hidden -> hidden`, applied as 2-D GEMMs to the flattened
+    `(batch * seq, hidden)` tokens), split into `num_heads` heads of size
     `hidden // num_heads`, attended with scaled dot products under an additive
     padding mask, and the heads are concatenated and projected back (`output`).
     The softmax is computed in float32 under mixed precision.
@@ -128,21 +127,10 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         self.probs_dropout = keras.layers.Dropout(self.dropout, dtype=self.dtype_policy, name="probs_dropout")
         self.built = True
 
-    def _fused_qkv(self, tokens):
-        # One (tokens, hidden) x (hidden, 3 * hidden) GEMM instead of three; the
-        # 1/sqrt(head_size) scale is folded into the query kernel and bias
-        # (hidden^2 multiplications instead of tokens * hidden).
-        scale = 1.0 / self.head_size**0.5
-        kernels, biases = [], []
-        for dense, factor in ((self.query_dense, scale), (self.key_dense, None), (self.value_dense, None)):
-            kernel, bias = dense.kernel, dense.bias  # (hidden, hidden), (hidden,)
-            if factor is not None:
-                kernel, bias = kernel * factor, bias * factor
-            kernels.append(ops.cast(kernel, self.compute_dtype))
-            biases.append(ops.cast(bias, self.compute_dtype))
-        kernel = ops.concatenate(kernels, axis=1)  # (hidden, 3 * hidden)
-        bias = ops.concatenate(biases, axis=0)  # (3 * hidden,)
-        return ops.matmul(tokens, kernel) + bias  # (tokens, 3 * hidden)
+    def _split_heads(self, x, batch_size, seq_length):
+        # x: (batch * seq, hidden) -> (batch, heads, seq, head_size)
+        x = ops.reshape(x, (batch_size, seq_length, self.num_heads, self.head_size))
+        return ops.transpose(x, (0, 2, 1, 3))
 
     def call(
         self,
@@ -154,11 +142,13 @@ class MultiHeadSelfAttention(keras.layers.Layer):
     ):
         shape = ops.shape(inputs)
         batch_size, seq_length = shape[0], shape[1]
+        # The projections are plain 2-D GEMMs over all tokens of the batch.
         tokens = ops.reshape(inputs, (-1, self.hidden_size))  # (batch * seq, hidden)
-        qkv = self._fused_qkv(tokens)  # (batch * seq, 3 * hidden)
-        qkv = ops.reshape(qkv, (batch_size, seq_length, 3, self.num_heads, self.head_size))
-        qkv = ops.transpose(qkv, (2, 0, 3, 1, 4))  # (3, batch, heads, seq, head_size)
-        query, key, value = ops.unstack(qkv, 3, axis=0)  # each (batch, heads, seq, head_size)
+        query = self.query_dense(tokens) * ops.cast(1.0 / self.head_size**0.5, self.compute_dtype)
+        query = self._split_heads(query, batch_size, seq_length)  # (batch, heads, seq, head_size)
+        key = self._split_heads(self.key_dense(tokens), batch_size, seq_length)  # (batch, heads, seq, head_size)
+        value = self._split_heads(self.value_dense(tokens), batch_size, seq_length)  # (batch, heads, seq, head_size)
+        # q k^T without materialising the transposed keys.
         scores = tf.linalg.matmul(query, key, transpose_b=True)  # (batch, heads, seq_q, seq_k)
         scores = ops.cast(scores, "float32")
         if attention_bias is None and attention_mask is not None:

@@ -137,8 +137,8 @@ def _reference_attention(layer, x, mask):
 
 
 @pytest.mark.parametrize("hidden, heads", [(16, 4), (12, 2), (24, 8)])
-def test_fused_projection_with_folded_scale_matches_reference(hidden, heads):
-    # head sizes 4, 6 and 3: the folded 1/sqrt(head_size) is a power of two only for the first.
+def test_two_d_projections_match_reference(hidden, heads):
+    # head sizes 4, 6 and 3: 1/sqrt(head_size) is a power of two only for the first.
     rng = np.random.default_rng(2)
     x = rng.normal(size=(BATCH, SEQ, hidden)).astype("float32")
     _, mask = _inputs()
@@ -168,7 +168,7 @@ def test_attention_bias_rejects_bad_mask_rank():
         attention_bias_from_mask(np.ones((1, 1, 2, 2)))
 
 
-def test_weights_and_sublayers_unchanged_by_the_fused_path():
+def test_weights_and_sublayers_keep_their_names_and_shapes():
     layer = MultiHeadSelfAttention(num_heads=HEADS, name="attention")
     layer(np.zeros((1, 2, HIDDEN), "float32"))
     assert [w.path for w in layer.weights] == [
