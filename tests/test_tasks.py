@@ -1,0 +1,353 @@
+"""Task models: parity with transformers' heads, synthetic tasks learned, Hub encoders, round trips, errors."""
+
+import os
+
+import keras
+import numpy as np
+import pytest
+
+from bert_keras import BertEncoder
+from bert_keras.tasks import BertClassifier, BertPretrainer, BertSpanLabeler, BertTokenClassifier
+from tests.helpers import assert_close
+
+TINY = dict(vocab_size=40, num_layers=2, hidden_size=16, num_heads=2, intermediate_size=32, max_sequence_length=24)
+
+
+def _inputs(batch=3, seq=10, seed=0):
+    rng = np.random.default_rng(seed)
+    lengths = np.array([seq, seq - 3, 5][:batch])
+    mask = (np.arange(seq)[None, :] < lengths[:, None]).astype("int32")
+    ids = rng.integers(5, TINY["vocab_size"], size=(batch, seq)).astype("int32") * mask
+    types = ((np.arange(seq)[None, :] >= 4) * mask).astype("int32")
+    return {"input_word_ids": ids, "input_mask": mask, "input_type_ids": types}
+
+
+# ---------------------------------------------------------------------------
+# Parity with transformers (random init, saved as safetensors).
+# ---------------------------------------------------------------------------
+# How transformers' task heads map onto ours: (our weight, their tensor, transform).
+# The encoder itself loads through bert_keras.checkpoints; MLM and NSP head parity
+# with BertForPreTraining is tests/checkpoints/test_huggingface.py::test_pretraining_heads_match_transformers.
+HF_HEAD_TABLES = {
+    "BertForTokenClassification": (
+        ("classifier_head.dense.kernel", "classifier.weight", "transpose"),
+        ("classifier_head.dense.bias", "classifier.bias", "identity"),
+    ),
+    "BertForQuestionAnswering": (
+        ("span_head.dense.kernel", "qa_outputs.weight", "transpose"),
+        ("span_head.dense.bias", "qa_outputs.bias", "identity"),
+    ),
+    "BertForSequenceClassification": (
+        ("classifier_head.dense.kernel", "classifier.weight", "transpose"),
+        ("classifier_head.dense.bias", "classifier.bias", "identity"),
+    ),
+}
+
+
+def _load_head_weights(task, directory, table):
+    from safetensors.numpy import load_file
+
+    tensors = load_file(os.path.join(directory, "model.safetensors"))
+    for target, name, transform in table:
+        owner = task
+        *path, attribute = target.split(".")
+        for part in path:
+            owner = getattr(owner, part)
+        value = tensors[name].T if transform == "transpose" else tensors[name]
+        getattr(owner, attribute).assign(value)
+
+
+@pytest.mark.parametrize(
+    "architecture, build",
+    [
+        ("BertForTokenClassification", lambda encoder: BertTokenClassifier(encoder, num_classes=5)),
+        ("BertForQuestionAnswering", lambda encoder: BertSpanLabeler(encoder, context_segment_id=None)),
+        ("BertForSequenceClassification", lambda encoder: BertClassifier(encoder, num_classes=5)),
+    ],
+)
+def test_task_heads_match_transformers(tmp_path, architecture, build):
+    transformers = pytest.importorskip("transformers")
+    pytest.importorskip("torch")
+    from bert_keras.checkpoints import load_checkpoint
+    from tests.checkpoints._models import TINY_HF, perturb_torch, random_inputs, save_hf_directory, torch_outputs
+
+    # qa_outputs has num_labels (2: start, end) outputs.
+    config = transformers.BertConfig(**TINY_HF, num_labels=2 if architecture == "BertForQuestionAnswering" else 5)
+    model = perturb_torch(getattr(transformers, architecture)(config), seed=3)
+    directory = save_hf_directory(model, tmp_path)
+    loaded = load_checkpoint(directory)
+    table = HF_HEAD_TABLES[architecture]
+    assert loaded.summary.unused == sorted(name for _, name, _ in table)
+    task = build(loaded.encoder)
+    _load_head_weights(task, directory, table)
+
+    inputs, _ = random_inputs(vocab=TINY_HF["vocab_size"])
+    expected = torch_outputs(model, inputs)
+    outputs = task(inputs, training=False)
+    if architecture == "BertForQuestionAnswering":
+        diffs = [
+            float(np.max(np.abs(np.asarray(outputs["start_logits"]) - expected.start_logits.numpy()))),
+            float(np.max(np.abs(np.asarray(outputs["end_logits"]) - expected.end_logits.numpy()))),
+        ]
+    else:
+        diffs = [float(np.max(np.abs(np.asarray(outputs) - expected.logits.numpy())))]
+    print(f"{architecture}: max abs diff {max(diffs):.2e}")
+    assert max(diffs) <= 1e-4
+
+
+# ---------------------------------------------------------------------------
+# Synthetic tasks learned to >= 95%.
+# ---------------------------------------------------------------------------
+SYNTH = dict(vocab_size=30, num_layers=2, hidden_size=32, num_heads=4, intermediate_size=64, max_sequence_length=24,
+             dropout=0.0, attention_dropout=0.0)
+ENTITY = range(20, 30)  # entity tokens; 5..19 are other words
+
+
+def _tagging_data(count, seq=16, seed=0):
+    """NER-like BIO tags: a run of entity tokens is B I I ...; other tokens O. Needs the previous token."""
+    rng = np.random.default_rng(seed)
+    ids = np.zeros((count, seq), "int32")
+    tags = np.zeros((count, seq), "int32")
+    lengths = rng.integers(6, seq + 1, size=count)
+    for row, length in enumerate(lengths):
+        ids[row, 0], ids[row, length - 1] = 2, 3
+        position = 1
+        while position < length - 1:
+            if rng.random() < 0.35:
+                run = min(int(rng.integers(1, 4)), length - 1 - position)
+                ids[row, position : position + run] = rng.integers(20, 30, size=run)
+                tags[row, position] = 1  # B
+                tags[row, position + 1 : position + run] = 2  # I
+                position += run
+                if position < length - 1:  # runs are separated by a word
+                    ids[row, position] = rng.integers(5, 20)
+                    position += 1
+            else:
+                ids[row, position] = rng.integers(5, 20)
+                position += 1
+    mask = (np.arange(seq)[None, :] < lengths[:, None]).astype("int32")
+    return {"input_word_ids": ids, "input_mask": mask, "input_type_ids": np.zeros_like(ids)}, tags
+
+
+@pytest.mark.slow
+def test_token_classifier_learns_bio_tagging():
+    keras.utils.set_random_seed(0)
+    tagger = BertTokenClassifier(BertEncoder(**SYNTH), num_classes=3, dropout=0.0)
+    tagger.compile(
+        optimizer=keras.optimizers.Adam(3e-3),
+        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        weighted_metrics=["accuracy"],
+    )
+    x, y = _tagging_data(2048)
+    tagger.fit(x, y, sample_weight=x["input_mask"].astype("float32"), epochs=12, batch_size=64, verbose=0)
+    x_test, y_test = _tagging_data(512, seed=1)
+    predicted = tagger.predict(x_test, verbose=0).argmax(-1)
+    real = x_test["input_mask"] == 1
+    accuracy = float((predicted[real] == y_test[real]).mean())
+    entity = real & (y_test > 0)
+    entity_accuracy = float((predicted[entity] == y_test[entity]).mean())  # B vs I needs context
+    print(f"token classification: accuracy {accuracy:.4f}, on entity tokens {entity_accuracy:.4f}")
+    assert accuracy >= 0.95 and entity_accuracy >= 0.95
+
+
+def _qa_data(count, seq=20, seed=0):
+    """[CLS] q q 5 6 [SEP] context [SEP]: the answer runs from token 5 to token 6 of the context.
+
+    The question holds the markers too, so only the context mask tells the right ones.
+    """
+    rng = np.random.default_rng(seed)
+    ids = np.zeros((count, seq), "int32")
+    types = np.zeros((count, seq), "int32")
+    starts = np.zeros(count, "int32")
+    ends = np.zeros(count, "int32")
+    for row in range(count):
+        question = [2, int(rng.integers(7, 30)), 5, 6, 3]
+        context = list(rng.integers(7, 30, size=seq - len(question) - 1))
+        start = int(rng.integers(0, len(context) - 1))
+        end = int(rng.integers(start + 1, min(start + 4, len(context))))
+        context[start], context[end] = 5, 6
+        ids[row] = question + context + [3]
+        types[row, len(question) :] = 1
+        starts[row], ends[row] = len(question) + start, len(question) + end
+    inputs = {"input_word_ids": ids, "input_mask": np.ones_like(ids), "input_type_ids": types}
+    return inputs, {"start_logits": starts, "end_logits": ends}
+
+
+@pytest.mark.slow
+def test_span_labeler_learns_synthetic_qa():
+    keras.utils.set_random_seed(0)
+    labeler = BertSpanLabeler(BertEncoder(**SYNTH))
+    labeler.compile(
+        optimizer=keras.optimizers.Adam(3e-3),
+        loss={key: keras.losses.SparseCategoricalCrossentropy(from_logits=True) for key in ("start_logits", "end_logits")},
+    )
+    x, y = _qa_data(1024)
+    labeler.fit(x, y, epochs=6, batch_size=64, verbose=0)
+    x_test, y_test = _qa_data(512, seed=1)
+    outputs = labeler.predict(x_test, verbose=0)
+    start, end = outputs["start_logits"].argmax(-1), outputs["end_logits"].argmax(-1)
+    exact = float(((start == y_test["start_logits"]) & (end == y_test["end_logits"])).mean())
+    # The question's markers are never picked: they are masked out.
+    assert (start >= 5).all() and (end >= 5).all()
+    assert outputs["start_logits"][:, :5].max() <= -1e8
+    print(f"span QA: exact match {exact:.4f}")
+    assert exact >= 0.95
+
+
+# ---------------------------------------------------------------------------
+# Structure, freezing, round trips.
+# ---------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "build, own_config",
+    [
+        (lambda e: BertClassifier(e, num_classes=3, dropout=0.2), {"num_classes": 3, "dropout": 0.2}),
+        (lambda e: BertTokenClassifier(e, num_classes=4), {"num_classes": 4, "dropout": None}),
+        (lambda e: BertSpanLabeler(e), {"context_segment_id": 1}),
+    ],
+)
+def test_task_config_freezing_and_keras_round_trip(tmp_path, build, own_config):
+    encoder = BertEncoder(**TINY)
+    task = build(encoder)
+    assert task.encoder is encoder
+    config = task.get_config()
+    assert set(config) == {"name", "trainable", "encoder"} | set(own_config)
+    assert {key: config[key] for key in own_config} == own_config
+
+    inputs = _inputs()
+    task.compile(optimizer="adam", loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    task.encoder.trainable = False
+    head_weights = len(task.trainable_weights)
+    assert head_weights == 2  # the head's kernel and bias only
+    task.encoder.trainable = True
+    assert len(task.trainable_weights) == len(encoder.trainable_weights) + 2
+
+    path = str(tmp_path / "task.keras")
+    task.save(path)
+    restored = keras.saving.load_model(path)
+    assert type(restored) is type(task) and isinstance(restored.encoder, BertEncoder)
+    assert restored.get_config() == config
+    expected, actual = task.predict(inputs, verbose=0), restored.predict(inputs, verbose=0)
+    for key in expected if isinstance(expected, dict) else [None]:
+        np.testing.assert_array_equal(actual if key is None else actual[key], expected if key is None else expected[key])
+
+
+def test_span_labeler_masks_everything_outside_the_context():
+    labeler = BertSpanLabeler(BertEncoder(**TINY))
+    inputs = _inputs()
+    outputs = labeler(inputs)
+    context = (inputs["input_mask"] == 1) & (inputs["input_type_ids"] == 1)
+    for key in ("start_logits", "end_logits"):
+        logits = np.asarray(outputs[key])
+        assert logits.shape == (3, 10)
+        assert (logits[~context] == -1e9).all() and (np.abs(logits[context]) < 100).all()
+    unmasked = BertSpanLabeler(labeler.encoder, context_segment_id=None)
+    unmasked.span_head.set_weights(labeler.span_head.get_weights())
+    assert_close(np.asarray(unmasked(inputs)["start_logits"])[context], np.asarray(outputs["start_logits"])[context])
+
+
+def test_pretrainer_default_compile_ignores_padded_predictions():
+    encoder = BertEncoder(**TINY, dropout=0.0, attention_dropout=0.0)
+    pretrainer = BertPretrainer(encoder)
+    pretrainer.compile(optimizer="adam")
+    inputs = dict(_inputs(), masked_lm_positions=np.array([[1, 2, 0], [3, 0, 0], [1, 4, 0]], "int32"))
+    mlm_labels = np.array([[7, 8, 0], [9, 0, 0], [10, 11, 0]])
+    weights = np.array([[1, 1, 0], [1, 0, 0], [1, 1, 0]], "float32")
+    nsp_labels = np.array([0, 1, 0])
+    results = pretrainer.evaluate(
+        inputs,
+        {"mlm_logits": mlm_labels, "nsp_logits": nsp_labels},
+        sample_weight={"mlm_logits": weights, "nsp_logits": np.ones(3, "float32")},
+        return_dict=True,
+        verbose=0,
+    )
+    outputs = pretrainer.predict(inputs, verbose=0)
+    log_probs = outputs["mlm_logits"] - np.log(np.exp(outputs["mlm_logits"]).sum(-1, keepdims=True))
+    token_losses = -np.take_along_axis(log_probs, mlm_labels[:, :, None], axis=-1)[:, :, 0]
+    expected_mlm = float((token_losses * weights).sum() / weights.sum())  # mean over the 5 real predictions
+    predicted = outputs["mlm_logits"].argmax(-1)
+    expected_accuracy = float(((predicted == mlm_labels) * weights).sum() / weights.sum())
+    assert abs(results["mlm_logits_loss"] - expected_mlm) <= 1e-4
+    assert abs(results["mlm_logits_mlm_accuracy"] - expected_accuracy) <= 1e-6
+    assert {"nsp_logits_loss", "nsp_logits_nsp_accuracy", "loss"} <= set(results)
+    assert abs(results["loss"] - results["mlm_logits_loss"] - results["nsp_logits_loss"]) <= 1e-4
+
+
+# ---------------------------------------------------------------------------
+# Tasks on a Hub encoder (bert_keras.hub.KerasLayer).
+# ---------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def encoder_module(tmp_path_factory):
+    from bert_keras import hub
+
+    directory = tmp_path_factory.mktemp("hub")
+    vocab = directory / "vocab.txt"
+    vocab.write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + [f"w{i}" for i in range(35)]) + "\n")
+    keras.utils.set_random_seed(3)
+    encoder = BertEncoder(**TINY, dropout=0.0, attention_dropout=0.0)
+    return encoder, hub.export_encoder(encoder, str(directory / "encoder"), str(vocab), do_lower_case=True)
+
+
+def test_classifier_on_a_hub_encoder_trains_and_round_trips(encoder_module, tmp_path):
+    from bert_keras import hub
+
+    reference, module_dir = encoder_module
+    layer = hub.KerasLayer(module_dir, trainable=True)
+    classifier = BertClassifier(layer, num_classes=2, dropout=0.0)
+    assert classifier.encoder is layer
+    inputs = _inputs()
+    # Same pooled output as the encoder that was exported.
+    pooled = np.asarray(reference(inputs)["pooled_output"])
+    assert_close(classifier.classifier_head.dense(layer(inputs)["pooled_output"]), classifier(inputs), atol=1e-6)
+    assert_close(layer(inputs)["pooled_output"], pooled, atol=1e-5)
+
+    classifier.compile(optimizer=keras.optimizers.Adam(1e-2), loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    labels = np.array([0, 1, 1])
+    before = [w.numpy().copy() for w in layer.trainable_weights]
+    classifier.fit(inputs, labels, epochs=3, verbose=0)
+    assert any(not np.array_equal(b, w.numpy()) for b, w in zip(before, layer.trainable_weights))
+
+    path = str(tmp_path / "hub_classifier.keras")
+    classifier.save(path)
+    restored = keras.saving.load_model(path)
+    assert isinstance(restored.encoder, hub.KerasLayer)
+    np.testing.assert_array_equal(restored.predict(inputs, verbose=0), classifier.predict(inputs, verbose=0))
+
+
+def test_token_classifier_span_labeler_and_pretrainer_on_a_hub_encoder(encoder_module):
+    from bert_keras import hub
+
+    _, module_dir = encoder_module
+    layer = hub.KerasLayer(module_dir)
+    inputs = _inputs()
+    assert BertTokenClassifier(layer, num_classes=4)(inputs).shape == (3, 10, 4)
+    assert BertSpanLabeler(layer)(inputs)["end_logits"].shape == (3, 10)
+    pretrainer = BertPretrainer(layer, vocab_size=40)
+    outputs = pretrainer(dict(inputs, masked_lm_positions=np.zeros((3, 2), "int32")))
+    assert outputs["mlm_logits"].shape == (3, 2, 40) and outputs["nsp_logits"].shape == (3, 2)
+    assert pretrainer.mlm_head.embedding is None  # a Hub module does not expose its embedding layer
+    assert pretrainer.get_config()["vocab_size"] == 40
+
+
+def test_task_argument_errors():
+    encoder = BertEncoder(**TINY)
+    for build in (
+        lambda e: BertClassifier(e, num_classes=2),
+        lambda e: BertTokenClassifier(e, num_classes=2),
+        lambda e: BertSpanLabeler(e),
+    ):
+        with pytest.raises(ValueError, match="encoder"):
+            build("bert")
+        with pytest.raises(ValueError, match="encoder"):
+            build(keras.layers.Dense(3))
+    with pytest.raises(ValueError, match="num_classes"):
+        BertClassifier(encoder, num_classes=0)
+    with pytest.raises(ValueError, match="num_classes"):
+        BertTokenClassifier(encoder, num_classes=-1)
+    with pytest.raises(ValueError, match="dropout"):
+        BertClassifier(encoder, num_classes=2, dropout=1.5)
+    with pytest.raises(ValueError, match="context_segment_id"):
+        BertSpanLabeler(encoder, context_segment_id=-1)
+    with pytest.raises(ValueError, match="vocab_size"):
+        BertPretrainer(encoder, vocab_size=41)
+    with pytest.raises(ValueError, match="encoder"):
+        BertPretrainer(keras.layers.Dense(3), vocab_size=40)
