@@ -5,7 +5,13 @@ import numpy as np
 import pytest
 
 from bert_keras import BertEncoder
-from bert_keras.heads import MaskedLMHead, NextSentenceHead
+from bert_keras.heads import (
+    ClassificationHead,
+    MaskedLMHead,
+    NextSentenceHead,
+    SpanHead,
+    TokenClassificationHead,
+)
 from bert_keras.tasks import BertPretrainer
 from tests.helpers import assert_close, run_layer_test
 
@@ -154,3 +160,81 @@ def test_pretrainer_keras_round_trip_and_fit(tmp_path):
     expected, actual = pretrainer.predict(inputs, verbose=0), restored.predict(inputs, verbose=0)
     for key in ("mlm_logits", "nsp_logits"):
         np.testing.assert_array_equal(actual[key], expected[key])
+
+
+def test_classification_head_layer(tmp_path):
+    pooled = np.random.default_rng(0).normal(size=(4, 16)).astype("float32")
+    head, _ = run_layer_test(
+        ClassificationHead,
+        {"num_classes": 3, "dropout": 0.2},
+        pooled,
+        expected_output_shape=(4, 3),
+        expected_num_trainable_weights=2,
+        expected_num_params=16 * 3 + 3,
+        tmp_path=tmp_path,
+    )
+    # Without training, dropout is off: logits = pooled @ kernel + bias.
+    expected = pooled @ head.dense.kernel.numpy() + head.dense.bias.numpy()
+    assert_close(head(pooled), expected, atol=1e-5)
+    # In training, dropout zeroes some inputs and scales the rest by 1 / (1 - 0.2).
+    assert not np.allclose(np.asarray(head(pooled, training=True)), expected)
+
+
+def test_token_classification_head_layer(tmp_path):
+    sequence = np.random.default_rng(0).normal(size=(2, 7, 16)).astype("float32")
+    head, output = run_layer_test(
+        TokenClassificationHead,
+        {"num_classes": 5, "dropout": 0.1},
+        sequence,
+        expected_output_shape=(2, 7, 5),
+        expected_num_trainable_weights=2,
+        expected_num_params=16 * 5 + 5,
+        tmp_path=tmp_path,
+    )
+    assert_close(output, sequence @ head.dense.kernel.numpy() + head.dense.bias.numpy(), atol=1e-5)
+    assert head.get_config()["dropout"] == 0.1
+
+
+def test_span_head_masks_to_the_context(tmp_path):
+    rng = np.random.default_rng(0)
+    sequence = rng.normal(size=(2, 6, 16)).astype("float32")
+    context = np.array([[0, 0, 0, 1, 1, 0], [0, 0, 1, 1, 1, 1]], "int32")
+    head = SpanHead()
+    start, end = head(sequence, context)
+    assert start.shape == end.shape == (2, 6)
+    assert len(head.trainable_weights) == 2 and head.count_params() == 16 * 2 + 2
+    raw = sequence @ head.dense.kernel.numpy() + head.dense.bias.numpy()  # (2, 6, 2)
+    allowed = context.astype(bool)
+    assert_close(np.asarray(start)[allowed], raw[..., 0][allowed], atol=1e-5)
+    assert_close(np.asarray(end)[allowed], raw[..., 1][allowed], atol=1e-5)
+    assert (np.asarray(start)[~allowed] == -1e9).all() and (np.asarray(end)[~allowed] == -1e9).all()
+    # Without a mask every position is scored; argmax never lands outside the context with one.
+    unmasked_start, _ = head(sequence)
+    assert_close(unmasked_start, raw[..., 0], atol=1e-5)
+    assert allowed[np.arange(2), np.asarray(start).argmax(-1)].all()
+
+    # float16: the mask value stays finite.
+    half = SpanHead(dtype="float16")
+    half_start, _ = half(sequence.astype("float16"), context)
+    assert np.isfinite(np.asarray(half_start, "float32")).all()
+    assert float(np.asarray(half_start, "float32")[0, 0]) == -3e4  # float16 holds 30,000 exactly
+
+    # Config round trip and .keras save/load in a model.
+    revived = SpanHead.from_config(head.get_config())
+    assert revived.get_config() == head.get_config()
+    inputs = keras.Input((6, 16)), keras.Input((6,), dtype="int32")
+    model = keras.Model(inputs, head(*inputs))
+    path = str(tmp_path / "span.keras")
+    model.save(path)
+    restored = keras.saving.load_model(path)
+    for ours, theirs in zip(model.predict([sequence, context], verbose=0), restored.predict([sequence, context], verbose=0)):
+        np.testing.assert_array_equal(ours, theirs)
+
+
+def test_new_head_argument_errors():
+    with pytest.raises(ValueError, match="num_classes"):
+        ClassificationHead(num_classes=0)
+    with pytest.raises(ValueError, match="dropout"):
+        ClassificationHead(num_classes=2, dropout=1.0)
+    with pytest.raises(ValueError, match="num_classes"):
+        TokenClassificationHead(num_classes="3")
