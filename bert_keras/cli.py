@@ -211,6 +211,42 @@ def _predict(args):
     return 0
 
 
+def _pretrain(args):
+    from bert_keras.pretraining import run_pretraining
+
+    vocab = args.vocab
+    if vocab is None:
+        from bert_keras.text.corpora import minilm_vocab_path
+
+        vocab = minilm_vocab_path()
+    if args.preset:
+        model = dict(preset=args.preset)
+    else:
+        model = dict(config=dict(num_layers=args.num_layers, hidden_size=args.hidden_size, num_heads=args.num_heads,
+                                 intermediate_size=args.intermediate_size or 4 * args.hidden_size,
+                                 max_sequence_length=max(args.seq_length, 512)))
+
+    def progress(step, total, logs):
+        shown = ", ".join(f"{key} {value:.4f}" for key, value in sorted(logs.items()) if isinstance(value, float))
+        _say(f"step {step}/{total}: {shown}")
+
+    _say(f"Pre-training on {', '.join(args.corpus)} (vocab {vocab}); backups in {os.path.join(args.out, 'backup')}")
+    try:
+        result = run_pretraining(
+            args.corpus, args.out, vocab, do_lower_case=not args.cased, **model,
+            seq_length=args.seq_length, batch_size=args.batch_size, epochs=args.epochs,
+            steps_per_epoch=args.steps_per_epoch, learning_rate=args.learning_rate,
+            max_predictions_per_seq=args.max_predictions_per_seq, whole_word_masking=args.whole_word_masking,
+            validation_corpus=args.validation_corpus, seed=args.seed, progress=progress, overwrite=args.force,
+        )
+    except FileExistsError as error:
+        return _fail("pretrain", f"{error} (use --force)")
+    except (OSError, ValueError) as error:
+        return _fail("pretrain", str(error))
+    _say(f"Wrote the Hub modules {result.encoder_dir} (with mlm) and {result.preprocess_dir}")
+    return 0
+
+
 def _build_parser():
     parser = argparse.ArgumentParser(prog="bert-keras", description="BERT for Keras 3 and TensorFlow.")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -264,6 +300,33 @@ def _build_parser():
     tune.add_argument("--seed", type=int, default=0)
     tune.add_argument("--force", action="store_true", help="replace an existing --out")
     tune.set_defaults(func=_finetune)
+
+    pretrain = commands.add_parser(
+        "pretrain",
+        help="pre-train BERT (masked LM + next sentence) on plain text, then write Hub modules",
+        description="Corpus format: one sentence per line, a blank line between documents. "
+        "An interrupted run resumes from its last epoch when started again with the same arguments.",
+    )
+    pretrain.add_argument("--corpus", required=True, nargs="+", help="text file(s)")
+    pretrain.add_argument("--out", required=True, help="output directory (backups, then encoder/ and preprocess/)")
+    pretrain.add_argument("--vocab", help="vocab.txt (default: the uncased vocabulary of the installed MiniLM)")
+    pretrain.add_argument("--cased", action="store_true", help="the vocabulary is cased")
+    pretrain.add_argument("--preset", help="architecture from `bert-keras presets` (random weights)")
+    pretrain.add_argument("--num-layers", type=int, default=2)
+    pretrain.add_argument("--hidden-size", type=int, default=128)
+    pretrain.add_argument("--num-heads", type=int, default=2)
+    pretrain.add_argument("--intermediate-size", type=int)
+    pretrain.add_argument("--seq-length", type=int, default=128)
+    pretrain.add_argument("--batch-size", type=int, default=32)
+    pretrain.add_argument("--epochs", type=int, default=1)
+    pretrain.add_argument("--steps-per-epoch", type=int)
+    pretrain.add_argument("--learning-rate", type=float, default=1e-4)
+    pretrain.add_argument("--max-predictions-per-seq", type=int, default=20)
+    pretrain.add_argument("--whole-word-masking", action="store_true")
+    pretrain.add_argument("--validation-corpus", nargs="+")
+    pretrain.add_argument("--seed", type=int, default=0)
+    pretrain.add_argument("--force", action="store_true", help="replace existing modules in --out")
+    pretrain.set_defaults(func=_pretrain)
 
     predict = commands.add_parser("predict", help="classify texts with an exported classifier")
     predict.add_argument("--model", required=True, help="a classifier exported by bert-keras finetune or demo")
