@@ -42,8 +42,8 @@ class PretrainingResult:
             the epochs run in this call when a run resumed).
         steps: int. Optimizer steps taken in total, resumed ones included.
         initial_epoch: int. The epoch this call started from (0 unless resumed).
-        encoder_dir: str. The encoder Hub module (with `mlm`).
-        preprocess_dir: str. The preprocessing Hub module.
+        encoder_dir: str or None. The encoder Hub module (with `mlm`).
+        preprocess_dir: str or None. The preprocessing Hub module.
         num_instances: int. Sentence-pair instances per pass over the corpus.
     """
 
@@ -51,8 +51,8 @@ class PretrainingResult:
     history: keras.callbacks.History
     steps: int
     initial_epoch: int
-    encoder_dir: str
-    preprocess_dir: str
+    encoder_dir: str | None
+    preprocess_dir: str | None
     num_instances: int
 
 
@@ -179,6 +179,7 @@ def run_pretraining(
     callbacks=None,
     verbose=0,
     overwrite=False,
+    export=True,
 ):
     """Pre-trains a BERT encoder with masked LM + next sentence prediction and exports Hub modules.
 
@@ -226,6 +227,8 @@ def run_pretraining(
         verbose: int. Keras' `fit` verbosity (`0` silent, `1` progress bar,
             `2` one line per epoch). Defaults to `0`.
         overwrite: bool. Replace existing modules in `out_dir`. Defaults to `False`.
+        export: bool. Write the Hub modules at the end. Defaults to `True`;
+            with `False`, `encoder_dir` and `preprocess_dir` are `None`.
 
     Returns:
         `PretrainingResult`.
@@ -251,7 +254,7 @@ def run_pretraining(
     out_dir = os.fspath(out_dir)
     encoder_dir = os.path.join(out_dir, ENCODER_DIR)
     preprocess_dir = os.path.join(out_dir, PREPROCESS_DIR)
-    if not overwrite:
+    if export and not overwrite:
         for path in (encoder_dir, preprocess_dir):
             if os.path.exists(path):
                 raise FileExistsError(f"{path!r} already exists; pass overwrite=True to replace it.")
@@ -326,11 +329,15 @@ def run_pretraining(
     steps = int(pretrainer.optimizer.iterations.numpy())
 
     # === Hub modules ===
-    from bert_keras.hub import export_encoder, export_preprocessor
+    if export:
+        from bert_keras.hub import export_encoder, export_preprocessor
 
-    export_encoder(encoder, encoder_dir, vocab_file, do_lower_case, pretrainer=pretrainer, overwrite=overwrite)
-    export_preprocessor(preprocess_dir, vocab_file, do_lower_case, seq_length=seq_length, overwrite=overwrite)
-    logger.info("Pre-training done after %d steps; wrote %s and %s.", steps, encoder_dir, preprocess_dir)
+        export_encoder(encoder, encoder_dir, vocab_file, do_lower_case, pretrainer=pretrainer, overwrite=overwrite)
+        export_preprocessor(preprocess_dir, vocab_file, do_lower_case, seq_length=seq_length, overwrite=overwrite)
+        logger.info("Pre-training done after %d steps; wrote %s and %s.", steps, encoder_dir, preprocess_dir)
+    else:
+        encoder_dir = preprocess_dir = None
+        logger.info("Pre-training done after %d steps.", steps)
     return PretrainingResult(
         pretrainer=pretrainer,
         history=history,
