@@ -48,7 +48,7 @@ class MaskedLMHead(keras.layers.Layer):
 
     Example:
     >>> head = MaskedLMHead(vocab_size=50)
-    >>> head(np.zeros((2, 7, 16)), np.array([[1, 3], [2, 0]])).shape
+    >>> tuple(head(np.zeros((2, 7, 16)), np.array([[1, 3], [2, 0]])).shape)
     (2, 2, 50)
     """
 
@@ -167,7 +167,7 @@ class NextSentenceHead(keras.layers.Layer):
         Logits `(batch, num_classes)`.
 
     Example:
-    >>> NextSentenceHead()(np.zeros((3, 16))).shape
+    >>> tuple(NextSentenceHead()(np.zeros((3, 16))).shape)
     (3, 2)
     """
 
@@ -231,7 +231,7 @@ class ClassificationHead(keras.layers.Layer):
         Logits `(batch, num_classes)`.
 
     Example:
-    >>> ClassificationHead(num_classes=3)(np.zeros((2, 16))).shape
+    >>> tuple(ClassificationHead(num_classes=3)(np.zeros((2, 16))).shape)
     (2, 3)
     """
 
@@ -294,7 +294,7 @@ class TokenClassificationHead(ClassificationHead):
         Logits `(batch, seq, num_classes)`.
 
     Example:
-    >>> TokenClassificationHead(num_classes=5)(np.zeros((2, 7, 16))).shape
+    >>> tuple(TokenClassificationHead(num_classes=5)(np.zeros((2, 7, 16))).shape)
     (2, 7, 5)
     """
 
@@ -326,7 +326,7 @@ class SpanHead(keras.layers.Layer):
 
     Example:
     >>> start, end = SpanHead()(np.zeros((2, 7, 16)), np.ones((2, 7)))
-    >>> start.shape, end.shape
+    >>> tuple(start.shape), tuple(end.shape)
     ((2, 7), (2, 7))
     """
 

@@ -122,8 +122,8 @@ class BertClassifier(_Task):
     ...                       num_heads=2, intermediate_size=32)
     >>> classifier = BertClassifier(encoder, num_classes=3)
     >>> ids = np.array([[2, 7, 4, 3]], dtype="int32")
-    >>> classifier({"input_word_ids": ids, "input_mask": np.ones_like(ids),
-    ...             "input_type_ids": np.zeros_like(ids)}).shape
+    >>> tuple(classifier({"input_word_ids": ids, "input_mask": np.ones_like(ids),
+    ...                   "input_type_ids": np.zeros_like(ids)}).shape)
     (1, 3)
     """
 
@@ -173,8 +173,12 @@ class BertTokenClassifier(_Task):
         give them sample weight 0 (e.g. `input_mask`) when training.
 
     Example:
+    >>> encoder = BertEncoder(vocab_size=100, num_layers=2, hidden_size=16,
+    ...                       num_heads=2, intermediate_size=32)
     >>> tagger = BertTokenClassifier(encoder, num_classes=5)
-    >>> tagger(inputs).shape
+    >>> ids = np.array([[2, 7, 4, 3]], dtype="int32")
+    >>> tuple(tagger({"input_word_ids": ids, "input_mask": np.ones_like(ids),
+    ...               "input_type_ids": np.zeros_like(ids)}).shape)
     (1, 4, 5)
     """
 
@@ -229,10 +233,14 @@ class BertSpanLabeler(_Task):
         answer's first and last token positions.
 
     Example:
+    >>> encoder = BertEncoder(vocab_size=100, num_layers=2, hidden_size=16,
+    ...                       num_heads=2, intermediate_size=32)
     >>> labeler = BertSpanLabeler(encoder)
-    >>> outputs = labeler(inputs)
-    >>> outputs["start_logits"].shape
-    (1, 4)
+    >>> ids = np.array([[2, 7, 3, 9, 8, 3]], dtype="int32")  # [CLS] q [SEP] c c [SEP]
+    >>> outputs = labeler({"input_word_ids": ids, "input_mask": np.ones_like(ids),
+    ...                    "input_type_ids": np.array([[0, 0, 0, 1, 1, 1]], dtype="int32")})
+    >>> tuple(outputs["start_logits"].shape)
+    (1, 6)
     """
 
     _own_args = ("context_segment_id",)
@@ -307,7 +315,7 @@ class BertPretrainer(_Task):
     >>> out = pretrainer({"input_word_ids": ids, "input_mask": np.ones_like(ids),
     ...                   "input_type_ids": np.zeros_like(ids),
     ...                   "masked_lm_positions": np.array([[2]], dtype="int32")})
-    >>> out["mlm_logits"].shape, out["nsp_logits"].shape
+    >>> tuple(out["mlm_logits"].shape), tuple(out["nsp_logits"].shape)
     ((1, 1, 100), (1, 2))
     >>> pretrainer.compile(optimizer="adam")  # MLM + NSP losses and accuracies
     """

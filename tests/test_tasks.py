@@ -351,3 +351,14 @@ def test_task_argument_errors():
         BertPretrainer(encoder, vocab_size=41)
     with pytest.raises(ValueError, match="encoder"):
         BertPretrainer(keras.layers.Dense(3), vocab_size=40)
+
+
+@pytest.mark.parametrize("module_name", ["bert_keras.heads", "bert_keras.tasks"])
+def test_docstring_examples(module_name):
+    import doctest
+    import importlib
+
+    module = importlib.import_module(module_name)
+    globs = dict(vars(module), np=np, keras=keras)
+    results = doctest.testmod(module, globs=globs, optionflags=doctest.NORMALIZE_WHITESPACE)
+    assert results.failed == 0 and results.attempted >= 5
