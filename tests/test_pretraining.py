@@ -149,7 +149,7 @@ def test_tiny_bert_pretrained_on_tweets_beats_the_unigram_baseline(tmp_path, rec
     start = time.time()
     result = run_pretraining(
         train, str(tmp_path / "out"), vocab, config=config, seq_length=64, batch_size=32,
-        max_predictions_per_seq=10, epochs=1, steps_per_epoch=500, learning_rate=1e-3, seed=0,
+        max_predictions_per_seq=10, epochs=1, steps_per_epoch=400, learning_rate=1.5e-3, seed=0,
         export=False,  # the resume test checks the export
     )
     seconds = time.time() - start
@@ -176,5 +176,5 @@ def test_tiny_bert_pretrained_on_tweets_beats_the_unigram_baseline(tmp_path, rec
         f"over {total} predictions; {result.steps} steps in {seconds:.0f} s"
     )
     assert total >= 5000
-    # Measured: 0.092 vs 0.053 (500 steps, about 100 s here); the standard error is about 0.002.
+    # Measured: 0.094 vs 0.053 (400 steps; 80-150 s here, depending on load); standard error about 0.002.
     assert accuracy >= 1.5 * unigram
