@@ -22,8 +22,9 @@ documents. The steps:
    `[MASK]`, 10% a random id, 10% unchanged) and `BertItemSelector`, which
    selects `round(masked_lm_prob * candidates)` tokens (at least 1, at most
    `max_predictions_per_seq`) among everything but `[CLS]`/`[SEP]`/`[PAD]`,
-   or whole words with `whole_word_masking`. Masks are drawn anew on every
-   pass over the data, from a seeded random stream.
+   or whole words with `whole_word_masking`. Masks come from a seeded
+   random stream: with `repeat=True` every pass over the instances is masked
+   anew; iterating a non-repeated dataset again gives the same masks.
 
 `pretraining_dataset` chains them and yields `(features, labels,
 sample_weights)` ready for `BertPretrainer.fit`.
