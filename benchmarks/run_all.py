@@ -232,6 +232,14 @@ def main():
         shutil.copy(WORKER, baseline_worker)
         VARIANTS[BASELINE] = ("ours", [], None)
 
+    def flush():  # partial results survive a later failure
+        if args.output:
+            os.makedirs(os.path.dirname(args.output) or ".", exist_ok=True)
+            with open(args.output, "w", encoding="utf-8") as f:
+                f.write("\n".join(out) + "\n")
+
+    flush()
+
     def model_section(section, title, model, batch, peers, task, rounds):
         if baseline_worker and BASELINE not in peers:
             peers = [peers[0], BASELINE] + list(peers[1:])
@@ -258,12 +266,15 @@ def main():
     if "minilm" in args.sections:
         out += model_section("minilm", "MiniLM-L6 (L6 H384 A12, real weights for ours and torch), fp32 inference, batch 32, seq 128",
                              "minilm", 32, args.minilm_peers, "infer", args.rounds)
+        flush()
     if "base" in args.sections:
         out += model_section("base", "BERT-Base (L12 H768 A12, random weights), fp32 inference, batch 8, seq 128",
                              "base", 8, args.base_peers, "infer", args.other_rounds)
+        flush()
     if "train" in args.sections:
         out += model_section("train", "Training step: MiniLM-L6 + 2-class head, Adam, batch 32, seq 128 (dropout 0.1)",
                              "minilm", 32, args.train_peers, "train", args.other_rounds)
+        flush()
     if "savedmodel" in args.sections:
         directory = tempfile.mkdtemp(prefix="bert_keras_bench_")
         path = os.path.join(directory, "encoder")
@@ -282,24 +293,22 @@ def main():
         out += model_table(summary, 32, forward_flops("minilm", 32, 128), peak,
                            reference="in-memory encoder (tf.function)")
         out.append("")
+        flush()
     if "tokenize" in args.sections:
         log("[tokenize] running tokenize_benchmark.py")
-        tokenize_md = os.path.join(HERE, "results", "tokenize_benchmark.md")
         env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
         result = subprocess.run(
-            [sys.executable, os.path.join(HERE, "tokenize_benchmark.py"), "--output", tokenize_md],
+            [sys.executable, os.path.join(HERE, "tokenize_benchmark.py")],
             env=env, capture_output=True, text=True, cwd=ROOT,
         )
+        out += ["## Tokenisation (tweets corpus; from `benchmarks/tokenize_benchmark.py`)", ""]
         if result.returncode:
-            raise RuntimeError(result.stderr[-3000:])
-        out += ["## Tokenisation (tweets corpus; from `benchmarks/tokenize_benchmark.py`)", "", result.stdout.strip(), ""]
+            out += ["Failed:", "", "```", result.stderr[-2000:], "```", ""]
+        else:
+            out += [result.stdout.strip(), ""]
     log("done")
-    text = "\n".join(out) + "\n"
-    print(text)
-    if args.output:
-        os.makedirs(os.path.dirname(args.output) or ".", exist_ok=True)
-        with open(args.output, "w", encoding="utf-8") as f:
-            f.write(text)
+    print("\n".join(out))
+    flush()
 
 
 if __name__ == "__main__":
