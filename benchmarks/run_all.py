@@ -25,6 +25,7 @@ import datetime
 import json
 import os
 import platform
+import shlex
 import shutil
 import statistics
 import subprocess
@@ -190,7 +191,7 @@ def main():
     out = [
         "# bert_keras benchmarks",
         "",
-        f"Command: `TF_CPP_MIN_LOG_LEVEL=2 python benchmarks/run_all.py {' '.join(sys.argv[1:])}`",
+        f"Command: `TF_CPP_MIN_LOG_LEVEL=2 python benchmarks/run_all.py {shlex.join(sys.argv[1:])}`",
         "",
         f"Run {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC on {os.cpu_count()} CPUs "
         f"({platform.processor() or platform.machine()}), Python {platform.python_version()}. "
