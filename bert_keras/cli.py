@@ -129,10 +129,6 @@ def _text_dataset(data, batch_size, seed=None):
 
 
 def _run_finetune(args, train, validation, test, preprocess, encoder):
-    import json
-    import shutil
-    import tempfile
-
     import keras
     import numpy as np
     import tensorflow as tf
@@ -161,18 +157,7 @@ def _run_finetune(args, train, validation, test, preprocess, encoder):
         probabilities = model.predict(_text_dataset(test, 64).map(lambda x, y: x), verbose=0)
         metrics["test_accuracy"] = float(np.mean(probabilities.argmax(-1) == test.labels))
         _say(f"Test accuracy: {metrics['test_accuracy']:.4f}")
-    parent = os.path.dirname(os.path.abspath(args.out))
-    os.makedirs(parent, exist_ok=True)
-    staging = tempfile.mkdtemp(prefix=".partial-", dir=parent)
-    try:
-        export_classifier(model, os.path.join(staging, "model"), train.label_names)
-        with open(os.path.join(staging, "model", "assets.extra", "metrics.json"), "w") as f:
-            json.dump(metrics, f, indent=2)
-        if os.path.exists(args.out):
-            shutil.rmtree(args.out)
-        os.replace(os.path.join(staging, "model"), args.out)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
+    export_classifier(model, args.out, train.label_names, overwrite=True, extra_assets={"metrics.json": metrics})
     _say(f"Exported the classifier to {args.out}; try: bert-keras predict --model {args.out} \"some text\"")
     return 0
 

@@ -11,7 +11,6 @@ encoder (with its `mlm` sub-object) and the matching preprocessor.
 
 import dataclasses
 import logging
-import math
 import os
 
 import keras

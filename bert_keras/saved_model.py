@@ -3,19 +3,19 @@
 import json
 import logging
 import os
-import shutil
-import tempfile
 
 import keras
 import numpy as np
 import tensorflow as tf
+
+from bert_keras._files import staged_directory
 
 logger = logging.getLogger(__name__)
 
 LABELS_FILE = "labels.json"
 
 
-def export_classifier(model, export_dir, label_names, overwrite=False):
+def export_classifier(model, export_dir, label_names, overwrite=False, extra_assets=None):
     """Exports a text classifier as a SavedModel that serves raw strings.
 
     The `serve` endpoint (also the `serving_default` signature) takes a
@@ -28,6 +28,8 @@ def export_classifier(model, export_dir, label_names, overwrite=False):
         export_dir: str. Written to a temporary sibling and moved into place.
         label_names: list of str, in the order of the model's outputs.
         overwrite: bool. Replace an existing `export_dir`. Defaults to `False`.
+        extra_assets: optional dict of file name -> JSON-serialisable value,
+            written to `assets.extra/` (e.g. training metrics).
     """
     export_dir = os.fspath(export_dir)
     label_names = [str(name) for name in label_names]
@@ -36,8 +38,6 @@ def export_classifier(model, export_dir, label_names, overwrite=False):
         raise ValueError(
             f"The model has {num_outputs} outputs but {len(label_names)} label names were given: {label_names}."
         )
-    if os.path.exists(export_dir) and not overwrite:
-        raise FileExistsError(f"{export_dir!r} already exists; pass overwrite=True to replace it.")
     names = tf.constant(label_names)
     input_names = ["text", "text_pair"][: len(model.inputs)]
 
@@ -53,20 +53,14 @@ def export_classifier(model, export_dir, label_names, overwrite=False):
     )
     archive.add_endpoint("label_names", lambda: names, input_signature=[])
 
-    parent = os.path.dirname(os.path.abspath(export_dir))
-    os.makedirs(parent, exist_ok=True)
-    staging = tempfile.mkdtemp(prefix=".partial-", dir=parent)
-    try:
+    with staged_directory(export_dir, overwrite) as staging:
         archive.write_out(staging, verbose=False)
         os.makedirs(os.path.join(staging, "assets.extra"), exist_ok=True)
         with open(os.path.join(staging, "assets.extra", LABELS_FILE), "w") as f:
             json.dump({"label_names": label_names, "inputs": input_names}, f)
-        if os.path.exists(export_dir):
-            shutil.rmtree(export_dir)
-        os.replace(staging, export_dir)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
+        for name, value in (extra_assets or {}).items():
+            with open(os.path.join(staging, "assets.extra", name), "w") as f:
+                json.dump(value, f, indent=2)
     logger.info("Exported the classifier to %s", export_dir)
     return export_dir
 

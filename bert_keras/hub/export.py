@@ -2,11 +2,10 @@
 
 import logging
 import os
-import shutil
-import tempfile
 
 import tensorflow as tf
 
+from bert_keras._files import staged_directory
 from bert_keras.encoder import INPUT_KEYS
 
 logger = logging.getLogger(__name__)
@@ -120,20 +119,8 @@ def _encoder_signatures(root):
 
 
 def _save_atomically(root, export_dir, overwrite, signatures=None):
-    export_dir = os.fspath(export_dir)
-    if os.path.exists(export_dir) and not overwrite:
-        raise FileExistsError(f"{export_dir!r} already exists; pass overwrite=True to replace it.")
-    parent = os.path.dirname(os.path.abspath(export_dir))
-    os.makedirs(parent, exist_ok=True)
-    staging = tempfile.mkdtemp(prefix=".partial-", dir=parent)
-    try:
+    with staged_directory(export_dir, overwrite) as staging:
         tf.saved_model.save(root, staging, signatures=signatures)
-        if os.path.exists(export_dir):
-            shutil.rmtree(export_dir)
-        os.replace(staging, export_dir)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
 
 
 class _TokenizeModule(tf.train.Checkpoint):

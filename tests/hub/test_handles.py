@@ -4,7 +4,6 @@ import tarfile
 import threading
 
 import keras
-import numpy as np
 import pytest
 import tensorflow as tf
 
