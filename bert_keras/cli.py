@@ -222,6 +222,8 @@ def _pretrain(args):
             seq_length=args.seq_length, batch_size=args.batch_size, epochs=args.epochs,
             steps_per_epoch=args.steps_per_epoch, learning_rate=args.learning_rate,
             max_predictions_per_seq=args.max_predictions_per_seq, whole_word_masking=args.whole_word_masking,
+            masked_lm_prob=args.masked_lm_prob, short_seq_prob=args.short_seq_prob, dupe_factor=args.dupe_factor,
+            warmup_steps=args.warmup_steps, weight_decay=args.weight_decay,
             validation_corpus=args.validation_corpus, seed=args.seed, progress=progress, overwrite=args.force,
         )
     except FileExistsError as error:
@@ -308,6 +310,11 @@ def _build_parser():
     pretrain.add_argument("--learning-rate", type=float, default=1e-4)
     pretrain.add_argument("--max-predictions-per-seq", type=int, default=20)
     pretrain.add_argument("--whole-word-masking", action="store_true")
+    pretrain.add_argument("--masked-lm-prob", type=float, default=0.15)
+    pretrain.add_argument("--short-seq-prob", type=float, default=0.1)
+    pretrain.add_argument("--dupe-factor", type=int, default=1, help="differently cut passes over the corpus")
+    pretrain.add_argument("--warmup-steps", type=int, help="default: 10%% of all steps")
+    pretrain.add_argument("--weight-decay", type=float, default=0.01)
     pretrain.add_argument("--validation-corpus", nargs="+")
     pretrain.add_argument("--seed", type=int, default=0)
     pretrain.add_argument("--force", action="store_true", help="replace existing modules in --out")
