@@ -7,15 +7,21 @@ alternate within each round (the order rotates from round to round), so that
 other load on the machine hits all of them alike. Reported: the median over
 all timed steps of all rounds, the spread (lowest and highest per-process
 median), ratios as the median of the per-round paired ratios, the achieved
-GFLOP/s (model FLOPs / time; a training step counts 3x the forward FLOPs) and
-its share of this machine's fp32 GEMM peak, measured in the same run.
+GFLOP/s (FLOPs of the matrix products the peer computes / time; a training
+step counts 3x the forward FLOPs) and its share of this machine's fp32 GEMM
+peak, measured in the same run. Our encoder packs the real tokens
+(`BertEncoder(pack_tokens=True)`, the default), so its dense layers compute
+fewer token rows than the padded peers; `ours (padded)` is the same encoder
+with `pack_tokens=False`.
 
-Sections: fp32 GEMM peak; MiniLM-L6 inference (batch 32, seq 128); BERT-Base
-inference (batch 8, seq 128); training step (MiniLM-L6 + 2-class head, Adam,
-batch 32, seq 128); our exported Hub SavedModel vs the in-memory model;
-tokenisation (`tokenize_benchmark.py`).
+Sections: fp32 GEMM peak; MiniLM-L6 inference (batch 32, seq 128) on ragged
+rows (lengths uniform in 64-128, the first row full), on rows without padding,
+and on the first 32 tweets of the corpus; BERT-Base inference (batch 8, seq
+128, ragged); training step (MiniLM-L6 + 2-class head, Adam, batch 32, seq 128,
+ragged); our exported Hub SavedModel vs the in-memory model; tokenisation
+(`tokenize_benchmark.py`).
 
-Run from the repository root (about 35 minutes on 2 cores):
+Run from the repository root (about 40 minutes on 2 cores):
 
     TF_CPP_MIN_LOG_LEVEL=2 python benchmarks/run_all.py --output benchmarks/results/benchmarks.md
 """
@@ -45,6 +51,7 @@ MODELS = {
 # Variants: label -> (worker peer, extra worker args, TF_ENABLE_ONEDNN_OPTS or None for unset).
 VARIANTS = {
     "ours": ("ours", [], None),
+    "ours (padded)": ("ours", ["--no-pack"], None),
     "ours + oneDNN": ("ours", [], "1"),
     "ours + XLA": ("ours", ["--jit"], None),
     "keras-nlp": ("kerasnlp", [], None),
@@ -61,10 +68,14 @@ TARGETS = {  # section -> [(ours label, peer label, target ratio)]
 }
 
 
-def forward_flops(model, batch, seq):
-    """Multiply-adds x 2 of the encoder's matrix products (embedding lookups and elementwise ops excluded)."""
+def forward_flops(model, batch, seq, tokens=None):
+    """Multiply-adds x 2 of the encoder's matrix products (embedding lookups and elementwise ops excluded).
+
+    `tokens`: the token rows the dense layers compute (default every position);
+    the attention products always cover the padded `batch x seq x seq`.
+    """
     c = MODELS[model]
-    tokens = batch * seq
+    tokens = batch * seq if tokens is None else tokens
     dense = 2 * tokens * (4 * c["hidden"] ** 2 + 2 * c["hidden"] * c["intermediate"])
     attention = 2 * 2 * batch * seq * seq * c["hidden"]
     pooler = 2 * batch * c["hidden"] ** 2
@@ -124,14 +135,15 @@ def paired_ratio(summary, ours, peer):
 
 
 def model_table(summary, batch, flops, peak, reference="ours"):
+    """`flops`: a number, or a function of the peer's result extras (e.g. its computed tokens)."""
     lines = [
-        f"| peer | median s/step | seq/s (median) | seq/s spread (per-process medians) | GFLOP/s | share of GEMM peak | {reference} vs this |",
+        f"| peer | median s/step | seq/s (median) | seq/s spread (per-process medians) | GFLOP/s computed | share of GEMM peak | {reference} vs this |",
         "|---|---:|---:|---:|---:|---:|---:|",
     ]
     for label, s in summary.items():
         rate = batch / s["median"]
         low, high = batch / max(s["rounds"]), batch / min(s["rounds"])
-        gflops = flops / s["median"] / 1e9
+        gflops = (flops(s["extra"]) if callable(flops) else flops) / s["median"] / 1e9
         ratio = ""
         if label != reference and reference in summary:
             r, lo, hi = paired_ratio(summary, reference, label)
@@ -167,19 +179,19 @@ def main():
     parser.add_argument("--dtype", default="float32", choices=["float32", "mixed_bfloat16"],
                         help="dtype policy of the model sections (torch: bf16 autocast)")
     parser.add_argument("--gpu", action="store_true", help="say in the table that it was measured on a GPU")
-    parser.add_argument(
-        "--sections",
-        nargs="+",
-        default=["gemm", "minilm", "base", "train", "savedmodel", "tokenize"],
-        choices=["gemm", "minilm", "base", "train", "savedmodel", "tokenize"],
-    )
+    sections = ["gemm", "minilm", "minilm-full", "minilm-tweets", "base", "train", "savedmodel", "tokenize"]
+    parser.add_argument("--sections", nargs="+", default=sections, choices=sections)
     parser.add_argument("--minilm-peers", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
     parser.add_argument(
-        "--base-peers", nargs="+", default=["ours", "ours + oneDNN", "keras-nlp", "torch"],
+        "--lengths-peers", nargs="+", default=["ours", "ours (padded)", "keras-nlp", "torch"],
+        choices=list(VARIANTS), help="peers of the minilm-full and minilm-tweets sections",
+    )
+    parser.add_argument(
+        "--base-peers", nargs="+", default=["ours", "ours (padded)", "keras-nlp", "torch"],
         choices=list(VARIANTS),
     )
     parser.add_argument(
-        "--train-peers", nargs="+", default=["ours", "keras-nlp", "torch"],
+        "--train-peers", nargs="+", default=["ours", "ours (padded)", "keras-nlp", "torch"],
         choices=list(VARIANTS),
     )
     args = parser.parse_args()
@@ -241,7 +253,7 @@ def main():
 
     flush()
 
-    def model_section(section, title, model, batch, peers, task, rounds):
+    def model_section(section, title, model, batch, peers, task, rounds, lengths="ragged"):
         if baseline_worker and BASELINE not in peers:
             peers = [peers[0], BASELINE] + list(peers[1:])
 
@@ -249,12 +261,20 @@ def main():
             peer, extra, onednn = VARIANTS[label]
             worker = baseline_worker if label == BASELINE else WORKER
             command = [task, peer, "--model", model, "--batch", batch, "--seq", 128, "--repeats", args.repeats]
-            return command + ["--dtype", args.dtype] + extra, onednn, worker
+            return command + ["--dtype", args.dtype, "--lengths", lengths] + extra, onednn, worker
 
         results = run_rounds(section, peers, make_args, rounds, log)
         summary = summarise(results)
-        flops = forward_flops(model, batch, 128) * (3 if task == "train" else 1)
+
+        def flops(extra):
+            tokens = extra.get("computed_tokens")
+            return forward_flops(model, batch, 128, tokens) * (3 if task == "train" else 1)
+
         lines = [f"## {title}", "", *model_table(summary, batch, flops, peak), ""]
+        tokens = summary.get("ours", {}).get("extra", {}).get("computed_tokens")
+        if tokens is not None:
+            lines.append(f"- `ours` computes {tokens:,} of the {batch * 128:,} token rows "
+                         f"({100 * tokens / (batch * 128):.1f}%: real tokens + the first position of each row)")
         lines += target_lines(section, summary)
         if "ours + oneDNN" in summary:
             for peer in ("keras-nlp + oneDNN", "torch"):
@@ -264,16 +284,25 @@ def main():
         lines.append("")
         return lines
 
+    minilm = "MiniLM-L6 (L6 H384 A12, real weights for ours and torch), fp32 inference, batch 32, seq 128"
     if "minilm" in args.sections:
-        out += model_section("minilm", "MiniLM-L6 (L6 H384 A12, real weights for ours and torch), fp32 inference, batch 32, seq 128",
+        out += model_section("minilm", f"{minilm}, ragged rows",
                              "minilm", 32, args.minilm_peers, "infer", args.rounds)
         flush()
+    if "minilm-full" in args.sections:
+        out += model_section("minilm-full", f"{minilm}, no padding (100% real tokens)",
+                             "minilm", 32, args.lengths_peers, "infer", args.other_rounds, lengths="full")
+        flush()
+    if "minilm-tweets" in args.sections:
+        out += model_section("minilm-tweets", f"{minilm}, the first 32 tweets of the corpus padded to 128",
+                             "minilm", 32, args.lengths_peers, "infer", args.other_rounds, lengths="tweets")
+        flush()
     if "base" in args.sections:
-        out += model_section("base", "BERT-Base (L12 H768 A12, random weights), fp32 inference, batch 8, seq 128",
+        out += model_section("base", "BERT-Base (L12 H768 A12, random weights), fp32 inference, batch 8, seq 128, ragged rows",
                              "base", 8, args.base_peers, "infer", args.other_rounds)
         flush()
     if "train" in args.sections:
-        out += model_section("train", "Training step: MiniLM-L6 + 2-class head, Adam, batch 32, seq 128 (dropout 0.1)",
+        out += model_section("train", "Training step: MiniLM-L6 + 2-class head, Adam, batch 32, seq 128, ragged rows (dropout 0.1)",
                              "minilm", 32, args.train_peers, "train", args.other_rounds)
         flush()
     if "savedmodel" in args.sections:
@@ -291,8 +320,8 @@ def main():
             shutil.rmtree(directory, ignore_errors=True)
         summary = summarise(results)
         out += ["## Exported Hub SavedModel vs in-memory encoder (MiniLM-L6, batch 32, seq 128, fp32, defaults)", ""]
-        out += model_table(summary, 32, forward_flops("minilm", 32, 128), peak,
-                           reference="in-memory encoder (tf.function)")
+        out += model_table(summary, 32, lambda extra: forward_flops("minilm", 32, 128, extra.get("computed_tokens")),
+                           peak, reference="in-memory encoder (tf.function)")
         out.append("")
         flush()
     if "tokenize" in args.sections:

@@ -37,17 +37,42 @@ def minilm_dir():
     return os.path.dirname(minilm_vocab_path())
 
 
-def make_inputs(batch, seq, seed=0):
-    """Random ids with ragged lengths (the masks are real), the same for every peer."""
+LENGTHS = ("ragged", "full", "tweets")
+
+
+def make_inputs(batch, seq, seed=0, lengths="ragged"):
+    """The same inputs for every peer: ids, mask, segment ids, labels.
+
+    `lengths`: "ragged" random ids, row lengths uniform in [seq/2, seq], the first
+    row full (so no peer can trim the batch); "full" random ids, no padding;
+    "tweets" the first `batch` tweets of the corpus, tokenized and padded to `seq`.
+    """
     rng = np.random.default_rng(seed)
+    labels = rng.integers(0, NUM_CLASSES, size=batch).astype("int32")
+    if lengths == "tweets":
+        from bert_keras.text import BertPreprocessor
+        from bert_keras.text.corpora import load_tweets, minilm_vocab_path
+
+        texts, _ = load_tweets()
+        packed = BertPreprocessor(minilm_vocab_path(), seq_length=seq)(np.array(texts[:batch], dtype=object))
+        ids, mask, types = (np.asarray(packed[key]) for key in ("input_word_ids", "input_mask", "input_type_ids"))
+        return ids, mask, types, labels
     ids = rng.integers(1000, 30000, size=(batch, seq)).astype("int32")
-    lengths = rng.integers(seq // 2, seq + 1, size=batch)
-    lengths[0] = seq
-    mask = (np.arange(seq)[None, :] < lengths[:, None]).astype("int32")
+    row_lengths = rng.integers(seq // 2, seq + 1, size=batch)
+    row_lengths[0] = seq
+    if lengths == "full":
+        row_lengths[:] = seq
+    mask = (np.arange(seq)[None, :] < row_lengths[:, None]).astype("int32")
     ids[:, 0], ids[mask == 0] = 101, 0
     types = np.zeros_like(ids)
-    labels = rng.integers(0, NUM_CLASSES, size=batch).astype("int32")
     return ids, mask, types, labels
+
+
+def computed_tokens(mask, packed):
+    """Token rows the dense layers compute: all, or the packed ones (real + first of each row)."""
+    if not packed:
+        return int(mask.size)
+    return int(((mask > 0) | (np.arange(mask.shape[1]) == 0)).sum())
 
 
 def timed(step, warmup, repeats):
@@ -71,8 +96,15 @@ def ours_encoder(args, training):
         from bert_keras.checkpoints import load_checkpoint
 
         # dropout 0.1 from config.json
-        return load_checkpoint(minilm_dir(), with_heads=False, dtype=args.dtype).encoder
-    return BertEncoder(**MODELS[args.model], dropout=0.1, attention_dropout=0.1, dtype=args.dtype)
+        encoder = load_checkpoint(minilm_dir(), with_heads=False, dtype=args.dtype).encoder
+        if args.no_pack:
+            padded = BertEncoder.from_config({**encoder.get_config(), "pack_tokens": False})
+            padded.set_weights(encoder.get_weights())
+            encoder = padded
+        return encoder
+    return BertEncoder(
+        **MODELS[args.model], dropout=0.1, attention_dropout=0.1, pack_tokens=not args.no_pack, dtype=args.dtype
+    )
 
 
 def kerasnlp_backbone(args):
@@ -124,7 +156,7 @@ def keras_model(args, training):
 def bench_keras(args, training):
     import tensorflow as tf
 
-    ids, mask, types, labels = make_inputs(args.batch, args.seq)
+    ids, mask, types, labels = make_inputs(args.batch, args.seq, lengths=args.lengths)
     model = keras_model(args, training)
     x = {k: tf.constant(v) for k, v in keras_inputs(args.peer, ids, mask, types).items()}
     if training:
@@ -132,7 +164,9 @@ def bench_keras(args, training):
         step = lambda: model.train_on_batch(x, y)  # noqa: E731
     else:
         step = lambda: model.predict_on_batch(x)  # noqa: E731
-    return timed(step, args.warmup, args.repeats), {"jit_compile": bool(model.jit_compile)}
+    packed = args.peer == "ours" and not args.no_pack and not model.jit_compile
+    extra = {"jit_compile": bool(model.jit_compile), "computed_tokens": computed_tokens(mask, packed)}
+    return timed(step, args.warmup, args.repeats), extra
 
 
 def bench_torch(args, training):
@@ -156,13 +190,18 @@ def bench_torch(args, training):
             )
         )
     model.to(device)
-    ids, mask, types, labels = make_inputs(args.batch, args.seq)
+    ids, mask, types, labels = make_inputs(args.batch, args.seq, lengths=args.lengths)
     x = dict(
         input_ids=torch.from_numpy(ids.astype("int64")).to(device),
         attention_mask=torch.from_numpy(mask.astype("int64")).to(device),
         token_type_ids=torch.from_numpy(types.astype("int64")).to(device),
     )
-    extra = {"threads": torch.get_num_threads(), "attn": model.config._attn_implementation, "device": device}
+    extra = {
+        "threads": torch.get_num_threads(),
+        "attn": model.config._attn_implementation,
+        "device": device,
+        "computed_tokens": computed_tokens(mask, packed=False),
+    }
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
     if not training:
         model.eval()
@@ -193,7 +232,7 @@ def bench_savedmodel(args):
     """Our encoder in memory (a tf.function, as the export traces it) or its exported Hub module."""
     import tensorflow as tf
 
-    ids, mask, types, _ = make_inputs(args.batch, args.seq)
+    ids, mask, types, _ = make_inputs(args.batch, args.seq, lengths=args.lengths)
     x = {k: tf.constant(v) for k, v in keras_inputs("ours", ids, mask, types).items()}
     if args.peer == "memory":
         encoder = ours_encoder(args, training=False)
@@ -204,7 +243,7 @@ def bench_savedmodel(args):
         module = hub.load(args.path) if hasattr(hub, "load") else tf.saved_model.load(args.path)
         call = lambda inputs: module(inputs, training=False)  # noqa: E731
     step = lambda: call(x)["sequence_output"].numpy()  # noqa: E731
-    return timed(step, args.warmup, args.repeats), {}
+    return timed(step, args.warmup, args.repeats), {"computed_tokens": computed_tokens(mask, packed=True)}
 
 
 def export_module(args):
@@ -241,6 +280,8 @@ def main():
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--jit", action="store_true", help="Keras peers: compile(jit_compile=True) (XLA)")
     parser.add_argument("--random-weights", action="store_true")
+    parser.add_argument("--lengths", choices=LENGTHS, default="ragged", help="input row lengths (see make_inputs)")
+    parser.add_argument("--no-pack", action="store_true", help="ours: BertEncoder(pack_tokens=False)")
     parser.add_argument("--dtype", default="float32", choices=["float32", "mixed_bfloat16"],
                         help="Keras dtype policy; torch: bf16 autocast")
     parser.add_argument("--path", default=None, help="SavedModel directory (savedmodel, export)")

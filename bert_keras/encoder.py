@@ -5,7 +5,14 @@ import collections.abc
 import keras
 import tensorflow as tf
 
-from bert_keras.layers import BertEmbeddings, TransformerEncoderBlock, attention_bias_from_mask
+from bert_keras.layers import (
+    BertEmbeddings,
+    PackedTokenIndex,
+    PackTokens,
+    TransformerEncoderBlock,
+    UnpackTokens,
+    attention_bias_from_mask,
+)
 from bert_keras.layers._utils import (
     check_positive_int,
     check_rate,
@@ -44,6 +51,14 @@ class BertEncoder(keras.Model):
             initializer of all kernels and tables. Defaults to `0.02`.
         return_attention_probs: bool. Also output `attention_probs`, a list of
             `(batch, num_heads, seq, seq)` per layer. Defaults to `False`.
+        pack_tokens: bool. Run every token-wise part of the blocks (the Q/K/V,
+            output and feed-forward GEMMs, LayerNorms) on the real tokens only,
+            gathered from the padded batch by `input_mask`, and scatter the
+            results back (see `bert_keras.layers.packing`). Outputs at real
+            positions are unchanged; at padding positions the sequence and
+            encoder outputs are zero (except the first position of a row, which
+            is always computed). Saves the batch's share of padding.
+            Under XLA every position is kept. Defaults to `True`.
         dtype: dtype or `keras.DTypePolicy`, e.g. `"mixed_bfloat16"`.
 
     Call arguments:
@@ -56,7 +71,9 @@ class BertEncoder(keras.Model):
         A dict: `sequence_output` `(batch, seq, hidden)`, `pooled_output`
         `(batch, hidden)`, `encoder_outputs` (a list of `num_layers` tensors
         `(batch, seq, hidden)`, the last equal to `sequence_output`), `default`
-        (equal to `pooled_output`), and `attention_probs` when asked.
+        (equal to `pooled_output`), and `attention_probs` when asked. With
+        `pack_tokens=True` (the default) the sequence and encoder outputs are
+        zero where `input_mask` is 0.
 
     Example:
     >>> encoder = BertEncoder(vocab_size=100, num_layers=2, hidden_size=16,
@@ -85,6 +102,7 @@ class BertEncoder(keras.Model):
         layer_norm_epsilon=1e-12,
         initializer_range=0.02,
         return_attention_probs=False,
+        pack_tokens=True,
         dtype=None,
         **kwargs,
     ):
@@ -151,16 +169,25 @@ class BertEncoder(keras.Model):
 
         # === Functional model ===
         inputs = {key: keras.Input(shape=(None,), dtype="int32", name=key) for key in INPUT_KEYS}
-        x = embeddings(inputs["input_word_ids"], inputs["input_type_ids"])
+        x = embeddings(inputs["input_word_ids"], inputs["input_type_ids"])  # (batch, seq, hidden)
         # The additive mask is built once per batch and shared by every block.
         attention_bias = attention_bias_from_mask(inputs["input_mask"])  # (batch, 1, 1, seq)
+        packing = None
+        if pack_tokens:
+            packing = PackedTokenIndex(name="packed_token_index")(inputs["input_mask"])
+            x = PackTokens(dtype=dtype, name="pack_tokens")(x, packing[0])  # (n_packed, hidden)
         encoder_outputs, attention_probs = [], []
         for block in blocks:
-            x, probs = block(x, attention_bias=attention_bias, return_attention_scores=True)
+            x, probs = block(
+                x, attention_bias=attention_bias, packing=packing, return_attention_scores=True
+            )
             encoder_outputs.append(x)
             attention_probs.append(probs)
         if output_layer_norm is not None:
             encoder_outputs[-1] = output_layer_norm(encoder_outputs[-1])
+        if pack_tokens:
+            unpack = UnpackTokens(dtype=dtype, name="unpack_tokens")
+            encoder_outputs = [unpack(x, packing[1]) for x in encoder_outputs]  # (batch, seq, hidden)
         sequence_output = encoder_outputs[-1]
         pooled_output = pooler(sequence_output[:, 0, :])
         outputs = {
@@ -189,6 +216,7 @@ class BertEncoder(keras.Model):
         self.layer_norm_epsilon = layer_norm_epsilon
         self.initializer_range = initializer_range
         self.return_attention_probs = return_attention_probs
+        self.pack_tokens = pack_tokens
         self.embeddings = embeddings
         self.transformer_layers = blocks
         self.output_layer_norm = output_layer_norm
@@ -229,6 +257,7 @@ class BertEncoder(keras.Model):
             "layer_norm_epsilon": self.layer_norm_epsilon,
             "initializer_range": self.initializer_range,
             "return_attention_probs": self.return_attention_probs,
+            "pack_tokens": self.pack_tokens,
         }
         return config
 

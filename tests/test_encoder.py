@@ -281,3 +281,51 @@ def test_exported_hub_module_equals_the_in_memory_encoder(tmp_path):
         assert_close(out[key], expected[key], atol=1e-6)
     for actual, wanted in zip(out["encoder_outputs"], expected["encoder_outputs"]):
         assert_close(actual, wanted, atol=1e-6)
+
+
+def _twin_encoders(**kwargs):
+    packed = BertEncoder(**TINY, **kwargs)
+    padded = BertEncoder(**TINY, pack_tokens=False, **kwargs)
+    padded.set_weights(packed.get_weights())
+    return packed, padded
+
+
+def test_packed_tokens_equal_the_padded_computation():
+    packed, padded = _twin_encoders(return_attention_probs=True)
+    assert packed.get_config()["pack_tokens"] is True
+    inputs = _inputs(lengths=(7, 4, 1, 0))  # the last row is all padding
+    a, b = packed(inputs), padded(inputs)
+    real = inputs["input_mask"].astype(bool)
+    assert_close(np.asarray(a["pooled_output"])[:3], np.asarray(b["pooled_output"])[:3], atol=1e-6)
+    assert np.isfinite(np.asarray(a["pooled_output"])).all()
+    for layer_a, layer_b in zip(a["encoder_outputs"], b["encoder_outputs"]):
+        assert_close(np.asarray(layer_a)[real], np.asarray(layer_b)[real], atol=1e-6)
+    # Padding is zero, except the always-computed first position of the empty row.
+    padding = ~real
+    padding[3, 0] = False
+    assert np.abs(np.asarray(a["sequence_output"])[padding]).max() == 0.0
+    # Attention rows of real queries are identical, including the zeros on padded keys.
+    for probs_a, probs_b in zip(a["attention_probs"], b["attention_probs"]):
+        query_real = np.broadcast_to(real[:, None, :], probs_a.shape[:3])
+        assert_close(np.asarray(probs_a)[query_real], np.asarray(probs_b)[query_real], atol=1e-6)
+
+
+def test_packed_training_step_equals_the_padded_one():
+    models = []
+    for encoder in _twin_encoders(dropout=0.0, attention_dropout=0.0):
+        inputs = {k: keras.Input(shape=(None,), dtype="int32", name=k) for k in _inputs()}
+        model = keras.Model(inputs, keras.layers.Dense(2, name="head")(encoder(inputs)["pooled_output"]))
+        models.append(model)
+    models[1].set_weights(models[0].get_weights())
+    data = _inputs(lengths=(8, 6, 5, 3, 2, 7, 4, 1))
+    labels = (data["input_word_ids"][:, 0] % 2).astype("int32")
+    before = np.concatenate([w.ravel() for w in models[0].get_weights()])
+    for model in models:
+        model.compile(optimizer=keras.optimizers.SGD(0.5),
+                      loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+        model.fit(data, labels, epochs=2, batch_size=8, verbose=0)
+    after_packed = models[0].get_weights()
+    after_padded = models[1].get_weights()
+    assert np.abs(np.concatenate([w.ravel() for w in after_packed]) - before).max() > 1e-3
+    for w_packed, w_padded in zip(after_packed, after_padded):
+        assert_close(w_packed, w_padded, atol=1e-5)

@@ -5,6 +5,7 @@ import tensorflow as tf
 from keras import ops
 
 from bert_keras.layers._utils import check_positive_int, check_rate, clone_initializer
+from bert_keras.layers.packing import unpack_tokens
 
 # Added to the scores of masked positions before the softmax (computed in float32).
 _MASK_NEGATIVE = -1e9
@@ -71,10 +72,16 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         attention_bias: optional float tensor broadcastable to
             `(batch, num_heads, seq_q, seq_k)`, added to the scores; takes the
             place of `attention_mask` (see `attention_bias_from_mask`).
+        packing: optional tuple `(token_index, position_index)` from
+            `bert_keras.layers.PackedTokenIndex`. With it, `inputs` are the
+            packed tokens `(n_packed, hidden)`: the four projections run on them
+            alone, and only the attention products use the padded layout.
+            Every position that is not packed must be masked out as a key.
 
     Returns:
-        `(batch, seq, hidden)`, and with `return_attention_scores=True` a tuple
-        of that and the probabilities `(batch, num_heads, seq, seq)`.
+        `(batch, seq, hidden)` (packed: `(n_packed, hidden)`), and with
+        `return_attention_scores=True` a tuple of that and the probabilities
+        `(batch, num_heads, seq, seq)`.
 
     Example:
     >>> layer = MultiHeadSelfAttention(num_heads=2)
@@ -139,15 +146,28 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         training=None,
         return_attention_scores=False,
         attention_bias=None,
+        packing=None,
     ):
-        shape = ops.shape(inputs)
+        if packing is None:
+            shape = ops.shape(inputs)
+            tokens = ops.reshape(inputs, (-1, self.hidden_size))  # (batch * seq, hidden)
+        else:
+            token_index, position_index = packing
+            shape = ops.shape(position_index)
+            tokens = inputs  # (n_packed, hidden)
         batch_size, seq_length = shape[0], shape[1]
-        # The projections are plain 2-D GEMMs over all tokens of the batch.
-        tokens = ops.reshape(inputs, (-1, self.hidden_size))  # (batch * seq, hidden)
+        # The projections are plain 2-D GEMMs over the tokens of the batch.
         query = self.query_dense(tokens) * ops.cast(1.0 / self.head_size**0.5, self.compute_dtype)
+        key = self.key_dense(tokens)
+        value = self.value_dense(tokens)
+        if packing is not None:
+            # The padded layout for the attention products only: (batch, seq, hidden). Positions
+            # that are not packed get copies of a packed row: as keys and values their weight is
+            # exactly zero, as queries their result is dropped below.
+            query, key, value = (unpack_tokens(t, position_index, fill_zeros=False) for t in (query, key, value))
         query = self._split_heads(query, batch_size, seq_length)  # (batch, heads, seq, head_size)
-        key = self._split_heads(self.key_dense(tokens), batch_size, seq_length)  # (batch, heads, seq, head_size)
-        value = self._split_heads(self.value_dense(tokens), batch_size, seq_length)  # (batch, heads, seq, head_size)
+        key = self._split_heads(key, batch_size, seq_length)  # (batch, heads, seq, head_size)
+        value = self._split_heads(value, batch_size, seq_length)  # (batch, heads, seq, head_size)
         # q k^T without materialising the transposed keys.
         scores = tf.linalg.matmul(query, key, transpose_b=True)  # (batch, heads, seq_q, seq_k)
         scores = ops.cast(scores, "float32")
@@ -159,8 +179,11 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         context = ops.matmul(self.probs_dropout(probs, training=training), value)  # (batch, heads, seq, head_size)
         context = ops.transpose(context, (0, 2, 1, 3))  # (batch, seq, heads, head_size)
         context = ops.reshape(context, (-1, self.hidden_size))  # (batch * seq, hidden)
-        outputs = self.output_dense(context)  # (batch * seq, hidden)
-        outputs = ops.reshape(outputs, (batch_size, seq_length, self.hidden_size))  # (batch, seq, hidden)
+        if packing is not None:
+            context = tf.gather(context, token_index)  # (n_packed, hidden)
+        outputs = self.output_dense(context)  # (tokens, hidden)
+        if packing is None:
+            outputs = ops.reshape(outputs, (batch_size, seq_length, self.hidden_size))  # (batch, seq, hidden)
         if return_attention_scores:
             return outputs, probs
         return outputs

@@ -46,9 +46,13 @@ class TransformerEncoderBlock(keras.layers.Layer):
         attention_bias: optional additive float bias in place of
             `attention_mask`, built once per batch with
             `bert_keras.layers.attention_bias_from_mask` and shared by all blocks.
+        packing: optional tuple `(token_index, position_index)` from
+            `bert_keras.layers.PackedTokenIndex`; `inputs` are then the packed
+            tokens `(n_packed, hidden)` and so is the output (see
+            `bert_keras.layers.packing`).
 
     Returns:
-        `(batch, seq, hidden)`, and with `return_attention_scores=True` also the
+        `(batch, seq, hidden)` (packed: `(n_packed, hidden)`), and with `return_attention_scores=True` also the
         probabilities `(batch, num_heads, seq, seq)`.
 
     Example:
@@ -118,6 +122,7 @@ class TransformerEncoderBlock(keras.layers.Layer):
         training=None,
         return_attention_scores=False,
         attention_bias=None,
+        packing=None,
     ):
         x = inputs
         residual = x
@@ -129,8 +134,9 @@ class TransformerEncoderBlock(keras.layers.Layer):
             training=training,
             return_attention_scores=True,
             attention_bias=attention_bias,
+            packing=packing,
         )
-        x = residual + self.attention_output_dropout(x, training=training)  # (batch, seq, hidden)
+        x = residual + self.attention_output_dropout(x, training=training)  # (batch, seq, hidden) or (n_packed, hidden)
         if not self.norm_first:
             x = self.attention_layer_norm(x)
 

@@ -1,0 +1,148 @@
+"""Packed-token execution: the token-wise work of BERT runs on real tokens only.
+
+A padded batch `(batch, seq, hidden)` with `input_mask` holds `n_real` real
+tokens; every GEMM of a Transformer block except the two attention products
+works token by token, so it can run on the `(n_real, hidden)` real tokens
+alone. `PackedTokenIndex` turns the mask into the flat positions of the real
+tokens, `PackTokens` gathers them, and `UnpackTokens` scatters a packed tensor
+back to `(batch, seq, hidden)` with zeros at padding. `MultiHeadSelfAttention`
+takes the same index (`token_index=`) and unpacks its queries, keys and values
+for the attention products only.
+
+The values at real positions are the same as for the padded computation (the
+padding never reaches them: its attention weights are exactly zero); the
+saving is the share of padding in the batch.
+
+Under XLA (`jit_compile=True`), whose shapes must not depend on the data, the
+index is simply every position, so packed and padded execution coincide.
+"""
+
+import keras
+import tensorflow as tf
+from tensorflow.python.framework import ops as tf_ops
+from tensorflow.python.ops import control_flow_util
+
+
+def _in_xla_context():
+    """Whether the graph being traced is compiled with XLA."""
+    if tf.executing_eagerly():
+        return False
+    return control_flow_util.GraphOrParentsInXlaContext(tf_ops.get_default_graph())
+
+
+def packed_token_index(input_mask):
+    """The packing of a padded batch: which positions are computed, and where they go.
+
+    Packed are the real tokens (`input_mask` nonzero) and the first position of
+    every row, so that `pooled_output` is defined even for a row of padding.
+    Under XLA every position is computed, so that shapes stay static, and the
+    padding is still marked -1 in `position_index`.
+
+    Args:
+        input_mask: `(batch, seq)` mask, nonzero for real tokens.
+
+    Returns:
+        A tuple `(token_index, position_index)`: int32 `(n_packed,)` flat
+        positions (into `batch * seq`, row-major) of the packed tokens, and
+        int32 `(batch, seq)` row of each position in the packed tensor, -1
+        where the position is not packed.
+    """
+    shape = tf.shape(input_mask)
+    first = tf.range(shape[1])[None, :] == 0  # (1, seq)
+    packed = tf.reshape(tf.logical_or(tf.not_equal(input_mask, 0), first), (-1,))  # (batch * seq,)
+    if _in_xla_context():
+        # Every position is computed (static shapes); the padding is still marked -1.
+        token_index = tf.range(tf.size(packed), dtype=tf.int32)  # (batch * seq,)
+        position_index = tf.where(packed, token_index, -1)  # (batch * seq,)
+        return token_index, tf.reshape(position_index, shape)
+    token_index = tf.cast(tf.where(packed)[:, 0], tf.int32)  # (n_packed,)
+    rows = tf.math.cumsum(tf.cast(packed, tf.int32)) - 1  # (batch * seq,)
+    position_index = tf.where(packed, rows, -1)  # (batch * seq,)
+    return token_index, tf.reshape(position_index, shape)
+
+
+def pack_tokens(x, token_index):
+    """`(batch, seq, ...)` -> `(n_packed, ...)`: the rows of the packed tokens."""
+    flat = tf.reshape(x, tf.concat([[-1], tf.shape(x)[2:]], axis=0))  # (batch * seq, ...)
+    return tf.gather(flat, token_index)  # (n_packed, ...)
+
+
+def unpack_tokens(x, position_index, fill_zeros=True):
+    """`(n_packed, ...)` -> `(batch, seq, ...)` by `position_index`.
+
+    With `fill_zeros`, positions that were not packed are zero; without, they
+    hold a copy of some packed row (cheaper; for keys and values whose
+    attention weight is exactly zero, and queries whose result is dropped).
+    """
+    gathered = tf.gather(x, tf.maximum(position_index, 0))  # (batch, seq, ...)
+    if not fill_zeros:
+        return gathered
+    trailing = tf.ones_like(tf.shape(x)[1:])
+    keep = tf.reshape(position_index >= 0, tf.concat([tf.shape(position_index), trailing], 0))  # (batch, seq, 1...)
+    return tf.where(keep, gathered, tf.zeros_like(gathered))
+
+
+@keras.saving.register_keras_serializable(package="bert_keras")
+class PackedTokenIndex(keras.layers.Layer):
+    """Computes the packing of a padded batch from its mask (see `packed_token_index`).
+
+    Call arguments:
+        inputs: integer or boolean `(batch, seq)` mask, nonzero for real tokens.
+
+    Returns:
+        A tuple `(token_index, position_index)`: int32 `(n_packed,)` and
+        int32 `(batch, seq)` (-1 where a position is not packed).
+
+    Example:
+    >>> token_index, position_index = PackedTokenIndex()(np.array([[1, 1, 0], [0, 0, 0]]))
+    >>> token_index.numpy().tolist(), position_index.numpy().tolist()
+    ([0, 1, 3], [[0, 1, -1], [2, -1, -1]])
+    """
+
+    def call(self, inputs):
+        return packed_token_index(inputs)
+
+    def compute_output_spec(self, inputs):
+        return (
+            keras.KerasTensor((None,), dtype="int32"),
+            keras.KerasTensor(tuple(inputs.shape[:2]), dtype="int32"),
+        )
+
+
+@keras.saving.register_keras_serializable(package="bert_keras")
+class PackTokens(keras.layers.Layer):
+    """Gathers the packed tokens of a padded `(batch, seq, hidden)` tensor.
+
+    Call arguments:
+        inputs: `(batch, seq, hidden)`.
+        token_index: int32 `(n_packed,)` from `PackedTokenIndex`.
+
+    Returns:
+        `(n_packed, hidden)`.
+    """
+
+    def call(self, inputs, token_index):
+        return pack_tokens(inputs, token_index)
+
+    def compute_output_spec(self, inputs, token_index):
+        return keras.KerasTensor((None,) + tuple(inputs.shape[2:]), dtype=inputs.dtype)
+
+
+@keras.saving.register_keras_serializable(package="bert_keras")
+class UnpackTokens(keras.layers.Layer):
+    """Puts packed tokens back in the padded layout, zeros where nothing was packed.
+
+    Call arguments:
+        inputs: `(n_packed, hidden)`.
+        position_index: int32 `(batch, seq)` from `PackedTokenIndex`.
+
+    Returns:
+        `(batch, seq, hidden)`.
+    """
+
+    def call(self, inputs, position_index):
+        return unpack_tokens(inputs, position_index)
+
+    def compute_output_spec(self, inputs, position_index):
+        shape = tuple(position_index.shape) + tuple(inputs.shape[1:])
+        return keras.KerasTensor(shape, dtype=inputs.dtype)

@@ -1,0 +1,111 @@
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from bert_keras.layers import (
+    MultiHeadSelfAttention,
+    PackedTokenIndex,
+    PackTokens,
+    TransformerEncoderBlock,
+    UnpackTokens,
+    attention_bias_from_mask,
+)
+from bert_keras.layers.packing import packed_token_index, unpack_tokens
+from tests.helpers import assert_close
+
+MASK = np.array([[1, 1, 1, 0], [1, 0, 0, 0], [0, 0, 0, 0], [1, 1, 1, 1]], dtype="int32")
+
+
+def test_index_of_a_padded_batch():
+    token_index, position_index = PackedTokenIndex()(MASK)
+    # Real tokens plus the first position of every row (row 2 is all padding).
+    np.testing.assert_array_equal(token_index, [0, 1, 2, 4, 8, 12, 13, 14, 15])
+    np.testing.assert_array_equal(
+        position_index, [[0, 1, 2, -1], [3, -1, -1, -1], [4, -1, -1, -1], [5, 6, 7, 8]]
+    )
+
+
+def test_xla_computes_every_position_but_marks_the_padding():
+    fn = tf.function(packed_token_index, jit_compile=True)
+    token_index, position_index = fn(tf.constant(MASK))
+    np.testing.assert_array_equal(token_index, np.arange(16))
+    expected = np.where((MASK > 0) | (np.arange(4) == 0), np.arange(16).reshape(4, 4), -1)
+    np.testing.assert_array_equal(position_index, expected)
+
+
+def test_pack_then_unpack_restores_real_positions_and_zeros_padding():
+    x = np.random.default_rng(0).normal(size=(4, 4, 3)).astype("float32")
+    token_index, position_index = PackedTokenIndex()(MASK)
+    packed = PackTokens()(x, token_index)
+    assert tuple(packed.shape) == (9, 3)
+    restored = np.asarray(UnpackTokens()(packed, position_index))
+    keep = (MASK > 0) | (np.arange(4) == 0)
+    np.testing.assert_array_equal(restored[keep], x[keep])
+    np.testing.assert_array_equal(restored[~keep], 0.0)
+    # Without zero fill every position holds some packed row (no out-of-range gather).
+    copies = np.asarray(unpack_tokens(packed, position_index, fill_zeros=False))
+    np.testing.assert_array_equal(copies[keep], x[keep])
+
+
+def test_empty_batch():
+    mask = np.zeros((0, 5), "int32")
+    token_index, position_index = PackedTokenIndex()(mask)
+    assert tuple(token_index.shape) == (0,) and tuple(position_index.shape) == (0, 5)
+    out = UnpackTokens()(tf.zeros((0, 3)), position_index)
+    assert tuple(out.shape) == (0, 5, 3)
+
+
+def _packed_and_padded(layer, x, mask, **kwargs):
+    bias = attention_bias_from_mask(mask)
+    token_index, position_index = packed_token_index(tf.constant(mask))
+    padded = layer(x, attention_bias=bias, **kwargs)
+    packed = layer(tf.gather(tf.reshape(x, (-1, x.shape[-1])), token_index), attention_bias=bias,
+                   packing=(token_index, position_index), **kwargs)
+    return padded, packed, token_index
+
+
+@pytest.mark.parametrize("layer", [
+    MultiHeadSelfAttention(num_heads=2),
+    TransformerEncoderBlock(num_heads=2, intermediate_size=16),
+    TransformerEncoderBlock(num_heads=2, intermediate_size=16, norm_first=True),
+])
+def test_packed_call_equals_padded_call_at_real_positions(layer):
+    x = tf.constant(np.random.default_rng(1).normal(size=(4, 4, 8)).astype("float32"))
+    padded, packed, token_index = _packed_and_padded(layer, x, MASK)
+    assert tuple(packed.shape) == (9, 8)
+    expected = tf.gather(tf.reshape(padded, (-1, 8)), token_index).numpy()
+    real = MASK.reshape(-1)[token_index.numpy()] > 0
+    assert_close(packed.numpy()[real], expected[real], atol=1e-6)
+
+
+def test_packed_gradients_equal_padded_gradients():
+    layer = TransformerEncoderBlock(num_heads=2, intermediate_size=16)
+    x = tf.constant(np.random.default_rng(2).normal(size=(4, 4, 8)).astype("float32"))
+    layer(x, attention_mask=MASK)
+    bias = attention_bias_from_mask(MASK)
+    token_index, position_index = packed_token_index(tf.constant(MASK))
+    real = tf.constant(MASK.reshape(-1)[token_index.numpy()] > 0)
+    weights = tf.constant(np.random.default_rng(3).normal(size=(9, 8)).astype("float32"))
+
+    with tf.GradientTape() as tape:
+        packed = layer(tf.gather(tf.reshape(x, (-1, 8)), token_index), attention_bias=bias,
+                       packing=(token_index, position_index))
+        loss_packed = tf.reduce_sum(tf.boolean_mask(packed * weights, real))
+    grads_packed = tape.gradient(loss_packed, layer.trainable_variables)
+    with tf.GradientTape() as tape:
+        padded = tf.gather(tf.reshape(layer(x, attention_bias=bias), (-1, 8)), token_index)
+        loss_padded = tf.reduce_sum(tf.boolean_mask(padded * weights, real))
+    grads_padded = tape.gradient(loss_padded, layer.trainable_variables)
+    assert_close(loss_packed, loss_padded, atol=1e-5)
+    assert len(grads_packed) == 16
+    for a, b in zip(grads_packed, grads_padded):
+        assert_close(tf.convert_to_tensor(a), tf.convert_to_tensor(b), atol=1e-5)
+
+
+def test_docstring_example():
+    import doctest
+
+    from bert_keras.layers import packing
+
+    results = doctest.testmod(packing, globs=dict(vars(packing), np=np), optionflags=doctest.NORMALIZE_WHITESPACE)
+    assert results.failed == 0 and results.attempted >= 2
