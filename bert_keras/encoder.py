@@ -175,7 +175,7 @@ class BertEncoder(keras.Model):
         packing = None
         if pack_tokens:
             packing = PackedTokenIndex(name="packed_token_index")(inputs["input_mask"])
-            x = PackTokens(dtype=dtype, name="pack_tokens")(x, packing[0])  # (n_packed, hidden)
+            x = PackTokens(dtype=dtype, name="pack_tokens")(x, packing)  # (n_packed, hidden)
         encoder_outputs, attention_probs = [], []
         for block in blocks:
             x, probs = block(
@@ -187,7 +187,7 @@ class BertEncoder(keras.Model):
             encoder_outputs[-1] = output_layer_norm(encoder_outputs[-1])
         if pack_tokens:
             unpack = UnpackTokens(dtype=dtype, name="unpack_tokens")
-            encoder_outputs = [unpack(x, packing[1]) for x in encoder_outputs]  # (batch, seq, hidden)
+            encoder_outputs = [unpack(x, packing) for x in encoder_outputs]  # (batch, seq, hidden)
         sequence_output = encoder_outputs[-1]
         pooled_output = pooler(sequence_output[:, 0, :])
         outputs = {

@@ -5,7 +5,8 @@ import tensorflow as tf
 from keras import ops
 
 from bert_keras.layers._utils import check_positive_int, check_rate, clone_initializer
-from bert_keras.layers.packing import unpack_tokens
+from bert_keras.layers.dropout import Dropout, dropout_keep_mask, next_seed
+from bert_keras.layers.packing import pack_tokens, unpack_tokens
 
 # Added to the scores of masked positions before the softmax (computed in float32).
 _MASK_NEGATIVE = -1e9
@@ -131,7 +132,7 @@ class MultiHeadSelfAttention(keras.layers.Layer):
             )
             dense.build(dense_shape)
             setattr(self, f"{name}_dense", dense)
-        self.probs_dropout = keras.layers.Dropout(self.dropout, dtype=self.dtype_policy, name="probs_dropout")
+        self.probs_dropout = Dropout(self.dropout, dtype=self.dtype_policy, name="probs_dropout")
         self.built = True
 
     def _split_heads(self, x, batch_size, seq_length):
@@ -152,8 +153,7 @@ class MultiHeadSelfAttention(keras.layers.Layer):
             shape = ops.shape(inputs)
             tokens = ops.reshape(inputs, (-1, self.hidden_size))  # (batch * seq, hidden)
         else:
-            token_index, position_index = packing
-            shape = ops.shape(position_index)
+            shape = ops.shape(packing[1])  # position_index: (batch, seq)
             tokens = inputs  # (n_packed, hidden)
         batch_size, seq_length = shape[0], shape[1]
         # The projections are plain 2-D GEMMs over the tokens of the batch.
@@ -164,7 +164,7 @@ class MultiHeadSelfAttention(keras.layers.Layer):
             # The padded layout for the attention products only: (batch, seq, hidden). Positions
             # that are not packed get copies of a packed row: as keys and values their weight is
             # exactly zero, as queries their result is dropped below.
-            query, key, value = (unpack_tokens(t, position_index, fill_zeros=False) for t in (query, key, value))
+            query, key, value = (unpack_tokens(t, packing, fill_zeros=False) for t in (query, key, value))
         query = self._split_heads(query, batch_size, seq_length)  # (batch, heads, seq, head_size)
         key = self._split_heads(key, batch_size, seq_length)  # (batch, heads, seq, head_size)
         value = self._split_heads(value, batch_size, seq_length)  # (batch, heads, seq, head_size)
@@ -176,11 +176,17 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         if attention_bias is not None:
             scores = scores + ops.cast(attention_bias, "float32")
         probs = ops.cast(ops.softmax(scores, axis=-1), self.compute_dtype)  # (batch, heads, seq_q, seq_k)
-        context = ops.matmul(self.probs_dropout(probs, training=training), value)  # (batch, heads, seq, head_size)
+        if training and self.dropout > 0:
+            # Dropout on the probabilities, its 1 / (1 - rate) applied to the smaller context instead.
+            keep = dropout_keep_mask(ops.shape(probs), self.dropout, next_seed(self.probs_dropout.seed_generator))
+            dropped = ops.where(keep, probs, ops.zeros_like(probs))  # (batch, heads, seq_q, seq_k)
+            context = ops.matmul(dropped, value) * ops.cast(1.0 / (1.0 - self.dropout), self.compute_dtype)
+        else:
+            context = ops.matmul(probs, value)  # (batch, heads, seq, head_size)
         context = ops.transpose(context, (0, 2, 1, 3))  # (batch, seq, heads, head_size)
         context = ops.reshape(context, (-1, self.hidden_size))  # (batch * seq, hidden)
         if packing is not None:
-            context = tf.gather(context, token_index)  # (n_packed, hidden)
+            context = pack_tokens(ops.reshape(context, (batch_size, seq_length, self.hidden_size)), packing)  # (n_packed, hidden)
         outputs = self.output_dense(context)  # (tokens, hidden)
         if packing is None:
             outputs = ops.reshape(outputs, (batch_size, seq_length, self.hidden_size))  # (batch, seq, hidden)

@@ -7,6 +7,7 @@ import tensorflow as tf
 from keras import ops
 
 from bert_keras.layers._utils import check_choice, check_positive_int, check_rate, clone_initializer
+from bert_keras.layers.dropout import Dropout
 
 POSITION_EMBEDDINGS = ("learned", "sinusoidal")
 
@@ -150,7 +151,7 @@ class BertEmbeddings(keras.layers.Layer):
             epsilon=self.layer_norm_epsilon, dtype=self.dtype_policy, name="layer_norm"
         )
         self.layer_norm.build(tuple(input_word_ids_shape) + (self.hidden_size,))
-        self.dropout_layer = keras.layers.Dropout(self.dropout, dtype=self.dtype_policy, name="dropout")
+        self.dropout_layer = Dropout(self.dropout, dtype=self.dtype_policy, name="dropout")
         self.built = True
 
     def _learned_positions(self, seq_length):

@@ -10,6 +10,7 @@ from bert_keras.layers._utils import (
     serialize_activation,
 )
 from bert_keras.layers.attention import MultiHeadSelfAttention
+from bert_keras.layers.dropout import Dropout
 from bert_keras.layers.feed_forward import FeedForward
 
 
@@ -111,7 +112,7 @@ class TransformerEncoderBlock(keras.layers.Layer):
             )
             norm.build(input_shape)
             setattr(self, f"{prefix}_layer_norm", norm)
-            drop = keras.layers.Dropout(self.dropout, dtype=self.dtype_policy, name=f"{prefix}_output_dropout")
+            drop = Dropout(self.dropout, dtype=self.dtype_policy, name=f"{prefix}_output_dropout")
             setattr(self, f"{prefix}_output_dropout", drop)
         self.built = True
 

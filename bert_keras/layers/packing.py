@@ -61,25 +61,63 @@ def packed_token_index(input_mask):
     return token_index, tf.reshape(position_index, shape)
 
 
-def pack_tokens(x, token_index):
-    """`(batch, seq, ...)` -> `(n_packed, ...)`: the rows of the packed tokens."""
-    flat = tf.reshape(x, tf.concat([[-1], tf.shape(x)[2:]], axis=0))  # (batch * seq, ...)
-    return tf.gather(flat, token_index)  # (n_packed, ...)
-
-
-def unpack_tokens(x, position_index, fill_zeros=True):
-    """`(n_packed, ...)` -> `(batch, seq, ...)` by `position_index`.
-
-    With `fill_zeros`, positions that were not packed are zero; without, they
-    hold a copy of some packed row (cheaper; for keys and values whose
-    attention weight is exactly zero, and queries whose result is dropped).
-    """
+def _gather_positions(x, position_index, fill_zeros):
+    """`(n_packed, ...)` -> `(batch, seq, ...)`: the packed row of each position."""
     gathered = tf.gather(x, tf.maximum(position_index, 0))  # (batch, seq, ...)
     if not fill_zeros:
         return gathered
     trailing = tf.ones_like(tf.shape(x)[1:])
     keep = tf.reshape(position_index >= 0, tf.concat([tf.shape(position_index), trailing], 0))  # (batch, seq, 1...)
     return tf.where(keep, gathered, tf.zeros_like(gathered))
+
+
+def pack_tokens(x, packing):
+    """`(batch, seq, ...)` -> `(n_packed, ...)`: the rows of the packed tokens.
+
+    Args:
+        x: `(batch, seq, ...)` tensor.
+        packing: the tuple `(token_index, position_index)` of `packed_token_index`.
+    """
+    token_index, position_index = packing
+
+    @tf.custom_gradient
+    def _pack(x):
+        flat = tf.reshape(x, tf.concat([[-1], tf.shape(x)[2:]], axis=0))  # (batch * seq, ...)
+
+        def grad(upstream):
+            # A gather back (not the generic scatter-add): positions that were not packed get zero.
+            return tf.reshape(_gather_positions(upstream, position_index, fill_zeros=True), tf.shape(x))
+
+        return tf.gather(flat, token_index), grad  # (n_packed, ...)
+
+    return _pack(x)
+
+
+def unpack_tokens(x, packing, fill_zeros=True):
+    """`(n_packed, ...)` -> `(batch, seq, ...)`: each position gets its packed row.
+
+    Args:
+        x: `(n_packed, ...)` tensor.
+        packing: the tuple `(token_index, position_index)` of `packed_token_index`.
+        fill_zeros: bool. Positions that were not packed are zero. Without it
+            they hold a copy of a packed row, which is cheaper, and the gradient
+            ignores what flows into those copies: use it only where that is
+            zero, as for the keys and values of masked positions (attention
+            weight exactly zero) and for queries whose results are dropped.
+            Defaults to `True`.
+    """
+    token_index, position_index = packing
+
+    @tf.custom_gradient
+    def _unpack(x):
+        def grad(upstream):
+            # Each packed row is used at exactly one position: a gather, not a scatter-add.
+            flat = tf.reshape(upstream, tf.concat([[-1], tf.shape(upstream)[2:]], axis=0))  # (batch * seq, ...)
+            return tf.gather(flat, token_index)  # (n_packed, ...)
+
+        return _gather_positions(x, position_index, fill_zeros), grad
+
+    return _unpack(x)
 
 
 @keras.saving.register_keras_serializable(package="bert_keras")
@@ -115,16 +153,16 @@ class PackTokens(keras.layers.Layer):
 
     Call arguments:
         inputs: `(batch, seq, hidden)`.
-        token_index: int32 `(n_packed,)` from `PackedTokenIndex`.
+        packing: the tuple `(token_index, position_index)` from `PackedTokenIndex`.
 
     Returns:
         `(n_packed, hidden)`.
     """
 
-    def call(self, inputs, token_index):
-        return pack_tokens(inputs, token_index)
+    def call(self, inputs, packing):
+        return pack_tokens(inputs, packing)
 
-    def compute_output_spec(self, inputs, token_index):
+    def compute_output_spec(self, inputs, packing):
         return keras.KerasTensor((None,) + tuple(inputs.shape[2:]), dtype=inputs.dtype)
 
 
@@ -134,15 +172,15 @@ class UnpackTokens(keras.layers.Layer):
 
     Call arguments:
         inputs: `(n_packed, hidden)`.
-        position_index: int32 `(batch, seq)` from `PackedTokenIndex`.
+        packing: the tuple `(token_index, position_index)` from `PackedTokenIndex`.
 
     Returns:
         `(batch, seq, hidden)`.
     """
 
-    def call(self, inputs, position_index):
-        return unpack_tokens(inputs, position_index)
+    def call(self, inputs, packing):
+        return unpack_tokens(inputs, packing)
 
-    def compute_output_spec(self, inputs, position_index):
-        shape = tuple(position_index.shape) + tuple(inputs.shape[1:])
+    def compute_output_spec(self, inputs, packing):
+        shape = tuple(packing[1].shape) + tuple(inputs.shape[1:])
         return keras.KerasTensor(shape, dtype=inputs.dtype)

@@ -35,15 +35,15 @@ def test_xla_computes_every_position_but_marks_the_padding():
 
 def test_pack_then_unpack_restores_real_positions_and_zeros_padding():
     x = np.random.default_rng(0).normal(size=(4, 4, 3)).astype("float32")
-    token_index, position_index = PackedTokenIndex()(MASK)
-    packed = PackTokens()(x, token_index)
+    packing = PackedTokenIndex()(MASK)
+    packed = PackTokens()(x, packing)
     assert tuple(packed.shape) == (9, 3)
-    restored = np.asarray(UnpackTokens()(packed, position_index))
+    restored = np.asarray(UnpackTokens()(packed, packing))
     keep = (MASK > 0) | (np.arange(4) == 0)
     np.testing.assert_array_equal(restored[keep], x[keep])
     np.testing.assert_array_equal(restored[~keep], 0.0)
     # Without zero fill every position holds some packed row (no out-of-range gather).
-    copies = np.asarray(unpack_tokens(packed, position_index, fill_zeros=False))
+    copies = np.asarray(unpack_tokens(packed, packing, fill_zeros=False))
     np.testing.assert_array_equal(copies[keep], x[keep])
 
 
@@ -51,7 +51,7 @@ def test_empty_batch():
     mask = np.zeros((0, 5), "int32")
     token_index, position_index = PackedTokenIndex()(mask)
     assert tuple(token_index.shape) == (0,) and tuple(position_index.shape) == (0, 5)
-    out = UnpackTokens()(tf.zeros((0, 3)), position_index)
+    out = UnpackTokens()(tf.zeros((0, 3)), (token_index, position_index))
     assert tuple(out.shape) == (0, 5, 3)
 
 
@@ -109,3 +109,29 @@ def test_docstring_example():
 
     results = doctest.testmod(packing, globs=dict(vars(packing), np=np), optionflags=doctest.NORMALIZE_WHITESPACE)
     assert results.failed == 0 and results.attempted >= 2
+
+
+def test_pack_and_unpack_gradients_equal_plain_autodiff():
+    from bert_keras.layers.packing import pack_tokens
+
+    rng = np.random.default_rng(4)
+    token_index, position_index = packed_token_index(tf.constant(MASK))
+    packing = (token_index, position_index)
+    x = tf.constant(rng.normal(size=(4, 4, 3)).astype("float32"))
+    w = tf.constant(rng.normal(size=(9, 3)).astype("float32"))
+    with tf.GradientTape(persistent=True) as tape:
+        tape.watch(x)
+        ours = tf.reduce_sum(pack_tokens(x, packing) * w)
+        plain = tf.reduce_sum(tf.gather(tf.reshape(x, (16, 3)), token_index) * w)
+    assert_close(tf.convert_to_tensor(tape.gradient(ours, x)), tf.convert_to_tensor(tape.gradient(plain, x)), atol=0)
+
+    packed = tf.constant(rng.normal(size=(9, 3)).astype("float32"))
+    v = tf.constant(rng.normal(size=(4, 4, 3)).astype("float32"))
+    keep = ((MASK > 0) | (np.arange(4) == 0))[..., None]
+    with tf.GradientTape(persistent=True) as tape:
+        tape.watch(packed)
+        ours = tf.reduce_sum(unpack_tokens(packed, packing) * v)
+        plain = tf.reduce_sum(tf.where(keep, tf.gather(packed, tf.maximum(position_index, 0)), 0.0) * v)
+    grad = tf.convert_to_tensor(tape.gradient(ours, packed))
+    assert_close(grad, tf.convert_to_tensor(tape.gradient(plain, packed)), atol=1e-6)
+    assert np.abs(grad.numpy()).min() > 0
