@@ -9,7 +9,7 @@ $PY -c "import tensorflow as tf, torch; assert tf.config.list_physical_devices('
 nvidia-smi --query-gpu=name,memory.total --format=csv
 $PY benchmarks/run_all.py --gpu --rounds 2 --other-rounds 2 --repeats 10 \
     --sections gemm minilm base train \
-    --minilm-peers ours "ours + XLA" keras-nlp "keras-nlp + XLA" torch \
+    --minilm-peers ours "ours (padded)" "ours + XLA" keras-nlp "keras-nlp + XLA" torch \
     --base-peers ours "ours + XLA" keras-nlp torch --train-peers ours "ours + XLA" keras-nlp torch \
     --output benchmarks/results/benchmarks_gpu_fp32.md
 $PY benchmarks/run_all.py --gpu --dtype mixed_bfloat16 --rounds 2 --other-rounds 2 --repeats 10 \
