@@ -21,7 +21,7 @@ and on the first 32 tweets of the corpus; BERT-Base inference (batch 8, seq
 ragged); our exported Hub SavedModel vs the in-memory model; tokenisation
 (`tokenize_benchmark.py`).
 
-Run from the repository root (about 40 minutes on 2 cores):
+Run from the repository root (about 20 minutes on 2 cores):
 
     TF_CPP_MIN_LOG_LEVEL=2 python benchmarks/run_all.py --output benchmarks/results/benchmarks.md
 """
