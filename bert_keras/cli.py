@@ -28,6 +28,7 @@ def _presets(args):
 
 
 def _convert(args):
+    from bert_keras._files import OutputLockedError
     from bert_keras.checkpoints.to_hub import convert_to_hub
 
     def progress(index, total, text):
@@ -35,7 +36,7 @@ def _convert(args):
 
     try:
         loaded = convert_to_hub(args.source, args.out, seq_length=args.seq_length, overwrite=args.force, progress=progress)
-    except FileExistsError as error:
+    except (FileExistsError, OutputLockedError) as error:
         print(f"bert-keras convert: {error}", file=sys.stderr)
         return 2
     except (OSError, ValueError) as error:
@@ -96,8 +97,12 @@ def _modules(args):
 def _finetune(args):
     from bert_keras.datasets import DataError, read_labelled_file, stratified_split
 
-    if os.path.exists(args.out) and os.listdir(args.out) and not args.force:
-        return _fail("finetune", f"{args.out} exists and is not empty; pass --force to replace it.")
+    from bert_keras._files import check_target
+
+    try:  # before any work: never train for an output that cannot be written
+        check_target(args.out, args.force, argument="--out")
+    except (FileExistsError, ValueError) as error:
+        return _fail("finetune", str(error))
     columns = dict(text_column=args.text_column, label_column=args.label_column, text_pair_column=args.text_pair_column)
     try:
         train = read_labelled_file(args.train, **columns)
@@ -157,7 +162,7 @@ def _run_finetune(args, train, validation, test, preprocess, encoder):
         probabilities = model.predict(_text_dataset(test, 64).map(lambda x, y: x), verbose=0)
         metrics["test_accuracy"] = float(np.mean(probabilities.argmax(-1) == test.labels))
         _say(f"Test accuracy: {metrics['test_accuracy']:.4f}")
-    export_classifier(model, args.out, train.label_names, overwrite=True, extra_assets={"metrics.json": metrics})
+    export_classifier(model, args.out, train.label_names, overwrite=args.force, extra_assets={"metrics.json": metrics})
     _say(f"Exported the classifier to {args.out}; try: bert-keras predict --model {args.out} \"some text\"")
     return 0
 
@@ -247,7 +252,9 @@ def _build_parser():
     )
     convert.add_argument("source", help="checkpoint directory (or TF checkpoint prefix)")
     convert.add_argument("--out", required=True, help="output directory")
-    convert.add_argument("--seq-length", type=int, default=128, help="default sequence length of the preprocess module")
+    convert.add_argument(
+        "--seq-length", type=int, help="default sequence length of the preprocess module (128, or the model's maximum if shorter)"
+    )
     convert.add_argument("--force", action="store_true", help="replace existing modules in --out")
     convert.set_defaults(func=_convert)
 

@@ -18,6 +18,8 @@ import time
 import numpy as np
 import tensorflow as tf
 
+from bert_keras._files import read_marker
+
 logger = logging.getLogger(__name__)
 
 EXAMPLES = [
@@ -88,18 +90,19 @@ def _dataset(data, batch_size, shuffle_seed=None):
 def ensure_modules(out_dir, report):
     """Hub modules of the installed MiniLM checkpoint under `out_dir`, converted once."""
     from bert_keras.checkpoints.to_hub import convert_to_hub
+    from bert_keras.hub import read_module_pair
     from bert_keras.text.corpora import minilm_vocab_path
 
     target = os.path.join(out_dir, "minilm_l6_h384_uncased")
-    encoder_dir, preprocess_dir = os.path.join(target, "encoder"), os.path.join(target, "preprocess")
-    if os.path.exists(os.path.join(encoder_dir, "saved_model.pb")) and os.path.exists(
-        os.path.join(preprocess_dir, "saved_model.pb")
-    ):
-        report(f"Reusing the Hub modules in {target}")
+    source = os.path.abspath(os.path.dirname(minilm_vocab_path()))
+    pair = read_module_pair(target)
+    if pair is not None and read_marker(target).get("source") == source:
+        report(f"Reusing the Hub modules in {target} (a whole pair converted from {source})")
+        encoder_dir, preprocess_dir = pair
         return preprocess_dir, encoder_dir
-    source = os.path.dirname(minilm_vocab_path())
     report(f"Converting the MiniLM checkpoint in {source} into Hub modules under {target}")
     convert_to_hub(source, target, overwrite=True, progress=lambda i, n, text: report(f"  [{i}/{n}] {text}"))
+    encoder_dir, preprocess_dir = read_module_pair(target)
     return preprocess_dir, encoder_dir
 
 

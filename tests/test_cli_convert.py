@@ -23,9 +23,10 @@ def test_convert_writes_encoder_with_mlm_and_preprocess(hf_pretraining_dir, tmp_
     out = str(tmp_path / "modules")
     assert cli.main(["convert", source, "--out", out, "--seq-length", "12"]) == 0
     printed = capsys.readouterr().out
-    assert "[1/4] read the checkpoint" in printed and "[4/4] move into place" in printed
+    assert "[1/3] read the checkpoint" in printed and "[3/3] write the preprocess module" in printed
     assert "with the mlm sub-object" in printed
-    assert sorted(os.listdir(out)) == ["encoder", "preprocess"]
+    assert sorted(os.listdir(out)) == [".bert_keras_output.json", "encoder", "preprocess"]
+    assert hub.read_module_pair(out) == (os.path.join(out, "encoder"), os.path.join(out, "preprocess"))
 
     encoder = hub.load(os.path.join(out, "encoder"))
     inputs, positions = random_inputs()
@@ -51,7 +52,29 @@ def test_convert_refuses_to_overwrite_and_force_replaces(hf_pretraining_dir, tmp
     assert "--force" in capsys.readouterr().err
     assert os.path.getmtime(os.path.join(out, "encoder", "saved_model.pb")) == stamp
     assert cli.main(["convert", source, "--out", out, "--force"]) == 0
-    assert sorted(os.listdir(out)) == ["encoder", "preprocess"]
+    assert sorted(os.listdir(out)) == [".bert_keras_output.json", "encoder", "preprocess"]
+
+
+def test_convert_force_never_replaces_a_foreign_directory(hf_pretraining_dir, tmp_path, capsys, monkeypatch):
+    source, _ = hf_pretraining_dir
+    (tmp_path / "thesis.tex").write_text("years of work")
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["convert", source, "--out", ".", "--force"]) == 2
+    assert "current directory" in capsys.readouterr().err
+    other = tmp_path / "mine"
+    other.mkdir()
+    (other / "data.csv").write_text("a,b")
+    assert cli.main(["convert", source, "--out", str(other), "--force"]) == 2
+    assert "was not written by bert_keras" in capsys.readouterr().err
+    assert (tmp_path / "thesis.tex").read_text() == "years of work" and os.listdir(other) == ["data.csv"]
+
+
+def test_convert_refuses_a_sequence_length_beyond_the_positions(hf_pretraining_dir, tmp_path, capsys):
+    source, reference = hf_pretraining_dir
+    too_long = reference.config.max_position_embeddings + 1
+    assert cli.main(["convert", source, "--out", str(tmp_path / "m"), "--seq-length", str(too_long)]) == 2
+    assert f"expected at most the encoder's max_sequence_length={too_long - 1}" in capsys.readouterr().err
+    assert not (tmp_path / "m").exists()
 
 
 def test_failed_convert_leaves_nothing(tmp_path, capsys):

@@ -107,9 +107,24 @@ def test_finetune_refuses_a_non_empty_output(modules, tmp_path, capsys):
     out = tmp_path / "out"
     out.mkdir()
     (out / "keep.txt").write_text("mine")
-    assert _finetune(modules, _csv(tmp_path / "train.csv", ROWS), str(out)) == 2
-    assert "--force" in capsys.readouterr().err
-    assert (out / "keep.txt").read_text() == "mine"
+    train = _csv(tmp_path / "train.csv", ROWS)
+    for force in ((), ("--force",)):  # --force never empties a directory bert_keras did not write
+        assert _finetune(modules, train, str(out), *force) == 2
+        assert "(--out) exists and was not written by bert_keras (it holds ['keep.txt'])" in capsys.readouterr().err
+    assert os.listdir(out) == ["keep.txt"]
+
+
+def test_finetune_force_refuses_the_working_directory_before_training(modules, tmp_path, capsys, monkeypatch):
+    train = _csv(tmp_path / "train.csv", ROWS)
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "notes.txt").write_text("mine")
+    monkeypatch.chdir(work)
+    assert _finetune(modules, train, ".", "--force") == 2
+    captured = capsys.readouterr()
+    assert "Refusing to write the output into '.' (--out): it is the current directory" in captured.err
+    assert "Fine-tuning" not in captured.out  # refused before any training
+    assert os.listdir(work) == ["notes.txt"]
 
 
 def test_predict_bad_input(tmp_path, capsys, monkeypatch):

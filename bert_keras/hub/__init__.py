@@ -4,9 +4,19 @@
 in the BERT workflow.
 """
 
-from bert_keras.hub.export import export_encoder, export_preprocessor
+from bert_keras.hub.export import export_encoder, export_module_pair, export_preprocessor, read_module_pair
 from bert_keras.hub.keras_layer import KerasLayer
 from bert_keras.hub.loader import load, register_text_ops, resolve
 from bert_keras.hub.preprocess_layer import PreprocessLayer
 
-__all__ = ["KerasLayer", "PreprocessLayer", "export_encoder", "export_preprocessor", "load", "register_text_ops", "resolve"]
+__all__ = [
+    "KerasLayer",
+    "PreprocessLayer",
+    "export_encoder",
+    "export_module_pair",
+    "export_preprocessor",
+    "load",
+    "read_module_pair",
+    "register_text_ops",
+    "resolve",
+]

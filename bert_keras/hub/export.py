@@ -5,8 +5,9 @@ import os
 
 import tensorflow as tf
 
-from bert_keras._files import staged_directory
+from bert_keras._files import fault_point, read_marker, staged_directory
 from bert_keras.encoder import INPUT_KEYS
+from bert_keras.text import BertPreprocessor
 
 logger = logging.getLogger(__name__)
 
@@ -99,10 +100,15 @@ def export_encoder(encoder, export_dir, vocab_file, do_lower_case, pretrainer=No
         pretrainer: optional model with `encoder` and an `mlm_logits` output.
         overwrite: bool. Replace an existing `export_dir`. Defaults to `False`.
     """
-    root = build_encoder_module(encoder, vocab_file, do_lower_case, pretrainer)
-    _save_atomically(root, export_dir, overwrite, _encoder_signatures(root))
+    with staged_directory(export_dir, overwrite, kind="encoder") as staging:
+        _save_encoder(staging, encoder, vocab_file, do_lower_case, pretrainer)
     logger.info("Wrote the encoder module to %s", export_dir)
     return export_dir
+
+
+def _save_encoder(directory, encoder, vocab_file, do_lower_case, pretrainer):
+    root = build_encoder_module(encoder, vocab_file, do_lower_case, pretrainer)
+    tf.saved_model.save(root, directory, signatures=_encoder_signatures(root))
 
 
 def _encoder_signatures(root):
@@ -116,11 +122,6 @@ def _encoder_signatures(root):
         return flat
 
     return {"serving_default": serve}
-
-
-def _save_atomically(root, export_dir, overwrite, signatures=None):
-    with staged_directory(export_dir, overwrite) as staging:
-        tf.saved_model.save(root, staging, signatures=signatures)
 
 
 class _TokenizeModule(tf.train.Checkpoint):
@@ -194,13 +195,69 @@ def export_preprocessor(export_dir, vocab_file, do_lower_case, seq_length=128, o
         seq_length: int. The default sequence length. Defaults to `128`.
         overwrite: bool. Replace an existing `export_dir`. Defaults to `False`.
     """
-    from bert_keras.text import BertPreprocessor
+    with staged_directory(export_dir, overwrite, kind="preprocess") as staging:
+        _save_preprocessor(staging, vocab_file, do_lower_case, seq_length)
+    logger.info("Wrote the preprocessing module to %s", export_dir)
+    return export_dir
 
+
+def _save_preprocessor(directory, vocab_file, do_lower_case, seq_length):
     if not os.path.isfile(vocab_file):
         raise FileNotFoundError(f"vocab_file {vocab_file!r} does not exist.")
     preprocessor = BertPreprocessor(vocab_file, lower_case=bool(do_lower_case), seq_length=seq_length)
     root = _PreprocessModule(preprocessor, vocab_file, do_lower_case)
-    signatures = {"serving_default": root.__call__.get_concrete_function()}
-    _save_atomically(root, export_dir, overwrite, signatures)
-    logger.info("Wrote the preprocessing module to %s", export_dir)
-    return export_dir
+    tf.saved_model.save(root, directory, signatures={"serving_default": root.__call__.get_concrete_function()})
+
+
+ENCODER_DIR = "encoder"
+PREPROCESS_DIR = "preprocess"
+
+
+def export_module_pair(
+    out_dir, encoder, vocab_file, do_lower_case, seq_length=128, pretrainer=None, overwrite=False, info=None, progress=None
+):
+    """Writes `out_dir/encoder` and `out_dir/preprocess` as one output, in one atomic step.
+
+    The pair is staged as one directory and moved into place at once (see
+    `bert_keras._files.staged_directory`), so a reader finds both modules or
+    neither, and `read_module_pair` tells a whole pair from anything else.
+
+    Args:
+        out_dir: str. The pair's directory.
+        encoder: the `BertEncoder` to export (see `export_encoder`).
+        vocab_file: str. The WordPiece vocabulary of both modules.
+        do_lower_case: bool.
+        seq_length: int. The preprocess module's default length; at most the
+            encoder's `max_sequence_length`. Defaults to `128`.
+        pretrainer: optional model with an MLM head on `encoder` (the `mlm` sub-object).
+        overwrite: bool. Replace an earlier output of this package. Defaults to `False`.
+        info: optional dict recorded in the pair's marker (e.g. the source checkpoint).
+        progress: optional callable `progress(text)` told before each module is written.
+
+    Returns:
+        `(encoder_dir, preprocess_dir)`.
+    """
+    max_length = getattr(encoder, "max_sequence_length", None)
+    if max_length is not None and seq_length > max_length:
+        raise ValueError(
+            f"Received an invalid value for argument `seq_length`, expected at most the encoder's "
+            f"max_sequence_length={max_length}. Received: seq_length={seq_length}"
+        )
+    report = progress or (lambda text: None)
+    info = dict(info or {}, seq_length=int(seq_length), do_lower_case=bool(do_lower_case))
+    with staged_directory(out_dir, overwrite, kind="module_pair", info=info, argument="out_dir") as staging:
+        report("write the encoder module" + (" (with the mlm sub-object)" if pretrainer is not None else ""))
+        _save_encoder(os.path.join(staging, ENCODER_DIR), encoder, vocab_file, do_lower_case, pretrainer)
+        fault_point("between-modules")
+        report(f"write the preprocess module (seq_length={seq_length}, do_lower_case={bool(do_lower_case)})")
+        _save_preprocessor(os.path.join(staging, PREPROCESS_DIR), vocab_file, do_lower_case, seq_length)
+    logger.info("Wrote the module pair to %s", out_dir)
+    return os.path.join(out_dir, ENCODER_DIR), os.path.join(out_dir, PREPROCESS_DIR)
+
+
+def read_module_pair(out_dir):
+    """`(encoder_dir, preprocess_dir)` of a whole pair written by `export_module_pair`, else None."""
+    marker = read_marker(out_dir)
+    if marker is None or marker.get("kind") != "module_pair":
+        return None
+    return os.path.join(out_dir, ENCODER_DIR), os.path.join(out_dir, PREPROCESS_DIR)

@@ -6,7 +6,7 @@ import re
 import keras
 import tensorflow as tf
 
-from bert_keras.hub.loader import describe, load
+from bert_keras.hub.loader import check_safe_mode, describe, load
 
 
 def _variable_name(variable):
@@ -194,6 +194,11 @@ class KerasLayer(keras.layers.Layer):
         if self.output_shape is not None:
             result = tf.ensure_shape(result, (None,) + self.output_shape)
         return result
+
+    @classmethod
+    def from_config(cls, config, custom_objects=None, safe_mode=None):
+        check_safe_mode(cls, config, safe_mode)
+        return cls(**config)
 
     def get_config(self):
         if not isinstance(self.handle, str):

@@ -6,7 +6,9 @@ import re
 import urllib.error
 import warnings
 
+import keras
 import tensorflow as tf
+from keras.src.saving import serialization_lib  # in_safe_mode() has no public name in Keras 3
 
 logger = logging.getLogger(__name__)
 
@@ -106,3 +108,22 @@ def describe(obj):
         if not name.startswith("_") and isinstance(getattr(obj, name, None), tf.types.experimental.GenericFunction)
     )
     return f"signatures: {signatures}; callable attributes: {endpoints}"
+
+
+def check_safe_mode(cls, config, safe_mode=None):
+    """Refuses to rebuild a layer that loads a SavedModel while Keras' safe mode is on.
+
+    A SavedModel is a program: its functions run when the layer is built, and
+    a `.keras` file names the module by path or URL. As Keras' own
+    `TFSMLayer` does, deserializing such a layer needs `safe_mode=False` (or
+    `keras.config.enable_unsafe_deserialization()`) from whoever trusts it.
+    """
+    safe = safe_mode if safe_mode is not None else serialization_lib.in_safe_mode()
+    if safe:
+        raise ValueError(
+            f"Refusing to deserialize `{cls.__name__}` with handle={config.get('handle')!r} in safe mode: "
+            "rebuilding it loads and runs that SavedModel, which may run arbitrary code. If you trust the "
+            "file and the module it names, load with `safe_mode=False` (e.g. "
+            "`keras.saving.load_model(path, safe_mode=False)`) or call "
+            "`keras.config.enable_unsafe_deserialization()`."
+        )

@@ -3,7 +3,7 @@
 import keras
 import tensorflow as tf
 
-from bert_keras.hub.loader import load
+from bert_keras.hub.loader import check_safe_mode, load
 
 
 @keras.saving.register_keras_serializable(package="bert_keras")
@@ -35,6 +35,7 @@ class PreprocessLayer(keras.layers.Layer):
     """
 
     def __init__(self, handle, seq_length=None, load_options=None, **kwargs):
+        kwargs.pop("trainable", None)  # in every config; the layer has nothing to train
         super().__init__(trainable=False, **kwargs)
         if seq_length is not None and (isinstance(seq_length, bool) or not isinstance(seq_length, int) or seq_length < 3):
             raise ValueError(
@@ -65,6 +66,11 @@ class PreprocessLayer(keras.layers.Layer):
             length = int(self._module(tf.constant([""]))["input_word_ids"].shape[1])
         shape = (first.shape[0], length)
         return {key: keras.KerasTensor(shape, dtype="int32") for key in ("input_word_ids", "input_mask", "input_type_ids")}
+
+    @classmethod
+    def from_config(cls, config, custom_objects=None, safe_mode=None):
+        check_safe_mode(cls, config, safe_mode)
+        return cls(**config)
 
     def get_config(self):
         config = super().get_config()

@@ -1,4 +1,6 @@
 
+import os
+
 import numpy as np
 import keras
 import pytest
@@ -98,7 +100,7 @@ def test_keras_file_round_trip_restores_trained_weights(encoder_dir, tmp_path):
     expected = model.predict(inputs, verbose=0)
     path = str(tmp_path / "classifier.keras")
     model.save(path)
-    restored = keras.saving.load_model(path)
+    restored = keras.saving.load_model(path, safe_mode=False)
     restored_layer = next(l for l in restored.layers if isinstance(l, hub.KerasLayer))
     assert restored_layer.trainable is True
     np.testing.assert_array_equal(restored.predict(inputs, verbose=0), expected)
@@ -164,3 +166,45 @@ def test_callable_handle_with_arguments(preprocess_dir):
     assert packed["input_type_ids"].numpy()[0].tolist() == [0] * 6 + [1] * 2 + [0] * 4
     with pytest.raises(NotImplementedError, match="callable cannot be serialised"):
         tokenize.get_config()
+
+
+def _module_that_writes_a_file(directory, written):
+    """A callable SavedModel whose function writes `written` when it runs."""
+
+    class Module(tf.Module):
+        @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
+        def __call__(self, text):
+            tf.io.write_file(written, "ran")
+            return text
+
+    tf.saved_model.save(Module(), directory)
+
+
+def test_safe_mode_refuses_to_load_the_module_a_keras_file_names(tmp_path):
+    module_dir, written = str(tmp_path / "module"), str(tmp_path / "written.txt")
+    _module_that_writes_a_file(module_dir, written)
+    text = keras.Input(shape=(), dtype="string")
+    model = keras.Model(text, hub.KerasLayer(module_dir, output_shape=())(text))
+    path = str(tmp_path / "innocent.keras")
+    model.save(path)
+    assert not os.path.exists(written)  # building the model traced the function but did not run it
+
+    with pytest.raises(ValueError, match=r"safe mode.*safe_mode=False") as error:
+        keras.saving.load_model(path)
+    assert repr(module_dir) in str(error.value)
+    assert not os.path.exists(written)
+
+    restored = keras.saving.load_model(path, safe_mode=False)  # the user trusts it
+    assert restored(tf.constant(["x"])).numpy().tolist() == [b"x"]
+    assert open(written).read() == "ran"
+
+
+def test_safe_mode_refuses_a_preprocess_layer(tmp_path, preprocess_dir):
+    text = keras.Input(shape=(), dtype="string")
+    model = keras.Model(text, hub.PreprocessLayer(preprocess_dir, seq_length=8)(text))
+    path = str(tmp_path / "preprocess.keras")
+    model.save(path)
+    with pytest.raises(ValueError, match=r"Refusing to deserialize `PreprocessLayer`.*safe_mode=False"):
+        keras.saving.load_model(path)
+    restored = keras.saving.load_model(path, safe_mode=False)
+    assert restored(tf.constant(["a"]))["input_word_ids"].shape == (1, 8)
