@@ -1,0 +1,198 @@
+"""Attention probabilities and every layer's hidden states of a `BertEncoder`, with its tokens."""
+
+import dataclasses
+import logging
+
+import numpy as np
+import tensorflow as tf
+
+from bert_keras.checkpoints import load_checkpoint
+from bert_keras.encoder import INPUT_KEYS, BertEncoder
+from bert_keras.text import BertPreprocessor, load_vocabulary
+
+logger = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass
+class Inspection:
+    """What the encoder did with one text (or text pair), at its real positions.
+
+    Attributes:
+        tokens: list of str. The WordPiece tokens, `[CLS]` and `[SEP]` included.
+        type_ids: list of int. The segment of each token (0: A, 1: B).
+        attention: float32 array `(num_layers, num_heads, n, n)`: row `i` of
+            `attention[l, h]` is how query token `i` spreads its attention over
+            the keys. Each row sums to 1 (padding gets none).
+        hidden_states: float32 array `(num_layers + 1, n, hidden_size)` or None:
+            the embeddings output, then each Transformer block's output (the
+            layout of transformers' `output_hidden_states`).
+        num_wordpieces: int. Word pieces of the text(s) before truncation.
+        truncated: bool. Whether word pieces were cut to fit `seq_length`.
+    """
+
+    tokens: list
+    type_ids: list
+    attention: np.ndarray
+    hidden_states: np.ndarray
+    num_wordpieces: int
+    truncated: bool
+
+
+class Inspector:
+    """Runs texts through a `BertEncoder` and returns its attention and hidden states.
+
+    Args:
+        encoder: `BertEncoder`. One built without `return_attention_probs`
+            is rebuilt once with it and its weights are copied over.
+        vocab_file: str or list of str. The encoder's WordPiece `vocab.txt`
+            (or its tokens).
+        do_lower_case: bool. Whether the vocabulary is uncased. Defaults to `True`.
+        seq_length: int. Longest input in tokens, `[CLS]`/`[SEP]` included;
+            longer texts are truncated (round robin for pairs, as TF Hub's
+            preprocessing). Defaults to `128`.
+
+    Example:
+    >>> vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "cat", "sat"]
+    >>> encoder = BertEncoder(vocab_size=8, num_layers=2, hidden_size=8, num_heads=2,
+    ...                       intermediate_size=16)
+    >>> result = Inspector(encoder, vocab, seq_length=16).inspect(["The cat sat"])[0]
+    >>> result.tokens
+    ['[CLS]', 'the', 'cat', 'sat', '[SEP]']
+    >>> result.attention.shape, result.hidden_states.shape
+    ((2, 2, 5, 5), (3, 5, 8))
+    """
+
+    def __init__(self, encoder, vocab_file, do_lower_case=True, seq_length=128):
+        if not isinstance(encoder, BertEncoder):
+            raise TypeError(
+                "Cannot read attention probabilities from a "
+                f"{type(encoder).__name__}: expected a bert_keras BertEncoder. Convert the "
+                "checkpoint or Hub module with `bert_keras.checkpoints.load_checkpoint` first."
+            )
+        max_length = encoder.max_sequence_length
+        if isinstance(seq_length, bool) or not isinstance(seq_length, int) or not 3 <= seq_length <= max_length:
+            raise ValueError(
+                "Received an invalid value for argument `seq_length`, expected an integer from 3 to "
+                f"the encoder's max_sequence_length={max_length}. Received: seq_length={seq_length!r}"
+            )
+        if vocab_file is None:
+            raise ValueError(
+                "Received no vocabulary (`vocab_file=None`); the tokens of an inspection come from "
+                "the WordPiece vocab.txt of the encoder's checkpoint or Hub module."
+            )
+        self.encoder = encoder
+        self.vocab_file = vocab_file
+        self.seq_length = seq_length
+        self.vocabulary = load_vocabulary(vocab_file)
+        if len(self.vocabulary) != encoder.vocab_size:
+            raise ValueError(
+                f"The vocabulary {vocab_file} has {len(self.vocabulary)} tokens but the encoder's "
+                f"vocab_size is {encoder.vocab_size}; it belongs to another model."
+            )
+        self.preprocessor = BertPreprocessor(self.vocabulary, lower_case=do_lower_case, seq_length=seq_length)
+        self._model = _with_attention_probs(encoder)
+        spec = {key: tf.TensorSpec([None, None], tf.int32) for key in INPUT_KEYS}
+        self._forward = tf.function(self._forward_fn, input_signature=[spec])
+
+    @classmethod
+    def from_checkpoint(cls, path, seq_length=128):
+        """An inspector for anything `load_checkpoint` reads: Hugging Face, Google BERT,
+        keras-nlp, TF Hub / Model Garden encoder modules (their vocabulary included)."""
+        loaded = load_checkpoint(path, with_heads=False)
+        return cls(loaded.encoder, loaded.vocab_file, loaded.do_lower_case, seq_length=seq_length)
+
+    @property
+    def num_layers(self):
+        return self.encoder.num_layers
+
+    @property
+    def num_heads(self):
+        return self.encoder.num_heads
+
+    def _forward_fn(self, inputs):
+        outputs = self._model(inputs, training=False)
+        embeddings = self._model.embeddings(inputs["input_word_ids"], inputs["input_type_ids"], training=False)
+        hidden = tf.stack([embeddings] + list(outputs["encoder_outputs"]))  # (layers + 1, batch, seq, hidden)
+        probs = tf.stack(outputs["attention_probs"])  # (layers, batch, heads, seq, seq)
+        return tf.cast(probs, tf.float32), tf.cast(hidden, tf.float32)
+
+    def encode(self, texts, text_pairs=None):
+        """Packs texts into encoder inputs, cut to the batch's longest row.
+
+        Returns:
+            `(inputs, num_wordpieces)`: the dict of int32 numpy arrays
+            `(batch, seq)` and the word pieces of each example before truncation.
+        """
+        texts = _check_texts("texts", texts)
+        segments = [texts] if text_pairs is None else [texts, _check_texts("text_pairs", text_pairs)]
+        if len(segments) == 2 and len(segments[1]) != len(texts):
+            raise ValueError(
+                f"Expected one text pair per text. Received: {len(texts)} texts and {len(segments[1])} text_pairs"
+            )
+        tokenized = [self.preprocessor.tokenize(tf.constant(segment)).merge_dims(-2, -1) for segment in segments]
+        counts = sum(piece.row_lengths().numpy() for piece in tokenized)
+        packed = self.preprocessor.bert_pack_inputs(tokenized)
+        length = int(np.max(np.sum(packed["input_mask"].numpy(), axis=1)))
+        inputs = {key: packed[key].numpy()[:, :length] for key in INPUT_KEYS}
+        return inputs, counts
+
+    def run(self, inputs):
+        """Runs packed inputs. Returns numpy `(attention, hidden_states)`:
+        `(layers, batch, heads, seq, seq)` and `(layers + 1, batch, seq, hidden)`."""
+        probs, hidden = self._forward({key: tf.constant(inputs[key], tf.int32) for key in INPUT_KEYS})
+        return probs.numpy(), hidden.numpy()
+
+    def inspect(self, texts, text_pairs=None, hidden_states=True):
+        """Returns one `Inspection` per text (or pair), at the real positions only.
+
+        Args:
+            texts: list of str. Non-empty texts.
+            text_pairs: optional list of str. A second segment per text.
+            hidden_states: bool. Keep every layer's hidden states. Defaults to `True`.
+        """
+        inputs, counts = self.encode(texts, text_pairs)
+        probs, hidden = self.run(inputs)
+        special = 2 if text_pairs is None else 3
+        results = []
+        for b in range(len(counts)):
+            n = int(inputs["input_mask"][b].sum())
+            results.append(
+                Inspection(
+                    tokens=[self.vocabulary[i] for i in inputs["input_word_ids"][b, :n]],
+                    type_ids=inputs["input_type_ids"][b, :n].tolist(),
+                    attention=probs[:, b, :, :n, :n],
+                    hidden_states=hidden[:, b, :n] if hidden_states else None,
+                    num_wordpieces=int(counts[b]),
+                    truncated=bool(counts[b] + special > self.seq_length),
+                )
+            )
+        return results
+
+
+def _with_attention_probs(encoder):
+    """The encoder itself if it outputs `attention_probs`, else a twin that shares its weights."""
+    if encoder.return_attention_probs:
+        return encoder
+    config = dict(encoder.get_config(), return_attention_probs=True, name=f"{encoder.name}_with_attention")
+    twin = BertEncoder.from_config(config)
+    for theirs, ours in zip(encoder.weights, twin.weights):
+        if theirs.path.split("/", 1)[-1] != ours.path.split("/", 1)[-1]:
+            raise RuntimeError(f"weight order differs: {theirs.path} vs {ours.path}")
+        ours.assign(theirs)
+    return twin
+
+
+def _check_texts(argument, texts):
+    if isinstance(texts, (str, bytes)):
+        texts = [texts]
+    texts = [t.decode("utf-8", errors="replace") if isinstance(t, bytes) else t for t in texts]
+    if not texts:
+        raise ValueError(f"Received an empty list for argument `{argument}`; give at least one text.")
+    for i, text in enumerate(texts):
+        if not isinstance(text, str):
+            raise ValueError(f"Expected `{argument}` to hold strings. Received: {argument}[{i}]={text!r}")
+        if not text.strip():
+            raise ValueError(
+                f"Received an empty text in `{argument}` (item {i}); BERT needs at least one word to attend over."
+            )
+    return texts

@@ -1,0 +1,129 @@
+"""Layer probing: attention statistics and linear probes over a labelled text set.
+
+Linear probes in the manner of Tenney et al. (2019): a logistic regression on
+each layer's `[CLS]` vector and on its mean over real tokens, scored on a
+held-out split. scikit-learn is imported inside `linear_probes` (the `inspect`
+extra), so that importing this module needs only numpy.
+"""
+
+import logging
+import time
+
+import numpy as np
+
+from bert_keras.datasets import stratified_split
+from bert_keras.inspect.statistics import AttentionStatistics, is_punctuation
+
+logger = logging.getLogger(__name__)
+
+POOLINGS = ("cls", "mean")
+
+
+def pooled_features(hidden, mask):
+    """`[CLS]` and mean-pooled features of every layer.
+
+    Args:
+        hidden: array `(layers + 1, batch, seq, hidden)`.
+        mask: int array `(batch, seq)`.
+
+    Returns:
+        dict `{"cls": (layers + 1, batch, hidden), "mean": (layers + 1, batch, hidden)}`.
+    """
+    weights = np.asarray(mask, dtype=np.float32)[None, :, :, None]  # (1, batch, seq, 1)
+    mean = (hidden * weights).sum(axis=2) / weights.sum(axis=2)  # (layers + 1, batch, hidden)
+    return {"cls": hidden[:, :, 0, :], "mean": mean}
+
+
+def linear_probes(features, labels, train_index, test_index, seed=0):
+    """Accuracy of a logistic regression on each layer's features.
+
+    Args:
+        features: dict pooling -> array `(layers + 1, examples, hidden)`.
+        labels: int array `(examples,)`.
+        train_index, test_index: index arrays of the two parts.
+
+    Returns:
+        dict pooling -> list of held-out accuracies, one per layer (index 0: embeddings).
+    """
+    # scikit-learn is the inspect extra's dependency, needed only here.
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+
+    labels = np.asarray(labels)
+    accuracies = {}
+    for pooling, values in features.items():
+        accuracies[pooling] = []
+        for layer_values in values:
+            model = make_pipeline(StandardScaler(), LogisticRegression(max_iter=2000, C=1.0, random_state=seed))
+            model.fit(layer_values[train_index], labels[train_index])
+            accuracies[pooling].append(float(np.mean(model.predict(layer_values[test_index]) == labels[test_index])))
+    return accuracies
+
+
+def probe(inspector, texts, labels, label_names, text_pairs=None, batch_size=32, test_fraction=0.2, seed=0, progress=None):
+    """Attention statistics and linear probes of every layer over a labelled text set.
+
+    Args:
+        inspector: `bert_keras.inspect.Inspector`.
+        texts: list of str.
+        labels: int array of label indices.
+        label_names: list of str.
+        text_pairs: optional list of str.
+        batch_size: int. Defaults to `32`.
+        test_fraction: float. The held-out share of the probes (stratified). Defaults to `0.2`.
+        seed: int. Defaults to `0`.
+        progress: optional callable `progress(done, total)` after each batch.
+
+    Returns:
+        A dict ready for JSON: `attention` (see `AttentionStatistics.result`),
+        `probe` (`accuracy` per pooling and layer, `majority_baseline`,
+        `train_size`, `test_size`), `num_examples`, `truncated`, `seconds`.
+    """
+    labels = np.asarray(labels)
+    if len(texts) != len(labels):
+        raise ValueError(f"Expected one label per text. Received: {len(texts)} texts and {len(labels)} labels")
+    if len(np.unique(labels)) < 2:
+        raise ValueError(f"Probing needs two or more labels; the data has {len(np.unique(labels))}.")
+    vocabulary = inspector.vocabulary
+    stats = AttentionStatistics(
+        inspector.num_layers,
+        inspector.num_heads,
+        cls_id=vocabulary.index("[CLS]"),
+        sep_id=vocabulary.index("[SEP]"),
+        punctuation_ids=[i for i, token in enumerate(vocabulary) if is_punctuation(token)],
+    )
+    features = {pooling: [] for pooling in POOLINGS}
+    truncated = 0
+    start = time.perf_counter()
+    for begin in range(0, len(texts), batch_size):
+        end = min(begin + batch_size, len(texts))
+        pairs = None if text_pairs is None else text_pairs[begin:end]
+        inputs, counts = inspector.encode(texts[begin:end], pairs)
+        probs, hidden = inspector.run(inputs)
+        stats.update(probs, inputs["input_word_ids"], inputs["input_mask"])
+        for pooling, values in pooled_features(hidden, inputs["input_mask"]).items():
+            features[pooling].append(values)
+        truncated += int(np.sum(counts + (2 if pairs is None else 3) > inspector.seq_length))
+        if progress is not None:
+            progress(end, len(texts))
+    forward_seconds = time.perf_counter() - start
+    features = {pooling: np.concatenate(parts, axis=1) for pooling, parts in features.items()}
+    train_index, test_index = stratified_split(labels, (1 - test_fraction, test_fraction), seed=seed)
+    accuracies = linear_probes(features, labels, train_index, test_index, seed=seed)
+    majority = np.bincount(labels[train_index], minlength=len(label_names)).argmax()
+    return {
+        "num_examples": len(texts),
+        "truncated": truncated,
+        "seq_length": inspector.seq_length,
+        "attention": stats.result(),
+        "probe": {
+            "accuracy": accuracies,
+            "layers": ["embeddings"] + [f"layer {i + 1}" for i in range(inspector.num_layers)],
+            "majority_baseline": float(np.mean(labels[test_index] == majority)),
+            "label_names": list(label_names),
+            "train_size": int(len(train_index)),
+            "test_size": int(len(test_index)),
+        },
+        "seconds": {"forward": forward_seconds, "total": time.perf_counter() - start},
+    }
