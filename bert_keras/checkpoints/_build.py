@@ -1,5 +1,7 @@
 """Builds our objects for a conversion and fills them from a checked plan."""
 
+import re
+
 import keras
 import numpy as np
 
@@ -12,10 +14,64 @@ from bert_keras.checkpoints._common import (
     expand_table,
     load_plan,
     logger,
+    read_tensors,
 )
 from bert_keras.encoder import BertEncoder
 from bert_keras.heads import MaskedLMHead, NextSentenceHead
 from bert_keras.tasks import BertPretrainer
+
+
+# Each format's config key for our argument, to name the field in messages.
+CONFIG_KEYS = {"huggingface": tables.HF_CONFIG, "google": tables.GOOGLE_CONFIG, "keras_nlp": tables.KERAS_NLP_CONFIG}
+# The encoder arguments that fix the (rows, columns) of each embedding table.
+EMBEDDING_FIELDS = {
+    "encoder.embeddings.word_embeddings.embeddings": ("vocab_size", "hidden_size"),
+    "encoder.embeddings.position_embeddings": ("max_sequence_length", "hidden_size"),
+    "encoder.embeddings.type_embeddings.embeddings": ("type_vocab_size", "hidden_size"),
+}
+
+
+def held_blocks(source, table):
+    """How many Transformer blocks `source` holds: one more than the highest block index in it."""
+    patterns = [
+        re.compile(re.escape(name).replace(re.escape("{i}"), r"(\d+)")) for _, name, _ in table[tables.LAYER]
+    ]
+    indices = {int(m.group(1)) for name in source.names() for p in patterns if (m := p.fullmatch(name))}
+    return max(indices) + 1 if indices else 0
+
+
+def check_config(source, table, encoder_config, config_keys, hint=""):
+    """Compares the config with the tensors present (blocks, embedding shapes), before anything is built.
+
+    Raises:
+        CheckpointError: naming the weights (and the embedding table) that
+            disagree, what they hold and what the config says.
+    """
+    num_layers = encoder_config["num_layers"]
+    held = held_blocks(source, table)
+    if held != num_layers:
+        raise CheckpointError(
+            source.file,
+            None,
+            f"holds {held} Transformer blocks, but the config says "
+            f"{config_keys.get('num_layers', 'num_layers')}={num_layers}.{hint}",
+        )
+    for target, name, transform in table[tables.EMBEDDINGS]:
+        fields = EMBEDDING_FIELDS.get(target)
+        if fields is None or transform != tables.IDENTITY or not source.has(name):
+            continue
+        stored = tuple(source.shape(name))
+        if len(stored) != 2 or stored == tuple(encoder_config[field] for field in fields):
+            continue  # a table of another rank is reported with the other shapes, after building
+        means = ", ".join(f"{config_keys.get(f, f)}={n}" for f, n in zip(fields, stored))
+        says = ", ".join(
+            f"{config_keys.get(f, f)}={encoder_config[f]}" for f, n in zip(fields, stored) if n != encoder_config[f]
+        )
+        raise CheckpointError(
+            source.file_of(name),
+            source.original_name(name),
+            f"has shape {stored}, which means {means}; the config says {says}.{hint}",
+        )
 
 
 def detect_parts(source, part_prefixes):
@@ -91,9 +147,14 @@ def convert(
         not_in_checkpoint.append("pooler")
     parts += heads
 
-    roots, pretrainer = build_models(encoder_config, heads, mlm_activation, dtype=dtype)
+    # Everything that can be checked without the model is checked first: a
+    # config of 60 blocks for a 6-block checkpoint, or a NaN weight, is
+    # refused before a large model is built.
+    check_config(source, table, encoder_config, CONFIG_KEYS.get(format, {}), hint=hint)
     entries = expand_table(table, parts, encoder_config["num_layers"])
-    plan = load_plan(source, entries, roots, hint=hint)
+    arrays = read_tensors(source, [name for _, name, _ in entries])
+    roots, pretrainer = build_models(encoder_config, heads, mlm_activation, dtype=dtype)
+    plan = load_plan(source, entries, roots, hint=hint, arrays=arrays)
     skipped = list(extra_checks(source, roots)) if extra_checks else []
     loaded = assign_plan(plan)
 

@@ -166,7 +166,36 @@ def check_float(file, name, array):
         )
 
 
-def load_plan(source, entries, roots, hint=""):
+def check_finite(file, name, array):
+    """Refuses a weight holding NaN or infinity: every output of the model would be NaN."""
+    count = int(array.size - np.count_nonzero(np.isfinite(array)))
+    if count:
+        raise CheckpointError(
+            file,
+            name,
+            f"holds {count} non-finite value{'' if count == 1 else 's'} (NaN or infinity) among its "
+            f"{array.size}; a converted model would output NaN. The file is corrupt, or the training "
+            "it comes from diverged.",
+        )
+
+
+def read_tensors(source, names):
+    """Reads the named tensors that `source` holds, checking that each is finite floating point.
+
+    Returns:
+        dict: name -> numpy array.
+    """
+    arrays = {}
+    for name in names:
+        if source.has(name) and name not in arrays:
+            array = source.get(name)
+            check_float(source.file_of(name), source.original_name(name), array)
+            check_finite(source.file_of(name), source.original_name(name), array)
+            arrays[name] = array
+    return arrays
+
+
+def load_plan(source, entries, roots, hint="", arrays=None):
     """Reads and checks every tensor of a plan; assigns nothing.
 
     Args:
@@ -174,10 +203,13 @@ def load_plan(source, entries, roots, hint=""):
         entries: list of `(target, source_name, transform)`.
         roots: dict of the objects that targets start from.
         hint: str. Appended to shape errors (e.g. which config to check).
+        arrays: optional dict of tensors already read by `read_tensors`;
+            the others are read from `source`.
 
     Returns:
         A list of `(variable, array, source_name, target)`, ready to assign.
     """
+    arrays = arrays or {}
     plan = []
     for target, name, transform in entries:
         variable = resolve_target(roots, target)
@@ -199,8 +231,7 @@ def load_plan(source, entries, roots, hint=""):
                 name,
                 f"has shape {stored_shape}, expected {expected} for {target}.{hint}",
             )
-        array = source.get(name)
-        check_float(source.file_of(name), name, array)
+        array = arrays[name] if name in arrays else read_tensors(source, [name])[name]
         plan.append((variable, apply_transform(array, transform, target_shape), name, target))
     return plan
 

@@ -20,7 +20,12 @@ from bert_keras.checkpoints.sources import SafetensorsSource, TorchSource
 CONFIG_FILE = "config.json"
 VOCAB_FILE = "vocab.txt"
 TOKENIZER_CONFIG_FILE = "tokenizer_config.json"
-WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin")
+WEIGHT_FILES = (
+    "model.safetensors",
+    "model.safetensors.index.json",
+    "pytorch_model.bin",
+    "pytorch_model.bin.index.json",
+)
 
 
 def normalize_name(name):
@@ -70,7 +75,7 @@ def open_weights(directory):
         raise CheckpointError(
             directory, None, f"holds no weights; expected one of {list(WEIGHT_FILES)}."
         )
-    if path.endswith(".bin"):
+    if path.endswith((".bin", ".bin.index.json")):
         return TorchSource(path, normalize=normalize_name)
     return SafetensorsSource(path, normalize=normalize_name)
 
@@ -80,9 +85,10 @@ def load_huggingface(path, *, with_heads=True, do_lower_case=None, dtype=None):
 
     Args:
         path: str. Directory with `config.json`, `model.safetensors` (or a
-            sharded `model.safetensors.index.json`, or `pytorch_model.bin` when
-            torch is installed), and optionally `vocab.txt` and
-            `tokenizer_config.json`.
+            sharded `model.safetensors.index.json`, or, when torch is
+            installed, `pytorch_model.bin` or `pytorch_model.bin.index.json`),
+            and optionally `vocab.txt` and `tokenizer_config.json`. An index
+            may only name shard files in the same directory.
         with_heads: bool. Also convert `cls.predictions.*` (masked LM) and
             `cls.seq_relationship.*` (next sentence) when present. Defaults to `True`.
         do_lower_case: optional bool. Overrides `tokenizer_config.json`.

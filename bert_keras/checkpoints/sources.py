@@ -6,12 +6,13 @@ a `bert.` prefix); `original_name(name)` gives the name as stored.
 """
 
 import json
+import math
 import os
 import struct
 
 import numpy as np
 
-from bert_keras.checkpoints._common import CheckpointError
+from bert_keras.checkpoints._common import CheckpointError, read_json
 
 _SAFETENSORS_DTYPE_SIZES = {
     "F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I16": 2, "I8": 1,
@@ -27,7 +28,8 @@ def read_safetensors_header(path):
 
     Raises:
         CheckpointError: naming the file and the first tensor whose bytes are
-            missing (a truncated download), or the header if it is unreadable.
+            missing (a truncated download) or whose entry is malformed, or the
+            header if it is unreadable or not an object of tensor entries.
     """
     size = os.path.getsize(path)
     with open(path, "rb") as f:
@@ -44,9 +46,20 @@ def read_safetensors_header(path):
             )
         try:
             header = json.loads(f.read(header_size))
-        except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        except (ValueError, UnicodeDecodeError, RecursionError) as error:
             raise CheckpointError(path, None, f"has an unreadable safetensors header ({error}).") from error
+    if not isinstance(header, dict):
+        raise CheckpointError(
+            path,
+            None,
+            f"the safetensors header is a JSON {_json_type(header)}; expected an object of tensor entries "
+            '{"dtype", "shape", "data_offsets"}.',
+        )
     header.pop("__metadata__", None)
+    for name, info in header.items():
+        problem = _header_entry_problem(info)
+        if problem:
+            raise CheckpointError(path, name, problem)
     data_size = size - 8 - header_size
     for name, info in sorted(header.items(), key=lambda item: item[1]["data_offsets"][1]):
         begin, end = info["data_offsets"]
@@ -57,15 +70,93 @@ def read_safetensors_header(path):
                 f"truncated: the tensor's bytes end at offset {end} of the data section, "
                 f"which has only {data_size} bytes. Download the file again.",
             )
-        count = int(np.prod(info["shape"])) if info["shape"] else 1
         width = _SAFETENSORS_DTYPE_SIZES.get(info["dtype"])
-        if width is not None and end - begin != count * width:
+        if width is not None and end - begin != math.prod(info["shape"]) * width:
             raise CheckpointError(
                 path,
                 name,
                 f"corrupt: {end - begin} bytes stored for shape {info['shape']} of {info['dtype']}.",
             )
     return header
+
+
+def _json_type(value):
+    names = {dict: "object", list: "list", str: "string", bool: "bool", int: "int", float: "float"}
+    return names.get(type(value), "null")
+
+
+def _is_count(value):
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _header_entry_problem(info):
+    """What is wrong with one tensor's entry of a safetensors header, or None."""
+    if not isinstance(info, dict):
+        return (
+            f"its safetensors header entry is a JSON {_json_type(info)}; expected an object with "
+            '"dtype", "shape" and "data_offsets".'
+        )
+    for key in ("dtype", "shape", "data_offsets"):
+        if key not in info:
+            return f"its safetensors header entry lacks {json.dumps(key)} (keys found: {sorted(info)})."
+    if not isinstance(info["dtype"], str):
+        return f'its "dtype" is {info["dtype"]!r}; expected a string such as "F32".'
+    shape = info["shape"]
+    if not isinstance(shape, list) or not all(_is_count(n) for n in shape):
+        return f'its "shape" is {shape!r}; expected a list of non-negative integers.'
+    offsets = info["data_offsets"]
+    if not (isinstance(offsets, list) and len(offsets) == 2 and all(_is_count(n) for n in offsets)
+            and offsets[0] <= offsets[1]):
+        return f'its "data_offsets" are {offsets!r}; expected [begin, end] with 0 <= begin <= end.'
+    return None
+
+
+def shard_files(index_file):
+    """The shard files that a sharded checkpoint's index (`*.index.json`) lists, in its folder.
+
+    Only plain file names are accepted: an entry naming a path (`../x`,
+    `/etc/x`, `sub/x`) is refused rather than opened. Links inside the folder
+    are followed, as the Hugging Face cache stores every file as a link into
+    its blob store.
+
+    Returns:
+        The sorted list of shard paths.
+
+    Raises:
+        CheckpointError: naming the index and the entry at fault.
+    """
+    directory = os.path.dirname(index_file)
+    weight_map = read_json(index_file).get("weight_map")
+    if not isinstance(weight_map, dict):
+        raise CheckpointError(
+            index_file,
+            None,
+            'expected "weight_map" to be an object of tensor name -> shard file name, found a JSON '
+            f"{_json_type(weight_map)}.",
+        )
+    files = set()
+    for tensor, shard in weight_map.items():
+        plain = (
+            isinstance(shard, str)
+            and shard not in ("", ".", "..")
+            and "\0" not in shard
+            and not os.path.isabs(shard)
+            and os.path.basename(shard) == shard
+        )
+        if not plain:
+            raise CheckpointError(
+                index_file,
+                tensor,
+                f"the index maps this tensor to {shard!r}, which is not a plain file name in {directory}; "
+                "an index may only name files in its own folder.",
+            )
+        files.add(os.path.join(directory, shard))
+    return sorted(files)
+
+
+def _check_shard_exists(index_file, file):
+    if not os.path.isfile(file):
+        raise CheckpointError(index_file, None, f"lists the shard {file}, which does not exist.")
 
 
 class _Source:
@@ -109,18 +200,11 @@ class SafetensorsSource(_Source):
         super().__init__({}, {})
         self.file = path
         self._handles = {}
-        if path.endswith(".json"):
-            directory = os.path.dirname(path)
-            with open(path, encoding="utf-8") as f:
-                weight_map = json.load(f).get("weight_map", {})
-            files = sorted({os.path.join(directory, shard) for shard in weight_map.values()})
-        else:
-            files = [path]
+        files = shard_files(path) if path.endswith(".json") else [path]
         from safetensors import safe_open
 
         for file in files:
-            if not os.path.exists(file):
-                raise CheckpointError(path, None, f"lists the shard {file}, which does not exist.")
+            _check_shard_exists(path, file)
             header = read_safetensors_header(file)
             try:
                 self._handles[file] = safe_open(file, framework="np")
@@ -139,37 +223,50 @@ class SafetensorsSource(_Source):
 
 
 class TorchSource(_Source):
-    """A `pytorch_model.bin` state dict, read with `torch.load(weights_only=True)`."""
+    """A `pytorch_model.bin` state dict, or the shards listed by `pytorch_model.bin.index.json`.
+
+    Read with `torch.load(weights_only=True)`.
+    """
 
     def __init__(self, path, normalize=None):
         super().__init__({}, {})
         self.file = path
-        self.files = [path]
+        self.files = shard_files(path) if path.endswith(".json") else [path]
         try:
-            import torch
+            import torch  # optional: only PyTorch checkpoints need it
         except ImportError as error:
             raise CheckpointError(
                 path, None, "is a PyTorch checkpoint and reading it needs torch (pip install torch), "
                 "or convert it to model.safetensors."
             ) from error
-        try:
-            state = torch.load(path, map_location="cpu", weights_only=True)
-        except Exception as error:
-            raise CheckpointError(path, None, f"cannot be read by torch.load ({error}).") from error
-        if not isinstance(state, dict):
-            raise CheckpointError(path, None, f"expected a state dict, found {type(state).__name__}.")
         self._arrays = {}
-        for stored_name, tensor in state.items():
-            if not hasattr(tensor, "detach"):
-                continue
-            tensor = tensor.detach().cpu()
-            if tensor.is_floating_point() and tensor.dtype != torch.float64:
-                tensor = tensor.float()
-            self._add(stored_name, path, stored_name, tuple(tensor.shape), normalize)
-            self._arrays[stored_name] = tensor.numpy()
+        for file in self.files:
+            _check_shard_exists(path, file)
+            for stored_name, array in _read_state_dict(torch, file).items():
+                self._add(stored_name, file, stored_name, array.shape, normalize)
+                self._arrays[stored_name] = array
 
     def get(self, name):
         return self._arrays[self._index[name][1]]
+
+
+def _read_state_dict(torch, file):
+    """The tensors of a `torch.save`d state dict as numpy arrays (float32 unless float64)."""
+    try:
+        state = torch.load(file, map_location="cpu", weights_only=True)
+    except Exception as error:
+        raise CheckpointError(file, None, f"cannot be read by torch.load ({error}).") from error
+    if not isinstance(state, dict):
+        raise CheckpointError(file, None, f"expected a state dict, found {type(state).__name__}.")
+    arrays = {}
+    for stored_name, tensor in state.items():
+        if not hasattr(tensor, "detach"):
+            continue
+        tensor = tensor.detach().cpu()
+        if tensor.is_floating_point() and tensor.dtype != torch.float64:
+            tensor = tensor.float()
+        arrays[stored_name] = tensor.numpy()
+    return arrays
 
 
 class TFCheckpointSource(_Source):
