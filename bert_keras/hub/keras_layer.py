@@ -76,6 +76,10 @@ class KerasLayer(keras.layers.Layer):
         output_shape: optional shape (without batch) of the output, for
             modules whose outputs lack static shapes.
         load_options: optional `tf.saved_model.LoadOptions`.
+        sha256: optional str. The SHA-256 digest of the archive at a URL
+            `handle`: the download must match it, and a cached copy is used
+            only if it was recorded with it. Required for `http://` URLs (see
+            `bert_keras.hub.resolve`). Defaults to `None`.
         **kwargs: other `keras.layers.Layer` arguments.
 
     Call arguments:
@@ -105,6 +109,7 @@ class KerasLayer(keras.layers.Layer):
         output_key=None,
         output_shape=None,
         load_options=None,
+        sha256=None,
         **kwargs,
     ):
         super().__init__(trainable=trainable, **kwargs)
@@ -118,13 +123,16 @@ class KerasLayer(keras.layers.Layer):
             raise ValueError("`signature_outputs_as_dict` is only valid together with `signature`.")
         if callable(handle) and load_options is not None:
             raise ValueError("`load_options` cannot be used with a callable `handle`.")
+        if callable(handle) and sha256 is not None:
+            raise ValueError(f"`sha256` cannot be used with a callable `handle`. Received: sha256={sha256!r}")
         self.handle = handle
         self.arguments = dict(arguments or {})
         self.signature = signature
         self.signature_outputs_as_dict = signature_outputs_as_dict
         self.output_key = output_key
         self.output_shape = None if output_shape is None else tuple(output_shape)
-        self._module = handle if callable(handle) else load(handle, options=load_options)
+        self.sha256 = sha256
+        self._module = handle if callable(handle) else load(handle, options=load_options, sha256=sha256)
         self._callable = self._get_callable()
         self._has_training_argument = _has_training_argument(self._callable)
         self._track_module_variables()
@@ -215,6 +223,7 @@ class KerasLayer(keras.layers.Layer):
                 "signature_outputs_as_dict": self.signature_outputs_as_dict,
                 "output_key": self.output_key,
                 "output_shape": self.output_shape,
+                "sha256": self.sha256,
             }
         )
         return config

@@ -19,6 +19,8 @@ class PreprocessLayer(keras.layers.Layer):
         handle: str. Path or URL of a Hub preprocess module.
         seq_length: optional int. Packed length; defaults to the module's own.
         load_options: optional `tf.saved_model.LoadOptions`.
+        sha256: optional str. The SHA-256 digest of the archive at a URL
+            `handle` (see `KerasLayer`). Defaults to `None`.
         **kwargs: other `keras.layers.Layer` arguments.
 
     Call arguments:
@@ -34,7 +36,7 @@ class PreprocessLayer(keras.layers.Layer):
     >>> encoder_inputs = pack([question, passage])
     """
 
-    def __init__(self, handle, seq_length=None, load_options=None, **kwargs):
+    def __init__(self, handle, seq_length=None, load_options=None, sha256=None, **kwargs):
         kwargs.pop("trainable", None)  # in every config; the layer has nothing to train
         super().__init__(trainable=False, **kwargs)
         if seq_length is not None and (isinstance(seq_length, bool) or not isinstance(seq_length, int) or seq_length < 3):
@@ -44,7 +46,8 @@ class PreprocessLayer(keras.layers.Layer):
             )
         self.handle = handle
         self.seq_length = seq_length
-        self._module = load(handle, options=load_options)
+        self.sha256 = sha256
+        self._module = load(handle, options=load_options, sha256=sha256)
         for name in ("tokenize", "bert_pack_inputs"):
             if not hasattr(self._module, name):
                 raise ValueError(
@@ -74,5 +77,5 @@ class PreprocessLayer(keras.layers.Layer):
 
     def get_config(self):
         config = super().get_config()
-        config.update({"handle": self.handle, "seq_length": self.seq_length})
+        config.update({"handle": self.handle, "seq_length": self.seq_length, "sha256": self.sha256})
         return config
