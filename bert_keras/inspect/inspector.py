@@ -49,7 +49,8 @@ class Inspector:
         do_lower_case: bool. Whether the vocabulary is uncased. Defaults to `True`.
         seq_length: int. Longest input in tokens, `[CLS]`/`[SEP]` included;
             longer texts are truncated (round robin for pairs, as TF Hub's
-            preprocessing). Defaults to `128`.
+            preprocessing). Defaults to `None`: 128, or the encoder's
+            `max_sequence_length` if shorter.
 
     Example:
     >>> vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "cat", "sat"]
@@ -62,7 +63,7 @@ class Inspector:
     ((2, 2, 5, 5), (3, 5, 8))
     """
 
-    def __init__(self, encoder, vocab_file, do_lower_case=True, seq_length=128):
+    def __init__(self, encoder, vocab_file, do_lower_case=True, seq_length=None):
         if not isinstance(encoder, BertEncoder):
             raise TypeError(
                 "Cannot read attention probabilities from a "
@@ -70,6 +71,8 @@ class Inspector:
                 "checkpoint or Hub module with `bert_keras.checkpoints.load_checkpoint` first."
             )
         max_length = encoder.max_sequence_length
+        if seq_length is None:
+            seq_length = min(128, max_length)
         if isinstance(seq_length, bool) or not isinstance(seq_length, int) or not 3 <= seq_length <= max_length:
             raise ValueError(
                 "Received an invalid value for argument `seq_length`, expected an integer from 3 to "
@@ -95,7 +98,7 @@ class Inspector:
         self._forward = tf.function(self._forward_fn, input_signature=[spec])
 
     @classmethod
-    def from_checkpoint(cls, path, seq_length=128):
+    def from_checkpoint(cls, path, seq_length=None):
         """An inspector for anything `load_checkpoint` reads: Hugging Face, Google BERT,
         keras-nlp, TF Hub / Model Garden encoder modules (their vocabulary included)."""
         loaded = load_checkpoint(path, with_heads=False)

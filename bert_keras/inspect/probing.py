@@ -34,13 +34,17 @@ def pooled_features(hidden, mask):
     return {"cls": hidden[:, :, 0, :], "mean": mean}
 
 
-def linear_probes(features, labels, train_index, test_index, seed=0):
-    """Accuracy of a logistic regression on each layer's features.
+def linear_probes(features, labels, train_index, test_index, C=0.01, seed=0):
+    """Accuracy of a logistic regression on each layer's (standardized) features.
 
     Args:
         features: dict pooling -> array `(layers + 1, examples, hidden)`.
         labels: int array `(examples,)`.
         train_index, test_index: index arrays of the two parts.
+        C: float. Inverse L2 strength. The default `0.01` is strong: hidden
+            states have hundreds of dimensions and probe sets a few thousand
+            examples (on 1,600 MiniLM tweet vectors it scored higher than
+            `C=1` and converged in a fifth of the iterations).
 
     Returns:
         dict pooling -> list of held-out accuracies, one per layer (index 0: embeddings).
@@ -55,7 +59,7 @@ def linear_probes(features, labels, train_index, test_index, seed=0):
     for pooling, values in features.items():
         accuracies[pooling] = []
         for layer_values in values:
-            model = make_pipeline(StandardScaler(), LogisticRegression(max_iter=2000, C=1.0, random_state=seed))
+            model = make_pipeline(StandardScaler(), LogisticRegression(max_iter=1000, C=C, random_state=seed))
             model.fit(layer_values[train_index], labels[train_index])
             accuracies[pooling].append(float(np.mean(model.predict(layer_values[test_index]) == labels[test_index])))
     return accuracies

@@ -1,0 +1,386 @@
+"""TF Hub / Model Garden BERT encoder modules (SavedModels) -> BertEncoder.
+
+A module in the format of Model Garden's `export_tfhub_lib.py` (the published
+`bert_en_uncased_L-12_H-768_A-12` and its kin) keeps no config: the
+architecture is read from the variables' shapes, the activation from the ops
+of its graph (`Erf`: exact GELU), and the vocabulary from its `vocab_file`
+asset or from the preprocess module next to it. Modules written by this
+package's own exporter are read too (their attention kernels are 2-D, so the
+head count is found by trying the divisors of `hidden_size`). Either way the
+converted encoder is run next to the module on a probe batch and must give
+its outputs: a module that is not a post-LayerNorm BERT is refused, not
+silently misread.
+"""
+
+import hashlib
+import logging
+import os
+import tarfile
+import tempfile
+
+import numpy as np
+
+from bert_keras.checkpoints import tables
+from bert_keras.checkpoints._build import convert
+from bert_keras.checkpoints._common import (
+    CheckpointError,
+    check_vocabulary,
+    guess_do_lower_case,
+    read_vocabulary,
+)
+from bert_keras.checkpoints.sources import _Source
+from bert_keras.encoder import INPUT_KEYS
+
+logger = logging.getLogger("bert_keras.checkpoints")
+
+ENCODER_DIR = "encoder"
+PREPROCESS_DIR = "preprocess"
+SAVED_MODEL_FILE = "saved_model.pb"
+ARCHIVE_SUFFIXES = (".tar.gz", ".tgz")
+# Largest difference (relative to the largest output value) the converted encoder may show on the probe batch.
+TOLERANCE = 1e-4
+
+I, T, R = tables.IDENTITY, tables.TRANSPOSE, tables.RESHAPE
+_B = "encoder.transformer_layers.{i}."
+
+# Model Garden's BertEncoderV2 (official/nlp/modeling/networks/bert_encoder.py), as exported.
+_MG = "transformer/layer_{i}/"
+MODEL_GARDEN_WEIGHTS = {
+    tables.EMBEDDINGS: (
+        ("encoder.embeddings.word_embeddings.embeddings", "word_embeddings/embeddings", I),
+        ("encoder.embeddings.position_embeddings", "position_embedding/embeddings", I),
+        ("encoder.embeddings.type_embeddings.embeddings", "type_embeddings/embeddings", I),
+        ("encoder.embeddings.layer_norm.gamma", "embeddings/layer_norm/gamma", I),
+        ("encoder.embeddings.layer_norm.beta", "embeddings/layer_norm/beta", I),
+    ),
+    tables.LAYER: (
+        # Attention kernels are EinsumDense (hidden, heads, head_size) / (heads, head_size, hidden).
+        (_B + "attention.query_dense.kernel", _MG + "self_attention/query/kernel", R),
+        (_B + "attention.query_dense.bias", _MG + "self_attention/query/bias", R),
+        (_B + "attention.key_dense.kernel", _MG + "self_attention/key/kernel", R),
+        (_B + "attention.key_dense.bias", _MG + "self_attention/key/bias", R),
+        (_B + "attention.value_dense.kernel", _MG + "self_attention/value/kernel", R),
+        (_B + "attention.value_dense.bias", _MG + "self_attention/value/bias", R),
+        (_B + "attention.output_dense.kernel", _MG + "self_attention/attention_output/kernel", R),
+        (_B + "attention.output_dense.bias", _MG + "self_attention/attention_output/bias", I),
+        (_B + "attention_layer_norm.gamma", _MG + "self_attention_layer_norm/gamma", I),
+        (_B + "attention_layer_norm.beta", _MG + "self_attention_layer_norm/beta", I),
+        (_B + "feed_forward.intermediate_dense.kernel", _MG + "intermediate/kernel", I),
+        (_B + "feed_forward.intermediate_dense.bias", _MG + "intermediate/bias", I),
+        (_B + "feed_forward.output_dense.kernel", _MG + "output/kernel", I),
+        (_B + "feed_forward.output_dense.bias", _MG + "output/bias", I),
+        (_B + "feed_forward_layer_norm.gamma", _MG + "output_layer_norm/gamma", I),
+        (_B + "feed_forward_layer_norm.beta", _MG + "output_layer_norm/beta", I),
+    ),
+    tables.POOLER: (
+        ("encoder.pooler.kernel", "pooler_transform/kernel", I),
+        ("encoder.pooler.bias", "pooler_transform/bias", I),
+    ),
+}
+MODEL_GARDEN_SHAPES = {  # what each size is read from: (name, axis)
+    "vocab_size": ("word_embeddings/embeddings", 0),
+    "hidden_size": ("word_embeddings/embeddings", 1),
+    "max_sequence_length": ("position_embedding/embeddings", 0),
+    "type_vocab_size": ("type_embeddings/embeddings", 0),
+    "num_heads": ("transformer/layer_0/self_attention/query/kernel", 1),
+    "intermediate_size": ("transformer/layer_0/intermediate/kernel", 1),
+}
+
+# Modules written by `bert_keras.hub.export_encoder` (our own variable paths).
+_BK = "transformer_layer_{i}/"
+BERT_KERAS_WEIGHTS = {
+    tables.EMBEDDINGS: (
+        ("encoder.embeddings.word_embeddings.embeddings", "embeddings/word_embeddings/embeddings", I),
+        ("encoder.embeddings.position_embeddings", "embeddings/position_embeddings", I),
+        ("encoder.embeddings.type_embeddings.embeddings", "embeddings/type_embeddings/embeddings", I),
+        ("encoder.embeddings.layer_norm.gamma", "embeddings/layer_norm/gamma", I),
+        ("encoder.embeddings.layer_norm.beta", "embeddings/layer_norm/beta", I),
+    ),
+    tables.LAYER: tuple(
+        (_B + target, _BK + source, I)
+        for target, source in (
+            ("attention.query_dense.kernel", "attention/query/kernel"),
+            ("attention.query_dense.bias", "attention/query/bias"),
+            ("attention.key_dense.kernel", "attention/key/kernel"),
+            ("attention.key_dense.bias", "attention/key/bias"),
+            ("attention.value_dense.kernel", "attention/value/kernel"),
+            ("attention.value_dense.bias", "attention/value/bias"),
+            ("attention.output_dense.kernel", "attention/output/kernel"),
+            ("attention.output_dense.bias", "attention/output/bias"),
+            ("attention_layer_norm.gamma", "attention_layer_norm/gamma"),
+            ("attention_layer_norm.beta", "attention_layer_norm/beta"),
+            ("feed_forward.intermediate_dense.kernel", "feed_forward/intermediate/kernel"),
+            ("feed_forward.intermediate_dense.bias", "feed_forward/intermediate/bias"),
+            ("feed_forward.output_dense.kernel", "feed_forward/output/kernel"),
+            ("feed_forward.output_dense.bias", "feed_forward/output/bias"),
+            ("feed_forward_layer_norm.gamma", "feed_forward_layer_norm/gamma"),
+            ("feed_forward_layer_norm.beta", "feed_forward_layer_norm/beta"),
+        )
+    ),
+    tables.POOLER: (
+        ("encoder.pooler.kernel", "pooler_dense/kernel", I),
+        ("encoder.pooler.bias", "pooler_dense/bias", I),
+    ),
+}
+BERT_KERAS_SHAPES = {
+    "vocab_size": ("embeddings/word_embeddings/embeddings", 0),
+    "hidden_size": ("embeddings/word_embeddings/embeddings", 1),
+    "max_sequence_length": ("embeddings/position_embeddings", 0),
+    "type_vocab_size": ("embeddings/type_embeddings/embeddings", 0),
+    "intermediate_size": ("transformer_layer_0/feed_forward/intermediate/kernel", 1),
+}
+
+# kind: (weight table, shape table, first query kernel of block i, pooler prefix)
+LAYOUTS = {
+    "model_garden": (MODEL_GARDEN_WEIGHTS, MODEL_GARDEN_SHAPES, _MG + "self_attention/query/kernel", "pooler_transform/"),
+    "bert_keras": (BERT_KERAS_WEIGHTS, BERT_KERAS_SHAPES, _BK + "attention/query/kernel", "pooler_dense/"),
+}
+
+
+def is_hub_module(path):
+    """Whether `path` is an encoder SavedModel, a directory with `encoder/` (and
+    `preprocess/`) modules, a `.tar.gz` module or an http(s) handle."""
+    path = os.fspath(path)
+    if path.startswith(("http://", "https://")):
+        return True
+    if os.path.isfile(path):
+        return path.endswith(ARCHIVE_SUFFIXES)
+    return os.path.isfile(os.path.join(path, SAVED_MODEL_FILE)) or os.path.isfile(
+        os.path.join(path, ENCODER_DIR, SAVED_MODEL_FILE)
+    )
+
+
+def _variable_name(name):
+    return name.rsplit(":", 1)[0]  # "word_embeddings/embeddings:0" -> "word_embeddings/embeddings"
+
+
+class ModuleSource(_Source):
+    """The variables of a loaded SavedModel, by name without the `:0` suffix."""
+
+    def __init__(self, module, directory):
+        super().__init__({}, {})
+        self.file = directory
+        self.files = [directory]
+        self._variables = {}
+        for variable in getattr(module, "variables", ()):
+            name = _variable_name(variable.name)
+            if name in self._variables:  # e.g. two unnamed `Variable`s: neither is a weight we read
+                continue
+            self._variables[name] = variable
+            self._add(name, directory, variable.name, variable.shape, _variable_name)
+
+    def get(self, name):
+        return self._variables[name].numpy()
+
+
+def load_hub_module(path, *, with_heads=True, do_lower_case=None, dtype=None):
+    """Converts a TF Hub BERT encoder module into a `BertEncoder`.
+
+    Args:
+        path: str. An encoder SavedModel directory, a directory holding
+            `encoder/` and `preprocess/` (as `bert-keras convert` writes), a
+            `.tar.gz` of a module, or an http(s) handle (fetched once into
+            `$TFHUB_CACHE_DIR`).
+        with_heads: bool. Ignored: the `mlm` sub-object of a module is not
+            converted (its encoder is).
+        do_lower_case: optional bool. Overrides the module's `do_lower_case`.
+        dtype: optional dtype policy of the built encoder.
+
+    Returns:
+        `LoadedCheckpoint` with format `"hub_module"`; `vocab_file` is the
+        module's vocabulary (or the preprocess module's).
+
+    Raises:
+        CheckpointError: the module is not a BERT encoder this package can
+            rebuild, has no WordPiece vocabulary, or the rebuilt encoder does
+            not give the module's outputs.
+    """
+    # Imported here: loading SavedModels needs tensorflow-text's ops registered (bert_keras.hub does it).
+    from bert_keras.hub.loader import load, resolve
+
+    directory, preprocess_dir = _module_dirs(resolve(os.fspath(path)))
+    try:
+        module = load(directory)
+    except (ValueError, RuntimeError, OSError) as error:
+        raise CheckpointError(directory, None, f"cannot be loaded as a SavedModel ({error}).") from error
+    source = ModuleSource(module, directory)
+    layout = _layout(source, directory)
+    table, shape_table, query_kernel, pooler_prefix = LAYOUTS[layout]
+    config = _config(source, shape_table, query_kernel)
+    vocab_file = _vocab_file(module, directory, preprocess_dir)
+    check_vocabulary(vocab_file, read_vocabulary(vocab_file), directory, shape_table["vocab_size"][0], config["vocab_size"])
+    if do_lower_case is None:
+        do_lower_case = _do_lower_case(module, preprocess_dir, vocab_file)
+
+    probe_inputs = _probe_inputs(config)
+    expected = module(probe_inputs, training=False)
+    best = None
+    for candidate in _candidates(config, layout, _graph_ops(directory)):
+        loaded = convert(
+            format="hub_module", source=source, table=table,
+            part_prefixes={tables.POOLER: pooler_prefix}, encoder_config=candidate,
+            mlm_activation=candidate["activation"], with_heads=False, ignored=_is_bookkeeping,
+            hint=f" Is {directory} a BERT encoder module?", vocab_file=vocab_file, do_lower_case=bool(do_lower_case),
+            dtype=dtype,
+        )
+        difference = _difference(loaded.encoder, probe_inputs, expected)
+        logger.info("%s: num_heads=%d, activation=%s: max difference %.3g", directory,
+                    candidate["num_heads"], candidate["activation"], difference)
+        if difference <= TOLERANCE:
+            return loaded
+        if best is None or difference < best[0]:
+            best = (difference, candidate)
+    raise CheckpointError(
+        directory,
+        None,
+        f"no BertEncoder reproduces this module's outputs (closest: num_heads={best[1]['num_heads']}, "
+        f"activation={best[1]['activation']!r}, relative difference {best[0]:.3g}). It may be a BERT variant "
+        "this package does not build (pre-LayerNorm, an embedding projection, another activation).",
+    )
+
+
+def _module_dirs(path):
+    """`(encoder_dir, preprocess_dir or None)` for a module, a pair directory or an archive."""
+    if os.path.isfile(path) and path.endswith(ARCHIVE_SUFFIXES):
+        path = _extract(path)
+    if os.path.isfile(os.path.join(path, ENCODER_DIR, SAVED_MODEL_FILE)):
+        preprocess = os.path.join(path, PREPROCESS_DIR)
+        return os.path.join(path, ENCODER_DIR), preprocess if os.path.isdir(preprocess) else None
+    if not os.path.isfile(os.path.join(path, SAVED_MODEL_FILE)):
+        raise CheckpointError(path, None, f"holds no {SAVED_MODEL_FILE} and no {ENCODER_DIR}/{SAVED_MODEL_FILE}; "
+                              "it is not a TF Hub module.")
+    sibling = os.path.join(os.path.dirname(os.path.abspath(path)), PREPROCESS_DIR)
+    return path, sibling if os.path.isdir(sibling) else None
+
+
+def _extract(archive):
+    """Unpacks a module archive once into the cache directory; returns the module's directory."""
+    stat = os.stat(archive)
+    key = hashlib.sha1(f"{os.path.abspath(archive)}:{stat.st_size}:{stat.st_mtime_ns}".encode()).hexdigest()[:16]
+    cache = os.environ.get("TFHUB_CACHE_DIR") or os.path.join(tempfile.gettempdir(), "tfhub_modules")
+    target = os.path.join(cache, f"bert_keras_{key}")
+    if not os.path.isdir(target):
+        os.makedirs(cache, exist_ok=True)
+        staging = tempfile.mkdtemp(dir=cache, prefix=".extract_")
+        try:
+            with tarfile.open(archive, "r:*") as tar:
+                tar.extractall(staging, filter="data")
+        except (tarfile.TarError, OSError, EOFError) as error:
+            raise CheckpointError(archive, None, f"cannot be unpacked as a .tar.gz module ({error}).") from error
+        os.replace(staging, target)
+    entries = os.listdir(target)
+    if SAVED_MODEL_FILE not in entries and ENCODER_DIR not in entries and len(entries) == 1:
+        return os.path.join(target, entries[0])  # the archive holds one top-level folder
+    return target
+
+
+def _layout(source, directory):
+    for layout, (_, _, query_kernel, _) in LAYOUTS.items():
+        if source.has(query_kernel.format(i=0)):
+            return layout
+    names = source.names()
+    raise CheckpointError(
+        directory,
+        None,
+        "is a SavedModel but not a BERT encoder module this package reads: no variable "
+        f"{MODEL_GARDEN_SHAPES['num_heads'][0]!r} (Model Garden) or {BERT_KERAS_SHAPES['intermediate_size'][0]!r} "
+        f"(bert_keras). Found {len(names)} variables{': ' + ', '.join(names[:5]) if names else ''}.",
+    )
+
+
+def _config(source, shape_table, query_kernel):
+    config = {key: int(source.shape(name)[axis]) for key, (name, axis) in shape_table.items() if source.has(name)}
+    missing = [name for name, _ in shape_table.values() if not source.has(name)]
+    if missing:
+        raise CheckpointError(source.file, missing[0], "missing from the module; it is needed to read the architecture.")
+    num_layers = 0
+    while source.has(query_kernel.format(i=num_layers)):
+        num_layers += 1
+    config.update(num_layers=num_layers, dropout=0.1, attention_dropout=0.1, layer_norm_epsilon=1e-12)
+    return config
+
+
+def _candidates(config, layout, ops):
+    """Configs to try, most likely first: the head count (known, or hidden_size / 64 first) x the activation."""
+    activations = ["gelu", "gelu_approximate", "relu"]
+    if "Erf" not in ops:
+        activations = ["gelu_approximate", "relu", "gelu"]
+    if "num_heads" in config:
+        heads = [config["num_heads"]]
+    else:
+        hidden = config["hidden_size"]
+        heads = sorted((h for h in range(1, hidden + 1) if hidden % h == 0), key=lambda h: abs(hidden // h - 64))
+    for num_heads in heads:
+        for activation in activations:
+            yield dict(config, num_heads=num_heads, activation=activation)
+
+
+def _graph_ops(directory):
+    """The op types used by the module's functions (read from saved_model.pb)."""
+    from tensorflow.core.protobuf import saved_model_pb2  # the SavedModel proto; tf.saved_model has no public reader
+
+    proto = saved_model_pb2.SavedModel()
+    with open(os.path.join(directory, SAVED_MODEL_FILE), "rb") as f:
+        proto.ParseFromString(f.read())
+    return {node.op for graph in proto.meta_graphs for function in graph.graph_def.library.function
+            for node in function.node_def}
+
+
+def _is_bookkeeping(name):
+    """The module's `do_lower_case` flag (named `Variable` by Model Garden's exporter) is not a weight."""
+    return name in ("Variable", "do_lower_case")
+
+
+def _vocab_file(module, directory, preprocess_dir):
+    asset = getattr(module, "vocab_file", None)
+    if asset is not None and hasattr(asset, "asset_path"):
+        path = asset.asset_path.numpy().decode("utf-8")
+        if os.path.isfile(path):
+            return path
+    if preprocess_dir is not None:
+        path = os.path.join(preprocess_dir, "assets", "vocab.txt")
+        if os.path.isfile(path):
+            return path
+    if hasattr(module, "sp_model_file"):
+        raise CheckpointError(directory, None, "uses a SentencePiece model, not a WordPiece vocabulary; "
+                              "only WordPiece BERT modules can be converted.")
+    raise CheckpointError(
+        directory,
+        None,
+        "has no vocabulary: the encoder module has no vocab_file asset and no preprocess module with "
+        "assets/vocab.txt sits next to it. Pass the directory that holds both encoder/ and preprocess/.",
+    )
+
+
+def _do_lower_case(module, preprocess_dir, vocab_file):
+    variable = getattr(module, "do_lower_case", None)
+    if variable is not None and hasattr(variable, "numpy"):
+        return bool(variable.numpy())
+    return guess_do_lower_case(read_vocabulary(vocab_file))
+
+
+def _probe_inputs(config):
+    """A fixed batch of two rows: two segments, then one with padding."""
+    import tensorflow as tf  # the module is called with tensors
+
+    length = min(12, config["max_sequence_length"])
+    rng = np.random.default_rng(0)
+    ids = rng.integers(min(5, config["vocab_size"] - 1), config["vocab_size"], size=(2, length))
+    mask = np.ones((2, length), dtype=np.int32)
+    mask[1, length // 2 + 1:] = 0
+    types = np.zeros((2, length), dtype=np.int32)
+    types[0, length // 2:] = 1 if config["type_vocab_size"] > 1 else 0
+    arrays = {"input_word_ids": ids * mask, "input_mask": mask, "input_type_ids": types}
+    return {key: tf.constant(arrays[key], tf.int32) for key in INPUT_KEYS}
+
+
+def _difference(encoder, inputs, expected):
+    """Largest difference of sequence (real positions) and pooled outputs, relative to the module's largest value."""
+    ours = encoder(inputs, training=False)
+    real = inputs["input_mask"].numpy().astype(bool)
+    worst, scale = 0.0, 1e-6
+    for key, where in (("sequence_output", real), ("pooled_output", slice(None))):
+        theirs = np.asarray(expected[key])[where]
+        worst = max(worst, float(np.max(np.abs(np.asarray(ours[key])[where] - theirs))))
+        scale = max(scale, float(np.max(np.abs(theirs))))
+    return worst / max(scale, 1.0)
