@@ -7,8 +7,8 @@ classifier) is written by `staged_directory`:
    current directory or one of its parents, the home or root directory, or an
    existing directory that is not an output of this package (`--force` never
    empties a directory it did not write).
-2. A lock file next to the target (`.NAME.lock`, `flock`) refuses a second
-   writer of the same target while the first runs.
+2. A lock file next to the target (`.NAME.lock`, `flock`, removed after the
+   write) refuses a second writer of the same target while the first runs.
 3. The output is written into a hidden sibling `.partial-NAME-*` with ordinary
    permissions (the umask's, not `mkdtemp`'s 0700); stale siblings of killed
    runs are removed under the lock.
@@ -183,27 +183,42 @@ def _recover(parent, name, target):
 
 @contextlib.contextmanager
 def output_lock(target):
-    """Holds `.NAME.lock` next to `target`; raises `OutputLockedError` if another process holds it."""
+    """Holds `.NAME.lock` next to `target`; raises `OutputLockedError` if another process holds it.
+
+    The lock file is removed on release. A process that opened it just before
+    that removal finds, after locking, that the path names another file (or
+    none) and tries again, so two writers never hold two different lock files.
+    """
     parent, name = os.path.split(os.path.abspath(target))
     os.makedirs(parent, exist_ok=True)
     lock_path = os.path.join(parent, f".{name}.lock")
-    with open(lock_path, "a+") as lock:
+    while True:
+        lock = open(lock_path, "a+")
         try:
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             lock.seek(0)
             holder = lock.read().strip() or "unknown"
+            lock.close()
             raise OutputLockedError(
                 f"Another process (pid {holder}) is writing {target!r}; wait for it to finish or pick another directory."
             ) from None
+        try:
+            current = os.stat(lock_path).st_ino
+        except FileNotFoundError:
+            current = None
+        if current == os.fstat(lock.fileno()).st_ino:
+            break
+        lock.close()  # removed by the previous holder between our open and our lock
+    try:
         lock.seek(0)
         lock.truncate()
         lock.write(str(os.getpid()))
         lock.flush()
-        try:
-            yield
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
+        yield
+    finally:
+        os.unlink(lock_path)
+        lock.close()
 
 
 def _umask():
@@ -218,6 +233,21 @@ def _write_marker(directory, kind, info):
         json.dump(marker, f, indent=2)
         f.flush()
         os.fsync(f.fileno())
+
+
+def claim_directory(path, kind, info=None):
+    """Creates `path` (if needed) and marks it as work in progress of this package.
+
+    A long run (pre-training) keeps its state in its output directory until
+    the final output replaces it; the marker (with `complete: false`) lets
+    `check_target` and a rerun tell that directory from a user's.
+    """
+    check_target(path, overwrite=True)
+    os.makedirs(path, exist_ok=True)
+    if not os.path.exists(os.path.join(path, MARKER)):
+        marker = dict(info or {}, writer="bert_keras", kind=kind, complete=False)
+        with open(os.path.join(path, MARKER), "w") as f:
+            json.dump(marker, f, indent=2)
 
 
 @contextlib.contextmanager

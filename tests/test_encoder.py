@@ -33,7 +33,7 @@ def _bert_param_count(vocab, layers, hidden, intermediate, positions=512, types=
     ],
 )
 def test_preset_parameter_counts(preset, expected):
-    assert BertEncoder.from_preset(preset).count_params() == expected
+    assert BertEncoder.from_architecture(preset).count_params() == expected
 
 
 def test_presets_cover_the_published_family():
@@ -45,13 +45,18 @@ def test_presets_cover_the_published_family():
     assert (config["num_layers"], config["hidden_size"], config["num_heads"], config["intermediate_size"]) == (4, 512, 8, 2048)
     assert PRESETS["bert_base_en_cased"]["config"]["vocab_size"] == 28996
     assert PRESETS["bert_base_en_cased"]["do_lower_case"] is False
-    small_model = BertEncoder.from_preset("small_bert_en_uncased_L-2_H-128_A-2")
+    small_model = BertEncoder.from_architecture("small_bert_en_uncased_L-2_H-128_A-2")
     assert small_model.count_params() == _bert_param_count(30522, 2, 128, 512)
+
+
+def test_from_preset_never_gives_random_weights_silently():
+    with pytest.raises(ValueError, match=r"architectures without weights.*from_checkpoint\(path\).*from_architecture\('bert_base_en_uncased'\)"):
+        BertEncoder.from_preset("bert_base_en_uncased")
 
 
 def test_unknown_preset_lists_the_names():
     with pytest.raises(ValueError, match=r"Unknown preset 'bert_huge'.*bert_base_en_uncased"):
-        BertEncoder.from_preset("bert_huge")
+        BertEncoder.from_architecture("bert_huge")
 
 
 def test_hub_output_contract():

@@ -6,7 +6,8 @@ import pytest
 import tensorflow as tf
 
 from bert_keras import BertEncoder
-from bert_keras.finetune import NO_DECAY_NAMES, WarmupLinearDecay, bert_adamw, finetune
+from bert_keras.finetune import finetune
+from bert_keras.optimization import BertAdamW, WarmupDecay, bert_optimizer
 
 TINY = dict(vocab_size=30, num_layers=1, hidden_size=8, num_heads=2, intermediate_size=16, max_sequence_length=8)
 KEYS = ("input_word_ids", "input_mask", "input_type_ids")
@@ -79,7 +80,8 @@ def test_learning_rate_follows_warmup_then_linear_decay():
 
 def test_optimizer_recipe():
     model, encoder = _classifier()
-    optimizer = bert_adamw(2e-5, total_steps=100)
+    optimizer = bert_optimizer(2e-5, total_steps=100)
+    assert isinstance(optimizer, BertAdamW)
     assert optimizer.weight_decay == pytest.approx(0.01)
     assert optimizer.global_clipnorm == pytest.approx(1.0)
     decayed = {w.path for w in model.weights if optimizer._use_weight_decay(w)}
@@ -88,17 +90,18 @@ def test_optimizer_recipe():
     assert any(name.endswith("kernel") for name in decayed)
     assert any(name.endswith("embeddings") for name in decayed)
     assert not any(name.endswith(("bias", "gamma", "beta")) for name in decayed)
-    assert "layer_norm" in NO_DECAY_NAMES
+    # One rule by rank: what is excluded is exactly the variables of rank < 2.
+    assert excluded == {w.path for w in model.weights if len(w.shape) < 2}
 
 
 def test_schedule_values_and_errors():
-    schedule = WarmupLinearDecay(1e-4, total_steps=10, warmup_steps=4)
+    schedule = WarmupDecay(1e-4, total_steps=10, warmup_steps=4)
     assert [round(float(schedule(s)), 9) for s in (0, 2, 4, 7, 10, 12)] == [0.0, 5e-5, 1e-4, 5e-5, 0.0, 0.0]
-    assert WarmupLinearDecay.from_config(schedule.get_config()).get_config() == schedule.get_config()
+    assert WarmupDecay.from_config(schedule.get_config()).get_config() == schedule.get_config()
     with pytest.raises(ValueError, match="warmup_steps=10"):
-        WarmupLinearDecay(1e-4, total_steps=10, warmup_steps=10)
+        WarmupDecay(1e-4, total_steps=10, warmup_steps=10)
     with pytest.raises(ValueError, match="total_steps=0"):
-        WarmupLinearDecay(1e-4, total_steps=0)
+        WarmupDecay(1e-4, total_steps=0)
 
 
 def test_unknown_steps_per_epoch_is_explained():

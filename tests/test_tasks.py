@@ -5,6 +5,7 @@ import os
 import keras
 import numpy as np
 import pytest
+import tensorflow as tf
 
 from bert_keras import BertEncoder
 from bert_keras.tasks import BertClassifier, BertPretrainer, BertSpanLabeler, BertTokenClassifier
@@ -205,8 +206,11 @@ def test_span_labeler_learns_synthetic_qa():
 @pytest.mark.parametrize(
     "build, own_config",
     [
-        (lambda e: BertClassifier(e, num_classes=3, dropout=0.2), {"num_classes": 3, "dropout": 0.2}),
-        (lambda e: BertTokenClassifier(e, num_classes=4), {"num_classes": 4, "dropout": None}),
+        (
+            lambda e: BertClassifier(e, num_classes=3, dropout=0.2),
+            {"num_classes": 3, "dropout": 0.2, "activation": None, "text_pairs": False},
+        ),
+        (lambda e: BertTokenClassifier(e, num_classes=4), {"num_classes": 4, "dropout": 0.1, "text_pairs": False}),
         (lambda e: BertSpanLabeler(e), {"context_segment_id": 1}),
     ],
 )
@@ -215,7 +219,8 @@ def test_task_config_freezing_and_keras_round_trip(tmp_path, build, own_config):
     task = build(encoder)
     assert task.encoder is encoder
     config = task.get_config()
-    assert set(config) == {"name", "trainable", "encoder"} | set(own_config)
+    assert set(config) == {"name", "trainable", "encoder", "preprocessor"} | set(own_config)
+    assert config["preprocessor"] is None
     assert {key: config[key] for key in own_config} == own_config
 
     inputs = _inputs()
@@ -358,12 +363,101 @@ def test_task_argument_errors():
         BertPretrainer(keras.layers.Dense(3), vocab_size=40)
 
 
-@pytest.mark.parametrize("module_name", ["bert_keras.heads", "bert_keras.tasks"])
-def test_docstring_examples(module_name):
-    import doctest
-    import importlib
+# ---------------------------------------------------------------------------
+# One model path: from_checkpoint, raw strings, Hub layers == native encoder.
+# ---------------------------------------------------------------------------
+@pytest.mark.slow
+def test_classifier_from_the_minilm_checkpoint_takes_raw_strings_and_matches_transformers():
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    from bert_keras.text.corpora import load_tweets, minilm_vocab_path
 
-    module = importlib.import_module(module_name)
-    globs = dict(vars(module), np=np, keras=keras)
-    results = doctest.testmod(module, globs=globs, optionflags=doctest.NORMALIZE_WHITESPACE)
-    assert results.failed == 0 and results.attempted >= 5
+    directory = os.path.dirname(minilm_vocab_path())
+    classifier = BertClassifier.from_checkpoint(directory, num_classes=3, seq_length=64)
+    texts = load_tweets()[0][:16]
+    assert tuple(classifier(keras.ops.convert_to_tensor(texts)).shape) == (16, 3)
+    ours = np.asarray(classifier.encoder(classifier.preprocessor(keras.ops.convert_to_tensor(texts)))["pooled_output"])
+
+    tokenizer = transformers.BertTokenizerFast.from_pretrained(directory)
+    model = transformers.BertModel.from_pretrained(directory).eval()
+    batch = tokenizer(texts, padding="max_length", truncation=True, max_length=64, return_tensors="pt")
+    with torch.no_grad():
+        expected = model(**batch).pooler_output.numpy()
+    diff = float(np.max(np.abs(ours - expected)))
+    print(f"from_checkpoint(MiniLM) pooled_output vs transformers: max abs diff {diff:.2e}")
+    assert diff <= 1e-4
+
+
+@pytest.fixture(scope="module")
+def module_pair(tmp_path_factory):
+    from bert_keras import hub
+
+    directory = tmp_path_factory.mktemp("pair")
+    vocab = directory / "vocab.txt"
+    words = ["good", "great", "fun", "bad", "awful", "boring", "movie", "the", "was", "plot"]
+    vocab.write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + words + [f"w{i}" for i in range(25)]) + "\n")
+    keras.utils.set_random_seed(5)
+    encoder = BertEncoder(**TINY, dropout=0.0, attention_dropout=0.0)
+    hub.export_module_pair(str(directory / "modules"), encoder, str(vocab), do_lower_case=True, seq_length=12)
+    return encoder, str(vocab), str(directory / "modules")
+
+
+def test_the_same_classifier_on_hub_layers_and_on_the_native_encoder(module_pair, tmp_path):
+    from bert_keras import hub
+    from bert_keras.finetune import finetune
+    from bert_keras.saved_model import export_classifier, load_classifier
+    from bert_keras.text import BertPreprocessor
+
+    encoder, vocab, modules = module_pair
+    on_hub = BertClassifier.from_checkpoint(modules, num_classes=2, seq_length=12, dropout=0.0)
+    assert isinstance(on_hub.encoder, hub.KerasLayer) and isinstance(on_hub.preprocessor, hub.PreprocessLayer)
+    native = BertClassifier(encoder, num_classes=2, preprocessor=BertPreprocessor(vocab, seq_length=12), dropout=0.0)
+    for ours, theirs in zip(native.classifier_head.weights, on_hub.classifier_head.weights):
+        ours.assign(theirs)
+    texts = ["the movie was good", "awful plot", "boring boring boring", "great fun w3 w7"]
+    diff = float(np.max(np.abs(np.asarray(native(keras.ops.convert_to_tensor(texts))) - np.asarray(on_hub(keras.ops.convert_to_tensor(texts))))))
+    assert diff <= 1e-5, diff
+
+    # Frozen, then unfrozen; exported; reloaded.
+    labels = np.array([1, 0, 0, 1] * 4, dtype="int32")
+    data = tf.data.Dataset.from_tensor_slices((tf.constant(texts * 4), labels)).batch(4)
+    frozen = [w.numpy().copy() for w in on_hub.encoder.weights]
+    history = finetune(on_hub, data, head_epochs=1, epochs=2, learning_rate=1e-3, verbose=0)
+    assert len(history.head["loss"]) == 1 and len(history.full["loss"]) == 2
+    assert any(not np.array_equal(a, w.numpy()) for a, w in zip(frozen, on_hub.encoder.weights))
+    logits = np.asarray(on_hub.predict(tf.constant(texts), verbose=0))
+    export_dir = str(tmp_path / "classifier")
+    export_classifier(on_hub, export_dir, ["neg", "pos"])
+    probabilities, names = load_classifier(export_dir).predict(texts)
+    np.testing.assert_allclose(probabilities, keras.ops.convert_to_numpy(keras.ops.softmax(logits)), atol=1e-6)
+    assert names == [["neg", "pos"][i] for i in logits.argmax(-1)]
+
+
+def test_classifier_with_a_preprocessor_round_trips_and_takes_pairs(module_pair, tmp_path):
+    from bert_keras.text import BertPreprocessor
+
+    encoder, vocab, _ = module_pair
+    classifier = BertClassifier(
+        encoder, num_classes=3, preprocessor=BertPreprocessor(vocab, seq_length=12), activation="softmax", text_pairs=True
+    )
+    assert [i.name for i in classifier.inputs] == ["text", "text_pair"]
+    pairs = [tf.constant(["good movie", "bad"]), tf.constant(["great", "awful plot"])]
+    probabilities = np.asarray(classifier(pairs))
+    np.testing.assert_allclose(probabilities.sum(-1), 1.0, atol=1e-6)
+    path = str(tmp_path / "pairs.keras")
+    classifier.save(path)
+    restored = keras.saving.load_model(path)  # no Hub layer inside: safe mode loads it
+    assert restored.get_config()["activation"] == "softmax" and restored.get_config()["text_pairs"] is True
+    np.testing.assert_array_equal(np.asarray(restored(pairs)), probabilities)
+
+
+def test_from_checkpoint_errors(module_pair, tmp_path):
+    _, _, modules = module_pair
+    with pytest.raises(ValueError, match=r"`activation`, expected one of \[None, 'softmax'\]. Received: activation='relu'"):
+        BertClassifier.from_checkpoint(modules, num_classes=2, activation="relu")
+    with pytest.raises(ValueError, match=r"`seq_length`, expected an integer >= 3. Received: seq_length=2"):
+        BertClassifier.from_checkpoint(modules, num_classes=2, seq_length=2)
+    with pytest.raises(ValueError, match=r"pair of Hub handles"):
+        BertClassifier.from_checkpoint(("a", "b", "c"), num_classes=2)
+    with pytest.raises(ValueError, match=r"`preprocessor`, expected a BertPreprocessor"):
+        BertClassifier(BertEncoder(**TINY), num_classes=2, preprocessor="vocab.txt")

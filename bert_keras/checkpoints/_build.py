@@ -18,7 +18,7 @@ from bert_keras.checkpoints._common import (
 )
 from bert_keras.encoder import BertEncoder
 from bert_keras.heads import MaskedLMHead, NextSentenceHead
-from bert_keras.tasks import BertPretrainer
+from bert_keras.pretrainer import BertPretrainer
 
 
 # Each format's config key for our argument, to name the field in messages.

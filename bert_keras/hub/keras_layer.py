@@ -92,11 +92,11 @@ class KerasLayer(keras.layers.Layer):
         The module's outputs (for an encoder, the dict with `pooled_output`,
         `sequence_output`, `encoder_outputs` and `default`).
 
-    Example:
-    >>> preprocess = KerasLayer("saved_models/bert_en_uncased_preprocess")
-    >>> encoder = KerasLayer("saved_models/encoder", trainable=True)
+    Example (with modules from `bert-keras convert CHECKPOINT --out saved_models/minilm`):
+    >>> preprocess = KerasLayer("saved_models/minilm/preprocess")  # doctest: +SKIP
+    >>> encoder = KerasLayer("saved_models/minilm/encoder", trainable=True)  # doctest: +SKIP
     >>> text = keras.Input(shape=(), dtype="string")
-    >>> pooled = encoder(preprocess(text))["pooled_output"]
+    >>> pooled = encoder(preprocess(text))["pooled_output"]  # doctest: +SKIP
     """
 
     def __init__(

@@ -3,6 +3,7 @@
 import keras
 import tensorflow as tf
 
+from bert_keras._checks import check_int
 from bert_keras.hub.loader import check_safe_mode, load
 
 
@@ -30,20 +31,17 @@ class PreprocessLayer(keras.layers.Layer):
         The dict of int32 `(batch, seq_length)` tensors `input_word_ids`,
         `input_mask` and `input_type_ids`.
 
-    Example:
-    >>> pack = PreprocessLayer("saved_models/preprocess", seq_length=64)
+    Example (with modules from `bert-keras convert CHECKPOINT --out saved_models/minilm`):
+    >>> pack = PreprocessLayer("saved_models/minilm/preprocess", seq_length=64)  # doctest: +SKIP
     >>> question, passage = keras.Input((), dtype="string"), keras.Input((), dtype="string")
-    >>> encoder_inputs = pack([question, passage])
+    >>> encoder_inputs = pack([question, passage])  # doctest: +SKIP
     """
 
     def __init__(self, handle, seq_length=None, load_options=None, sha256=None, **kwargs):
         kwargs.pop("trainable", None)  # in every config; the layer has nothing to train
         super().__init__(trainable=False, **kwargs)
-        if seq_length is not None and (isinstance(seq_length, bool) or not isinstance(seq_length, int) or seq_length < 3):
-            raise ValueError(
-                "Received an invalid value for argument `seq_length`, expected an integer >= 3. "
-                f"Received: seq_length={seq_length!r}"
-            )
+        if seq_length is not None:
+            check_int("seq_length", seq_length, minimum=3)
         self.handle = handle
         self.seq_length = seq_length
         self.sha256 = sha256

@@ -1,83 +1,45 @@
-"""Argument checks and activation lookup shared by the layers."""
+"""Activation lookup and initializer cloning shared by the layers (argument checks: `bert_keras._checks`)."""
 
 import keras
 from keras import ops
 
-_EXACT_GELU = "gelu"
-_TANH_GELU = "gelu_approximate"
-ACTIVATIONS = (_EXACT_GELU, _TANH_GELU, "relu")
-
-
-def check_positive_int(name, value):
-    """Raises a `ValueError` unless `value` is a positive integer."""
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise ValueError(
-            f"Received an invalid value for argument `{name}`, expected a positive "
-            f"integer. Received: {name}={value!r}"
-        )
-    return value
-
-
-def check_rate(name, value):
-    """Raises a `ValueError` unless `value` is a float in [0, 1)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1:
-        raise ValueError(
-            f"Received an invalid value for argument `{name}`, expected a float in "
-            f"[0, 1). Received: {name}={value!r}"
-        )
-    return float(value)
-
-
-def check_choice(name, value, choices):
-    """Raises a `ValueError` unless `value` is one of `choices`."""
-    if value not in choices:
-        raise ValueError(
-            f"Received an invalid value for argument `{name}`, expected one of "
-            f"{list(choices)}. Received: {name}={value!r}"
-        )
-    return value
-
-
+@keras.saving.register_keras_serializable(package="bert_keras")
 def gelu_approximate(x):
     """GELU with the tanh approximation (`gelu_new` in other projects)."""
     return keras.activations.gelu(x, approximate=True)
 
 
+@keras.saving.register_keras_serializable(package="bert_keras")
 def gelu_exact(x):
     """GELU computed with the error function, as in the original BERT."""
     return keras.activations.gelu(x, approximate=False)
 
 
-def get_activation(activation):
-    """Returns the callable for an activation name or a callable.
+# BERT's names. "gelu" is the exact GELU here, as in BERT and Hugging Face
+# configs; Keras' own `keras.activations.gelu` defaults to the tanh form.
+ACTIVATIONS = {"gelu": gelu_exact, "gelu_approximate": gelu_approximate, "relu": ops.relu}
 
-    Names are `"gelu"` (exact, erf), `"gelu_approximate"` (tanh) and `"relu"`.
+
+def get_activation(activation):
+    """The callable for an activation: one of `ACTIVATIONS`' names, or what `keras.activations.get` takes.
+
+    Other names, registered functions (`"bert_keras>gelu_exact"`), serialized
+    dicts and callables go through Keras' own lookup.
     """
-    if callable(activation):
-        return activation
-    if activation == _EXACT_GELU:
-        return gelu_exact
-    if activation == _TANH_GELU:
-        return gelu_approximate
-    if activation == "relu":
-        return ops.relu
-    raise ValueError(
-        f"Received an invalid value for argument `activation`, expected one of "
-        f"{list(ACTIVATIONS)} or a callable. Received: activation={activation!r}"
-    )
+    if isinstance(activation, str) and activation in ACTIVATIONS:
+        return ACTIVATIONS[activation]
+    try:
+        return keras.activations.get(activation)
+    except (ValueError, TypeError):
+        raise ValueError(
+            f"Received an invalid value for argument `activation`, expected one of "
+            f"{list(ACTIVATIONS)}, a Keras activation or a callable. Received: activation={activation!r}"
+        ) from None
 
 
 def serialize_activation(activation):
-    """Activation names are stored as they are; callables through Keras."""
-    if isinstance(activation, str):
-        return activation
-    return keras.activations.serialize(activation)
-
-
-def deserialize_activation(activation):
-    if isinstance(activation, str) and activation in ACTIVATIONS:
-        return activation
-    return keras.activations.deserialize(activation)
+    """An activation for `get_config`: names (and revived configs) as they are, callables through Keras."""
+    return activation if isinstance(activation, (str, dict)) else keras.activations.serialize(activation)
 
 
 def clone_initializer(initializer):

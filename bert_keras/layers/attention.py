@@ -4,7 +4,8 @@ import keras
 import tensorflow as tf
 from keras import ops
 
-from bert_keras.layers._utils import check_positive_int, check_rate, clone_initializer
+from bert_keras._checks import check_positive_int, check_rate
+from bert_keras.layers._utils import clone_initializer
 from bert_keras.layers.dropout import Dropout, dropout_keep_mask, next_seed
 from bert_keras.layers.packing import pack_tokens, unpack_tokens
 
@@ -87,7 +88,7 @@ class MultiHeadSelfAttention(keras.layers.Layer):
     Example:
     >>> layer = MultiHeadSelfAttention(num_heads=2)
     >>> x = np.random.rand(3, 5, 8).astype("float32")
-    >>> layer(x, attention_mask=np.ones((3, 5))).shape
+    >>> tuple(layer(x, attention_mask=np.ones((3, 5))).shape)
     (3, 5, 8)
     """
 

@@ -6,7 +6,8 @@ import keras
 import tensorflow as tf
 from keras import ops
 
-from bert_keras.layers._utils import check_choice, check_positive_int, check_rate, clone_initializer
+from bert_keras._checks import check_choice, check_positive_int, check_rate
+from bert_keras.layers._utils import clone_initializer
 from bert_keras.layers.dropout import Dropout
 
 POSITION_EMBEDDINGS = ("learned", "sinusoidal")
@@ -31,7 +32,7 @@ class SinusoidalPositionEncoding(keras.layers.Layer):
         The encodings, `(batch, seq, hidden)` (the same for every batch entry).
 
     Example:
-    >>> SinusoidalPositionEncoding()(np.zeros((2, 5, 8))).shape
+    >>> tuple(SinusoidalPositionEncoding()(np.zeros((2, 5, 8))).shape)
     (2, 5, 8)
     """
 
@@ -94,7 +95,7 @@ class BertEmbeddings(keras.layers.Layer):
 
     Example:
     >>> layer = BertEmbeddings(vocab_size=100, hidden_size=8)
-    >>> layer(np.array([[2, 5, 3]])).shape
+    >>> tuple(layer(np.array([[2, 5, 3]])).shape)
     (1, 3, 8)
     """
 

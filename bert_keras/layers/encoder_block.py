@@ -2,13 +2,8 @@
 
 import keras
 
-from bert_keras.layers._utils import (
-    check_positive_int,
-    check_rate,
-    clone_initializer,
-    deserialize_activation,
-    serialize_activation,
-)
+from bert_keras._checks import check_positive_int, check_rate
+from bert_keras.layers._utils import clone_initializer, serialize_activation
 from bert_keras.layers.attention import MultiHeadSelfAttention
 from bert_keras.layers.dropout import Dropout
 from bert_keras.layers.feed_forward import FeedForward
@@ -58,7 +53,7 @@ class TransformerEncoderBlock(keras.layers.Layer):
 
     Example:
     >>> block = TransformerEncoderBlock(num_heads=2, intermediate_size=32)
-    >>> block(np.zeros((2, 5, 8)), attention_mask=np.ones((2, 5))).shape
+    >>> tuple(block(np.zeros((2, 5, 8)), attention_mask=np.ones((2, 5))).shape)
     (2, 5, 8)
     """
 
@@ -78,7 +73,7 @@ class TransformerEncoderBlock(keras.layers.Layer):
         super().__init__(**kwargs)
         self.num_heads = check_positive_int("num_heads", num_heads)
         self.intermediate_size = check_positive_int("intermediate_size", intermediate_size)
-        self.activation = deserialize_activation(activation)
+        self.activation = activation
         self.dropout = check_rate("dropout", dropout)
         self.attention_dropout = check_rate("attention_dropout", attention_dropout)
         self.layer_norm_epsilon = float(layer_norm_epsilon)

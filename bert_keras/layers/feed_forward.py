@@ -2,13 +2,8 @@
 
 import keras
 
-from bert_keras.layers._utils import (
-    check_positive_int,
-    clone_initializer,
-    deserialize_activation,
-    get_activation,
-    serialize_activation,
-)
+from bert_keras._checks import check_positive_int
+from bert_keras.layers._utils import clone_initializer, get_activation, serialize_activation
 
 
 @keras.saving.register_keras_serializable(package="bert_keras")
@@ -35,7 +30,7 @@ class FeedForward(keras.layers.Layer):
         A tensor of the input's shape.
 
     Example:
-    >>> FeedForward(intermediate_size=32)(np.zeros((2, 4, 8))).shape
+    >>> tuple(FeedForward(intermediate_size=32)(np.zeros((2, 4, 8))).shape)
     (2, 4, 8)
     """
 
@@ -49,7 +44,7 @@ class FeedForward(keras.layers.Layer):
     ):
         super().__init__(**kwargs)
         self.intermediate_size = check_positive_int("intermediate_size", intermediate_size)
-        self.activation = deserialize_activation(activation)
+        self.activation = activation
         self._activation_fn = get_activation(self.activation)
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
         self.bias_initializer = keras.initializers.get(bias_initializer)

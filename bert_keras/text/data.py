@@ -2,13 +2,7 @@
 
 import tensorflow as tf
 
-
-def _check_batch_size(batch_size):
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size <= 0:
-        raise ValueError(
-            "Received an invalid value for argument `batch_size`, expected a positive integer. "
-            f"Received: batch_size={batch_size!r}"
-        )
+from bert_keras._checks import check_positive_int
 
 
 def preprocess_dataset(
@@ -44,10 +38,15 @@ def preprocess_dataset(
         `model.fit`.
 
     Example:
+    >>> from bert_keras.text import BertPreprocessor
+    >>> preprocessor = BertPreprocessor(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "good", "bad"])
     >>> ds = tf.data.Dataset.from_tensor_slices((["good", "bad"], [1, 0]))
     >>> ds = preprocess_dataset(ds, preprocessor, batch_size=2)
+    >>> features, labels = next(iter(ds))
+    >>> sorted(features), tuple(features["input_word_ids"].shape)
+    (['input_mask', 'input_type_ids', 'input_word_ids'], (2, 128))
     """
-    _check_batch_size(batch_size)
+    check_positive_int("batch_size", batch_size)
     if not isinstance(dataset, tf.data.Dataset):
         raise ValueError(
             "Received an invalid value for argument `dataset`, expected a tf.data.Dataset. "

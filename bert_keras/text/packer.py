@@ -12,29 +12,13 @@ import keras
 import tensorflow as tf
 import tensorflow_text as tf_text
 
+from bert_keras._checks import check_choice, check_int
+
 # Plain TensorFlow ops without Python control flow: tracing them through
 # AutoGraph only makes `tf.function` and `tf.data` tracing slower.
 _do_not_convert = tf.autograph.experimental.do_not_convert
 
 TRUNCATIONS = ("round_robin", "waterfall")
-
-
-def _check_int(name, value, minimum):
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ValueError(
-            f"Received an invalid value for argument `{name}`, expected an integer >= "
-            f"{minimum}. Received: {name}={value!r}"
-        )
-    return value
-
-
-def _check_truncation(truncation):
-    if truncation not in TRUNCATIONS:
-        raise ValueError(
-            f"Received an invalid value for argument `truncation`, expected one of "
-            f"{list(TRUNCATIONS)}. Received: truncation={truncation!r}"
-        )
-    return truncation
 
 
 def _as_segment(segment, index):
@@ -111,7 +95,7 @@ def pack_inputs(
             "Received an invalid value for argument `segments`, expected a non-empty list of "
             f"token-id tensors. Received: segments={segments!r:.80}"
         )
-    _check_truncation(truncation)
+    check_choice("truncation", truncation, TRUNCATIONS)
     if isinstance(seq_length, tf.Tensor):
         # A scalar tensor, as the exported `bert_pack_inputs(..., seq_length=)` receives it.
         seq_length = tf.cast(seq_length, tf.int32)
@@ -121,7 +105,7 @@ def pack_inputs(
             message=f"`seq_length` must be at least {len(segments) + 1} for {len(segments)} segment(s)",
         )
     else:
-        _check_int("seq_length", seq_length, len(segments) + 1)
+        check_int("seq_length", seq_length, minimum=len(segments) + 1)
     segments = [_as_segment(segment, i) for i, segment in enumerate(segments)]
     dtype = segments[0].dtype
     segments = [segment if segment.dtype == dtype else tf.cast(segment, dtype) for segment in segments]
@@ -185,11 +169,11 @@ class BertPacker(keras.layers.Layer):
         **kwargs,
     ):
         super().__init__(**kwargs)
-        self.seq_length = _check_int("seq_length", seq_length, 2)
-        self.start_of_sequence_id = _check_int("start_of_sequence_id", start_of_sequence_id, 0)
-        self.end_of_segment_id = _check_int("end_of_segment_id", end_of_segment_id, 0)
-        self.padding_id = _check_int("padding_id", padding_id, 0)
-        self.truncation = _check_truncation(truncation)
+        self.seq_length = check_int("seq_length", seq_length, minimum=2)
+        self.start_of_sequence_id = check_int("start_of_sequence_id", start_of_sequence_id, minimum=0)
+        self.end_of_segment_id = check_int("end_of_segment_id", end_of_segment_id, minimum=0)
+        self.padding_id = check_int("padding_id", padding_id, minimum=0)
+        self.truncation = check_choice("truncation", truncation, TRUNCATIONS)
         self._convert_input_args = False
         self._allow_non_tensor_positional_args = True
         self.built = True

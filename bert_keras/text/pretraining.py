@@ -38,6 +38,7 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_text as tf_text
 
+from bert_keras._checks import check_float, check_int
 from bert_keras.text.tokenizer import WordPieceTokenizer
 
 logger = logging.getLogger(__name__)
@@ -45,26 +46,6 @@ logger = logging.getLogger(__name__)
 FEATURE_KEYS = ("input_word_ids", "input_mask", "input_type_ids", "masked_lm_positions")
 NEXT = 0  # B is the text that follows A
 RANDOM_NEXT = 1  # B comes from another document
-
-
-def _check_int(name, value, minimum):
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
-        raise ValueError(
-            f"Received an invalid value for argument `{name}`, expected an integer >= {minimum}. "
-            f"Received: {name}={value!r}"
-        )
-    return int(value)
-
-
-def _check_probability(name, value, upper_open=False):
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value <= 1
-    if not ok or (upper_open and value >= 1):
-        bound = "[0, 1)" if upper_open else "[0, 1]"
-        raise ValueError(
-            f"Received an invalid value for argument `{name}`, expected a float in {bound}. "
-            f"Received: {name}={value!r}"
-        )
-    return float(value)
 
 
 # ---------------------------------------------------------------------------
@@ -299,10 +280,10 @@ def create_instances(
         order; segments are lists of words, each a list of int ids; the label
         is 0 when B follows A and 1 when B is random.
     """
-    seq_length = _check_int("seq_length", seq_length, 5)
-    short_seq_prob = _check_probability("short_seq_prob", short_seq_prob)
-    random_next_prob = _check_probability("random_next_prob", random_next_prob)
-    dupe_factor = _check_int("dupe_factor", dupe_factor, 1)
+    seq_length = check_int("seq_length", seq_length, minimum=5)
+    short_seq_prob = check_float("short_seq_prob", short_seq_prob, 0, 1)
+    random_next_prob = check_float("random_next_prob", random_next_prob, 0, 1)
+    dupe_factor = check_int("dupe_factor", dupe_factor, minimum=1)
     if not documents:
         raise ValueError("The corpus holds no text: there are no documents to make instances from.")
     if len(documents) < 2:
@@ -536,14 +517,14 @@ def pretraining_dataset(
         ValueError: an empty corpus, a corpus of one document, or bad arguments.
 
     Example:
-    >>> ds = pretraining_dataset("corpus.txt", "vocab.txt", seq_length=64, batch_size=8)
-    >>> pretrainer.compile(optimizer="adam")
-    >>> pretrainer.fit(ds, epochs=1)
+    >>> ds = pretraining_dataset("corpus.txt", "vocab.txt", seq_length=64, batch_size=8)  # doctest: +SKIP
+    >>> pretrainer.compile(optimizer="adam")  # doctest: +SKIP
+    >>> pretrainer.fit(ds, epochs=1)  # doctest: +SKIP
     """
-    seq_length = _check_int("seq_length", seq_length, 5)
-    batch_size = _check_int("batch_size", batch_size, 1)
-    max_predictions_per_seq = _check_int("max_predictions_per_seq", max_predictions_per_seq, 1)
-    masked_lm_prob = _check_probability("masked_lm_prob", masked_lm_prob)
+    seq_length = check_int("seq_length", seq_length, minimum=5)
+    batch_size = check_int("batch_size", batch_size, minimum=1)
+    max_predictions_per_seq = check_int("max_predictions_per_seq", max_predictions_per_seq, minimum=1)
+    masked_lm_prob = check_float("masked_lm_prob", masked_lm_prob, 0, 1)
     if isinstance(vocab_file, WordPieceTokenizer):
         tokenizer = vocab_file
     else:

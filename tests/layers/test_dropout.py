@@ -58,12 +58,3 @@ def test_attention_dropout_is_unbiased():
     assert np.abs(one - inference).max() > 1e-3
     mean = np.mean([np.asarray(layer(x, attention_mask=mask, training=True)) for _ in range(400)], axis=0)
     assert np.abs(mean - inference).max() < 0.1 * np.abs(inference).max()
-
-
-def test_docstring_example():
-    import doctest
-
-    from bert_keras.layers import dropout
-
-    results = doctest.testmod(dropout, globs=dict(vars(dropout), np=np), optionflags=doctest.NORMALIZE_WHITESPACE)
-    assert results.failed == 0 and results.attempted >= 2

@@ -102,15 +102,6 @@ def test_packed_gradients_equal_padded_gradients():
         assert_close(tf.convert_to_tensor(a), tf.convert_to_tensor(b), atol=1e-5)
 
 
-def test_docstring_example():
-    import doctest
-
-    from bert_keras.layers import packing
-
-    results = doctest.testmod(packing, globs=dict(vars(packing), np=np), optionflags=doctest.NORMALIZE_WHITESPACE)
-    assert results.failed == 0 and results.attempted >= 2
-
-
 def test_pack_and_unpack_gradients_equal_plain_autodiff():
     from bert_keras.layers.packing import pack_tokens
 

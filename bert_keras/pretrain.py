@@ -10,25 +10,28 @@ encoder (with its `mlm` sub-object) and the matching preprocessor.
 """
 
 import dataclasses
+import json
 import logging
 import os
+import shutil
 
 import keras
 import tensorflow as tf
 
+from bert_keras._checks import check_positive_int
+from bert_keras._files import check_target, claim_directory, fault_point
 from bert_keras.encoder import BertEncoder
+from bert_keras.hub import export_module_pair
+from bert_keras.hub.export import ENCODER_DIR, PREPROCESS_DIR
+from bert_keras.optimization import bert_optimizer
 from bert_keras.presets import get_preset
-from bert_keras.tasks import BertPretrainer
+from bert_keras.pretrainer import BertPretrainer
 from bert_keras.text.pretraining import pretraining_dataset
 from bert_keras.text.tokenizer import WordPieceTokenizer
 
 logger = logging.getLogger(__name__)
 
 BACKUP_DIR = "backup"
-ENCODER_DIR = "encoder"
-PREPROCESS_DIR = "preprocess"
-# LayerNorm scales and offsets and all biases are not decayed, as in BERT.
-NO_WEIGHT_DECAY = ("bias", "gamma", "beta")
 
 
 @dataclasses.dataclass
@@ -115,35 +118,8 @@ def _encoder_config(config, preset, vocab_size, seq_length):
     return config
 
 
-def make_optimizer(learning_rate, total_steps, warmup_steps, weight_decay=0.01, clipnorm=1.0):
-    """AdamW with linear warm-up and cosine decay to 0, BERT's weight-decay exclusions.
-
-    Args:
-        learning_rate: float. Peak learning rate, reached after `warmup_steps`.
-        total_steps: int. Steps of the whole run.
-        warmup_steps: int. Steps of linear warm-up from 0.
-        weight_decay: float. Decoupled weight decay; biases and LayerNorm
-            weights are excluded. Defaults to `0.01`.
-        clipnorm: float or None. Global gradient-norm clipping. Defaults to `1.0`.
-    """
-    warmup_steps = min(int(warmup_steps), max(total_steps - 1, 0))
-    schedule = keras.optimizers.schedules.CosineDecay(
-        initial_learning_rate=0.0,
-        decay_steps=max(total_steps - warmup_steps, 1),
-        warmup_target=learning_rate,
-        warmup_steps=warmup_steps,
-    )
-    optimizer = keras.optimizers.AdamW(
-        learning_rate=schedule, weight_decay=weight_decay, epsilon=1e-6, global_clipnorm=clipnorm
-    )
-    optimizer.exclude_from_weight_decay(var_names=list(NO_WEIGHT_DECAY))
-    return optimizer
-
-
 def _resumed_epoch(backup_dir):
     """The epoch a `BackupAndRestore` backup will resume from (0 without a backup)."""
-    import json
-
     path = os.path.join(backup_dir, "training_metadata.json")
     if not os.path.exists(path):
         return 0
@@ -187,10 +163,11 @@ def run_pretraining(
     epoch. If a run is interrupted, calling `run_pretraining` again with the
     same arguments and `out_dir` resumes from the last finished epoch, feeds
     the batches that would have come next, and ends at the same step count.
-    The backup is deleted when training completes. At the end it writes
-    `out_dir/encoder` (a Hub encoder with the `mlm` sub-object, via
-    `bert_keras.hub.export_encoder`) and `out_dir/preprocess` (via
-    `bert_keras.hub.export_preprocessor`, at `seq_length`).
+    At the end `out_dir` is replaced, in one step, by the module pair
+    `out_dir/encoder` (a Hub encoder with the `mlm` sub-object) and
+    `out_dir/preprocess` (at `seq_length`), written by
+    `bert_keras.hub.export_module_pair`; the backup goes with that step, so
+    a run killed at any point before it resumes (or only exports) on rerun.
 
     Args:
         corpus: str or list of str. Text files, one sentence per line, a blank
@@ -237,19 +214,15 @@ def run_pretraining(
             `overwrite` is False (checked before training).
         ValueError: an empty corpus, a corpus of one document, or bad arguments.
 
-    Example:
-    >>> result = run_pretraining("corpus.txt", "out", "vocab.txt",
+    Example (hours of training on a real corpus, so not run by the tests):
+    >>> result = run_pretraining("corpus.txt", "out", "vocab.txt",  # doctest: +SKIP
     ...                          preset="small_bert_en_uncased_L-2_H-128_A-2",
     ...                          seq_length=128, epochs=10, steps_per_epoch=1000)
-    >>> result.encoder_dir
+    >>> result.encoder_dir  # doctest: +SKIP
     'out/encoder'
     """
-    for name, value in (("epochs", epochs), ("batch_size", batch_size)):
-        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-            raise ValueError(
-                f"Received an invalid value for argument `{name}`, expected a positive integer. "
-                f"Received: {name}={value!r}"
-            )
+    check_positive_int("epochs", epochs)
+    check_positive_int("batch_size", batch_size)
     out_dir = os.fspath(out_dir)
     encoder_dir = os.path.join(out_dir, ENCODER_DIR)
     preprocess_dir = os.path.join(out_dir, PREPROCESS_DIR)
@@ -257,6 +230,7 @@ def run_pretraining(
         for path in (encoder_dir, preprocess_dir):
             if os.path.exists(path):
                 raise FileExistsError(f"{path!r} already exists; pass overwrite=True to replace it.")
+    check_target(out_dir, overwrite=True, argument="out_dir")  # never a directory bert_keras did not write
     vocab_file = os.fspath(vocab_file)
     if not os.path.isfile(vocab_file):
         raise FileNotFoundError(f"vocab_file {vocab_file!r} does not exist.")
@@ -279,12 +253,9 @@ def run_pretraining(
     num_instances = dataset.num_instances
     if steps_per_epoch is None:
         steps_per_epoch = max(1, num_instances // batch_size)
-    if isinstance(steps_per_epoch, bool) or not isinstance(steps_per_epoch, int) or steps_per_epoch <= 0:
-        raise ValueError(
-            "Received an invalid value for argument `steps_per_epoch`, expected a positive integer. "
-            f"Received: steps_per_epoch={steps_per_epoch!r}"
-        )
+    check_positive_int("steps_per_epoch", steps_per_epoch)
     total_steps = epochs * steps_per_epoch
+    claim_directory(out_dir, kind="pretraining_run")
     backup_dir = os.path.join(out_dir, BACKUP_DIR)
     initial_epoch = _resumed_epoch(backup_dir)
     if initial_epoch:
@@ -301,7 +272,11 @@ def run_pretraining(
         pretrainer = BertPretrainer(encoder)
         if warmup_steps is None:
             warmup_steps = total_steps // 10
-        pretrainer.compile(optimizer=make_optimizer(learning_rate, total_steps, warmup_steps, weight_decay))
+        pretrainer.compile(
+            optimizer=bert_optimizer(
+                learning_rate, total_steps, warmup_steps=warmup_steps, decay="cosine", weight_decay=weight_decay
+            )
+        )
     logger.info(
         "Pre-training %s parameters for %d steps (%d epochs of %d) on %d instances per pass.",
         f"{pretrainer.count_params():,}",
@@ -312,7 +287,10 @@ def run_pretraining(
     )
 
     # === Training ===
-    all_callbacks = [keras.callbacks.BackupAndRestore(backup_dir, save_freq="epoch")]
+    # The backup outlives `fit`: it goes only when the modules replace the run's directory.
+    all_callbacks = [
+        keras.callbacks.BackupAndRestore(backup_dir, save_freq="epoch", double_checkpoint=True, delete_checkpoint=False)
+    ]
     if progress is not None:
         all_callbacks.append(ProgressCallback(progress, total_steps, progress_every))
     all_callbacks += list(callbacks or [])
@@ -329,12 +307,14 @@ def run_pretraining(
 
     # === Hub modules ===
     if export:
-        from bert_keras.hub import export_encoder, export_preprocessor
-
-        export_encoder(encoder, encoder_dir, vocab_file, do_lower_case, pretrainer=pretrainer, overwrite=overwrite)
-        export_preprocessor(preprocess_dir, vocab_file, do_lower_case, seq_length=seq_length, overwrite=overwrite)
+        fault_point("before-export")
+        export_module_pair(
+            out_dir, encoder, vocab_file, do_lower_case, seq_length=seq_length, pretrainer=pretrainer, overwrite=True,
+            info={"steps": steps, "corpus": [os.path.abspath(c) for c in ([corpus] if isinstance(corpus, str) else corpus)]},
+        )
         logger.info("Pre-training done after %d steps; wrote %s and %s.", steps, encoder_dir, preprocess_dir)
     else:
+        shutil.rmtree(backup_dir, ignore_errors=True)
         encoder_dir = preprocess_dir = None
         logger.info("Pre-training done after %d steps.", steps)
     return PretrainingResult(

@@ -9,7 +9,7 @@ import keras
 import numpy as np
 import pytest
 
-from bert_keras.pretraining import BACKUP_DIR, run_pretraining
+from bert_keras.pretrain import BACKUP_DIR, run_pretraining
 from bert_keras.text.pretraining import pretraining_dataset
 
 TINY_VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + [f"w{i}" for i in range(40)]

@@ -1,0 +1,95 @@
+"""Argument validation shared by every module, with Keras-style messages.
+
+Each check names the argument, says what was expected and what was received,
+and returns the value (converted where it says so), so that callers write
+`self.num_heads = check_positive_int("num_heads", num_heads)`.
+"""
+
+import numbers
+
+
+def _invalid(name, expected, value):
+    return ValueError(
+        f"Received an invalid value for argument `{name}`, expected {expected}. Received: {name}={value!r}"
+    )
+
+
+def _is_int(value):
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def check_int(name, value, minimum=None, maximum=None):
+    """Raises a `ValueError` unless `value` is an integer in [`minimum`, `maximum`]; returns it as `int`.
+
+    >>> check_int("seq_length", 128, minimum=3)
+    128
+    >>> check_int("seq_length", 2, minimum=3)
+    Traceback (most recent call last):
+    ...
+    ValueError: Received an invalid value for argument `seq_length`, expected an integer >= 3. Received: seq_length=2
+    """
+    if minimum is not None and maximum is not None:
+        expected = f"an integer in [{minimum}, {maximum}]"
+    elif minimum is not None:
+        expected = f"an integer >= {minimum}"
+    elif maximum is not None:
+        expected = f"an integer <= {maximum}"
+    else:
+        expected = "an integer"
+    if not _is_int(value) or (minimum is not None and value < minimum) or (maximum is not None and value > maximum):
+        raise _invalid(name, expected, value)
+    return int(value)
+
+
+def check_positive_int(name, value):
+    """Raises a `ValueError` unless `value` is a positive integer; returns it as `int`.
+
+    >>> check_positive_int("num_heads", 0)
+    Traceback (most recent call last):
+    ...
+    ValueError: Received an invalid value for argument `num_heads`, expected a positive integer. Received: num_heads=0
+    """
+    if not _is_int(value) or value <= 0:
+        raise _invalid(name, "a positive integer", value)
+    return int(value)
+
+
+def check_float(name, value, minimum=None, maximum=None, include_maximum=True, include_minimum=True):
+    """Raises a `ValueError` unless `value` is a real number within the bounds; returns it as `float`.
+
+    >>> check_float("rate", 1.0, 0, 1, include_maximum=False)
+    Traceback (most recent call last):
+    ...
+    ValueError: Received an invalid value for argument `rate`, expected a float in [0, 1). Received: rate=1.0
+    """
+    low = "-inf" if minimum is None else minimum
+    high = "inf" if maximum is None else maximum
+    expected = f"a float in {'[' if include_minimum else '('}{low}, {high}{']' if include_maximum else ')'}"
+    if minimum is not None and maximum is None and include_minimum and minimum == 0:
+        expected = "a non-negative float"
+    if not isinstance(value, numbers.Real) or isinstance(value, bool) or value != value:
+        raise _invalid(name, expected, value)
+    too_low = minimum is not None and (value < minimum or (not include_minimum and value == minimum))
+    too_high = maximum is not None and (value > maximum or (not include_maximum and value == maximum))
+    if too_low or too_high:
+        raise _invalid(name, expected, value)
+    return float(value)
+
+
+def check_positive_float(name, value):
+    """Raises a `ValueError` unless `value` is a real number > 0; returns it as `float`."""
+    if not isinstance(value, numbers.Real) or isinstance(value, bool) or not value > 0:
+        raise _invalid(name, "a positive float", value)
+    return float(value)
+
+
+def check_rate(name, value):
+    """Raises a `ValueError` unless `value` is a float in [0, 1) (a dropout rate); returns it as `float`."""
+    return check_float(name, value, 0, 1, include_maximum=False)
+
+
+def check_choice(name, value, choices):
+    """Raises a `ValueError` unless `value` is one of `choices`; returns it."""
+    if value not in choices:
+        raise _invalid(name, f"one of {list(choices)}", value)
+    return value
