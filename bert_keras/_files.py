@@ -235,7 +235,17 @@ def _write_marker(directory, kind, info):
         os.fsync(f.fileno())
 
 
-def claim_directory(path, kind, info=None):
+def write_json_atomically(path, value):
+    """Writes `value` as JSON to `path` through a temporary sibling and one rename: whole or absent."""
+    staged = f"{path}.partial-{os.getpid()}"
+    with open(staged, "w") as f:
+        json.dump(value, f, indent=2)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(staged, path)
+
+
+def claim_directory(path, kind, info=None, replace=False):
     """Creates `path` (if needed) and marks it as work in progress of this package.
 
     A long run (pre-training) keeps its state in its output directory until
@@ -244,10 +254,8 @@ def claim_directory(path, kind, info=None):
     """
     check_target(path, overwrite=True)
     os.makedirs(path, exist_ok=True)
-    if not os.path.exists(os.path.join(path, MARKER)):
-        marker = dict(info or {}, writer="bert_keras", kind=kind, complete=False)
-        with open(os.path.join(path, MARKER), "w") as f:
-            json.dump(marker, f, indent=2)
+    if replace or not os.path.exists(os.path.join(path, MARKER)):
+        write_json_atomically(os.path.join(path, MARKER), dict(info or {}, writer="bert_keras", kind=kind, complete=False))
 
 
 @contextlib.contextmanager

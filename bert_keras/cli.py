@@ -97,6 +97,11 @@ def _source(args):
     return source
 
 
+def _default_backup_dir(out):
+    parent, name = os.path.split(os.path.abspath(out))
+    return os.path.join(parent, f".{name}.backup")
+
+
 def _finetune(args):
     from bert_keras._files import check_target
     from bert_keras.datasets import DataError, read_labelled_file
@@ -121,7 +126,7 @@ def _finetune(args):
             _source(args), train, validation, test, args.out,
             seq_length=args.seq_length, batch_size=args.batch_size, head_epochs=args.head_epochs,
             epochs=args.epochs, learning_rate=args.learning_rate, seed=args.seed, overwrite=args.force,
-            verbose=_fit_verbosity(), report=_say,
+            backup_dir=args.backup_dir or _default_backup_dir(args.out), verbose=_fit_verbosity(), report=_say,
         )
     except (OSError, ValueError) as error:
         return _fail("finetune", str(error))
@@ -337,7 +342,11 @@ def _build_parser():
     tune.add_argument("--epochs", type=int, default=2)
     tune.add_argument("--learning-rate", type=float, default=2e-5)
     tune.add_argument("--seed", type=int, default=0)
-    tune.add_argument("--force", action="store_true", help="replace an existing --out")
+    tune.add_argument("--force", action="store_true", help="replace an earlier output of bert-keras in --out")
+    tune.add_argument(
+        "--backup-dir", help="where training state is backed up each epoch (default: .OUT.backup next to --out); "
+        "an interrupted run resumes when the same command runs again, and the backup goes once the export is written"
+    )
     tune.set_defaults(func=_finetune)
 
     pretrain = commands.add_parser(

@@ -15,17 +15,19 @@ texts -> strategy scope -> `BertClassifier.from_checkpoint` -> `finetune`
 """
 
 import dataclasses
+import hashlib
 import json
 import logging
+import math
 import os
-
+import shutil
 import time
 
 import keras
 import numpy as np
 import tensorflow as tf
 
-from bert_keras._files import check_target
+from bert_keras._files import check_target, fault_point, write_json_atomically
 from bert_keras.datasets import stratified_split
 from bert_keras.optimization import bert_optimizer
 from bert_keras.saved_model import export_classifier, outputs_probabilities
@@ -107,8 +109,10 @@ def finetune(
         steps_per_epoch: int, optional. Needed when `train_data` has unknown size.
         callbacks: list of Keras callbacks, used in both phases.
         backup_dir: str, optional. Makes the run resumable: each phase backs
-            up with `keras.callbacks.BackupAndRestore`, and a finished phase 1
-            is recorded so that a rerun continues where the last one stopped.
+            up every epoch (`BackupAndRestore`), a finished phase 1 is
+            recorded, and a rerun continues where the last one stopped, fed the
+            batches an uninterrupted run would have fed (a dataset is repeated
+            and the epochs already done are skipped).
         verbose: passed to `fit`.
 
     Returns:
@@ -125,6 +129,12 @@ def finetune(
         fit_kwargs["shuffle"] = False  # a dataset brings its own order
     if steps_per_epoch is not None:
         fit_kwargs["steps_per_epoch"] = steps
+    if backup_dir is not None and isinstance(train_data, tf.data.Dataset):
+        # Epoch k is the k-th pass of one stream, so a resumed run can skip to it. (A dataset that
+        # reshuffles by its own state orders a pass by how often it was iterated before: for exact
+        # resumption give one whose passes are ordered by their index, as `text_dataset`'s are.)
+        train_data = train_data.repeat()
+        fit_kwargs["steps_per_epoch"] = steps
 
     head_history = _run_head_phase(
         model, encoder, train_data, loss, metrics, head_epochs, head_learning_rate, callbacks, backup_dir, fit_kwargs
@@ -140,14 +150,74 @@ def finetune(
     )
     logger.info("Phase 2: encoder unfrozen, AdamW peak %g over %d steps", learning_rate, epochs * steps)
     phase_callbacks = _backup(backup_dir, "full") + callbacks
-    full = model.fit(train_data, epochs=epochs, callbacks=phase_callbacks, **fit_kwargs)
+    full = model.fit(_resumed_data(train_data, backup_dir, "full", steps), epochs=epochs, callbacks=phase_callbacks, **fit_kwargs)
     return FineTuneHistory(head=head_history, full=dict(full.history))
+
+
+class _FaultPoints(keras.callbacks.Callback):
+    """Test hook: `fault_point("epoch-end:PHASE:EPOCH")` after each epoch's backup (see `_files.fault_point`)."""
+
+    def __init__(self, phase):
+        super().__init__()
+        self.phase = phase
+
+    def on_epoch_end(self, epoch, logs=None):
+        fault_point(f"epoch-end:{self.phase}:{epoch + 1}")
+
+
+class BackupAndRestore(keras.callbacks.BackupAndRestore):
+    """Keras' `BackupAndRestore` whose restore errors name the backup and say how to start over.
+
+    Backs up every epoch with two copies (`double_checkpoint=True`: a kill
+    during a save leaves the previous one) and keeps the backup after `fit`
+    (`delete_checkpoint=False`); whoever made it removes it once the run's
+    output is written.
+    """
+
+    def __init__(self, backup_dir):
+        super().__init__(backup_dir, save_freq="epoch", double_checkpoint=True, delete_checkpoint=False)
+        self.backup_dir = backup_dir
+
+    def on_train_begin(self, logs=None):
+        try:
+            super().on_train_begin(logs)
+        except (OSError, ValueError, KeyError, TypeError) as error:
+            raise ValueError(
+                f"The training backup in {self.backup_dir} cannot be restored ({type(error).__name__}: {error}). "
+                "It is torn or was made by a different model; remove that directory to start over."
+            ) from None
+
+
+def resumed_epoch(backup_dir):
+    """The epoch a `BackupAndRestore` backup resumes from (0 without one); a torn record is a clear error."""
+    path = os.path.join(backup_dir, "training_metadata.json")
+    if not os.path.exists(path):
+        return 0
+    try:
+        with open(path) as f:
+            return int(json.load(f)["epoch"])
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        raise ValueError(
+            f"The training backup in {backup_dir} is torn: {path} cannot be read ({type(error).__name__}: {error}). "
+            "Remove that directory to start over."
+        ) from None
+
+
+def _resumed_data(data, backup_dir, phase, steps_per_epoch):
+    """`data` without the batches of the epochs a backup of `phase` has done already."""
+    if backup_dir is None or not isinstance(data, tf.data.Dataset):
+        return data
+    done = resumed_epoch(os.path.join(backup_dir, phase))
+    return data.skip(done * steps_per_epoch) if done else data
 
 
 def _backup(backup_dir, phase):
     if backup_dir is None:
         return []
-    return [keras.callbacks.BackupAndRestore(os.path.join(backup_dir, phase))]
+    # Kept after `fit` (delete_checkpoint=False): the pipeline removes it once the export is in place.
+    path = os.path.join(backup_dir, phase)
+    resumed_epoch(path)
+    return [BackupAndRestore(path), _FaultPoints(phase)]
 
 
 def _run_head_phase(model, encoder, data, loss, metrics, epochs, learning_rate, callbacks, backup_dir, fit_kwargs):
@@ -156,7 +226,7 @@ def _run_head_phase(model, encoder, data, loss, metrics, epochs, learning_rate, 
         os.makedirs(backup_dir, exist_ok=True)
         done_weights = os.path.join(backup_dir, "head_phase.weights.h5")
         done_history = os.path.join(backup_dir, "head_phase.history.json")
-        if os.path.exists(done_weights) and os.path.exists(done_history):
+        if os.path.exists(done_history):  # written last, after the weights
             logger.info("Phase 1 finished in an earlier run; restoring its weights from %s", done_weights)
             model.load_weights(done_weights)
             with open(done_history) as f:
@@ -166,29 +236,49 @@ def _run_head_phase(model, encoder, data, loss, metrics, epochs, learning_rate, 
     encoder.trainable = False
     model.compile(optimizer=keras.optimizers.Adam(learning_rate), loss=loss, metrics=metrics)
     logger.info("Phase 1: encoder frozen, head trained with Adam at %g", learning_rate)
+    data = _resumed_data(data, backup_dir, "head", steps_per_epoch=fit_kwargs.get("steps_per_epoch"))
     history = model.fit(data, epochs=epochs, callbacks=_backup(backup_dir, "head") + callbacks, **fit_kwargs)
     history = {key: [float(v) for v in values] for key, values in history.history.items()}
     if done_weights is not None:
-        model.save_weights(done_weights)
-        with open(done_history, "w") as f:
-            json.dump(history, f)
+        staged = done_weights.replace(".weights.h5", ".partial.weights.h5")
+        model.save_weights(staged)
+        os.replace(staged, done_weights)
+        write_json_atomically(done_history, history)
+        fault_point("after-head-phase")
     return history
 
 
 def text_dataset(data, batch_size, shuffle_seed=None):
-    """A batched `tf.data.Dataset` of `(texts, labels)` (`((texts, pairs), labels)` for pairs).
+    """Batches of `(texts, labels)` (`((texts, pairs), labels)` for pairs) from labelled texts.
+
+    Without `shuffle_seed`: one pass in the data's order (finite). With it:
+    an endless stream of passes, pass `k` in the order of a stateless shuffle
+    seeded by `(shuffle_seed, k)` and batched on its own; so the batches of an
+    epoch depend on its index alone, and a resumed run (which skips the epochs
+    it has done) is fed exactly what an uninterrupted one would be. Pass
+    `steps_per_epoch=math.ceil(len(data) / batch_size)` to `fit`.
 
     Args:
         data: a `bert_keras.datasets.LabelledText`.
         batch_size: int.
-        shuffle_seed: optional int; shuffles every epoch anew (seeded).
+        shuffle_seed: optional int.
     """
     texts = tf.constant(data.texts, dtype=tf.string)
     features = texts if data.text_pairs is None else (texts, tf.constant(data.text_pairs, dtype=tf.string))
-    dataset = tf.data.Dataset.from_tensor_slices((features, tf.constant(data.labels, dtype=tf.int32)))
-    if shuffle_seed is not None:
-        dataset = dataset.shuffle(len(data), seed=shuffle_seed, reshuffle_each_iteration=True)
-    return dataset.batch(batch_size).prefetch(tf.data.AUTOTUNE)
+    labels = tf.constant(data.labels, dtype=tf.int32)
+    if shuffle_seed is None:
+        return tf.data.Dataset.from_tensor_slices((features, labels)).batch(batch_size).prefetch(tf.data.AUTOTUNE)
+    size = len(data)
+
+    def one_pass(index):
+        # order: (size,) a permutation that depends on (shuffle_seed, index) only
+        order = tf.random.experimental.stateless_shuffle(tf.range(size), seed=tf.stack([tf.constant(shuffle_seed, tf.int64), index]))
+        return tf.data.Dataset.from_tensor_slices(order).batch(batch_size)
+
+    def gather(indices):
+        return tf.nest.map_structure(lambda tensor: tf.gather(tensor, indices), (features, labels))
+
+    return tf.data.Dataset.counter().flat_map(one_pass).map(gather).prefetch(tf.data.AUTOTUNE)
 
 
 def classification_scores(labels, probabilities, num_classes):
@@ -273,6 +363,12 @@ def finetune_classifier(
     """
     if export_dir is not None:
         check_target(export_dir, overwrite, argument="export_dir")
+    if backup_dir is not None:
+        arguments = dict(
+            seq_length=seq_length, batch_size=batch_size, head_epochs=head_epochs, head_learning_rate=head_learning_rate,
+            epochs=epochs, learning_rate=learning_rate, dropout=dropout, seed=seed, validation_fraction=validation_fraction,
+        )
+        _check_backup(backup_dir, source, train, validation, test, arguments, report)
     if validation is None:
         train_idx, val_idx = stratified_split(train.labels, (1 - validation_fraction, validation_fraction), seed=seed)
         train, validation = train.subset(train_idx), train.subset(val_idx)
@@ -297,6 +393,7 @@ def finetune_classifier(
         model,
         text_dataset(train, batch_size, shuffle_seed=seed),
         text_dataset(validation, batch_size) if len(validation) else None,
+        steps_per_epoch=math.ceil(len(train) / batch_size),
         head_epochs=head_epochs,
         head_learning_rate=head_learning_rate,
         epochs=epochs,
@@ -318,6 +415,8 @@ def finetune_classifier(
             metrics.update(test_accuracy=scores["accuracy"], test_macro_f1=scores["macro_f1"])
         export_classifier(model, export_dir, train.label_names, overwrite=overwrite, extra_assets={"metrics.json": metrics})
         report(f"Exported the classifier (raw strings in; probabilities and label names out) to {export_dir}")
+    if backup_dir is not None:
+        shutil.rmtree(backup_dir, ignore_errors=True)  # only now: everything it protected is written
     return FineTuneResult(model, history, scores, probabilities, export_dir, fit_seconds, sizes)
 
 
@@ -329,3 +428,40 @@ def _build_classifier(source, train, seq_length, dropout):
         text_pairs=train.text_pairs is not None,
         dropout=dropout,
     )
+
+
+RUN_FILE = "run.json"
+
+
+def _fingerprint(data):
+    digest = hashlib.sha256()
+    if data is not None:
+        for part in (data.texts, data.text_pairs or [], [int(label) for label in data.labels], data.label_names):
+            digest.update(json.dumps(part, ensure_ascii=False).encode())
+    return digest.hexdigest()
+
+
+def _check_backup(backup_dir, source, train, validation, test, arguments, report):
+    """Records what a backed-up run trains; refuses a backup made by a run with other data or arguments."""
+    run = {
+        "source": source if isinstance(source, str) else list(source),
+        "arguments": arguments,
+        "data": {name: _fingerprint(part) for name, part in (("train", train), ("validation", validation), ("test", test))},
+    }
+    path = os.path.join(backup_dir, RUN_FILE)
+    if not os.path.exists(path):
+        os.makedirs(backup_dir, exist_ok=True)
+        write_json_atomically(path, run)
+        return
+    try:
+        with open(path) as f:
+            recorded = json.load(f)
+    except (OSError, ValueError) as error:
+        raise ValueError(f"The backup in {backup_dir} cannot be read ({path}: {error}). Remove that directory to start over.") from None
+    differing = sorted(key for key in run if json.dumps(run[key], sort_keys=True) != json.dumps(recorded.get(key), sort_keys=True))
+    if differing:
+        raise ValueError(
+            f"The backup in {backup_dir} belongs to a run with other {' and '.join(differing)}; resuming it would mix "
+            "two runs. Rerun the same command to resume it, or remove that directory to start over."
+        )
+    report(f"Resuming from the backup in {backup_dir}")

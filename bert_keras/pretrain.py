@@ -19,10 +19,11 @@ import keras
 import tensorflow as tf
 
 from bert_keras._checks import check_positive_int
-from bert_keras._files import check_target, claim_directory, fault_point
+from bert_keras._files import MARKER, check_target, claim_directory, fault_point
 from bert_keras.encoder import BertEncoder
 from bert_keras.hub import export_module_pair
 from bert_keras.hub.export import ENCODER_DIR, PREPROCESS_DIR
+from bert_keras.finetune import BackupAndRestore, resumed_epoch
 from bert_keras.optimization import bert_optimizer
 from bert_keras.presets import get_preset
 from bert_keras.pretrainer import BertPretrainer
@@ -118,13 +119,24 @@ def _encoder_config(config, preset, vocab_size, seq_length):
     return config
 
 
-def _resumed_epoch(backup_dir):
-    """The epoch a `BackupAndRestore` backup will resume from (0 without a backup)."""
-    path = os.path.join(backup_dir, "training_metadata.json")
-    if not os.path.exists(path):
-        return 0
-    with open(path) as f:
-        return int(json.load(f).get("epoch", 0))
+def _check_run(out_dir, run):
+    """Marks `out_dir` as this run's; refuses to resume a backup made with other arguments."""
+    marker_path = os.path.join(out_dir, MARKER)
+    resuming = os.path.exists(marker_path) and os.path.isdir(os.path.join(out_dir, BACKUP_DIR))
+    if resuming:
+        try:
+            with open(marker_path) as f:
+                recorded = json.load(f).get("run")
+        except (OSError, ValueError, AttributeError) as error:
+            raise ValueError(f"{marker_path} cannot be read ({error}); remove {out_dir} to start over.") from None
+        if recorded is not None and json.dumps(recorded, sort_keys=True) != json.dumps(run, sort_keys=True):
+            differing = sorted(k for k in run if json.dumps(run[k], sort_keys=True) != json.dumps(recorded.get(k), sort_keys=True))
+            raise ValueError(
+                f"The backup in {os.path.join(out_dir, BACKUP_DIR)} was made by a run with other {', '.join(differing)}"
+                f" (recorded: {', '.join(f'{k}={recorded.get(k)!r}' for k in differing)}); resuming it would train "
+                "against the wrong schedule or model. Rerun with the same arguments, or use another --out."
+            )
+    claim_directory(out_dir, kind="pretraining_run", info={"run": run}, replace=not resuming)
 
 
 def run_pretraining(
@@ -255,9 +267,16 @@ def run_pretraining(
         steps_per_epoch = max(1, num_instances // batch_size)
     check_positive_int("steps_per_epoch", steps_per_epoch)
     total_steps = epochs * steps_per_epoch
-    claim_directory(out_dir, kind="pretraining_run")
+    run = dict(
+        corpus=[os.path.abspath(c) for c in ([corpus] if isinstance(corpus, str) else corpus)],
+        vocab_file=os.path.abspath(vocab_file), do_lower_case=bool(do_lower_case), encoder=encoder_config,
+        seq_length=seq_length, batch_size=batch_size, epochs=epochs, steps_per_epoch=steps_per_epoch,
+        learning_rate=learning_rate, warmup_steps=warmup_steps, weight_decay=weight_decay, seed=seed,
+        dupe_factor=dupe_factor, **{k: v for k, v in data_args.items() if k not in ("seq_length", "batch_size")},
+    )
+    _check_run(out_dir, run)
     backup_dir = os.path.join(out_dir, BACKUP_DIR)
-    initial_epoch = _resumed_epoch(backup_dir)
+    initial_epoch = resumed_epoch(backup_dir)
     if initial_epoch:
         # The batches an uninterrupted run would feed next.
         dataset = dataset.skip(initial_epoch * steps_per_epoch)
@@ -288,9 +307,7 @@ def run_pretraining(
 
     # === Training ===
     # The backup outlives `fit`: it goes only when the modules replace the run's directory.
-    all_callbacks = [
-        keras.callbacks.BackupAndRestore(backup_dir, save_freq="epoch", double_checkpoint=True, delete_checkpoint=False)
-    ]
+    all_callbacks = [BackupAndRestore(backup_dir)]
     if progress is not None:
         all_callbacks.append(ProgressCallback(progress, total_steps, progress_every))
     all_callbacks += list(callbacks or [])

@@ -142,3 +142,44 @@ def test_interrupted_run_resumes(tmp_path):
     assert len(history.full["loss"]) == 2
     assert int(resumed.optimizer.iterations.numpy()) == 3 * 4
     assert len(history.head["loss"]) == 1
+
+
+def test_resumed_run_ends_with_the_weights_of_an_uninterrupted_one(tmp_path):
+    def shuffled():  # passes in an order that depends on their index: a resumed run must skip the done ones
+        features, labels = next(iter(_data(n=32, batch=32)))
+        data = tf.data.Dataset.from_tensor_slices((features, labels))
+        return tf.data.Dataset.range(100).flat_map(lambda k: data.shuffle(32, seed=k, reshuffle_each_iteration=False).batch(8))
+
+    class Interrupt(keras.callbacks.Callback):
+        def on_epoch_end(self, epoch, logs=None):
+            if encoder.trainable and epoch == 1:
+                raise KeyboardInterrupt
+
+    def build():
+        keras.utils.set_random_seed(11)
+        return _classifier()
+
+    model, encoder = build()
+    finetune(model, shuffled(), encoder=encoder, head_epochs=1, epochs=3, learning_rate=1e-3, steps_per_epoch=4,
+             backup_dir=str(tmp_path / "a"), verbose=0)
+    expected = [w.numpy() for w in model.weights]
+
+    model, encoder = build()
+    with pytest.raises(KeyboardInterrupt):
+        finetune(model, shuffled(), encoder=encoder, head_epochs=1, epochs=3, learning_rate=1e-3, steps_per_epoch=4,
+                 callbacks=[Interrupt()], backup_dir=str(tmp_path / "b"), verbose=0)
+    model, encoder = build()
+    history = finetune(model, shuffled(), encoder=encoder, head_epochs=1, epochs=3, learning_rate=1e-3, steps_per_epoch=4,
+                       backup_dir=str(tmp_path / "b"), verbose=0)
+    assert len(history.full["loss"]) == 1  # epochs 1 and 2 were backed up before the interruption
+    for ours, theirs in zip(model.weights, expected):
+        np.testing.assert_allclose(ours.numpy(), theirs, atol=1e-5)
+
+
+def test_a_torn_backup_is_a_clear_error(tmp_path):
+    backup = tmp_path / "backup"
+    (backup / "full").mkdir(parents=True)
+    (backup / "full" / "training_metadata.json").write_text("")
+    model, encoder = _classifier()
+    with pytest.raises(ValueError, match=r"backup in .*full is torn: .*training_metadata.json cannot be read"):
+        finetune(model, _data(), encoder=encoder, head_epochs=0, epochs=1, backup_dir=str(backup), verbose=0)

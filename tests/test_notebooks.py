@@ -26,6 +26,8 @@ def test_notebook_runs(path):
     assert "max difference to the in-memory model:" in outputs
     difference = float(outputs.split("max difference to the in-memory model:")[1].split()[0])
     assert difference < 1e-5
+    difference = float(outputs.split("BertClassifier export vs in-memory, max difference:")[1].split()[0])
+    assert difference < 1e-6
 
 
 @pytest.mark.slow

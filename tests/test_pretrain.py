@@ -178,3 +178,28 @@ def test_tiny_bert_pretrained_on_tweets_beats_the_unigram_baseline(tmp_path, rec
     assert total >= 5000
     # Measured: 0.094 vs 0.053 (400 steps; 80-150 s here, depending on load); standard error about 0.002.
     assert accuracy >= 1.5 * unigram
+
+
+def test_a_backup_resumes_only_the_run_that_made_it(tiny_files, tmp_path):
+    corpus, vocab = tiny_files
+    out = tmp_path / "run"
+    with pytest.raises(_Interrupt):
+        _run(corpus, vocab, out, callbacks=[_InterruptAfterEpoch(0)])
+    with pytest.raises(ValueError, match=r"backup in .*run/backup was made by a run with other steps_per_epoch \(recorded: steps_per_epoch=4\)"):
+        _run(corpus, vocab, out, steps_per_epoch=5)
+    with pytest.raises(ValueError, match=r"other encoder"):
+        _run(corpus, vocab, out, config=dict(TINY_CONFIG, hidden_size=TINY_CONFIG["hidden_size"] * 2))
+    (out / BACKUP_DIR / "training_metadata.json").write_text("")
+    with pytest.raises(ValueError, match=r"backup in .*run/backup is torn: .*training_metadata.json cannot be read"):
+        _run(corpus, vocab, out)
+    assert sorted(os.listdir(out)) == [".bert_keras_output.json", BACKUP_DIR]  # nothing was thrown away
+
+
+def test_pretraining_never_takes_over_a_foreign_directory(tiny_files, tmp_path):
+    corpus, vocab = tiny_files
+    mine = tmp_path / "notes"
+    mine.mkdir()
+    (mine / "todo.txt").write_text("x")
+    with pytest.raises(FileExistsError, match=r"was not written by bert_keras \(it holds \['todo.txt'\]\)"):
+        _run(corpus, vocab, mine)
+    assert os.listdir(mine) == ["todo.txt"]
