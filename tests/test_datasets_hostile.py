@@ -150,7 +150,8 @@ def test_numeric_labels_are_numbers(tmp_path):
 
 
 def test_numeric_json_labels(tmp_path):
-    path = _write(tmp_path, "n.jsonl", '{"text": "a", "label": 1}\n{"text": "b", "label": 1.0}\n{"text": "c", "label": 0.5}\n')
+    lines = ['{"text": "a", "label": 1}', '{"text": "b", "label": 1.0}', '{"text": "c", "label": 0.5}']
+    path = _write(tmp_path, "n.jsonl", "\n".join(lines) + "\n")
     data = read_labelled_file(path)
     assert data.label_names == ["0.5", "1"] and data.labels.tolist() == [1, 1, 0]
 

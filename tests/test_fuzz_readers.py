@@ -31,12 +31,13 @@ PIECES = st.sampled_from(
     ["text", "label", ",", ";", "\t", '"', '""', "\n", "\r\n", "\r", "{", "}", "[", "]", ":", '"text"',
      '"label"', "1", "1.0", "-2e3", "nan", "pos", " ", "\ufeff", "\x00", "é", "\u2028"]
 )
+_JUNK = st.lists(st.one_of(PIECES, st.text(max_size=4)), max_size=40).map("".join)
 FILE_TEXT = st.one_of(
     st.text(),
-    st.lists(st.one_of(PIECES, st.text(max_size=4)), max_size=40).map("".join),
-    st.lists(st.one_of(PIECES, st.text(max_size=4)), max_size=40).map(lambda parts: "text,label\n" + "".join(parts)),
-    st.lists(st.one_of(PIECES, st.text(max_size=4)), max_size=40).map(lambda parts: "text\tlabel\n" + "".join(parts)),
-    st.lists(st.one_of(PIECES, st.text(max_size=4)), max_size=40).map(lambda parts: '[{"text": "a", "label": ' + "".join(parts)),
+    _JUNK,
+    _JUNK.map(lambda junk: "text,label\n" + junk),
+    _JUNK.map(lambda junk: "text\tlabel\n" + junk),
+    _JUNK.map(lambda junk: '[{"text": "a", "label": ' + junk),
 )
 EXTENSIONS = st.sampled_from([".csv", ".tsv", ".jsonl", ".json"])
 

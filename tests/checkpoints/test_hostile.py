@@ -82,7 +82,8 @@ def test_safetensors_header_that_is_not_a_table_of_tensors(hf_dir, header, tenso
 def test_safetensors_offsets_past_the_data(hf_dir):
     path = _weights(hf_dir)
     _write_raw_safetensors(path, {"w": {"dtype": "F32", "shape": [4], "data_offsets": [8, 24]}})
-    with pytest.raises(CheckpointError, match=re.escape(f"{path}, tensor 'w': truncated: the tensor's bytes end at offset 24")):
+    expected = f"{path}, tensor 'w': truncated: the tensor's bytes end at offset 24"
+    with pytest.raises(CheckpointError, match=re.escape(expected)):
         load_checkpoint(hf_dir)
 
 
