@@ -114,6 +114,12 @@ def check_target(target, overwrite=False, argument="export_dir"):
         raise ValueError(f"Refusing to write the output into {target!r} ({argument}): {reason}. Pick a new directory.")
     if os.path.lexists(target) and not os.path.isdir(target):
         raise FileExistsError(f"{target!r} ({argument}) exists and is not a directory. Pick a directory path.")
+    parent = os.path.dirname(os.path.abspath(target))
+    existing = parent
+    while not os.path.exists(existing):
+        existing = os.path.dirname(existing)
+    if not os.path.isdir(existing) or not os.access(existing, os.W_OK | os.X_OK):
+        raise PermissionError(f"Cannot write {target!r} ({argument}): {existing!r} is not a writable directory.")
     if not os.path.exists(target):
         return
     if not is_package_output(target):

@@ -5,6 +5,32 @@ import os
 import sys
 
 
+def _at_least(minimum):
+    """An argparse type: an integer >= `minimum` (argparse names the flag and exits with status 2)."""
+
+    def parse(text):
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"expected an integer >= {minimum}, got {value}")
+        return value
+
+    parse.__name__ = "integer"
+    return parse
+
+
+def _positive_float(text):
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {text}")
+    return value
+
+
 def _presets(args):
     from bert_keras.presets import PRESETS, preset_names
 
@@ -108,7 +134,7 @@ def _finetune(args):
 
     try:  # before any work: never train for an output that cannot be written
         check_target(args.out, args.force, argument="--out")
-    except (FileExistsError, ValueError) as error:
+    except (OSError, ValueError) as error:
         return _fail("finetune", str(error))
     columns = dict(text_column=args.text_column, label_column=args.label_column, text_pair_column=args.text_pair_column)
     try:
@@ -297,8 +323,7 @@ def _build_parser():
     )
     convert.add_argument("source", help="checkpoint directory (or TF checkpoint prefix)")
     convert.add_argument("--out", required=True, help="output directory")
-    convert.add_argument(
-        "--seq-length", type=int, help="default sequence length of the preprocess module (128, or the model's maximum if shorter)"
+    convert.add_argument("--seq-length", type=_at_least(3), help="default sequence length of the preprocess module (128, or the model's maximum if shorter)"
     )
     convert.add_argument("--force", action="store_true", help="replace existing modules in --out")
     convert.set_defaults(func=_convert)
@@ -310,13 +335,13 @@ def _build_parser():
     )
     demo.add_argument("--out", default="saved_models", help="where modules, the classifier and results go")
     demo.add_argument("--full", action="store_true", help="train on the whole training split (about 30k tweets)")
-    demo.add_argument("--train-size", type=int, default=5000, help="training tweets (stratified subset)")
-    demo.add_argument("--validation-size", type=int, default=500)
-    demo.add_argument("--test-size", type=int, default=2000, help="test tweets (0: the whole test split)")
-    demo.add_argument("--seq-length", type=int, default=64)
-    demo.add_argument("--head-epochs", type=int, default=1)
-    demo.add_argument("--epochs", type=int, default=2)
-    demo.add_argument("--learning-rate", type=float, default=5e-5, help="peak AdamW rate of the unfrozen phase")
+    demo.add_argument("--train-size", type=_at_least(0), default=5000, help="training tweets (stratified subset)")
+    demo.add_argument("--validation-size", type=_at_least(0), default=500)
+    demo.add_argument("--test-size", type=_at_least(0), default=2000, help="test tweets (0: the whole test split)")
+    demo.add_argument("--seq-length", type=_at_least(3), default=64)
+    demo.add_argument("--head-epochs", type=_at_least(0), default=1)
+    demo.add_argument("--epochs", type=_at_least(1), default=2)
+    demo.add_argument("--learning-rate", type=_positive_float, default=5e-5, help="peak AdamW rate of the unfrozen phase")
     demo.add_argument("--seed", type=int, default=0)
     demo.set_defaults(func=_demo)
 
@@ -336,11 +361,11 @@ def _build_parser():
     tune.add_argument("--encoder", help="Hub encoder handle (with --preprocess)")
     tune.add_argument("--preprocess", help="Hub preprocess handle (with --encoder)")
     tune.add_argument("--out", required=True, help="directory for the exported classifier")
-    tune.add_argument("--seq-length", type=int, default=128)
-    tune.add_argument("--batch-size", type=int, default=32)
-    tune.add_argument("--head-epochs", type=int, default=1)
-    tune.add_argument("--epochs", type=int, default=2)
-    tune.add_argument("--learning-rate", type=float, default=2e-5)
+    tune.add_argument("--seq-length", type=_at_least(3), default=128)
+    tune.add_argument("--batch-size", type=_at_least(1), default=32)
+    tune.add_argument("--head-epochs", type=_at_least(0), default=1)
+    tune.add_argument("--epochs", type=_at_least(1), default=2)
+    tune.add_argument("--learning-rate", type=_positive_float, default=2e-5)
     tune.add_argument("--seed", type=int, default=0)
     tune.add_argument("--force", action="store_true", help="replace an earlier output of bert-keras in --out")
     tune.add_argument(
@@ -360,21 +385,21 @@ def _build_parser():
     pretrain.add_argument("--vocab", help="vocab.txt (default: the uncased vocabulary of the installed MiniLM)")
     pretrain.add_argument("--cased", action="store_true", help="the vocabulary is cased")
     pretrain.add_argument("--preset", help="architecture from `bert-keras presets` (random weights)")
-    pretrain.add_argument("--num-layers", type=int, default=2)
-    pretrain.add_argument("--hidden-size", type=int, default=128)
-    pretrain.add_argument("--num-heads", type=int, default=2)
-    pretrain.add_argument("--intermediate-size", type=int)
-    pretrain.add_argument("--seq-length", type=int, default=128)
-    pretrain.add_argument("--batch-size", type=int, default=32)
-    pretrain.add_argument("--epochs", type=int, default=1)
-    pretrain.add_argument("--steps-per-epoch", type=int)
-    pretrain.add_argument("--learning-rate", type=float, default=1e-4)
-    pretrain.add_argument("--max-predictions-per-seq", type=int, default=20)
+    pretrain.add_argument("--num-layers", type=_at_least(1), default=2)
+    pretrain.add_argument("--hidden-size", type=_at_least(1), default=128)
+    pretrain.add_argument("--num-heads", type=_at_least(1), default=2)
+    pretrain.add_argument("--intermediate-size", type=_at_least(1))
+    pretrain.add_argument("--seq-length", type=_at_least(3), default=128)
+    pretrain.add_argument("--batch-size", type=_at_least(1), default=32)
+    pretrain.add_argument("--epochs", type=_at_least(1), default=1)
+    pretrain.add_argument("--steps-per-epoch", type=_at_least(1))
+    pretrain.add_argument("--learning-rate", type=_positive_float, default=1e-4)
+    pretrain.add_argument("--max-predictions-per-seq", type=_at_least(1), default=20)
     pretrain.add_argument("--whole-word-masking", action="store_true")
     pretrain.add_argument("--masked-lm-prob", type=float, default=0.15)
     pretrain.add_argument("--short-seq-prob", type=float, default=0.1)
-    pretrain.add_argument("--dupe-factor", type=int, default=1, help="differently cut passes over the corpus")
-    pretrain.add_argument("--warmup-steps", type=int, help="default: 10%% of all steps")
+    pretrain.add_argument("--dupe-factor", type=_at_least(1), default=1, help="differently cut passes over the corpus")
+    pretrain.add_argument("--warmup-steps", type=_at_least(0), help="default: 10%% of all steps")
     pretrain.add_argument("--weight-decay", type=float, default=0.01)
     pretrain.add_argument("--validation-corpus", nargs="+")
     pretrain.add_argument("--seed", type=int, default=0)
@@ -395,7 +420,7 @@ def _build_parser():
         source.add_argument("--modules", help="directory with encoder/ and preprocess/ Hub modules, or an encoder module")
         source.add_argument("--checkpoint", help="checkpoint directory (Hugging Face, Google BERT, keras-nlp)")
         command.add_argument("--out", required=True, help="output directory")
-        command.add_argument("--seq-length", type=int, help="longer inputs are truncated (default: 128, or the model's maximum if shorter)")
+        command.add_argument("--seq-length", type=_at_least(3), help="longer inputs are truncated (default: 128, or the model's maximum if shorter)")
         command.add_argument("--force", action="store_true", help="replace an earlier output in --out")
         if name == "explain":
             command.add_argument("text", help="the text to look at")
@@ -406,8 +431,8 @@ def _build_parser():
             command.add_argument("--text-column", default="text")
             command.add_argument("--text-pair-column", help="second text column, for sentence pairs")
             command.add_argument("--label-column", default="label")
-            command.add_argument("--max-examples", type=int, default=2000, help="stratified subset when the file has more")
-            command.add_argument("--batch-size", type=int, default=32)
+            command.add_argument("--max-examples", type=_at_least(2), default=2000, help="stratified subset when the file has more")
+            command.add_argument("--batch-size", type=_at_least(1), default=32)
             command.add_argument("--seed", type=int, default=0)
             command.set_defaults(func=_probe)
     return parser

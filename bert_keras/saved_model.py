@@ -102,11 +102,9 @@ class TextClassifier:
                 f"{self.export_dir!r} is not a classifier exported by bert_keras (it has no `serve` endpoint)."
             )
         self.label_names = [name.decode() for name in self._saved.label_names().numpy()]
-        labels_file = os.path.join(self.export_dir, "assets.extra", LABELS_FILE)
-        self.inputs = ["text"]
-        if os.path.exists(labels_file):
-            with open(labels_file) as f:
-                self.inputs = json.load(f)["inputs"]
+        # The inputs come from the endpoint's own signature: `text`, and `text_pair` for pairs.
+        _, keywords = self._saved.signatures["serving_default"].structured_input_signature
+        self.inputs = sorted(keywords, key=["text", "text_pair"].index) if set(keywords) <= {"text", "text_pair"} else sorted(keywords)
 
     def predict(self, texts, text_pairs=None, batch_size=64):
         """Returns `(probabilities, labels)`: a `(n, num_classes)` array and a list of label names."""

@@ -54,6 +54,14 @@ def _module_pair(path):
     return None
 
 
+def _module_max_length(encoder_layer):
+    """Rows of a Hub encoder's learned position table (ours and Model Garden's name it so), or None."""
+    for variable in encoder_layer.resolved_object.variables:
+        if "position" in variable.name and len(variable.shape) == 2:
+            return int(variable.shape[0])
+    return None
+
+
 def load_encoder_and_preprocessor(path, seq_length=128, trainable=True):
     """A pretrained encoder and the preprocessor of its vocabulary, from a checkpoint or a module pair.
 
@@ -84,6 +92,12 @@ def load_encoder_and_preprocessor(path, seq_length=128, trainable=True):
     if pair is not None:
         encoder_dir, preprocess_dir = pair
         encoder = hub.KerasLayer(encoder_dir, trainable=trainable, name="encoder")
+        max_length = _module_max_length(encoder)
+        if max_length is not None and seq_length > max_length:
+            raise ValueError(
+                f"Received an invalid value for argument `seq_length`, expected at most the encoder module's "
+                f"{max_length} positions. Received: seq_length={seq_length}"
+            )
         return encoder, hub.PreprocessLayer(preprocess_dir, seq_length=seq_length, name="preprocessor")
     loaded = load_checkpoint(path, with_heads=False)
     if loaded.vocab_file is None:

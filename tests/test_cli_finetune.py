@@ -138,3 +138,33 @@ def test_predict_bad_input(tmp_path, capsys, monkeypatch):
     monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(b"")))
     assert cli.main(["predict", "--model", str(tmp_path)]) == 2
     assert "no text given" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "extra, pattern",
+    [
+        (("--epochs", "0"), r"argument --epochs: expected an integer >= 1, got 0"),
+        (("--batch-size", "0"), r"argument --batch-size: expected an integer >= 1, got 0"),
+        (("--seq-length", "x"), r"argument --seq-length: expected an integer, got 'x'"),
+        (("--learning-rate", "-1"), r"argument --learning-rate: expected a positive number, got -1"),
+    ],
+)
+def test_finetune_bad_arguments_stop_before_any_work(modules, tmp_path, capsys, extra, pattern):
+    with pytest.raises(SystemExit) as exit_info:
+        _finetune(modules, _csv(tmp_path / "train.csv", ROWS), str(tmp_path / "out"), *extra)
+    assert exit_info.value.code == 2
+    assert __import__("re").search(pattern, capsys.readouterr().err)
+
+
+def test_finetune_refuses_an_unwritable_out_before_training(modules, tmp_path, capsys):
+    train = _csv(tmp_path / "train.csv", ROWS)
+    (tmp_path / "notes.txt").write_text("x")  # a file where a parent directory should be
+    assert _finetune(modules, train, str(tmp_path / "notes.txt" / "out")) == 2
+    captured = capsys.readouterr()
+    assert "notes.txt' is not a writable directory" in captured.err and "Fine-tuning (" not in captured.out
+
+
+def test_finetune_seq_length_beyond_the_model_stops_before_training(modules, tmp_path, capsys):
+    assert _finetune(modules, _csv(tmp_path / "train.csv", ROWS), str(tmp_path / "out"), "--seq-length", "600") == 2
+    captured = capsys.readouterr()
+    assert "seq_length" in captured.err and "Fine-tuning (" not in captured.out

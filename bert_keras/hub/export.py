@@ -243,6 +243,7 @@ def export_module_pair(
             f"Received an invalid value for argument `seq_length`, expected at most the encoder's "
             f"max_sequence_length={max_length}. Received: seq_length={seq_length}"
         )
+    BertPreprocessor(vocab_file, lower_case=bool(do_lower_case), seq_length=seq_length)  # a bad vocabulary fails here, before any writing
     report = progress or (lambda text: None)
     info = dict(info or {}, seq_length=int(seq_length), do_lower_case=bool(do_lower_case))
     with staged_directory(out_dir, overwrite, kind="module_pair", info=info, argument="out_dir") as staging:
