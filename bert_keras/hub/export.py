@@ -25,8 +25,9 @@ class _CallableModule(tf.train.Checkpoint):
 
     def __init__(self, model, output_fn):
         super().__init__()
-        self._model = model
-        self._output_fn = output_fn
+        # The model is reached through a closure, not an attribute: as an attribute its Keras
+        # variables would be saved a second time next to `variables` (twice the size on disk).
+        self._run = lambda inputs, training: output_fn(model, inputs, training)
         self.variables = [getattr(v, "value", v) for v in model.weights]
         self.trainable_variables = [getattr(v, "value", v) for v in model.trainable_weights]
         self.regularization_losses = []
@@ -36,7 +37,7 @@ class _CallableModule(tf.train.Checkpoint):
 
     @tf.function
     def __call__(self, inputs, training=False):
-        return self._output_fn(self._model, inputs, training)
+        return self._run(inputs, training)
 
 
 def _encoder_outputs(encoder, inputs, training):

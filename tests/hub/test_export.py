@@ -1,3 +1,5 @@
+import os
+
 import numpy as np
 import tensorflow as tf
 
@@ -114,3 +116,11 @@ def test_preprocess_module_api(preprocess_dir):
     assert bool(module.do_lower_case.numpy()) is True
     with open(module.vocab_file.asset_path.numpy().decode()) as f:
         assert f.read().split() == VOCAB
+
+
+def test_every_weight_is_stored_once(encoder_dir, tiny_encoder):
+    stored = tf.train.list_variables(os.path.join(encoder_dir, "variables", "variables"))
+    weights = {name: shape for name, shape in stored if name.startswith("variables/")}
+    assert len(weights) == len(tiny_encoder.weights)
+    others = [name for name, _ in stored if not name.startswith(("variables/", "_keras_state/"))]
+    assert sorted(others) == ["_CHECKPOINTABLE_OBJECT_GRAPH", "do_lower_case/.ATTRIBUTES/VARIABLE_VALUE", "save_counter/.ATTRIBUTES/VARIABLE_VALUE"]
