@@ -1,14 +1,23 @@
 """bert_keras: BERT for Keras 3 and TensorFlow, from raw text to an exported SavedModel."""
 
-import keras as _keras
-
 from bert_keras._backend import check_backend as _check_backend
+from bert_keras._backend import configured_backend as _configured_backend
 
-_check_backend(_keras.backend.backend())
-
-from bert_keras.encoder import BertEncoder  # noqa: E402
-from bert_keras.presets import PRESETS, preset_names  # noqa: E402
+_check_backend(_configured_backend())
 
 __version__ = "0.1.0"
 
 __all__ = ["BertEncoder", "PRESETS", "preset_names", "__version__"]
+
+
+def __getattr__(name):
+    # Loaded on first use, so that `import bert_keras` (and `bert-keras --help`) does not import TensorFlow.
+    if name == "BertEncoder":
+        from bert_keras.encoder import BertEncoder
+
+        return BertEncoder
+    if name in ("PRESETS", "preset_names"):
+        from bert_keras import presets
+
+        return getattr(presets, name)
+    raise AttributeError(f"module 'bert_keras' has no attribute {name!r}")

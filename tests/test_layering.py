@@ -20,7 +20,7 @@ LAYERS = [
     ["checkpoints"],
     ["tasks"],
     ["saved_model"],
-    ["datasets", "optimization"],
+    ["datasets", "optimization", "evaluate"],
     ["finetune", "pretrain"],
     ["inspect"],
     ["demo"],

@@ -311,9 +311,16 @@ def resolve(handle, sha256=None):
             f"Received: handle={handle!r}, sha256={sha256!r}"
         )
     if not os.path.exists(handle):
+        parent, name = os.path.split(os.path.normpath(handle))
+        hint = ""
+        if name in ("encoder", "preprocess"):  # one half of a module pair that bert-keras convert writes
+            hint = (f" To write {parent or '.'}/encoder and {parent or '.'}/preprocess from a checkpoint, run "
+                    f"`bert-keras convert CHECKPOINT --out {parent or '.'}` (the installed MiniLM checkpoint: "
+                    "python -c \"import os; from bert_keras.text.corpora import minilm_vocab_path as p; "
+                    "print(os.path.dirname(p()))\").")
         raise FileNotFoundError(
             f"No SavedModel at {handle!r}: the path does not exist. Pass a directory "
-            "that holds saved_model.pb, or an http(s) URL of a compressed module."
+            f"that holds saved_model.pb, or an http(s) URL of a compressed module.{hint}"
         )
     return handle
 

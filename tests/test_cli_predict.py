@@ -1,0 +1,251 @@
+"""`load_classifier(...).predict`, `bert-keras predict` and `bert-keras evaluate` on tiny classifiers with fixed outputs.
+
+The classifiers' heads have a zero kernel and the bias log([0.2, 0.3, 0.5]), so every text gets the
+probabilities [0.2, 0.3, 0.5] exactly (up to float32 rounding): the outputs can be asserted value for value.
+"""
+
+import io
+import json
+import logging
+import os
+import subprocess
+import sys
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from bert_keras import BertEncoder, cli, hub
+from bert_keras.saved_model import export_classifier, load_classifier
+from bert_keras.tasks import BertClassifier
+
+VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "good", "great", "bad", "movie", "the", "plot"]
+PROBABILITIES = [0.2, 0.3, 0.5]
+NAMES = ["neg", "neu", "pos"]
+
+
+def _fix_head(dense):
+    kernel, bias = dense.weights
+    kernel.assign(np.zeros(kernel.shape, "float32"))
+    bias.assign(np.log(np.array(PROBABILITIES, "float32")))
+
+
+@pytest.fixture(scope="module")
+def exports(tmp_path_factory):
+    """`{name: export dir}`: export_classifier (single, pairs) and Keras' model.export (softmax, logits)."""
+    root = tmp_path_factory.mktemp("classifiers")
+    (root / "vocab.txt").write_text("\n".join(VOCAB) + "\n")
+    keras.utils.set_random_seed(5)
+    encoder = BertEncoder(vocab_size=len(VOCAB), num_layers=1, hidden_size=8, num_heads=2, intermediate_size=16,
+                          max_sequence_length=32)
+    hub.export_module_pair(str(root / "modules"), encoder, str(root / "vocab.txt"), do_lower_case=True, seq_length=16)
+    dirs = {}
+    for pairs in (False, True):
+        classifier = BertClassifier.from_checkpoint(str(root / "modules"), num_classes=3, seq_length=16, text_pairs=pairs)
+        _fix_head(classifier.classifier_head.dense)
+        name = "pairs" if pairs else "single"
+        dirs[name] = export_classifier(classifier, str(root / name), NAMES)
+        if not pairs:  # logits out, no label names: the directory BertClassifier.export writes
+            classifier.export(str(root / "keras_logits"), verbose=False)
+            dirs["keras_logits"] = str(root / "keras_logits")
+    # The README's workflow: Hub layers, a softmax Dense, Keras' model.export.
+    text = keras.layers.Input(shape=(), dtype=tf.string, name="text")
+    pooled = hub.KerasLayer(str(root / "modules" / "encoder"))(hub.KerasLayer(str(root / "modules" / "preprocess"))(text))
+    dense = keras.layers.Dense(3, activation="softmax")
+    model = keras.Model(text, dense(pooled["pooled_output"]))
+    _fix_head(dense)
+    model.export(str(root / "keras_softmax"), verbose=False)
+    dirs["keras_softmax"] = str(root / "keras_softmax")
+    # Something else: a SavedModel that is no text classifier.
+    module = tf.Module()
+    module.f = tf.function(lambda x: {"y": x * 2.0}, input_signature=[tf.TensorSpec([None, 4], tf.float32, name="x")])
+    tf.saved_model.save(module, str(root / "other"), signatures={"serving_default": module.f})
+    dirs["other"] = str(root / "other")
+    return dirs
+
+
+def test_predict_one_text_a_list_top_k_and_pairs(exports):
+    classifier = load_classifier(exports["single"])
+    assert classifier.label_names == NAMES and classifier.label_source == "export" and classifier.inputs == ["text"]
+    one = classifier.predict("the movie")  # one string: one prediction (not one per character)
+    assert list(one) == ["label", "score", "scores"] and one["label"] == "pos"
+    assert one["score"] == pytest.approx(0.5, abs=1e-6)
+    assert list(one["scores"]) == NAMES
+    np.testing.assert_allclose(list(one["scores"].values()), PROBABILITIES, atol=1e-6)
+    many = classifier.predict(["good", "bad plot", ""], top_k=2, batch_size=2)
+    assert len(many) == 3 and [list(p["scores"]) for p in many] == [["pos", "neu"]] * 3
+    np.testing.assert_allclose(classifier.predict_proba(["good"] * 5, batch_size=2), [PROBABILITIES] * 5, atol=1e-6)
+    with pytest.raises(ValueError, match="top_k"):
+        classifier.predict("good", top_k=4)
+    with pytest.raises(TypeError, match="Expected `texts` to hold strings"):
+        classifier.predict(["good", 3])
+
+    pairs = load_classifier(exports["pairs"])
+    assert pairs.inputs == ["text", "text_pair"]
+    assert pairs.predict(("good", "bad"))["label"] == "pos"
+    assert len(pairs.predict([("good", "bad"), ("the", "plot")])) == 2
+    assert len(pairs.predict(["good", "the"], text_pairs=["bad", "plot"])) == 2
+    with pytest.raises(ValueError, match="text pairs"):
+        pairs.predict(["good"])
+
+
+def test_model_export_directories_are_read_with_numbered_labels(exports, caplog):
+    for name in ("keras_softmax", "keras_logits"):  # probabilities kept; logits get a softmax
+        with caplog.at_level(logging.WARNING):
+            classifier = load_classifier(exports[name])
+        assert classifier.label_names == ["0", "1", "2"] and classifier.label_source == "numbered"
+        assert "carries no label names" in caplog.text and "classes are numbered 0..2" in caplog.text
+        caplog.clear()
+        prediction = classifier.predict("good movie")
+        assert prediction["label"] == "2"
+        np.testing.assert_allclose(list(prediction["scores"].values()), PROBABILITIES, atol=1e-6)
+    named = load_classifier(exports["keras_softmax"], label_names=NAMES)
+    assert named.label_source == "given" and named.predict("good")["label"] == "pos"
+    with pytest.raises(ValueError, match="Received 2 label names for a classifier with 3 classes"):
+        load_classifier(exports["keras_softmax"], label_names=["a", "b"])
+    with pytest.raises(ValueError, match=r"is not a text classifier .*its inputs are \{'x': 'float32 \(None, 4\)'\}"):
+        load_classifier(exports["other"])
+
+
+def test_labels_json_without_its_keys_does_not_crash(exports, tmp_path, caplog):
+    import shutil
+
+    copy = tmp_path / "copy"
+    shutil.copytree(exports["single"], copy)
+    (copy / "assets.extra" / "labels.json").write_text('{"something": 1}')
+    with caplog.at_level(logging.WARNING):
+        classifier = load_classifier(str(copy))
+    assert classifier.label_names == NAMES  # from the export's `label_names` endpoint
+    assert "holds no list of `label_names`" in caplog.text
+
+
+def _run(argv, capsys, stdin=None, monkeypatch=None):
+    if stdin is not None:
+        monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(stdin)))
+    code = cli.main(argv)
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def test_predict_formats(exports, capsys):
+    model = exports["single"]
+    code, out, _ = _run(["predict", "--model", model, "--format", "jsonl", "good movie", "bad"], capsys)
+    assert code == 0
+    first = json.loads(out.splitlines()[0])
+    assert first == {"text": "good movie", "label": "pos", "score": 0.5, "scores": {"neg": 0.2, "neu": 0.3, "pos": 0.5}}
+    assert len(out.splitlines()) == 2
+    code, out, _ = _run(["predict", "--model", model, "--format", "json", "--top-k", "2", "a", "b"], capsys)
+    assert [record["scores"] for record in json.loads(out)] == [{"pos": 0.5, "neu": 0.3}] * 2
+    code, out, _ = _run(["predict", "--model", model, "--top-k", "2", "good"], capsys)
+    assert out == "pos\t0.5000\tneu\t0.3000\tgood\n"
+    code, out, err = _run(["predict", "--model", model, "--top-k", "4", "good"], capsys)
+    assert code == 2 and "--top-k 4 exceeds the classifier's 3 classes" in err
+
+
+def test_predict_escapes_control_characters(exports, capsys):
+    text = "red \x1b[31mALERT\x1b[0m\ttab \\ back \x9b2J"
+    code, out, _ = _run(["predict", "--model", exports["single"], text], capsys)
+    assert code == 0
+    assert out == "pos\t0.5000\tred \\x1b[31mALERT\\x1b[0m\\ttab \\\\ back \\x9b2J\n"
+    code, out, _ = _run(["predict", "--model", exports["single"], "--format", "jsonl", text], capsys)
+    assert "\x1b" not in out and "\x9b" not in out and "\\u001b[31m" in out and "\\u009b2J" in out
+    assert json.loads(out)["text"] == text
+
+
+def test_predict_blank_lines_kept_or_skipped(exports, capsys, monkeypatch):
+    stdin = b"good\n\n   \nbad movie\n"
+    code, out, err = _run(["predict", "--model", exports["single"]], capsys, stdin, monkeypatch)
+    assert code == 0 and out == "pos\t0.5000\tgood\n\t\t\n\t\t   \npos\t0.5000\tbad movie\n"
+    code, out, err = _run(["predict", "--model", exports["single"], "--format", "jsonl"], capsys, stdin, monkeypatch)
+    assert json.loads(out.splitlines()[1]) == {"text": "", "label": None, "score": None, "scores": {}}
+    code, out, err = _run(["predict", "--model", exports["single"], "--skip-blank"], capsys, stdin, monkeypatch)
+    assert code == 0 and out.count("\n") == 2 and "skipped 2 blank input(s) of 4" in err
+
+
+def test_predict_input_files(exports, tmp_path, capsys):
+    model = exports["single"]
+    csv = tmp_path / "in.csv"
+    csv.write_text('id;review\n1;"good, really\nsaid twice"\n2;bad\n')
+    code, out, err = _run(["predict", "--model", model, "--input", str(csv), "--text-column", "review",
+                           "--delimiter", ";"], capsys)
+    assert code == 0, err
+    assert out == "pos\t0.5000\tgood, really\\nsaid twice\npos\t0.5000\tbad\n"
+    jsonl = tmp_path / "in.jsonl"
+    jsonl.write_text('{"t": "good"}\n\n{"t": "bad"}\n')
+    code, out, _ = _run(["predict", "--model", model, "--input", str(jsonl), "--text-column", "t", "--skip-blank"], capsys)
+    assert out.splitlines() == ["pos\t0.5000\tgood", "pos\t0.5000\tbad"]
+    code, out, err = _run(["predict", "--model", model, "--input", str(jsonl), "--text-column", "text"], capsys)
+    assert code == 2 and "in.jsonl: line 1 has no key(s) ['text']. Keys found: ['t']" in err
+    pairs = tmp_path / "pairs.tsv"
+    pairs.write_text("a\tb\ngood\tbad\n")
+    code, out, err = _run(["predict", "--model", exports["pairs"], "--input", str(pairs), "--text-column", "a",
+                           "--text-pair-column", "b", "--format", "jsonl"], capsys)
+    assert code == 0, err
+    assert json.loads(out)["text_pair"] == "bad"
+    code, out, err = _run(["predict", "--model", model, "--input", str(tmp_path / "missing.txt")], capsys)
+    assert code == 2 and "cannot read --input" in err
+
+
+def test_predict_bad_input_messages(exports, tmp_path, capsys, monkeypatch):
+    code, _, err = _run(["predict", "--model", str(tmp_path / "nothing"), "hello"], capsys)
+    assert code == 2 and "cannot load a classifier" in err
+    code, _, err = _run(["predict", "--model", exports["other"], "hello"], capsys)
+    assert code == 2 and "is not a text classifier" in err
+    code, out, err = _run(["predict", "--model", exports["single"]], capsys, b"fine\n\xffbad\n", monkeypatch)
+    assert code == 2 and "standard input line 2 is not valid UTF-8 (byte 0xff at column 1)" in err
+    assert out == "" or out.startswith("pos")
+    code, _, err = _run(["predict", "--model", exports["single"]], capsys, b"", monkeypatch)
+    assert code == 2 and "no text given" in err
+    code, _, err = _run(["predict", "--model", exports["pairs"], "good only"], capsys)
+    assert code == 2 and "TEXT<TAB>TEXT_PAIR" in err
+
+
+def test_predict_argument_with_invalid_utf8_exits_2_without_a_traceback(exports, tmp_path):
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
+    done = subprocess.run([sys.executable, "-m", "bert_keras.cli", "predict", "--model", exports["single"], b"ok \xff"],
+                          capture_output=True, env=env, timeout=120)
+    assert done.returncode == 2
+    assert b"bert-keras predict: TEXT argument 1 is not valid UTF-8 (byte 0xff at character 4)" in done.stderr
+    assert b"Traceback" not in done.stderr
+
+
+def test_predict_streams_in_batches(exports, monkeypatch, capsys):
+    """Each batch is printed before the next is read: output follows input, not the end of it."""
+    printed_before = []
+
+    class Lines:
+        def __iter__(self):
+            for index in range(7):
+                printed_before.append(sys.stdout.getvalue().count("\n") if hasattr(sys.stdout, "getvalue") else None)
+                yield f"text {index}\n".encode()
+
+    class Stdin:
+        buffer = Lines()
+
+        @staticmethod
+        def isatty():
+            return False
+
+    out = io.StringIO()
+    monkeypatch.setattr(sys, "stdin", Stdin())
+    monkeypatch.setattr(sys, "stdout", out)
+    assert cli.main(["predict", "--model", exports["single"], "--batch-size", "3"]) == 0
+    assert out.getvalue().count("\n") == 7
+    assert printed_before == [0, 0, 0, 3, 3, 3, 6]
+
+
+def test_evaluate_report(exports, tmp_path, capsys):
+    data = tmp_path / "test.csv"
+    data.write_text("text,label\ngood,pos\ngreat,pos\nbad,neg\nthe plot,neu\n")
+    out = tmp_path / "report"
+    code, printed, err = _run(["evaluate", "--model", exports["single"], "--data", str(data), "--out", str(out)], capsys)
+    assert code == 0, err
+    assert "accuracy 0.5000, macro-F1 0.2222 (4 examples)" in printed
+    report = json.loads((out / "evaluation.json").read_text())
+    assert report["confusion_matrix"] == [[0, 0, 1], [0, 0, 1], [0, 0, 2]]
+    assert report["per_class"]["pos"] == {"precision": 0.5, "recall": 1.0, "f1": pytest.approx(2 / 3), "support": 2}
+    assert (out / "confusion_matrix.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    data.write_text("text,label\ngood,great\n")
+    code, _, err = _run(["evaluate", "--model", exports["single"], "--data", str(data)], capsys)
+    assert code == 2 and "['great'] do not occur" in err and "the classifier's labels: ['neg', 'neu', 'pos']" in err
