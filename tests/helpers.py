@@ -5,6 +5,33 @@ import keras
 import tensorflow as tf
 
 
+def hub_inputs(lengths, seq, vocab_size, seed=0, rng=None, min_id=1, first_id=None, segment_b_from=None):
+    """The Hub input dict for rows of `lengths` real tokens (padding after), the one builder the tests share.
+
+    Args:
+        lengths: real tokens per row.
+        seq: padded length.
+        vocab_size: ids are drawn from [min_id, vocab_size).
+        seed, rng: the random source (`rng` continues a caller's generator).
+        min_id: smallest id drawn (1 skips [PAD]; 5 skips the special tokens).
+        first_id: optional id put at position 0 of every row (e.g. [CLS] = 2).
+        segment_b_from: None (one segment), an int (segment B from that position) or `"half"`
+            (from each row's middle).
+    """
+    rng = np.random.default_rng(seed) if rng is None else rng
+    lengths = np.asarray(lengths)
+    mask = (np.arange(seq)[None, :] < lengths[:, None]).astype("int32")  # (batch, seq)
+    ids = rng.integers(min_id, vocab_size, size=mask.shape).astype("int32") * mask
+    if first_id is not None:
+        ids[:, 0] = first_id
+    if segment_b_from is None:
+        types = np.zeros_like(ids)
+    else:
+        start = lengths[:, None] // 2 if segment_b_from == "half" else segment_b_from
+        types = ((np.arange(seq)[None, :] >= start) * mask).astype("int32")
+    return {"input_word_ids": ids, "input_mask": mask, "input_type_ids": types}
+
+
 def assert_close(actual, expected, atol=1e-6):
     actual, expected = np.asarray(actual), np.asarray(expected)
     assert actual.shape == expected.shape, (actual.shape, expected.shape)

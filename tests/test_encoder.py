@@ -4,18 +4,13 @@ import pytest
 import tensorflow as tf
 
 from bert_keras import BertEncoder, PRESETS, preset_names
-from tests.helpers import assert_close
+from tests.helpers import assert_close, hub_inputs
 
 TINY = dict(vocab_size=50, num_layers=2, hidden_size=16, num_heads=2, intermediate_size=32, max_sequence_length=16)
 
 
 def _inputs(lengths=(7, 4, 1), seq=8, seed=0):
-    rng = np.random.default_rng(seed)
-    lengths = np.asarray(lengths)
-    mask = (np.arange(seq)[None, :] < lengths[:, None]).astype("int32")
-    ids = rng.integers(1, TINY["vocab_size"], size=mask.shape).astype("int32") * mask
-    types = ((np.arange(seq)[None, :] >= (lengths[:, None] // 2)) * mask).astype("int32")
-    return {"input_word_ids": ids, "input_mask": mask, "input_type_ids": types}
+    return hub_inputs(lengths, seq, TINY["vocab_size"], seed=seed, segment_b_from="half")
 
 
 def _bert_param_count(vocab, layers, hidden, intermediate, positions=512, types=2):

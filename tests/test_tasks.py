@@ -9,18 +9,13 @@ import tensorflow as tf
 
 from bert_keras import BertEncoder
 from bert_keras.tasks import BertClassifier, BertPretrainer, BertSpanLabeler, BertTokenClassifier
-from tests.helpers import assert_close
+from tests.helpers import assert_close, hub_inputs
 
 TINY = dict(vocab_size=40, num_layers=2, hidden_size=16, num_heads=2, intermediate_size=32, max_sequence_length=24)
 
 
 def _inputs(batch=3, seq=10, seed=0):
-    rng = np.random.default_rng(seed)
-    lengths = np.array([seq, seq - 3, 5][:batch])
-    mask = (np.arange(seq)[None, :] < lengths[:, None]).astype("int32")
-    ids = rng.integers(5, TINY["vocab_size"], size=(batch, seq)).astype("int32") * mask
-    types = ((np.arange(seq)[None, :] >= 4) * mask).astype("int32")
-    return {"input_word_ids": ids, "input_mask": mask, "input_type_ids": types}
+    return hub_inputs([seq, seq - 3, 5][:batch], seq, TINY["vocab_size"], seed=seed, min_id=5, segment_b_from=4)
 
 
 # ---------------------------------------------------------------------------
@@ -455,7 +450,9 @@ def test_classifier_with_a_preprocessor_round_trips_and_takes_pairs(module_pair,
 def test_from_checkpoint_errors(module_pair, tmp_path):
     _, _, modules = module_pair
     with pytest.raises(ValueError, match=r"`activation`, expected one of \[None, 'softmax'\]. Received: activation='relu'"):
-        BertClassifier.from_checkpoint(modules, num_classes=2, activation="relu")
+        BertClassifier.from_checkpoint(modules, num_classes=2, seq_length=12, activation="relu")
+    with pytest.raises(ValueError, match=r"`seq_length`, expected at most the encoder module's 24 positions. Received: seq_length=128"):
+        BertClassifier.from_checkpoint(modules, num_classes=2)
     with pytest.raises(ValueError, match=r"`seq_length`, expected an integer >= 3. Received: seq_length=2"):
         BertClassifier.from_checkpoint(modules, num_classes=2, seq_length=2)
     with pytest.raises(ValueError, match=r"pair of Hub handles"):

@@ -4,6 +4,7 @@ import keras
 import tensorflow as tf
 
 from bert_keras._checks import check_int
+from bert_keras.encoder import INPUT_KEYS
 from bert_keras.hub.loader import check_safe_mode, load
 
 
@@ -66,7 +67,7 @@ class PreprocessLayer(keras.layers.Layer):
         if length is None:
             length = int(self._module(tf.constant([""]))["input_word_ids"].shape[1])
         shape = (first.shape[0], length)
-        return {key: keras.KerasTensor(shape, dtype="int32") for key in ("input_word_ids", "input_mask", "input_type_ids")}
+        return {key: keras.KerasTensor(shape, dtype="int32") for key in INPUT_KEYS}
 
     @classmethod
     def from_config(cls, config, custom_objects=None, safe_mode=None):

@@ -3,6 +3,7 @@
 import keras
 import tensorflow as tf
 
+from bert_keras.encoder import INPUT_KEYS
 from bert_keras.text.packer import BertPacker, pack_inputs
 from bert_keras.text.tokenizer import WordPieceTokenizer, to_string_tensor
 
@@ -10,7 +11,7 @@ from bert_keras.text.tokenizer import WordPieceTokenizer, to_string_tensor
 # AutoGraph only makes `tf.function` and `tf.data` tracing slower.
 _do_not_convert = tf.autograph.experimental.do_not_convert
 
-OUTPUT_KEYS = ("input_word_ids", "input_mask", "input_type_ids")
+OUTPUT_KEYS = INPUT_KEYS
 
 
 @keras.saving.register_keras_serializable(package="bert_keras")

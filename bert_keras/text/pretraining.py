@@ -39,11 +39,12 @@ import tensorflow as tf
 import tensorflow_text as tf_text
 
 from bert_keras._checks import check_float, check_int
+from bert_keras.encoder import INPUT_KEYS
 from bert_keras.text.tokenizer import WordPieceTokenizer
 
 logger = logging.getLogger(__name__)
 
-FEATURE_KEYS = ("input_word_ids", "input_mask", "input_type_ids", "masked_lm_positions")
+FEATURE_KEYS = INPUT_KEYS + ("masked_lm_positions",)
 NEXT = 0  # B is the text that follows A
 RANDOM_NEXT = 1  # B comes from another document
 

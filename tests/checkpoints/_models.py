@@ -5,6 +5,7 @@ import os
 import numpy as np
 
 from bert_keras.encoder import INPUT_KEYS
+from tests.helpers import hub_inputs
 
 TINY_HF = dict(
     vocab_size=40,
@@ -21,11 +22,9 @@ def random_inputs(batch=3, seq=10, vocab=40, seed=0):
     """Hub-style inputs with padding: rows of different lengths, two segments."""
     rng = np.random.default_rng(seed)
     lengths = np.array([seq, seq - 3, 4][:batch] + [seq] * max(0, batch - 3))
-    mask = (np.arange(seq)[None, :] < lengths[:, None]).astype("int32")
-    ids = rng.integers(1, vocab, size=(batch, seq)).astype("int32") * mask
-    types = ((np.arange(seq)[None, :] >= lengths[:, None] // 2) * mask).astype("int32")
+    inputs = hub_inputs(lengths, seq, vocab, rng=rng, segment_b_from="half")
     positions = np.stack([rng.choice(length, size=3, replace=False) for length in lengths]).astype("int32")
-    return {"input_word_ids": ids, "input_mask": mask, "input_type_ids": types}, positions
+    return inputs, positions
 
 
 def perturb_torch(model, seed=0, scale=0.05):
@@ -69,10 +68,6 @@ def save_hf_directory(model, directory, vocab_size=TINY_HF["vocab_size"]):
     model.save_pretrained(directory)
     write_vocab(os.path.join(directory, "vocab.txt"), vocab_size)
     return str(directory)
-
-
-def hub_inputs(inputs):
-    return {key: inputs[key] for key in INPUT_KEYS}
 
 
 def max_diff(a, b):

@@ -5,6 +5,7 @@ import pytest
 
 from bert_keras import BertEncoder
 from bert_keras import hub
+from tests.helpers import hub_inputs
 
 WORDS = ["the", "movie", "was", "great", "bad", "good", "terrible", "fun", "boring", "i", "loved", "hated", "it", "!", "."]
 VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + WORDS + ["##s", "##ed", "##ing"]
@@ -45,7 +46,4 @@ def preprocess_dir(hub_dir, vocab_file):
 def encoder_inputs(batch=4, seq=10, seed=0):
     rng = np.random.default_rng(seed)
     lengths = rng.integers(3, seq + 1, size=batch)
-    mask = (np.arange(seq)[None, :] < lengths[:, None]).astype("int32")
-    ids = rng.integers(5, len(VOCAB), size=(batch, seq)).astype("int32") * mask
-    ids[:, 0] = 2
-    return {"input_word_ids": ids, "input_mask": mask, "input_type_ids": np.zeros_like(ids)}
+    return hub_inputs(lengths, seq, len(VOCAB), rng=rng, min_id=5, first_id=2)
