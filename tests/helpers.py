@@ -102,5 +102,50 @@ def run_layer_test(
     return layer, output
 
 
+def _flat_outputs(outputs):
+    if isinstance(outputs, dict):
+        return {key: _flat_outputs(value) for key, value in outputs.items()}
+    if isinstance(outputs, (list, tuple)):
+        return [_flat_outputs(value) for value in outputs]
+    return np.asarray(outputs)
+
+
+def _assert_same_outputs(actual, expected):
+    actual, expected = _flat_outputs(actual), _flat_outputs(expected)
+    if isinstance(expected, dict):
+        assert sorted(actual) == sorted(expected)
+        for key in expected:
+            _assert_same_outputs(actual[key], expected[key])
+    elif isinstance(expected, list):
+        assert len(actual) == len(expected)
+        for a, e in zip(actual, expected):
+            _assert_same_outputs(a, e)
+    else:
+        np.testing.assert_array_equal(actual, expected)
+
+
+def run_model_test(model, inputs, tmp_path, safe_mode=True):
+    """The shared checks of a model (an encoder or a task): config and `.keras` round trips, exact outputs.
+
+    `from_config(get_config())` with the same weights gives the same config and
+    outputs; `.keras` save/load gives the same class, config and outputs.
+    Returns `(outputs, restored)`: the model's outputs on `inputs` and the model loaded back.
+    """
+    expected = model(inputs, training=False)
+    config = model.get_config()
+    revived = type(model).from_config(config)
+    revived.set_weights(model.get_weights())
+    assert revived.get_config() == config
+    _assert_same_outputs(revived(inputs, training=False), expected)
+
+    path = str(tmp_path / f"{type(model).__name__}.keras")
+    model.save(path)
+    restored = keras.saving.load_model(path, safe_mode=safe_mode)
+    assert type(restored) is type(model)
+    assert restored.get_config() == config
+    _assert_same_outputs(restored(inputs, training=False), expected)
+    return expected, restored
+
+
 def run_under_tf_function(fn, *args, jit_compile=False):
     return tf.function(fn, jit_compile=jit_compile)(*args)
