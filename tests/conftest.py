@@ -12,8 +12,3 @@ def _seed():
     keras.utils.set_random_seed(1234)
     yield
 
-
-def pytest_configure(config):
-    config.addinivalue_line(
-        "markers", "fuzz: property-based fuzzing with hypothesis (BERT_KERAS_FUZZ_EXAMPLES sets the examples per property)"
-    )

@@ -1,8 +1,22 @@
-"""Checks that every bert_keras layer goes through (the shared layer test)."""
+"""Shared test helpers: the layer and model checks, the Hub-input builder, the fuzz settings."""
+
+import os
 
 import numpy as np
 import keras
 import tensorflow as tf
+
+
+def fuzz_settings():
+    """hypothesis settings of every fuzz test: `BERT_KERAS_FUZZ_EXAMPLES` examples (200 in CI), no deadline."""
+    from hypothesis import HealthCheck, settings  # hypothesis is a test dependency; only fuzz tests need it
+
+    return settings(
+        max_examples=int(os.environ.get("BERT_KERAS_FUZZ_EXAMPLES", "200")),
+        deadline=None,
+        database=None,  # nothing written into the working tree
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much, HealthCheck.function_scoped_fixture],
+    )
 
 
 def hub_inputs(lengths, seq, vocab_size, seed=0, rng=None, min_id=1, first_id=None, segment_b_from=None):

@@ -7,24 +7,19 @@ higher for a longer local run, e.g. `BERT_KERAS_FUZZ_EXAMPLES=5000 pytest -m fuz
 import csv
 import io
 import json
-import os
 import re
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, assume, event, given, settings
+from hypothesis import assume, event, given
 from hypothesis import strategies as st
 
 from bert_keras.datasets import DataError, LabelledText, read_labelled_file
+from tests.helpers import fuzz_settings
 
 pytestmark = pytest.mark.fuzz
 
-FUZZ = settings(
-    max_examples=int(os.environ.get("BERT_KERAS_FUZZ_EXAMPLES", "200")),
-    deadline=None,
-    database=None,  # nothing written into the working tree
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much, HealthCheck.function_scoped_fixture],
-)
+FUZZ = fuzz_settings()
 LABELS = ["pos", "neg", "1", "1.0", "10"]
 # Pieces that steer random files into the parsers' corners.
 PIECES = st.sampled_from(

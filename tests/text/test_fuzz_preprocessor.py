@@ -9,24 +9,19 @@ higher for a longer local run, e.g. `BERT_KERAS_FUZZ_EXAMPLES=5000 pytest -m fuz
 """
 
 import functools
-import os
 
 import numpy as np
 import pytest
 import tensorflow as tf
-from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from bert_keras.text import BertPreprocessor
+from tests.helpers import fuzz_settings
 
 pytestmark = pytest.mark.fuzz
 
-FUZZ = settings(
-    max_examples=int(os.environ.get("BERT_KERAS_FUZZ_EXAMPLES", "200")),
-    deadline=None,
-    database=None,  # nothing written into the working tree
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
-)
+FUZZ = fuzz_settings()
 SEQ_LENGTH = 12
 # Pieces that steer random text into the normaliser's and the splitter's corners:
 # accents and combining marks, CJK, case-patch letters, sigma, control and
