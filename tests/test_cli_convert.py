@@ -110,3 +110,18 @@ def test_converted_minilm_matches_transformers_on_raw_text(tmp_path):
     mask = batch["attention_mask"].numpy().astype(bool)
     np.testing.assert_allclose(ours["sequence_output"].numpy()[mask], reference.last_hidden_state.numpy()[mask], atol=1e-4)
     np.testing.assert_allclose(ours["pooled_output"].numpy(), reference.pooler_output.numpy(), atol=1e-4)
+
+
+def test_a_vocabulary_without_cls_stops_convert_before_anything_is_written(hf_pretraining_dir, tmp_path, capsys):
+    import shutil
+
+    source, _ = hf_pretraining_dir
+    copy = tmp_path / "no_cls"
+    shutil.copytree(source, copy)
+    tokens = (copy / "vocab.txt").read_text().split("\n")
+    (copy / "vocab.txt").write_text("\n".join("[CLX]" if t == "[CLS]" else t for t in tokens))
+    out = tmp_path / "modules"
+    assert cli.main(["convert", str(copy), "--out", str(out)]) == 2
+    error = capsys.readouterr().err
+    assert "[CLS]" in error
+    assert not out.exists() and [p for p in os.listdir(tmp_path) if p.startswith(".partial")] == []
