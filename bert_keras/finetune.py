@@ -175,7 +175,9 @@ class BackupAndRestore(keras.callbacks.BackupAndRestore):
     Backs up every epoch with two copies (`double_checkpoint=True`: a kill
     during a save leaves the previous one) and keeps the backup after `fit`
     (`delete_checkpoint=False`); whoever made it removes it once the run's
-    output is written.
+    output is written. The metadata also records the seed states (dropout's),
+    which Keras' weights file leaves out, so a resumed run draws the same
+    random numbers as an uninterrupted one.
     """
 
     def __init__(self, backup_dir):
@@ -190,6 +192,48 @@ class BackupAndRestore(keras.callbacks.BackupAndRestore):
                 f"The training backup in {self.backup_dir} cannot be restored ({type(error).__name__}: {error}). "
                 "It is torn or was made by a different model; remove that directory to start over."
             ) from None
+
+    def _save_model(self):
+        super()._save_model()
+        # Keras' weights file leaves out the seed states (dropout): kept in the metadata, so that a
+        # resumed run draws the masks an uninterrupted one would.
+        seeds = [keras.ops.convert_to_numpy(state).tolist() for state in _seed_states(self.model)]
+        metadata = {"epoch": self._current_epoch, "batch": self._last_batch_seen, SEED_STATES: seeds}
+        write_json_atomically(self._training_metadata_path, metadata)
+
+    def _load_model(self):
+        super()._load_model()
+        _restore_seed_states(self.model, self.backup_dir)
+
+    def on_train_end(self, logs=None):
+        super().on_train_end(logs)
+        # Keras leaves the restored epoch on the model, where the next `fit` (phase 2) would start too.
+        self.model._initial_epoch = None
+
+
+SEED_STATES = "seed_states"
+
+
+def _seed_states(model):
+    """The random seed states of `model` (dropout's): its `variables` less its `weights`, which `save_weights` keeps."""
+    weights = {id(weight) for weight in model.weights}
+    return [variable for variable in model.variables if id(variable) not in weights]
+
+
+def _restore_seed_states(model, backup_dir):
+    """Puts back the seed states a `BackupAndRestore` backup recorded (backups without them are left as they are)."""
+    path = os.path.join(backup_dir, "training_metadata.json")
+    if not os.path.exists(path):
+        return
+    with open(path) as f:
+        seeds = json.load(f).get(SEED_STATES)
+    if seeds is None:
+        return
+    states = _seed_states(model)
+    if len(seeds) != len(states):
+        raise ValueError(f"{path} records {len(seeds)} seed states; the model has {len(states)}.")
+    for state, seed in zip(states, seeds):
+        state.assign(np.asarray(seed, dtype=state.dtype))
 
 
 def resumed_epoch(backup_dir):
@@ -233,6 +277,7 @@ def _run_head_phase(model, encoder, data, loss, metrics, epochs, learning_rate, 
         if os.path.exists(done_history):  # written last, after the weights
             logger.info("Phase 1 finished in an earlier run; restoring its weights from %s", done_weights)
             model.load_weights(done_weights)
+            _restore_seed_states(model, os.path.join(backup_dir, "head"))  # as they were when phase 1 ended
             with open(done_history) as f:
                 return json.load(f)
     if epochs <= 0:

@@ -1,0 +1,74 @@
+"""`bert-keras finetune` killed in phase 1, at its end, between the phases, in phase 2 and before the export's swap."""
+
+import os
+
+import pytest
+
+from tests.fault_injection._harness import (
+    KILLED,
+    TEXTS,
+    TOLERANCE,
+    backup_epoch,
+    classifier_outputs,
+    entries,
+    max_difference,
+    output_state,
+)
+from tests.fault_injection.conftest import FINETUNE_POINTS
+
+pytestmark = pytest.mark.fault_injection
+
+# What each kill leaves in the backup (.clf.backup): the epochs of phase 1's and phase 2's backups,
+# whether phase 1 is recorded as finished, and whether the export was staged (with a stale lock).
+LEFT = {
+    "epoch-end:head:1": dict(head=1, head_done=False, full=None, staged=False),
+    "epoch-end:head:2": dict(head=2, head_done=False, full=None, staged=False),
+    "after-head-phase": dict(head=2, head_done=True, full=None, staged=False),
+    "epoch-end:full:1": dict(head=2, head_done=True, full=1, staged=False),
+    "before-replace:clf": dict(head=2, head_done=True, full=2, staged=True),
+}
+
+
+def describe(left):
+    parts = [f"phase 1 backed up at epoch {left['head']}"]
+    if left["head_done"]:
+        parts.append("phase 1 recorded")
+    if left["full"]:
+        parts.append(f"phase 2 backed up at epoch {left['full']}")
+    if left["staged"]:
+        parts.append("`.partial-clf-*` whole, stale lock")
+    return "no clf; " + ", ".join(parts)
+
+
+@pytest.mark.parametrize("index, point", enumerate(FINETUNE_POINTS))
+def test_killed_finetune_resumes_to_the_uninterrupted_result(index, point, finetune_chain, finetune_reference_outputs, fault_table):
+    chain = finetune_chain.result()
+    kill = chain.kills[index]
+    assert kill.killed.returncode == KILLED, kill.killed.stderr[-3000:]
+    left = LEFT[point]
+    assert output_state(os.path.join(kill.snapshot, "clf"), "classifier") == "absent"
+    assert entries(kill.snapshot) == [".clf.backup"] + ([".clf.lock", ".partial-clf-*"] if left["staged"] else [])
+    backup = os.path.join(kill.snapshot, ".clf.backup")
+    assert backup_epoch(os.path.join(backup, "head")) == left["head"]
+    assert os.path.exists(os.path.join(backup, "head_phase.history.json")) == left["head_done"]
+    assert backup_epoch(os.path.join(backup, "full")) == left["full"]
+
+    after = chain.after(index)
+    assert "Resuming from the backup in" in after.stdout
+    if index + 1 < len(chain.kills):
+        assert after.returncode == KILLED
+        fault_table.append(["finetune", point, describe(left), f"resumed; killed in turn at {chain.kills[index + 1].point}",
+                            "(see the next row)"])
+        return
+    assert after.returncode == 0, after.stderr[-3000:]
+    assert entries(chain.workdir) == ["clf"]  # backup, staging and lock all gone
+    out = os.path.join(chain.workdir, "clf")
+    assert output_state(out, "classifier") == "complete"
+    outputs = classifier_outputs(out)
+    probabilities = max_difference({"p": outputs["probabilities"]}, {"p": finetune_reference_outputs["probabilities"]})
+    assert probabilities <= TOLERANCE
+    difference = max_difference(outputs, finetune_reference_outputs)  # every variable too, the dropout's seed state included
+    assert difference <= TOLERANCE
+    fault_table.append(["finetune", point, describe(left), "exit 0, resumed; backup, staging and lock removed",
+                        f"equal: max abs diff {difference:.1e} (probabilities of {len(TEXTS)} texts, "
+                        f"{len(finetune_reference_outputs) - 1} variables)"])
