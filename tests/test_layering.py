@@ -19,6 +19,7 @@ LAYERS = [
     ["hub"],
     ["checkpoints"],
     ["tasks"],
+    ["lora"],
     ["saved_model"],
     ["datasets", "optimization", "evaluate"],
     ["finetune", "pretrain"],

@@ -1,0 +1,495 @@
+"""LoRA (low-rank adaptation, Hu et al., 2021) for the native `BertEncoder`.
+
+`enable_lora` turns on Keras' own `Dense.enable_lora` on chosen projections
+of every Transformer block: the layer then computes
+`x @ (kernel + alpha / rank * A @ B)` with `A` `(in, rank)` (He-uniform) and
+`B` `(rank, out)` (zeros, so the encoder starts out unchanged). Every other
+encoder variable is frozen for good: Keras' `layer.trainable = True` sets
+every variable a layer tracks as trainable back to trainable (the kernel
+Keras froze in `enable_lora` included), so the frozen variables are moved to
+their layers' non-trainable lists, which that setter leaves alone. Fine-tuning's
+phase 2 (`encoder.trainable = True`) then trains the adapters (and the
+head) only, and phase 1 (`encoder.trainable = False`) trains the head alone.
+
+A LoRA layer's `save_own_variables` / `load_own_variables` are replaced on the
+instance: Keras saves a LoRA `Dense` as its merged kernel and zeroes both
+adapters on load, so a training backup restored into the same model would
+train no further (with `A = B = 0` both gradients are zero). Here a weights
+file (`save_weights`, `BackupAndRestore`) keeps the base kernel, the bias and
+both adapters exactly, and a resumed run continues as an uninterrupted one.
+Such a file loads only into a model with the same LoRA layers: save an
+ordinary model with `merge_lora` first.
+
+`merge_lora` folds the adapters into the kernels and removes every trace of
+LoRA (variables, config, the frozen lists): the model is then an ordinary
+one, of the ordinary speed, and exports as one (`saved_model.export_classifier`).
+`save_adapters` / `load_adapters` keep the adapters alone (a small
+safetensors file, addressed by name, with the rank, alpha and targets
+recorded and checked).
+"""
+
+import dataclasses
+import json
+import logging
+import os
+import types
+
+import keras
+import numpy as np
+from keras import ops
+from safetensors.numpy import load_file, save_file
+
+from bert_keras import hub
+from bert_keras._checks import check_choice, check_int, check_positive_float, check_positive_int
+from bert_keras._files import read_marker, staged_directory
+from bert_keras.encoder import BertEncoder
+
+logger = logging.getLogger(__name__)
+
+# Target name -> where its `keras.layers.Dense` sits in a `TransformerEncoderBlock` (attribute names).
+LORA_TARGETS = {
+    "query": ("attention", "query_dense"),
+    "key": ("attention", "key_dense"),
+    "value": ("attention", "value_dense"),
+    "attention_output": ("attention", "output_dense"),
+    "intermediate": ("feed_forward", "intermediate_dense"),
+    "output": ("feed_forward", "output_dense"),
+}
+DEFAULT_TARGETS = ("query", "value")
+ADAPTERS_FILE = "adapters.safetensors"
+CONFIG_FILE = "adapter_config.json"
+FORMAT = "bert_keras.lora"
+_STATE = "_bert_keras_lora"  # the encoder attribute holding `_LoraState` (set past Keras' tracking)
+_TRAINABLE, _NON_TRAINABLE = "trainable_variables", "non_trainable_variables"
+
+
+@dataclasses.dataclass(frozen=True)
+class LoraSummary:
+    """What `enable_lora` did.
+
+    Attributes:
+        rank: int. The adapters' rank.
+        alpha: float. Their scale is `alpha / rank`.
+        targets: tuple of str. The target names (see `LORA_TARGETS`).
+        num_layers: int. Dense layers with adapters (`len(targets)` per block).
+        adapter_parameters: int. Trainable adapter parameters.
+        encoder_parameters: int. The encoder's parameters without adapters.
+    """
+
+    rank: int
+    alpha: float
+    targets: tuple
+    num_layers: int
+    adapter_parameters: int
+    encoder_parameters: int
+
+    @property
+    def share(self):
+        """Adapter parameters per encoder parameter (e.g. 0.0032 for 0.32%)."""
+        return self.adapter_parameters / self.encoder_parameters
+
+
+@dataclasses.dataclass
+class _LoraState:
+    summary: LoraSummary
+    layers: dict  # adapter name prefix ("transformer_layer_0/query") -> Dense
+    tracked: list  # (layer, [(variable, store_name)]) as before `enable_lora`, for `merge_lora`
+
+
+def check_lora_targets(targets):
+    """The target names as a tuple, checked: a comma-separated string or a sequence of names.
+
+    >>> check_lora_targets("query,value")
+    ('query', 'value')
+    >>> check_lora_targets(["query", "values"])
+    Traceback (most recent call last):
+    ...
+    ValueError: Received an invalid value for argument `lora_targets`, expected one of ['query', 'key', ...]. Received: lora_targets='values'
+    """
+    if isinstance(targets, str):
+        targets = [name.strip() for name in targets.split(",")]
+    names = tuple(dict.fromkeys(targets))  # duplicates once, in order
+    if not names:
+        raise ValueError(
+            f"Received an invalid value for argument `lora_targets`, expected at least one of {list(LORA_TARGETS)}. "
+            f"Received: lora_targets={targets!r}"
+        )
+    for name in names:
+        check_choice("lora_targets", name, LORA_TARGETS)
+    return names
+
+
+def find_encoder(model):
+    """The native `BertEncoder` of `model` (the encoder itself, a task's `.encoder`, or the one inside).
+
+    Raises:
+        ValueError: the encoder is a Hub module layer (LoRA needs the native
+            encoder; the message says how to import the module), or `model`
+            holds no `BertEncoder`, or several.
+    """
+    if isinstance(model, BertEncoder):
+        return model
+    if isinstance(model, hub.KerasLayer):
+        _refuse_hub_layer(model)
+    found = getattr(model, "encoder", None)
+    if found is not None and found is not model:
+        return find_encoder(found)
+    layers = model._flatten_layers(include_self=False) if isinstance(model, keras.layers.Layer) else []
+    encoders, hub_layers = [], []
+    for layer in layers:
+        if isinstance(layer, BertEncoder):
+            encoders.append(layer)
+        elif isinstance(layer, hub.KerasLayer):
+            hub_layers.append(layer)
+    if len(encoders) == 1:
+        return encoders[0]
+    if not encoders and hub_layers:
+        _refuse_hub_layer(hub_layers[0])
+    raise ValueError(
+        f"LoRA needs a model with exactly one bert_keras.BertEncoder; {type(model).__name__} "
+        f"{getattr(model, 'name', '')!r} holds {len(encoders)}. Pass the encoder itself."
+    )
+
+
+def _refuse_hub_layer(layer):
+    handle = layer.handle if isinstance(layer.handle, (str, os.PathLike)) else "<encoder module dir>"
+    raise ValueError(
+        f"LoRA needs the native bert_keras.BertEncoder, not a Hub module layer (bert_keras.hub.KerasLayer "
+        f"{layer.name!r} of {handle!r}): a module's kernels are SavedModel variables, not Keras Dense layers. "
+        f"Import the module into a BertEncoder first: `encoder = BertEncoder.from_checkpoint({os.fspath(handle)!r})` "
+        "(for a module pair, the pair's `encoder/` directory), then build the model on that encoder, e.g. "
+        "`BertClassifier(encoder, num_classes, preprocessor=hub.PreprocessLayer(<pair>/preprocess))`."
+    )
+
+
+def _blocks(encoder):
+    return [(block.name, block) for block in encoder.transformer_layers]
+
+
+def _target_layer(block, target):
+    parent, attribute = LORA_TARGETS[target]
+    return getattr(getattr(block, parent), attribute)
+
+
+def _own_variables(layer):
+    """`(variable, store_name)` of what `layer` itself tracks, in Keras' order (trainable, then not)."""
+    trainable = [(v, _TRAINABLE) for v in layer._trainable_variables]
+    return trainable + [(v, _NON_TRAINABLE) for v in layer._non_trainable_variables]
+
+
+def _retrack(layer, entries):
+    """Tracks `layer`'s own variables as `entries` `(variable, store_name)` say, in that order."""
+    tracker = layer._tracker
+    locked = tracker.locked
+    tracker.unlock()
+    for variable, _ in _own_variables(layer):
+        tracker.untrack(variable)
+    for variable, store in entries:
+        tracker.add_to_store(store, variable)
+    if locked:
+        tracker.lock()
+
+
+def _freeze_for_good(layer, keep):
+    """Makes every own variable of `layer` not in `keep` non-trainable, out of reach of `layer.trainable = True`."""
+    entries = _own_variables(layer)
+    for variable, _ in entries:
+        if id(variable) not in keep:
+            variable.trainable = False
+    kept = [(v, s) for v, s in entries if s == _TRAINABLE and id(v) in keep]
+    frozen = [(v, _NON_TRAINABLE) for v, s in entries if s == _TRAINABLE and id(v) not in keep]
+    _retrack(layer, kept + frozen + [(v, s) for v, s in entries if s == _NON_TRAINABLE])
+
+
+def _adapters(layer):
+    return [layer.lora_kernel_a, layer.lora_kernel_b]
+
+
+def _lora_variables(layer):
+    bias = [layer.bias] if layer.bias is not None else []
+    return [layer._kernel] + bias + [layer.lora_kernel_a, layer.lora_kernel_b]
+
+
+def _save_lora_dense(layer, store):
+    """A LoRA `Dense`'s exact state: base kernel, bias, A, B (Keras would save the merged kernel alone)."""
+    for index, variable in enumerate(_lora_variables(layer)):
+        store[str(index)] = variable
+
+
+def _load_lora_dense(layer, store):
+    """Loads `_save_lora_dense`'s four entries exactly; from an ordinary file (kernel, bias), the kernel
+    and bias with `B = 0` and `A` kept, so the layer computes the loaded kernel and its adapters still train."""
+    variables = _lora_variables(layer)
+    if len(store.keys()) == len(variables):
+        for index, variable in enumerate(variables):
+            variable.assign(store[str(index)])
+        return
+    ordinary = variables[:-2]
+    if len(store.keys()) != len(ordinary):
+        raise ValueError(
+            f"LoRA layer {layer.name!r} expected {len(variables)} variables (kernel, bias, lora_kernel_a, "
+            f"lora_kernel_b) or {len(ordinary)} (kernel, bias) in the weights file; received {len(store.keys())}."
+        )
+    for index, variable in enumerate(ordinary):
+        variable.assign(store[str(index)])
+    layer.lora_kernel_b.assign(ops.zeros(layer.lora_kernel_b.shape))
+
+
+def lora_summary(model):
+    """The `LoraSummary` of the LoRA enabled on `model`'s encoder, or None without LoRA."""
+    state = getattr(find_encoder(model), _STATE, None)
+    return None if state is None else state.summary
+
+
+def enable_lora(model, rank=8, targets=DEFAULT_TARGETS, alpha=None, seed=None):
+    """Adds LoRA adapters to the encoder of `model` and freezes every other encoder variable.
+
+    On each block's target `keras.layers.Dense` layers, `Dense.enable_lora`
+    adds `lora_kernel_a` `(in, rank)` and `lora_kernel_b` `(rank, out)` (zeros:
+    the outputs are unchanged until training moves them). All other encoder
+    variables (embeddings, LayerNorms, biases, the pooler, the kernels) are
+    frozen so that `encoder.trainable = True` leaves only the adapters
+    trainable; layers outside the encoder (a task's head) are untouched.
+    Call it before compiling; `merge_lora` undoes it (adapters folded in).
+
+    Args:
+        model: a `BertEncoder`, or a model holding one (e.g. a
+            `BertClassifier`; its `.encoder` is used). Not a Hub module layer:
+            import the module with `BertEncoder.from_checkpoint(<module dir>)`.
+        rank: int. The adapters' rank. Defaults to `8`.
+        targets: names from `LORA_TARGETS` (or a comma-separated string).
+            Defaults to `("query", "value")`, as the LoRA paper.
+        alpha: optional positive float. The adapters are scaled by
+            `alpha / rank`. Defaults to `rank` (a scale of 1).
+        seed: optional int. Seeds the initialisation of the `A` matrices
+            (each layer its own stream). Defaults to Keras' global seeding.
+
+    Returns:
+        A `LoraSummary` (also logged): the trainable adapter parameters and
+        their share of the encoder's.
+
+    Raises:
+        ValueError: a bad `rank` (named `lora_rank`), `alpha` or target name,
+            a Hub module layer, LoRA already enabled, or a quantized encoder.
+
+    Example:
+    >>> encoder = BertEncoder(vocab_size=50, num_layers=2, hidden_size=16,
+    ...                       num_heads=2, intermediate_size=32)
+    >>> summary = enable_lora(encoder, rank=4, targets=("query", "value"))
+    >>> summary.adapter_parameters, len(encoder.trainable_weights)
+    (512, 8)
+    >>> encoder.trainable = True  # as fine-tuning's phase 2 does
+    >>> sum(int(np.prod(w.shape)) for w in encoder.trainable_weights)
+    512
+    """
+    rank = check_positive_int("lora_rank", rank)
+    alpha = float(rank) if alpha is None else check_positive_float("lora_alpha", alpha)
+    targets = check_lora_targets(targets)
+    if seed is not None:
+        seed = check_int("seed", seed)
+    encoder = find_encoder(model)
+    state = getattr(encoder, _STATE, None)
+    if state is not None:
+        raise ValueError(
+            f"LoRA is already enabled on encoder {encoder.name!r} (rank {state.summary.rank} on "
+            f"{', '.join(state.summary.targets)}). Call merge_lora(model) first, or build a new model."
+        )
+    encoder_parameters = encoder.count_params()
+    lora_layers = {}
+    for block_name, block in _blocks(encoder):
+        for target in targets:
+            layer = _target_layer(block, target)
+            if layer.quantization_mode is not None:
+                raise ValueError(
+                    f"LoRA on a quantized encoder ({layer.path}: {layer.quantization_mode}) is not supported. "
+                    "Train the adapters on the float encoder, merge_lora(model), then quantize."
+                )
+            lora_layers[f"{block_name}/{target}"] = layer
+    tracked = [(layer, _own_variables(layer)) for layer in encoder._flatten_layers(include_self=True)]
+    for index, layer in enumerate(lora_layers.values()):
+        a_initializer = keras.initializers.HeUniform(seed=None if seed is None else seed + index)
+        layer.enable_lora(rank, lora_alpha=alpha, a_initializer=a_initializer, b_initializer="zeros")
+        layer.save_own_variables = types.MethodType(_save_lora_dense, layer)
+        layer.load_own_variables = types.MethodType(_load_lora_dense, layer)
+    adapters = {id(v) for layer in lora_layers.values() for v in _adapters(layer)}
+    for layer in encoder._flatten_layers(include_self=True):
+        _freeze_for_good(layer, adapters)
+    summary = LoraSummary(
+        rank=rank,
+        alpha=alpha,
+        targets=targets,
+        num_layers=len(lora_layers),
+        adapter_parameters=sum(int(np.prod(v.shape)) for layer in lora_layers.values() for v in _adapters(layer)),
+        encoder_parameters=encoder_parameters,
+    )
+    # Set past Keras' and TensorFlow's attribute tracking: bookkeeping, not state to save.
+    object.__setattr__(encoder, _STATE, _LoraState(summary, lora_layers, tracked))
+    logger.info(
+        "LoRA rank %d (alpha %g) on %s of %d blocks: %s trainable adapter parameters, %.2f%% of the encoder's %s",
+        rank, alpha, ", ".join(targets), len(encoder.transformer_layers),
+        f"{summary.adapter_parameters:,}", 100 * summary.share, f"{encoder_parameters:,}",
+    )
+    return summary
+
+
+def _lora_state(model, action):
+    encoder = find_encoder(model)
+    state = getattr(encoder, _STATE, None)
+    if state is None:
+        raise ValueError(
+            f"Cannot {action}: LoRA is not enabled on encoder {encoder.name!r}. Call enable_lora(model) first."
+        )
+    return encoder, state
+
+
+def merge_lora(model):
+    """Folds the adapters into the kernels, in place, and removes LoRA from `model`; returns `model`.
+
+    Each target kernel becomes `kernel + alpha / rank * A @ B` (computed in
+    float32 as Keras' LoRA layer does, stored in the kernel's dtype); the
+    adapter variables, the LoRA config entries (`lora_rank`, `lora_alpha`),
+    the exact-state weight saving and the permanent freeze are removed, so
+    the model has the variables, config, weights-file format and speed of
+    one that never had LoRA, and every variable trains again with its
+    layer's `trainable` flag. Outputs equal the unmerged model's to float
+    rounding.
+
+    In place rather than a new model: merging is the step before export, a
+    copy would hold the encoder twice in memory and need every layer of the
+    model (the preprocessor's vocabulary, the dtype policy) to round-trip
+    through its config; and `model` stays the object the caller (and a
+    fine-tuning result) holds. Call `save_adapters` first to keep the
+    adapters on their own.
+
+    Args:
+        model: a model whose encoder has LoRA enabled (see `enable_lora`).
+
+    Returns:
+        `model`, merged.
+    """
+    encoder, state = _lora_state(model, "merge the adapters")
+    for layer in state.layers.values():
+        kernel = layer._kernel
+        scale = layer.lora_alpha / layer.lora_rank
+        merged = ops.add(ops.cast(kernel, "float32"), scale * ops.matmul(layer.lora_kernel_a, layer.lora_kernel_b))
+        kernel.assign(ops.cast(merged, kernel.dtype))
+        del layer.lora_kernel_a  # Layer.__delattr__ untracks the variable
+        del layer.lora_kernel_b
+        del layer.save_own_variables  # back to Dense's own
+        del layer.load_own_variables
+        layer.lora_enabled = False
+        layer.lora_rank = None
+        layer.lora_alpha = None
+    for layer, entries in state.tracked:
+        _retrack(layer, entries)
+        for variable, store in entries:
+            variable.trainable = store == _TRAINABLE and layer.trainable
+    object.__delattr__(encoder, _STATE)
+    logger.info("Merged the LoRA adapters of %d layers into their kernels", state.summary.num_layers)
+    return model
+
+
+def save_adapters(model, path, overwrite=False):
+    """Writes the adapters of `model` alone: `path/adapters.safetensors` and `path/adapter_config.json`.
+
+    The tensors are named `<block>/<target>/lora_kernel_a` (and `_b`), e.g.
+    `transformer_layer_0/query/lora_kernel_a`; the config records the rank,
+    alpha, targets and the encoder's shape, which `load_adapters` checks. The
+    directory is written as every output of the package (`_files.staged_directory`):
+    whole or not at all, never over a directory bert_keras did not write.
+
+    Args:
+        model: a model whose encoder has LoRA enabled.
+        path: str. The output directory.
+        overwrite: bool. Replace an earlier output at `path`. Defaults to `False`.
+
+    Returns:
+        `path`.
+    """
+    encoder, state = _lora_state(model, "save adapters")
+    summary = state.summary
+    tensors = {}
+    for prefix, layer in state.layers.items():
+        tensors[f"{prefix}/lora_kernel_a"] = ops.convert_to_numpy(layer.lora_kernel_a)
+        tensors[f"{prefix}/lora_kernel_b"] = ops.convert_to_numpy(layer.lora_kernel_b)
+    config = {
+        "format": FORMAT,
+        "rank": summary.rank,
+        "alpha": summary.alpha,
+        "targets": list(summary.targets),
+        "num_layers": encoder.num_layers,
+        "hidden_size": encoder.hidden_size,
+        "intermediate_size": encoder.intermediate_size,
+        "adapter_parameters": summary.adapter_parameters,
+    }
+    path = os.fspath(path)
+    with staged_directory(path, overwrite, kind="lora_adapters", info={"format": FORMAT}, argument="path") as staging:
+        save_file(tensors, os.path.join(staging, ADAPTERS_FILE))
+        with open(os.path.join(staging, CONFIG_FILE), "w") as f:
+            json.dump(config, f, indent=2)
+    logger.info("Saved %s adapter parameters to %s", f"{summary.adapter_parameters:,}", path)
+    return path
+
+
+def _read_adapters(path):
+    path = os.fspath(path)
+    marker = read_marker(path)
+    if marker is None or marker.get("kind") != "lora_adapters":
+        raise ValueError(f"{path!r} is not an adapters directory written by bert_keras.lora.save_adapters.")
+    with open(os.path.join(path, CONFIG_FILE)) as f:
+        config = json.load(f)
+    if config.get("format") != FORMAT:
+        raise ValueError(f"{os.path.join(path, CONFIG_FILE)!r} is not a {FORMAT} adapter config: {config!r}")
+    return config, load_file(os.path.join(path, ADAPTERS_FILE))
+
+
+def load_adapters(model, path):
+    """Loads adapters written by `save_adapters` into `model`; returns its `LoraSummary`.
+
+    Without LoRA on its encoder, `model` gets it first with the recorded
+    rank, alpha and targets (`enable_lora`); with LoRA, those must match.
+    The encoder's shape must match the recorded one, and every tensor is
+    assigned by name.
+
+    Args:
+        model: a model with a native `BertEncoder` (see `enable_lora`).
+        path: str. A directory written by `save_adapters`.
+
+    Raises:
+        ValueError: not an adapters directory, or the rank, alpha, targets or
+            the encoder's shape differ (the message shows both sides).
+    """
+    config, tensors = _read_adapters(path)
+    encoder = find_encoder(model)
+    shape = {key: getattr(encoder, key) for key in ("num_layers", "hidden_size", "intermediate_size")}
+    recorded_shape = {key: config[key] for key in shape}
+    if shape != recorded_shape:
+        raise ValueError(
+            f"The adapters in {os.fspath(path)!r} were trained on an encoder with {recorded_shape}; this one has {shape}."
+        )
+    state = getattr(encoder, _STATE, None)
+    if state is None:
+        enable_lora(encoder, rank=config["rank"], targets=tuple(config["targets"]), alpha=config["alpha"])
+        state = getattr(encoder, _STATE)
+    recorded = {"rank": config["rank"], "alpha": config["alpha"], "targets": list(config["targets"])}
+    enabled = {"rank": state.summary.rank, "alpha": state.summary.alpha, "targets": list(state.summary.targets)}
+    if recorded != enabled:
+        raise ValueError(
+            f"The adapters in {os.fspath(path)!r} have {recorded}; the model's LoRA has {enabled}. "
+            "Load them into a model without LoRA (load_adapters enables it as recorded), or enable_lora alike."
+        )
+    expected = {f"{prefix}/lora_kernel_{part}": layer for prefix, layer in state.layers.items() for part in "ab"}
+    missing, unexpected = sorted(set(expected) - set(tensors)), sorted(set(tensors) - set(expected))
+    if missing or unexpected:
+        raise ValueError(
+            f"The adapters in {os.fspath(path)!r} do not fit the model. Missing: {missing}. Unexpected: {unexpected}."
+        )
+    for name, layer in expected.items():
+        variable = layer.lora_kernel_a if name.endswith("_a") else layer.lora_kernel_b
+        if tuple(tensors[name].shape) != tuple(variable.shape):
+            raise ValueError(
+                f"Adapter {name!r} has shape {tuple(tensors[name].shape)}; the model's is {tuple(variable.shape)}."
+            )
+        variable.assign(tensors[name])
+    logger.info("Loaded %d adapter tensors from %s", len(expected), os.fspath(path))
+    return state.summary
