@@ -14,6 +14,7 @@ import collections.abc
 
 import keras
 
+from bert_keras.distribute import DistributedTrainer
 from bert_keras.encoder import INPUT_KEYS, BertEncoder
 
 TEXT_INPUTS = ("text", "text_pair")
@@ -101,8 +102,11 @@ def head_dtype(encoder):
     return encoder.dtype_policy if isinstance(encoder, BertEncoder) else None
 
 
-class Task(keras.Model):
-    """Config plumbing shared by the tasks: encoder and preprocessor serialized next to the task's own arguments."""
+class Task(DistributedTrainer, keras.Model):
+    """Config plumbing shared by the tasks: encoder and preprocessor serialized next to the task's own arguments.
+
+    `DistributedTrainer` makes `fit` work under `MultiWorkerMirroredStrategy` (see `bert_keras.distribute`).
+    """
 
     _own_args = ()
 

@@ -132,6 +132,24 @@ def _source(args):
     return source
 
 
+def _strategy(args, command):
+    """The `tf.distribute` strategy of `--strategy` (made first: `--cpu-replicas` must precede TensorFlow's start)."""
+    from bert_keras import distribute
+
+    try:
+        return distribute.make_strategy(args.strategy, cpu_replicas=args.cpu_replicas, connect_timeout=args.connect_timeout)
+    except (ValueError, ConnectionError, RuntimeError) as error:
+        raise _UsageError(command, str(error)) from None
+
+
+class _UsageError(Exception):
+    """Bad arguments or environment found by a command: `bert-keras COMMAND: message`, exit status 2."""
+
+    def __init__(self, command, message):
+        super().__init__(message)
+        self.command = command
+
+
 def _default_backup_dir(out):
     parent, name = os.path.split(os.path.abspath(out))
     return os.path.join(parent, f".{name}.backup")
@@ -141,6 +159,7 @@ def _finetune(args):
     from bert_keras._files import check_target
     from bert_keras.datasets import DataError, read_labelled_file
 
+    strategy = _strategy(args, "finetune")
     try:  # before any work: never train for an output that cannot be written
         check_target(args.out, args.force, argument="--out")
     except (OSError, ValueError) as error:
@@ -164,10 +183,14 @@ def _finetune(args):
             epochs=args.epochs, learning_rate=args.learning_rate, seed=args.seed, overwrite=args.force,
             dtype=args.dtype, early_stopping=args.early_stopping, class_weights=args.class_weights,
             backup_dir=args.backup_dir or _default_backup_dir(args.out), verbose=_fit_verbosity(), report=_say,
+            strategy=strategy,
         )
     except (OSError, ValueError) as error:
         return _fail("finetune", str(error))
-    _say(f"Try: bert-keras predict --model {args.out} \"some text\"")
+    from bert_keras.distribute import is_chief
+
+    if is_chief(strategy):
+        _say(f"Try: bert-keras predict --model {args.out} \"some text\"")
     return 0
 
 
@@ -471,6 +494,7 @@ def _evaluate(args):
 def _pretrain(args):
     from bert_keras.pretrain import run_pretraining
 
+    strategy = _strategy(args, "pretrain")
     vocab = args.vocab
     if vocab is None:
         from bert_keras.text.corpora import minilm_vocab_path
@@ -497,12 +521,14 @@ def _pretrain(args):
             masked_lm_prob=args.masked_lm_prob, short_seq_prob=args.short_seq_prob, dupe_factor=args.dupe_factor,
             warmup_steps=args.warmup_steps, weight_decay=args.weight_decay,
             validation_corpus=args.validation_corpus, seed=args.seed, progress=progress, overwrite=args.force,
+            strategy=strategy, dtype=args.dtype,
         )
     except FileExistsError as error:
         return _fail("pretrain", f"{error} (use --force)")
     except (OSError, ValueError) as error:
         return _fail("pretrain", str(error))
-    _say(f"Wrote the Hub modules {result.encoder_dir} (with mlm) and {result.preprocess_dir}")
+    if result.encoder_dir is not None:
+        _say(f"Wrote the Hub modules {result.encoder_dir} (with mlm) and {result.preprocess_dir}")
     return 0
 
 
@@ -631,7 +657,19 @@ def _build_parser():
     demo.add_argument("--seed", type=int, default=0)
     demo.set_defaults(func=_demo)
 
-    tune = commands.add_parser("finetune", parents=[common], help="fine-tune a classifier on your CSV / TSV / JSONL file")
+    distributed = argparse.ArgumentParser(add_help=False)
+    scale = distributed.add_argument_group("training on more than one device or machine")
+    scale.add_argument("--strategy", choices=("default", "mirrored", "multi-worker"), default="default",
+                       help="tf.distribute strategy: default (one device), mirrored (the local GPUs, or --cpu-replicas "
+                       "logical CPUs), multi-worker (the cluster in the TF_CONFIG environment variable; run the same "
+                       "command on every worker). --batch-size is the global batch, split among the replicas")
+    scale.add_argument("--cpu-replicas", type=_at_least(1), metavar="N",
+                       help="with --strategy mirrored: split the CPU into N logical devices, one replica each")
+    scale.add_argument("--connect-timeout", type=_positive_float, default=120.0, metavar="SECONDS",
+                       help="with --strategy multi-worker: how long to wait for the other workers (default: 120)")
+
+    tune = commands.add_parser("finetune", parents=[common, distributed],
+                               help="fine-tune a classifier on your CSV / TSV / JSONL file")
     tune.add_argument("--train", required=True, help="labelled examples (.csv, .tsv or .jsonl)")
     tune.add_argument("--validation", help="validation file (default: 10%% of --train, stratified)")
     tune.add_argument("--test", help="test file, scored after training")
@@ -670,7 +708,7 @@ def _build_parser():
     tune.set_defaults(func=_finetune)
 
     pretrain = commands.add_parser(
-        "pretrain", parents=[common],
+        "pretrain", parents=[common, distributed],
         help="pre-train BERT (masked LM + next sentence) on plain text, then write Hub modules",
         description="Corpus format: one sentence per line, a blank line between documents. "
         "An interrupted run resumes from its last epoch when started again with the same arguments.",
@@ -698,6 +736,9 @@ def _build_parser():
     pretrain.add_argument("--weight-decay", type=float, default=0.01)
     pretrain.add_argument("--validation-corpus", nargs="+")
     pretrain.add_argument("--seed", type=int, default=0)
+    pretrain.add_argument("--dtype", choices=("float32", "mixed_bfloat16", "mixed_float16"),
+                          help="Keras dtype policy of the model (default: float32); mixed_bfloat16 computes in bfloat16 "
+                          "with float32 weights and losses")
     pretrain.add_argument("--force", action="store_true", help="replace existing modules in --out")
     pretrain.set_defaults(func=_pretrain)
 
@@ -784,6 +825,8 @@ def main(argv=None):
     _configure_logging(args.verbose - args.quiet)
     try:
         return args.func(args)
+    except _UsageError as error:
+        return _fail(error.command, str(error))
     except KeyboardInterrupt:
         print(f"bert-keras {args.command}: interrupted", file=sys.stderr)
         return 130

@@ -6,8 +6,12 @@ and trains everything with `bert_keras.optimization.bert_optimizer` (AdamW
 at `learning_rate`, linear warmup over the first 10% of the steps then linear
 decay to zero, weight decay 0.01 on weights of rank >= 2, global
 gradient-norm clipping at 1.0). The model is recompiled between the phases.
-Models and optimizers are built by the caller under a `tf.distribute`
-strategy scope; compiling here happens in that same scope.
+Models are built by the caller under a `tf.distribute` strategy scope;
+compiling here happens in that same scope. With a strategy of more than one
+replica (mirrored, or multi-worker: see `bert_keras.distribute`) every
+replica takes its slice of each global batch, so the run computes what one
+replica with the same global batch would; progress is shown and results
+are written by the chief only, and every worker keeps its own backup.
 
 `finetune_classifier` is the pipeline the CLI and the demo run: labelled
 texts -> strategy scope -> `BertClassifier.from_checkpoint` -> `finetune`
@@ -28,6 +32,7 @@ import numpy as np
 import tensorflow as tf
 from sklearn.utils.class_weight import compute_class_weight
 
+from bert_keras import distribute
 from bert_keras._files import check_target, fault_point, write_json_atomically
 from bert_keras.datasets import stratified_split
 from bert_keras.evaluate import classification_report, classification_scores, format_report, report_files  # noqa: F401
@@ -91,6 +96,9 @@ def finetune(
     class_weight=None,
     backup_dir=None,
     verbose="auto",
+    strategy=None,
+    batch_size=None,
+    validation_steps=None,
 ):
     """Fine-tunes a classifier in two phases: head only, then everything.
 
@@ -116,14 +124,39 @@ def finetune(
             up every epoch (`BackupAndRestore`), a finished phase 1 is
             recorded, and a rerun continues where the last one stopped, fed the
             batches an uninterrupted run would have fed (a dataset is repeated
-            and the epochs already done are skipped).
-        verbose: passed to `fit`.
+            and the epochs already done are skipped). In a cluster, each
+            worker keeps its own subdirectory (`distribute.worker_backup_dir`)
+            and the workers agree on the epoch to resume from.
+        verbose: passed to `fit` (0 on the workers other than the chief).
+        strategy: the `tf.distribute.Strategy` the model was built under.
+            Defaults to the model's. With more than one replica the datasets
+            (of global batches) are split among the replicas
+            (`distribute.distribute_batches`).
+        batch_size: int. The global batch size of `train_data`'s batches;
+            needed with more than one replica.
+        validation_steps: int, optional. Batches per validation pass; needed
+            with more than one replica when `validation_data`'s size is unknown.
 
     Returns:
         `FineTuneHistory` with both phases' histories.
     """
     encoder = _find_encoder(model, encoder)
+    strategy = strategy or model.distribute_strategy
+    _check_built_under(model, strategy)
     steps = _steps_per_epoch(train_data, steps_per_epoch)
+    replicas = strategy.num_replicas_in_sync
+    if replicas > 1:
+        if batch_size is None:
+            raise ValueError("Pass `batch_size` (the global batch size of `train_data`): the strategy has "
+                             f"{replicas} replicas, among which each batch is split.")
+        distribute.check_global_batch(batch_size, replicas)
+        if class_weight is not None:
+            raise ValueError("`class_weight` with more than one replica: use `finetune_classifier(class_weights=...)`, "
+                             "which folds the weights into the data.")
+        model = distribute.trainable_model(model, strategy)
+        if not distribute.is_chief(strategy):
+            verbose = 0
+    backup_dir = distribute.worker_backup_dir(backup_dir, strategy)
     if loss is None:
         loss = keras.losses.SparseCategoricalCrossentropy(from_logits=not outputs_probabilities(model))
     callbacks = list(callbacks or [])
@@ -133,29 +166,66 @@ def finetune(
         fit_kwargs["shuffle"] = False  # a dataset brings its own order
     if steps_per_epoch is not None:
         fit_kwargs["steps_per_epoch"] = steps
-    if backup_dir is not None and isinstance(train_data, tf.data.Dataset):
+    if replicas > 1:
+        # Keras keeps one iterator over a distributed dataset: endless streams, steps given.
+        train_data = train_data.repeat()
+        fit_kwargs["steps_per_epoch"] = steps
+        if validation_data is not None:
+            fit_kwargs["validation_steps"] = validation_steps or _steps_per_epoch(validation_data, None)
+            fit_kwargs["validation_data"] = distribute.distribute_batches(
+                strategy, validation_data.repeat(), batch_size, scale_partial=False
+            )
+    elif backup_dir is not None and isinstance(train_data, tf.data.Dataset):
         # Epoch k is the k-th pass of one stream, so a resumed run can skip to it. (A dataset that
         # reshuffles by its own state orders a pass by how often it was iterated before: for exact
         # resumption give one whose passes are ordered by their index, as `text_dataset`'s are.)
         train_data = train_data.repeat()
         fit_kwargs["steps_per_epoch"] = steps
 
+    feed = _Feed(train_data, strategy, batch_size, steps, backup_dir)
     head_history = _run_head_phase(
-        model, encoder, train_data, loss, metrics, head_epochs, head_learning_rate, callbacks, backup_dir, fit_kwargs
+        model, encoder, feed, loss, metrics, head_epochs, head_learning_rate, callbacks, backup_dir, fit_kwargs
     )
 
     encoder.trainable = True
-    model.compile(
-        optimizer=bert_optimizer(
-            learning_rate, epochs * steps, warmup_fraction=warmup_fraction, weight_decay=weight_decay, clipnorm=clipnorm
-        ),
-        loss=loss,
-        metrics=metrics,
-    )
+    with strategy.scope():
+        model.compile(
+            optimizer=bert_optimizer(
+                learning_rate, epochs * steps, warmup_fraction=warmup_fraction, weight_decay=weight_decay, clipnorm=clipnorm
+            ),
+            loss=loss,
+            metrics=metrics,
+        )
     logger.info("Phase 2: encoder unfrozen, AdamW peak %g over %d steps", learning_rate, epochs * steps)
     phase_callbacks = _backup(backup_dir, "full") + callbacks
-    full = model.fit(_resumed_data(train_data, backup_dir, "full", steps), epochs=epochs, callbacks=phase_callbacks, **fit_kwargs)
+    full = model.fit(feed.resumed("full"), epochs=epochs, callbacks=phase_callbacks, **fit_kwargs)
     return FineTuneHistory(head=head_history, full=dict(full.history))
+
+
+def _check_built_under(model, strategy):
+    # `.value`: the tf.Variable of a Keras variable, which knows the strategy it was made under
+    if model.weights and not strategy.extended.variable_created_in_scope(model.weights[0].value):
+        raise ValueError(
+            f"The model's weights were not created under the strategy passed ({type(strategy).__name__}): "
+            "build the model inside `with strategy.scope():`."
+        )
+
+
+class _Feed:
+    """The training batches of one phase: the epochs a backup has done skipped, split among replicas."""
+
+    def __init__(self, data, strategy, batch_size, steps_per_epoch, backup_dir):
+        self.data, self.strategy, self.batch_size = data, strategy, batch_size
+        self.steps_per_epoch, self.backup_dir = steps_per_epoch, backup_dir
+
+    def resumed(self, phase):
+        data = self.data
+        if self.backup_dir is not None and isinstance(data, tf.data.Dataset):
+            done = distribute.agree_on_backup(self.strategy, os.path.join(self.backup_dir, phase), resumed_epoch)
+            data = data.skip(done * self.steps_per_epoch) if done else data
+        if self.strategy.num_replicas_in_sync > 1:
+            data = distribute.distribute_batches(self.strategy, data, self.batch_size)
+        return data
 
 
 class _FaultPoints(keras.callbacks.Callback):
@@ -251,14 +321,6 @@ def resumed_epoch(backup_dir):
         ) from None
 
 
-def _resumed_data(data, backup_dir, phase, steps_per_epoch):
-    """`data` without the batches of the epochs a backup of `phase` has done already."""
-    if backup_dir is None or not isinstance(data, tf.data.Dataset):
-        return data
-    done = resumed_epoch(os.path.join(backup_dir, phase))
-    return data.skip(done * steps_per_epoch) if done else data
-
-
 def _backup(backup_dir, phase):
     if backup_dir is None:
         return []
@@ -268,13 +330,15 @@ def _backup(backup_dir, phase):
     return [BackupAndRestore(path), _FaultPoints(phase)]
 
 
-def _run_head_phase(model, encoder, data, loss, metrics, epochs, learning_rate, callbacks, backup_dir, fit_kwargs):
+def _run_head_phase(model, encoder, feed, loss, metrics, epochs, learning_rate, callbacks, backup_dir, fit_kwargs):
     done_weights = done_history = None
     if backup_dir is not None:
         os.makedirs(backup_dir, exist_ok=True)
         done_weights = os.path.join(backup_dir, "head_phase.weights.h5")
         done_history = os.path.join(backup_dir, "head_phase.history.json")
-        if os.path.exists(done_history):  # written last, after the weights
+        # Written last, after the weights; in a cluster, phase 1 counts as done when it is so on every worker
+        # (a worker without the record reruns it from its backup, which has its last epoch: no steps).
+        if distribute.all_workers(feed.strategy, os.path.exists(done_history)):
             logger.info("Phase 1 finished in an earlier run; restoring its weights from %s", done_weights)
             model.load_weights(done_weights)
             _restore_seed_states(model, os.path.join(backup_dir, "head"))  # as they were when phase 1 ended
@@ -283,10 +347,10 @@ def _run_head_phase(model, encoder, data, loss, metrics, epochs, learning_rate, 
     if epochs <= 0:
         return {}
     encoder.trainable = False
-    model.compile(optimizer=keras.optimizers.Adam(learning_rate), loss=loss, metrics=metrics)
+    with feed.strategy.scope():
+        model.compile(optimizer=keras.optimizers.Adam(learning_rate), loss=loss, metrics=metrics)
     logger.info("Phase 1: encoder frozen, head trained with Adam at %g", learning_rate)
-    data = _resumed_data(data, backup_dir, "head", steps_per_epoch=fit_kwargs.get("steps_per_epoch"))
-    history = model.fit(data, epochs=epochs, callbacks=_backup(backup_dir, "head") + callbacks, **fit_kwargs)
+    history = model.fit(feed.resumed("head"), epochs=epochs, callbacks=_backup(backup_dir, "head") + callbacks, **fit_kwargs)
     history = {key: [float(v) for v in values] for key, values in history.history.items()}
     if done_weights is not None:
         staged = done_weights.replace(".weights.h5", ".partial.weights.h5")
@@ -297,7 +361,7 @@ def _run_head_phase(model, encoder, data, loss, metrics, epochs, learning_rate, 
     return history
 
 
-def text_dataset(data, batch_size, shuffle_seed=None):
+def text_dataset(data, batch_size, shuffle_seed=None, class_weight=None):
     """Batches of `(texts, labels)` (`((texts, pairs), labels)` for pairs) from labelled texts.
 
     Without `shuffle_seed`: one pass in the data's order (finite). With it:
@@ -311,12 +375,22 @@ def text_dataset(data, batch_size, shuffle_seed=None):
         data: a `bert_keras.datasets.LabelledText`.
         batch_size: int.
         shuffle_seed: optional int.
+        class_weight: optional dict of class id -> weight: then the batches
+            are `(x, y, sample_weight)` with each example weighted by its
+            class (what `fit(class_weight=...)` does, which distributed
+            datasets do not take).
     """
     texts = tf.constant(data.texts, dtype=tf.string)
     features = texts if data.text_pairs is None else (texts, tf.constant(data.text_pairs, dtype=tf.string))
     labels = tf.constant(data.labels, dtype=tf.int32)
+    columns = (features, labels)
+    if class_weight is not None:
+        table = np.ones(len(data.label_names), dtype=np.float32)
+        for label, weight in class_weight.items():
+            table[int(label)] = weight
+        columns = (features, labels, tf.gather(tf.constant(table), labels))
     if shuffle_seed is None:
-        return tf.data.Dataset.from_tensor_slices((features, labels)).batch(batch_size).prefetch(tf.data.AUTOTUNE)
+        return tf.data.Dataset.from_tensor_slices(columns).batch(batch_size).prefetch(tf.data.AUTOTUNE)
     size = len(data)
 
     def one_pass(index):
@@ -325,7 +399,7 @@ def text_dataset(data, batch_size, shuffle_seed=None):
         return tf.data.Dataset.from_tensor_slices(order).batch(batch_size)
 
     def gather(indices):
-        return tf.nest.map_structure(lambda tensor: tf.gather(tensor, indices), (features, labels))
+        return tf.nest.map_structure(lambda tensor: tf.gather(tensor, indices), columns)
 
     return tf.data.Dataset.counter().flat_map(one_pass).map(gather).prefetch(tf.data.AUTOTUNE)
 
@@ -378,6 +452,7 @@ def finetune_classifier(
     overwrite=False,
     verbose="auto",
     report=logger.info,
+    strategy=None,
 ):
     """The fine-tune pipeline: labelled texts -> scope -> build -> finetune -> score -> export.
 
@@ -391,7 +466,8 @@ def finetune_classifier(
         test: optional `LabelledText`, scored after training.
         export_dir: optional str. Where the classifier is exported (checked
             before any training).
-        seq_length, batch_size: packing length and batch size.
+        seq_length, batch_size: packing length and the global batch size
+            (split among the strategy's replicas: a multiple of their number).
         head_epochs, head_learning_rate, epochs, learning_rate: see `finetune`.
         dropout: float. Dropout on the pooled output. Defaults to `0.1`.
         seed: int. Seeds the split, the shuffling and the head's initialisation.
@@ -408,10 +484,22 @@ def finetune_classifier(
         overwrite: bool. Replace an earlier export in `export_dir`.
         verbose: `fit` verbosity.
         report: callable taking one line of progress text. Defaults to logging.
+        strategy: optional `tf.distribute.Strategy` (see
+            `bert_keras.distribute.make_strategy`); defaults to the current
+            one. The model and optimizer are made under its scope; with more
+            than one replica the test scores and the export are made by the
+            chief, from a copy of the trained model outside the strategy, and
+            the other workers return with `export_dir` None.
 
     Returns:
         `FineTuneResult`.
     """
+    strategy = strategy or tf.distribute.get_strategy()
+    replicas = strategy.num_replicas_in_sync
+    if replicas > 1:
+        distribute.check_global_batch(batch_size, replicas)
+    if not distribute.is_chief(strategy):
+        report = logger.debug  # progress is the chief's to show
     if export_dir is not None:
         check_target(export_dir, overwrite, argument="export_dir")
     if backup_dir is not None:
@@ -438,20 +526,25 @@ def finetune_classifier(
     try:
         if dtype is not None:
             keras.config.set_dtype_policy(dtype)
-        with tf.distribute.get_strategy().scope():
+        with strategy.scope():
             model = _build_classifier(source, train, seq_length, dropout)
     finally:
         keras.config.set_dtype_policy(policy)
+    batching = f"batch {batch_size}"
+    if replicas > 1:
+        batching = f"global batch {batch_size} = {batch_size // replicas} per replica x {replicas} replicas"
+        report(f"Strategy: {type(strategy).__name__}, {replicas} replicas ({distribute.task_name(strategy)} here)")
     report(
-        f"Fine-tuning (seq_length {seq_length}, batch {batch_size}): {head_epochs} epoch(s) with the encoder "
+        f"Fine-tuning (seq_length {seq_length}, {batching}): {head_epochs} epoch(s) with the encoder "
         f"frozen, then {epochs} with it unfrozen (AdamW {learning_rate:g})"
     )
     started = time.time()
     if not len(validation):
         report("No validation examples (the training data is too small to hold some back): validation skipped")
+    folded = class_weight if replicas > 1 else None  # distributed datasets carry class weights as sample weights
     history = finetune(
         model,
-        text_dataset(train, batch_size, shuffle_seed=seed),
+        text_dataset(train, batch_size, shuffle_seed=seed, class_weight=folded),
         text_dataset(validation, batch_size) if len(validation) else None,
         steps_per_epoch=math.ceil(len(train) / batch_size),
         head_epochs=head_epochs,
@@ -459,11 +552,18 @@ def finetune_classifier(
         epochs=epochs,
         learning_rate=learning_rate,
         callbacks=callbacks,
-        class_weight=class_weight,
+        class_weight=None if folded else class_weight,
         backup_dir=backup_dir,
         verbose=verbose,
+        strategy=strategy,
+        batch_size=batch_size,
     )
     fit_seconds = time.time() - started
+    if replicas > 1:
+        if not distribute.is_chief(strategy):
+            shutil.rmtree(distribute.worker_backup_dir(backup_dir, strategy) or "", ignore_errors=True)
+            return FineTuneResult(model, history, None, None, None, fit_seconds, sizes)
+        model = _without_strategy(model)
 
     scores = probabilities = evaluation = None
     if test is not None:
@@ -502,6 +602,14 @@ def _training_options(train, validation, early_stopping, class_weights, report):
     weights = dict(zip(present.tolist(), compute_class_weight("balanced", classes=present, y=train.labels).tolist()))
     report("Class weights (balanced): " + ", ".join(f"{train.label_names[i]} {w:.3f}" for i, w in weights.items()))
     return callbacks, weights
+
+
+def _without_strategy(model):
+    """A copy of a model trained under a strategy, made outside it: scored and exported with no collectives."""
+    with tf.distribute.get_strategy().scope():  # outside any strategy scope: the default one
+        copy = model.__class__.from_config(model.get_config())
+    copy.set_weights(model.get_weights())
+    return copy
 
 
 def _build_classifier(source, train, seq_length, dropout):

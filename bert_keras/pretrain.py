@@ -7,6 +7,14 @@ and their optimizer under `tf.distribute.get_strategy().scope()`, trains with
 `BackupAndRestore`: a rerun with the same `out_dir` resumes where the last
 finished epoch left off, with the same data), and writes TF Hub modules: the
 encoder (with its `mlm` sub-object) and the matching preprocessor.
+
+Under a strategy of more than one replica (`bert_keras.distribute`) every
+worker builds the same instance stream and each replica takes its slice of
+every global batch, so N replicas train on what one replica with the same
+global batch would; the masked-LM loss is then summed over weights
+normalised by the whole global batch's (each replica alone cannot average
+over the others' predictions). Only the chief writes the modules; every
+worker keeps its own backup.
 """
 
 import dataclasses
@@ -18,6 +26,7 @@ import shutil
 import keras
 import tensorflow as tf
 
+from bert_keras import distribute
 from bert_keras._checks import check_positive_int
 from bert_keras._files import MARKER, check_target, claim_directory, fault_point
 from bert_keras.encoder import BertEncoder
@@ -26,7 +35,7 @@ from bert_keras.hub.export import ENCODER_DIR, PREPROCESS_DIR
 from bert_keras.finetune import BackupAndRestore, resumed_epoch
 from bert_keras.optimization import bert_optimizer
 from bert_keras.presets import get_preset
-from bert_keras.pretrainer import BertPretrainer
+from bert_keras.pretrainer import MLM_LOGITS, BertPretrainer, pretraining_losses, pretraining_metrics
 from bert_keras.text.pretraining import pretraining_dataset
 from bert_keras.text.tokenizer import WordPieceTokenizer
 
@@ -119,6 +128,16 @@ def _encoder_config(config, preset, vocab_size, seq_length):
     return config
 
 
+def _globally_normalised(dataset):
+    """Masked-LM weights divided by their sum over the global batch (summed, not averaged, per replica)."""
+
+    def normalise(features, labels, weights):
+        mlm = weights[MLM_LOGITS]
+        return features, labels, dict(weights, **{MLM_LOGITS: mlm / tf.maximum(tf.reduce_sum(mlm), 1.0)})
+
+    return dataset.map(normalise)
+
+
 def _check_run(out_dir, run):
     """Marks `out_dir` as this run's; refuses to resume a backup made with other arguments."""
     marker_path = os.path.join(out_dir, MARKER)
@@ -167,6 +186,8 @@ def run_pretraining(
     verbose=0,
     overwrite=False,
     export=True,
+    strategy=None,
+    dtype=None,
 ):
     """Pre-trains a BERT encoder with masked LM + next sentence prediction and exports Hub modules.
 
@@ -217,6 +238,13 @@ def run_pretraining(
         overwrite: bool. Replace existing modules in `out_dir`. Defaults to `False`.
         export: bool. Write the Hub modules at the end. Defaults to `True`;
             with `False`, `encoder_dir` and `preprocess_dir` are `None`.
+        strategy: optional `tf.distribute.Strategy` (see
+            `bert_keras.distribute.make_strategy`); defaults to the current
+            one. `batch_size` is the global batch: a multiple of the
+            replicas. On workers other than the chief nothing is exported
+            (`encoder_dir` is None) and progress is not reported.
+        dtype: optional Keras dtype policy of the model (e.g.
+            `"mixed_bfloat16"`: bfloat16 compute, float32 weights and losses).
 
     Returns:
         `PretrainingResult`.
@@ -235,6 +263,13 @@ def run_pretraining(
     """
     check_positive_int("epochs", epochs)
     check_positive_int("batch_size", batch_size)
+    strategy = strategy or tf.distribute.get_strategy()
+    replicas = strategy.num_replicas_in_sync
+    if replicas > 1:
+        distribute.check_global_batch(batch_size, replicas)
+    chief = distribute.is_chief(strategy)
+    if not chief:
+        progress, verbose = None, 0
     out_dir = os.fspath(out_dir)
     encoder_dir = os.path.join(out_dir, ENCODER_DIR)
     preprocess_dir = os.path.join(out_dir, PREPROCESS_DIR)
@@ -274,27 +309,49 @@ def run_pretraining(
         learning_rate=learning_rate, warmup_steps=warmup_steps, weight_decay=weight_decay, seed=seed,
         dupe_factor=dupe_factor, **{k: v for k, v in data_args.items() if k not in ("seq_length", "batch_size")},
     )
+    if dtype is not None:
+        run["dtype"] = dtype  # (runs without it recorded none: their backups still match)
     _check_run(out_dir, run)
-    backup_dir = os.path.join(out_dir, BACKUP_DIR)
-    initial_epoch = resumed_epoch(backup_dir)
+    backup_dir = distribute.worker_backup_dir(os.path.join(out_dir, BACKUP_DIR), strategy)
+    initial_epoch = distribute.agree_on_backup(strategy, backup_dir, resumed_epoch)
     if initial_epoch:
         # The batches an uninterrupted run would feed next.
         dataset = dataset.skip(initial_epoch * steps_per_epoch)
         logger.info("Resuming from the backup in %s at epoch %d.", backup_dir, initial_epoch)
-    validation_data = None
+    validation_data = validation_steps = None
     if validation_corpus is not None:
-        validation_data = pretraining_dataset(validation_corpus, tokenizer, seed=seed + 1, **data_args)
+        validation_data = pretraining_dataset(
+            validation_corpus, tokenizer, seed=seed + 1, drop_remainder=replicas > 1, **data_args
+        )
+        if replicas > 1:
+            validation_steps = validation_data.num_instances // batch_size
+            if not validation_steps:
+                raise ValueError(f"The validation corpus has {validation_data.num_instances} instances, fewer than one "
+                                 f"global batch ({batch_size}), which a distributed run needs.")
+            validation_data = distribute.distribute_batches(
+                strategy, _globally_normalised(validation_data).repeat(), batch_size, scale_partial=False
+            )
+    if replicas > 1:
+        dataset = distribute.distribute_batches(strategy, _globally_normalised(dataset), batch_size)
 
     # === Model and optimizer, under the distribution strategy ===
-    with tf.distribute.get_strategy().scope():
-        encoder = BertEncoder(**encoder_config)
-        pretrainer = BertPretrainer(encoder)
-        if warmup_steps is None:
-            warmup_steps = total_steps // 10
+    policy = keras.config.dtype_policy()
+    try:
+        if dtype is not None:
+            keras.config.set_dtype_policy(dtype)
+        with strategy.scope():
+            encoder = BertEncoder(**encoder_config)
+            pretrainer = BertPretrainer(encoder)
+    finally:
+        keras.config.set_dtype_policy(policy)
+    if warmup_steps is None:
+        warmup_steps = total_steps // 10
+    with strategy.scope():
         pretrainer.compile(
             optimizer=bert_optimizer(
                 learning_rate, total_steps, warmup_steps=warmup_steps, decay="cosine", weight_decay=weight_decay
-            )
+            ),
+            **(dict(loss=pretraining_losses(mlm_reduction="sum"), weighted_metrics=pretraining_metrics()) if replicas > 1 else {}),
         )
     logger.info(
         "Pre-training %s parameters for %d steps (%d epochs of %d) on %d instances per pass.",
@@ -316,6 +373,7 @@ def run_pretraining(
         epochs=epochs,
         steps_per_epoch=steps_per_epoch,
         validation_data=validation_data,
+        validation_steps=validation_steps,
         callbacks=all_callbacks,
         verbose=verbose,
         shuffle=False,  # the instances are shuffled already (seeded)
@@ -323,7 +381,11 @@ def run_pretraining(
     steps = int(pretrainer.optimizer.iterations.numpy())
 
     # === Hub modules ===
-    if export:
+    if not chief:
+        shutil.rmtree(backup_dir, ignore_errors=True)
+        encoder_dir = preprocess_dir = None
+        logger.info("Pre-training done after %d steps; the chief writes the modules.", steps)
+    elif export:
         fault_point("before-export")
         export_module_pair(
             out_dir, encoder, vocab_file, do_lower_case, seq_length=seq_length, pretrainer=pretrainer, overwrite=True,

@@ -152,17 +152,22 @@ class BertPretrainer(Task):
         return config
 
 
-def pretraining_losses():
+def pretraining_losses(mlm_reduction="mean_with_sample_weight"):
     """BERT's pre-training losses, keyed by the `BertPretrainer` outputs.
 
+    Args:
+        mlm_reduction: str. The masked-LM loss's Keras reduction. The default
+            averages over the sample weights (`masked_lm_weights`); `"sum"`
+            is for weights already divided by their sum over the global batch
+            (distributed training, where each replica sees part of it).
+
     Returns:
-        A dict: `mlm_logits` -> sparse cross-entropy from logits, averaged
-        over the sample weights (`masked_lm_weights`); `nsp_logits` -> sparse
-        cross-entropy from logits.
+        A dict: `mlm_logits` -> sparse cross-entropy from logits, reduced by
+        `mlm_reduction`; `nsp_logits` -> sparse cross-entropy from logits.
     """
     return {
         MLM_LOGITS: keras.losses.SparseCategoricalCrossentropy(
-            from_logits=True, reduction="mean_with_sample_weight", name="mlm_loss"
+            from_logits=True, reduction=mlm_reduction, name="mlm_loss"
         ),
         NSP_LOGITS: keras.losses.SparseCategoricalCrossentropy(from_logits=True, name="nsp_loss"),
     }

@@ -9,7 +9,7 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent / "bert_keras"
 
 # The layers, first to last (README, "API map"). A module may import its own layer's and earlier layers' modules.
 LAYERS = [
-    ["_backend", "_checks", "_files"],
+    ["_backend", "_checks", "_files", "distribute"],
     ["layers"],
     ["presets"],
     ["encoder"],
