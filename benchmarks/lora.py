@@ -1,0 +1,234 @@
+"""LoRA vs full fine-tuning: MiniLM-L6 on the demo's tweet split, through the one fine-tune pipeline.
+
+Both runs go through `bert_keras.finetune.finetune_classifier` from the installed all-MiniLM-L6-v2
+checkpoint (native `BertEncoder` + `BertPreprocessor`, the same seed, split and head phase):
+
+- full fine-tuning: phase 1 trains the head (encoder frozen), phase 2 everything, AdamW at
+  `--learning-rate` (the demo's 5e-5);
+- LoRA: the same phase 1, then adapters of rank `--lora-rank` on `--lora-targets` (default query,
+  value) and the head only, at `--lora-learning-rate` (LoRA takes a larger rate than full
+  fine-tuning: the LoRA paper used 4e-4 to 5e-4 for RoBERTa-base); merged into the kernels before the
+  test scores.
+
+The data is the demo's: `bert_keras.demo.load_tweet_splits` (stratified 80/10/10 split of the 38,158
+tweets, seed 0, subsampled to `--train-size` / `--validation-size` / `--test-size`). Reported per run:
+trainable parameters in phase 2 (and their share of the encoder's), seconds per phase-2 epoch (its
+training and validation passes; timed from the pipeline's "Phase 2" log line to the end of
+training; the first epoch also traces the training step, tens of seconds on 2 cores, alike for both methods),
+phase-1 seconds, test accuracy and macro-F1. The runs are made one after the other; the
+machine's load average is recorded with them.
+
+Run from the repository root (the figures in benchmarks/results/lora.md; tens of minutes on 2 cores):
+
+    TF_CPP_MIN_LOG_LEVEL=2 python benchmarks/lora.py
+
+A quick check of the script on a tiny slice (its figures mean nothing):
+
+    TF_CPP_MIN_LOG_LEVEL=2 python benchmarks/lora.py --train-size 64 --validation-size 32 \\
+        --test-size 64 --head-epochs 1 --epochs 1 --out /tmp/lora.md
+"""
+
+import argparse
+import dataclasses
+import datetime
+import inspect
+import logging
+import os
+import platform
+import shlex
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(HERE))  # the repository's bert_keras, when run as a script
+
+import keras  # noqa: E402
+import tensorflow as tf  # noqa: E402
+
+from bert_keras import lora  # noqa: E402
+from bert_keras.demo import DemoConfig, load_tweet_splits  # noqa: E402
+from bert_keras.finetune import finetune_classifier  # noqa: E402
+from bert_keras.tasks import BertClassifier  # noqa: E402
+from bert_keras.text.corpora import minilm_vocab_path  # noqa: E402
+
+RESULTS = os.path.join(HERE, "results", "lora.md")
+PHASE_2_LOG = "Phase 2"  # how `bert_keras.finetune` announces phase 2 (logger "bert_keras.finetune")
+
+
+@dataclasses.dataclass
+class Run:
+    method: str
+    learning_rate: float
+    trainable_parameters: int
+    share: float
+    phase1_seconds: float | None
+    seconds_per_epoch: float | None
+    fit_seconds: float
+    accuracy: float
+    macro_f1: float
+
+
+class _PhaseClock(logging.Handler):
+    """Records when the pipeline's log says phase 2 begins."""
+
+    def __init__(self):
+        super().__init__(logging.INFO)
+        self.phase2_started = None
+
+    def emit(self, record):
+        if record.getMessage().startswith(PHASE_2_LOG):
+            self.phase2_started = time.monotonic()
+
+
+def cpu_description():
+    """The CPU model name, the number of cores this process may use, and the AVX-512 flags."""
+    model, flags = platform.processor() or platform.machine(), set()
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                if key.strip() == "model name":
+                    model = value.strip()
+                elif key.strip() == "flags":
+                    flags = {flag for flag in value.split() if flag.startswith("avx512")}
+    except OSError:
+        pass
+    return f"{model}, {len(os.sched_getaffinity(0))} cores; AVX-512: {' '.join(sorted(flags)) or 'none'}"
+
+
+def trainable_counts(source, args, num_classes):
+    """`(full, lora, encoder)` phase-2 trainable parameters, counted on the model the pipeline builds."""
+    model = BertClassifier.from_checkpoint(source, seq_length=args.seq_length, num_classes=num_classes)
+    head = sum(int(w.numpy().size) for w in model.classifier_head.trainable_weights)
+    encoder = model.encoder.count_params()
+    summary = lora.enable_lora(model, rank=args.lora_rank, targets=args.lora_targets)
+    model.encoder.trainable = True  # as phase 2
+    trained = sum(int(w.numpy().size) for w in model.trainable_weights)
+    assert trained == summary.adapter_parameters + head, (trained, summary)
+    return encoder + head, trained, encoder
+
+
+def run_one(method, source, splits, args, report):
+    train, validation, test = splits
+    learning_rate = args.learning_rate if method == "full" else args.lora_learning_rate
+    extra = {} if method == "full" else {"lora_rank": args.lora_rank, "lora_targets": args.lora_targets}
+    clock = _PhaseClock()
+    finetune_logger = logging.getLogger("bert_keras.finetune")
+    finetune_logger.addHandler(clock)
+    level = finetune_logger.level
+    finetune_logger.setLevel(logging.INFO)
+    started = {}
+
+    def timed_report(text):
+        if text.startswith("Fine-tuning ("):  # the pipeline's last line before training starts
+            started["fit"] = time.monotonic()
+        report(f"  [{method}] {text}")
+
+    try:
+        result = finetune_classifier(
+            source, train, validation, test, None,
+            seq_length=args.seq_length, batch_size=args.batch_size, head_epochs=args.head_epochs,
+            head_learning_rate=args.head_learning_rate, epochs=args.epochs, learning_rate=learning_rate,
+            seed=args.seed, verbose=args.verbose, report=timed_report, **extra,
+        )
+    finally:
+        finetune_logger.removeHandler(clock)
+        finetune_logger.setLevel(level)
+    phase1 = per_epoch = None
+    if clock.phase2_started is not None and "fit" in started:
+        phase1 = clock.phase2_started - started["fit"]
+        per_epoch = (result.fit_seconds - phase1) / args.epochs
+    return result, learning_rate, phase1, per_epoch
+
+
+def markdown(runs, args, sizes, encoder_parameters, seconds):
+    command = "python benchmarks/lora.py " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+    rows = [
+        f"| {r.method} | {r.trainable_parameters:,} | {100 * r.share:.2f}% | {r.learning_rate:g} | "
+        f"{'-' if r.seconds_per_epoch is None else f'{r.seconds_per_epoch:.0f}'} | "
+        f"{'-' if r.phase1_seconds is None else f'{r.phase1_seconds:.0f}'} | {r.fit_seconds:.0f} | "
+        f"{r.accuracy:.4f} | {r.macro_f1:.4f} |"
+        for r in runs
+    ]
+    load = " / ".join(f"{x:.1f}" for x in os.getloadavg())
+    return "\n".join([
+        "# LoRA vs full fine-tuning (MiniLM-L6, tweets)",
+        "",
+        "`benchmarks/lora.py` (its docstring says how each figure is made): both runs through",
+        "`bert_keras.finetune.finetune_classifier` from the installed all-MiniLM-L6-v2 checkpoint, on the",
+        f"demo's split (`bert_keras.demo.load_tweet_splits`, seed {args.seed}): train {sizes['train']}, validation "
+        f"{sizes['validation']}, test {sizes['test']};",
+        f"sequences of {args.seq_length}, batch {args.batch_size}; {args.head_epochs} head epoch(s) (encoder frozen, Adam "
+        f"{args.head_learning_rate:g}), then {args.epochs} epoch(s) of phase 2.",
+        f"LoRA: rank {args.lora_rank} on {', '.join(args.lora_targets)}, alpha = rank; merged into the kernels before "
+        "the test scores.",
+        "",
+        f"Command: `TF_CPP_MIN_LOG_LEVEL=2 {command}`  ",
+        f"Date: {datetime.date.today().isoformat()}; Python {platform.python_version()}, TensorFlow {tf.__version__}, "
+        f"Keras {keras.__version__}  ",
+        f"CPU: {cpu_description()}  ",
+        f"Load average at the end: {load}; the whole run took {seconds / 60:.0f} min.",
+        "",
+        f"| method | trainable parameters (phase 2) | share of the encoder's {encoder_parameters:,} | "
+        "peak learning rate | s / phase-2 epoch | phase 1 s | fit s | test accuracy | test macro-F1 |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+        *rows,
+        "",
+    ])
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    defaults = DemoConfig()
+    parser.add_argument("--train-size", type=int, default=defaults.train_size)
+    parser.add_argument("--validation-size", type=int, default=defaults.validation_size)
+    parser.add_argument("--test-size", type=int, default=defaults.test_size)
+    parser.add_argument("--seq-length", type=int, default=defaults.seq_length)
+    parser.add_argument("--batch-size", type=int, default=defaults.batch_size)
+    parser.add_argument("--head-epochs", type=int, default=defaults.head_epochs)
+    parser.add_argument("--head-learning-rate", type=float, default=defaults.head_learning_rate)
+    parser.add_argument("--epochs", type=int, default=defaults.epochs)
+    parser.add_argument("--learning-rate", type=float, default=defaults.learning_rate, help="full fine-tuning's peak rate")
+    parser.add_argument("--lora-learning-rate", type=float, default=5e-4, help="LoRA's peak rate")
+    parser.add_argument("--lora-rank", type=int, default=8)
+    parser.add_argument("--lora-targets", type=lora.check_lora_targets, default=lora.DEFAULT_TARGETS,
+                        help="comma-separated names among " + ", ".join(lora.LORA_TARGETS))
+    parser.add_argument("--methods", default="full,lora", help="comma-separated: full, lora")
+    parser.add_argument("--seed", type=int, default=defaults.seed)
+    parser.add_argument("--verbose", type=int, default=2, help="fit's verbosity")
+    parser.add_argument("--out", default=RESULTS, help="the Markdown file written (replaced)")
+    return parser.parse_args(argv)
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    methods = [m.strip() for m in args.methods.split(",") if m.strip()]
+    if not methods or set(methods) - {"full", "lora"}:
+        raise SystemExit(f"--methods: expected names among full, lora; received {args.methods!r}")
+    if "lora" in methods and "lora_rank" not in inspect.signature(finetune_classifier).parameters:
+        raise SystemExit("bert_keras.finetune.finetune_classifier takes no `lora_rank` yet; run with --methods full.")
+    started = time.monotonic()
+    source = os.path.dirname(minilm_vocab_path())
+    config = DemoConfig(train_size=args.train_size, validation_size=args.validation_size, test_size=args.test_size,
+                        seq_length=args.seq_length, batch_size=args.batch_size, seed=args.seed)
+    splits = load_tweet_splits(config, print)
+    full_trainable, lora_trainable, encoder_parameters = trainable_counts(source, args, len(splits[0].label_names))
+    runs, sizes = [], None
+    for method in methods:
+        print(f"{method}:")
+        result, learning_rate, phase1, per_epoch = run_one(method, source, splits, args, print)
+        sizes = result.sizes
+        trainable = full_trainable if method == "full" else lora_trainable
+        runs.append(Run(method if method == "full" else f"LoRA r={args.lora_rank} ({', '.join(args.lora_targets)})",
+                        learning_rate, trainable, trainable / encoder_parameters, phase1, per_epoch,
+                        result.fit_seconds, result.scores["accuracy"], result.scores["macro_f1"]))
+        print(f"  {runs[-1]}")
+    text = markdown(runs, args, sizes, encoder_parameters, time.monotonic() - started)
+    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+    with open(args.out, "w") as f:
+        f.write(text)
+    print(text)
+
+
+if __name__ == "__main__":
+    main()
