@@ -324,3 +324,29 @@ def test_hub_module_is_refused_with_the_way_to_a_native_encoder(tmp_path):
     assert summary.adapter_parameters == 512
     inputs = _inputs()
     assert_close(imported(inputs)["pooled_output"], layer(inputs)["pooled_output"], atol=1e-5)
+
+
+def test_finetune_trains_only_adapters_and_head_and_resumes_them_exactly(tmp_path):
+    """Through `bert_keras.finetune.finetune` (freeze -> adapt -> unfreeze, backups): the LoRA contract holds."""
+    from bert_keras.finetune import finetune  # a later layer than lora; only this test needs it
+
+    def build():
+        keras.utils.set_random_seed(3)
+        model = _classifier()
+        lora.enable_lora(model, rank=4, seed=1)
+        return model
+
+    inputs = _inputs(batch=16, seed=2)
+    data = tf.data.Dataset.from_tensor_slices((inputs, np.arange(16) % 3)).batch(8)
+    model = build()
+    before = _snapshot(model)
+    backup = str(tmp_path / "backup")
+    finetune(model, data, head_epochs=1, epochs=2, learning_rate=1e-2, verbose=0, backup_dir=backup)
+    after = _snapshot(model)
+    changed = sorted(path for path in before if not np.array_equal(before[path], after[path]))
+    assert changed == sorted(["classifier/dense/bias", "classifier/dense/kernel"] + _adapter_paths(model))
+    # A rerun restores both phases from the backups: the adapters and the base kernels as they were.
+    resumed = build()
+    finetune(resumed, data, head_epochs=1, epochs=2, learning_rate=1e-2, verbose=0, backup_dir=backup)
+    for path, value in _snapshot(resumed).items():
+        np.testing.assert_array_equal(value, after[path], err_msg=path)
