@@ -8,6 +8,7 @@ the column adds up to more than the wall time).
 
     TF_CPP_MIN_LOG_LEVEL=2 python benchmarks/profile_ops.py infer ours
     TF_CPP_MIN_LOG_LEVEL=2 python benchmarks/profile_ops.py train kerasnlp --lengths full
+    TF_CPP_MIN_LOG_LEVEL=2 python benchmarks/profile_ops.py infer ours --lengths full --dtype mixed_bfloat16
 """
 
 import argparse
@@ -57,8 +58,9 @@ def main():
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--top", type=int, default=15)
     parser.add_argument("--no-pack", action="store_true")
+    parser.add_argument("--dtype", default="float32", choices=["float32", "mixed_bfloat16"], help="Keras dtype policy")
     args = parser.parse_args()
-    args.jit, args.random_weights, args.dtype = False, True, "float32"
+    args.jit, args.random_weights = False, True
 
     import tensorflow as tf
 
@@ -79,7 +81,7 @@ def main():
     tf.profiler.experimental.stop()
     totals = op_times(logdir, args.steps)
     busy = sum(totals.values())
-    print(f"{args.task} {args.peer} ({args.lengths} rows, batch {args.batch}, seq {args.seq}): "
+    print(f"{args.task} {args.peer} ({args.dtype}, {args.lengths} rows, batch {args.batch}, seq {args.seq}): "
           f"{wall:.0f} ms per step (profiled), op time {busy:.0f} ms summed over threads\n")
     print("| op type | ms per step | share of op time |")
     print("|---|---:|---:|")

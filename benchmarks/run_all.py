@@ -14,16 +14,23 @@ peak, measured in the same run. Our encoder packs the real tokens
 fewer token rows than the padded peers; `ours (padded)` is the same encoder
 with `pack_tokens=False`.
 
-Sections: fp32 GEMM peak; MiniLM-L6 inference (batch 32, seq 128) on ragged
-rows (lengths uniform in 64-128, the first row full), on rows without padding,
-and on the first 32 tweets of the corpus; BERT-Base inference (batch 8, seq
+Sections: fp32 and bf16 GEMM peaks; MiniLM-L6 inference (batch 32, seq 128) on ragged
+rows (lengths uniform in 64-128, the first row full), on rows without padding
+(fp32, and bf16: Keras `mixed_bfloat16` against torch at its best, autocast or
+bf16 weights with either attention, the best per round taken as torch's
+figure), and on the first 32 tweets of the corpus; BERT-Base inference (batch 8, seq
 128, ragged); training step (MiniLM-L6 + 2-class head, Adam, batch 32, seq 128,
 ragged); our exported Hub SavedModel vs the in-memory model; tokenisation
 (`tokenize_benchmark.py`).
 
-Run from the repository root (about 20 minutes on 2 cores):
+Run from the repository root (about 25 minutes on 2 cores):
 
     TF_CPP_MIN_LOG_LEVEL=2 python benchmarks/run_all.py --output benchmarks/results/benchmarks.md
+
+or only some sections (the encoder-speed targets, about 10 minutes):
+
+    TF_CPP_MIN_LOG_LEVEL=2 python benchmarks/run_all.py --sections gemm gemm-bf16 minilm-full minilm-full-bf16 \
+        --output benchmarks/results/encoder_speed.md
 """
 
 import argparse
@@ -58,12 +65,19 @@ VARIANTS = {
     "keras-nlp, oneDNN off": ("kerasnlp", [], "0"),
     "keras-nlp + XLA": ("kerasnlp", ["--jit"], None),
     "torch": ("torch", [], None),
+    # bf16 sections: torch at its best, by autocast ("torch") or with bf16 weights, either attention.
+    "torch, bf16 weights": ("torch", ["--torch-bf16-weights"], None),
+    "torch, bf16 weights, eager attention": ("torch", ["--torch-bf16-weights", "--torch-attention", "eager"], None),
 }
+TORCH_BF16 = ["torch", "torch, bf16 weights", "torch, bf16 weights, eager attention"]
+BEST_TORCH = "torch (best of its variants, per round)"
 
 BASELINE = "ours @ baseline tree"
 
 TARGETS = {  # section -> [(ours label, peer label, target ratio)]
     "minilm": [("ours", "keras-nlp", 1.4), ("ours", "torch", 1.2)],
+    "minilm-full": [("ours", "keras-nlp", 1.15), ("ours", "torch", 1.15)],
+    "minilm-full-bf16": [("ours", "keras-nlp", 1.2), ("ours", BEST_TORCH, 1.2)],
     "train": [("ours", "keras-nlp", 1.3)],
 }
 
@@ -97,9 +111,28 @@ def run_worker(args, onednn, timeout=1200, worker=WORKER):
     raise RuntimeError(f"{' '.join(command)} failed:\n{result.stderr[-3000:]}")
 
 
+def cpu_description():
+    """The CPU model name and its AVX-512 flags (what the absolute figures depend on)."""
+    model, flags = platform.processor() or platform.machine(), set()
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                if key.strip() == "model name":
+                    model = value.strip()
+                elif key.strip() == "flags":
+                    flags = {flag for flag in value.split() if flag.startswith("avx512")}
+    except OSError:
+        pass
+    return f"{model}; {' '.join(sorted(flags)) or 'no AVX-512'}"
+
+
 def rotate(items, shift):
     shift %= len(items)
     return items[shift:] + items[:shift]
+
+
+WAIT_IDLE = [0.0]  # --wait-idle: seconds to wait for a quiet machine before each process
 
 
 def run_rounds(name, labels, make_args, rounds, log):
@@ -107,6 +140,8 @@ def run_rounds(name, labels, make_args, rounds, log):
     results = {label: [] for label in labels}
     for r in range(rounds):
         for label in rotate(list(labels), r):
+            if WAIT_IDLE[0] > 0:
+                wait_for_idle(WAIT_IDLE[0], log=log)
             args, onednn, worker = make_args(label)
             result = run_worker(args, onednn, worker=worker)
             results[label].append(result)
@@ -116,7 +151,7 @@ def run_rounds(name, labels, make_args, rounds, log):
 
 
 def summarise(results):
-    """label -> dict(median over all steps, per-round medians)."""
+    """label -> dict(median over all steps, per-round medians, the first result's extras, load averages)."""
     summary = {}
     for label, per_round in results.items():
         all_steps = [s for result in per_round for s in result["seconds"]]
@@ -124,8 +159,57 @@ def summarise(results):
             "median": statistics.median(all_steps),
             "rounds": [statistics.median(result["seconds"]) for result in per_round],
             "extra": {k: v for k, v in per_round[0].items() if k not in ("seconds", "process_seconds")},
+            "others": [result.get("others_cpu_share", float("nan")) for result in per_round],
         }
     return summary
+
+
+def add_best_of(summary, labels, best_label):
+    """Adds `best_label`: per round, the fastest of `labels` (a peer at its best, chosen round by round)."""
+    labels = [label for label in labels if label in summary]
+    if len(labels) < 2:
+        return
+    rounds = [min(summary[label]["rounds"][r] for label in labels) for r in range(len(summary[labels[0]]["rounds"]))]
+    fastest = min(labels, key=lambda label: summary[label]["median"])
+    summary[best_label] = {**summary[fastest], "rounds": rounds, "median": statistics.median(rounds)}
+
+
+def load_line(summary):
+    """How busy other processes kept the machine while the peers were timed (by peer)."""
+    parts = []
+    for label, s in summary.items():
+        shares = [share for share in s.get("others", []) if share == share]
+        if shares and label != BEST_TORCH:
+            parts.append(f"{label} {100 * min(shares):.0f}-{100 * max(shares):.0f}%")
+    if not parts:
+        return []
+    return ["- CPU time other processes used while each peer was timed (share of all cores, per-process "
+            "range): " + "; ".join(parts)]
+
+
+def wait_for_idle(max_wait, threshold=0.15, log=None):
+    """Waits (at most `max_wait` s) until other processes use under `threshold` of the cores over 2 s."""
+    deadline = time.time() + max_wait
+    while True:
+        before = busy_cpu_seconds()
+        time.sleep(2.0)
+        if before is None:
+            return
+        share = (busy_cpu_seconds() - before) / (2.0 * os.cpu_count())
+        if share < threshold or time.time() > deadline:
+            if share >= threshold and log:
+                log(f"machine still {100 * share:.0f}% busy after waiting {max_wait:.0f} s; measuring anyway")
+            return
+
+
+def busy_cpu_seconds():
+    """CPU seconds the whole machine has been busy (/proc/stat), or None off Linux."""
+    try:
+        with open("/proc/stat", encoding="ascii") as f:
+            fields = [int(v) for v in f.readline().split()[1:]]
+    except OSError:
+        return None
+    return (sum(fields[:8]) - fields[3] - fields[4]) / os.sysconf("SC_CLK_TCK")
 
 
 def paired_ratio(summary, ours, peer):
@@ -179,8 +263,14 @@ def main():
     parser.add_argument("--dtype", default="float32", choices=["float32", "mixed_bfloat16"],
                         help="dtype policy of the model sections (torch: bf16 autocast)")
     parser.add_argument("--gpu", action="store_true", help="say in the table that it was measured on a GPU")
-    sections = ["gemm", "minilm", "minilm-full", "minilm-tweets", "base", "train", "savedmodel", "tokenize"]
-    parser.add_argument("--sections", nargs="+", default=sections, choices=sections)
+    sections = ["gemm", "gemm-bf16", "minilm", "minilm-full", "minilm-full-bf16", "minilm-tweets", "base", "train",
+                "savedmodel", "tokenize"]
+    parser.add_argument("--sections", nargs="+", default=sections, choices=sections,
+                        help="run only these sections (the shares of GEMM peak need `gemm` / `gemm-bf16` too)")
+    parser.add_argument(
+        "--bf16-peers", nargs="+", default=["ours", "keras-nlp"] + TORCH_BF16, choices=list(VARIANTS),
+        help="peers of the minilm-full-bf16 section",
+    )
     parser.add_argument("--minilm-peers", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
     parser.add_argument(
         "--lengths-peers", nargs="+", default=["ours", "ours (padded)", "keras-nlp", "torch"],
@@ -194,7 +284,12 @@ def main():
         "--train-peers", nargs="+", default=["ours", "ours (padded)", "keras-nlp", "torch"],
         choices=list(VARIANTS),
     )
+    parser.add_argument(
+        "--wait-idle", type=float, default=0.0,
+        help="before each process, wait up to this many seconds until other processes use under 15%% of the cores",
+    )
     args = parser.parse_args()
+    WAIT_IDLE[0] = args.wait_idle
     started = time.time()
 
     def log(message):
@@ -206,7 +301,9 @@ def main():
         f"Command: `TF_CPP_MIN_LOG_LEVEL=2 python benchmarks/run_all.py {shlex.join(sys.argv[1:])}`",
         "",
         f"Run {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC on {os.cpu_count()} CPUs "
-        f"({platform.processor() or platform.machine()}), Python {platform.python_version()}. "
+        f"({cpu_description()}), Python {platform.python_version()}. The machine is shared: other agents' jobs "
+        "run on the same cores during the run (the load averages below), which is why the peers alternate and "
+        "the ratios are the figures to read; absolute rates move with the load. "
         f"{args.rounds} rounds (GEMM, MiniLM inference) / {args.other_rounds} (other sections); each peer runs in its own process once per round (order rotating), "
         f"{args.repeats} timed steps per process after warm-up. Medians over all timed steps; spread = "
         "lowest-highest per-process median; ratios = median of per-round paired ratios (range). "
@@ -219,24 +316,40 @@ def main():
          "**GPU: not yet measured** (no GPU on this machine; `benchmarks/gpu.sh` is the prepared script)."),
         "",
     ]
-    peak = None
-    if "gemm" in args.sections:
-        labels = {"TF (default: oneDNN)": ("tf", [], None), "TF, oneDNN off (Eigen)": ("tf", [], "0"), "torch": ("torch", [], None)}
+    def gemm_section(section, dtype):
+        """The GEMM peak of `dtype`: the best per-process median of any library and shape."""
+        labels = {"TF (default: oneDNN), 2048 x 2048 x 2048": ("tf", "2048,2048,2048", None)}
+        if dtype == "float32":
+            labels["TF, oneDNN off (Eigen), 2048 x 2048 x 2048"] = ("tf", "2048,2048,2048", "0")
+        labels["TF (default: oneDNN), FFN shape 4096 x 384 x 1536"] = ("tf", "4096,384,1536", None)
+        labels["torch, 2048 x 2048 x 2048"] = ("torch", "2048,2048,2048", None)
+        labels["torch, FFN shape 4096 x 384 x 1536"] = ("torch", "4096,384,1536", None)
         results = run_rounds(
-            "gemm", list(labels),
-            lambda label: (["gemm", labels[label][0], "--seq", 2048, "--repeats", 10, "--warmup", 2], labels[label][2], WORKER),
+            section, list(labels),
+            lambda label: (["gemm", labels[label][0], "--gemm-shape", labels[label][1], "--dtype", dtype,
+                            "--repeats", 10, "--warmup", 3], labels[label][2], WORKER),
             args.rounds, log,
         )
         summary = summarise(results)
-        flops = 2 * 2048**3
-        rates = {label: flops / s["median"] / 1e9 for label, s in summary.items()}
-        peak = max(flops / min(s["rounds"]) / 1e9 for s in summary.values())
-        out += ["## fp32 GEMM peak (2048 x 2048 x 2048)", "", "| library | GFLOP/s (median) | spread |", "|---|---:|---:|"]
+        name = "fp32" if dtype == "float32" else "bf16"
+        lines = [f"## {name} GEMM peak", "", "| library, shape | GFLOP/s (median) | spread |", "|---|---:|---:|"]
+        best = 0.0
         for label, s in summary.items():
-            out.append(f"| {label} | {rates[label]:.0f} | {flops / max(s['rounds']) / 1e9:.0f}-{flops / min(s['rounds']) / 1e9:.0f} |")
-        out += ["", f"Peak used for the shares below: **{peak:.0f} GFLOP/s** (the best per-process median of any library).", ""]
-    if peak is None:
-        peak = float("nan")
+            flops = s["extra"]["flops"]
+            best = max(best, flops / min(s["rounds"]) / 1e9)
+            lines.append(f"| {label} | {flops / s['median'] / 1e9:.0f} | "
+                         f"{flops / max(s['rounds']) / 1e9:.0f}-{flops / min(s['rounds']) / 1e9:.0f} |")
+        lines += ["", f"{name} peak used for the shares below: **{best:.0f} GFLOP/s** (the best per-process median "
+                  "of any library and shape).", *load_line(summary), ""]
+        return lines, best
+
+    peak, peak_bf16 = float("nan"), float("nan")
+    if "gemm" in args.sections:
+        lines, peak = gemm_section("gemm", "float32")
+        out += lines
+    if "gemm-bf16" in args.sections:
+        lines, peak_bf16 = gemm_section("gemm-bf16", "mixed_bfloat16")
+        out += lines
 
     baseline_worker = None
     if args.baseline_tree:
@@ -254,7 +367,8 @@ def main():
 
     flush()
 
-    def model_section(section, title, model, batch, peers, task, rounds, lengths="ragged"):
+    def model_section(section, title, model, batch, peers, task, rounds, lengths="ragged", dtype=None):
+        dtype = dtype or args.dtype
         if baseline_worker and BASELINE not in peers:
             peers = [peers[0], BASELINE] + list(peers[1:])
 
@@ -262,21 +376,27 @@ def main():
             peer, extra, onednn = VARIANTS[label]
             worker = baseline_worker if label == BASELINE else WORKER
             command = [task, peer, "--model", model, "--batch", batch, "--seq", 128, "--repeats", args.repeats]
-            return command + ["--dtype", args.dtype, "--lengths", lengths] + extra, onednn, worker
+            # 3 untimed steps: torch's bf16 autocast runs its first two steps 3-8x slower.
+            return command + ["--dtype", dtype, "--lengths", lengths, "--warmup", 3] + extra, onednn, worker
 
         results = run_rounds(section, peers, make_args, rounds, log)
         summary = summarise(results)
+        add_best_of(summary, TORCH_BF16, BEST_TORCH)
 
         def flops(extra):
             tokens = extra.get("computed_tokens")
             return forward_flops(model, batch, 128, tokens) * (3 if task == "train" else 1)
 
-        lines = [f"## {title}", "", *model_table(summary, batch, flops, peak), ""]
+        section_peak = peak_bf16 if dtype == "mixed_bfloat16" else peak
+        lines = [f"## {title}", "", *model_table(summary, batch, flops, section_peak), ""]
+        if dtype == "mixed_bfloat16":
+            lines.append(f"- Shares are of the **bf16** GEMM peak ({section_peak:.0f} GFLOP/s).")
         tokens = summary.get("ours", {}).get("extra", {}).get("computed_tokens")
         if tokens is not None:
             lines.append(f"- `ours` computes {tokens:,} of the {batch * 128:,} token rows "
                          f"({100 * tokens / (batch * 128):.1f}%: real tokens + the first position of each row)")
         lines += target_lines(section, summary)
+        lines += load_line(summary)
         if "ours, oneDNN off" in summary and "keras-nlp, oneDNN off" in summary:
             r, lo, hi = paired_ratio(summary, "ours, oneDNN off", "keras-nlp, oneDNN off")
             lines.append(f"- `ours, oneDNN off` vs `keras-nlp, oneDNN off`: {r:.2f}x (rounds {lo:.2f}-{hi:.2f})")
@@ -290,7 +410,13 @@ def main():
         flush()
     if "minilm-full" in args.sections:
         out += model_section("minilm-full", f"{minilm}, no padding (100% real tokens)",
-                             "minilm", 32, args.lengths_peers, "infer", args.other_rounds, lengths="full")
+                             "minilm", 32, args.lengths_peers, "infer", args.rounds, lengths="full")
+        flush()
+    if "minilm-full-bf16" in args.sections:
+        bf16 = minilm.replace("fp32 inference", "bf16 inference (Keras `mixed_bfloat16`; torch autocast or bf16 weights)")
+        out += model_section("minilm-full-bf16", f"{bf16}, no padding (100% real tokens)",
+                             "minilm", 32, args.bf16_peers, "infer", args.rounds, lengths="full",
+                             dtype="mixed_bfloat16")
         flush()
     if "minilm-tweets" in args.sections:
         out += model_section("minilm-tweets", f"{minilm}, the first 32 tweets of the corpus padded to 128",

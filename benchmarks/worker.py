@@ -75,14 +75,36 @@ def computed_tokens(mask, packed):
     return int(((mask > 0) | (np.arange(mask.shape[1]) == 0)).sum())
 
 
+def busy_cpu_seconds():
+    """CPU seconds the whole machine has been busy (all processes; /proc/stat), or None off Linux."""
+    try:
+        with open("/proc/stat", encoding="ascii") as f:
+            fields = [int(v) for v in f.readline().split()[1:]]
+    except OSError:
+        return None
+    idle = fields[3] + fields[4]  # idle + iowait
+    return (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")
+
+
+# Share of the machine's CPU time that other processes used during the timed steps (set by `timed`).
+OTHERS_CPU_SHARE = {}
+
+
 def timed(step, warmup, repeats):
     for _ in range(warmup):
         step()
     seconds = []
+    busy, own, wall = busy_cpu_seconds(), os.times(), time.perf_counter()
     for _ in range(repeats):
         start = time.perf_counter()
         step()
         seconds.append(time.perf_counter() - start)
+    if busy is not None:
+        own_after, wall = os.times(), time.perf_counter() - wall
+        own_cpu = (own_after.user + own_after.system) - (own.user + own.system)
+        others = busy_cpu_seconds() - busy - own_cpu
+        OTHERS_CPU_SHARE["others_cpu_share"] = max(0.0, others / (wall * os.cpu_count()))
+        OTHERS_CPU_SHARE["own_cpu_seconds_per_step"] = own_cpu / repeats
     return seconds
 
 
@@ -175,9 +197,11 @@ def bench_torch(args, training):
 
     torch.manual_seed(0)
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    autocast = torch.autocast(device, dtype=torch.bfloat16, enabled=args.dtype == "mixed_bfloat16")
+    bf16 = args.dtype == "mixed_bfloat16"
+    # bf16 by autocast (float32 weights, as Keras' mixed policy), or by bf16 weights (`model.to(bfloat16)`).
+    autocast = torch.autocast(device, dtype=torch.bfloat16, enabled=bf16 and not args.torch_bf16_weights)
     if args.model == "minilm" and not args.random_weights:
-        model = BertModel.from_pretrained(minilm_dir(), add_pooling_layer=True)
+        model = BertModel.from_pretrained(minilm_dir(), add_pooling_layer=True, attn_implementation=args.torch_attention)
     else:
         c = MODELS[args.model]
         model = BertModel(
@@ -187,9 +211,12 @@ def bench_torch(args, training):
                 num_hidden_layers=c["num_layers"],
                 num_attention_heads=c["num_heads"],
                 intermediate_size=c["intermediate_size"],
-            )
+            ),
+            attn_implementation=args.torch_attention,
         )
     model.to(device)
+    if bf16 and args.torch_bf16_weights:
+        model.to(torch.bfloat16)
     ids, mask, types, labels = make_inputs(args.batch, args.seq, lengths=args.lengths)
     x = dict(
         input_ids=torch.from_numpy(ids.astype("int64")).to(device),
@@ -197,6 +224,7 @@ def bench_torch(args, training):
         token_type_ids=torch.from_numpy(types.astype("int64")).to(device),
     )
     extra = {
+        "bf16": ("weights" if args.torch_bf16_weights else "autocast") if bf16 else None,
         "threads": torch.get_num_threads(),
         "attn": model.config._attn_implementation,
         "device": device,
@@ -256,17 +284,22 @@ def export_module(args):
 
 
 def bench_gemm(args):
-    size = args.seq  # square GEMM of this size
+    """`(m, k) x (k, n)` with `--gemm-shape m,k,n` (default square, of size `--seq`); bf16 for `mixed_bfloat16`."""
+    m, k, n = (int(v) for v in args.gemm_shape.split(",")) if args.gemm_shape else (args.seq,) * 3
+    bf16 = args.dtype == "mixed_bfloat16"
+    extra = {"shape": [m, k, n], "flops": 2 * m * k * n}
     if args.peer == "torch":
         import torch
 
-        a, b = torch.randn(size, size), torch.randn(size, size)
-        return timed(lambda: a @ b, args.warmup, args.repeats), {"threads": torch.get_num_threads()}
+        dtype = torch.bfloat16 if bf16 else torch.float32
+        a, b = torch.randn(m, k, dtype=dtype), torch.randn(k, n, dtype=dtype)
+        return timed(lambda: a @ b, args.warmup, args.repeats), {**extra, "threads": torch.get_num_threads()}
     import tensorflow as tf
 
-    a, b = tf.random.normal((size, size)), tf.random.normal((size, size))
+    dtype = tf.bfloat16 if bf16 else tf.float32
+    a, b = tf.cast(tf.random.normal((m, k)), dtype), tf.cast(tf.random.normal((k, n)), dtype)
     matmul = tf.function(tf.matmul, jit_compile=args.jit)
-    return timed(lambda: matmul(a, b).numpy(), args.warmup, args.repeats), {}
+    return timed(lambda: matmul(a, b).numpy(), args.warmup, args.repeats), extra
 
 
 def main():
@@ -283,7 +316,12 @@ def main():
     parser.add_argument("--lengths", choices=LENGTHS, default="ragged", help="input row lengths (see make_inputs)")
     parser.add_argument("--no-pack", action="store_true", help="ours: BertEncoder(pack_tokens=False)")
     parser.add_argument("--dtype", default="float32", choices=["float32", "mixed_bfloat16"],
-                        help="Keras dtype policy; torch: bf16 autocast")
+                        help="Keras dtype policy; torch: bf16 autocast (or --torch-bf16-weights); gemm: bf16 operands")
+    parser.add_argument("--torch-bf16-weights", action="store_true",
+                        help="torch with mixed_bfloat16: model.to(bfloat16) instead of autocast")
+    parser.add_argument("--torch-attention", default="sdpa", choices=["sdpa", "eager"],
+                        help="transformers' attention implementation")
+    parser.add_argument("--gemm-shape", default=None, help="gemm: m,k,n (default: square of size --seq)")
     parser.add_argument("--path", default=None, help="SavedModel directory (savedmodel, export)")
     args = parser.parse_args()
 
@@ -299,6 +337,7 @@ def main():
     else:
         seconds, extra = bench_keras(args, training=args.task == "train")
     extra["process_seconds"] = time.perf_counter() - start
+    extra.update(OTHERS_CPU_SHARE)  # other processes' share of the cores while this one was timed
     print("RESULT " + json.dumps({"seconds": seconds, **extra}), flush=True)
 
 

@@ -15,6 +15,8 @@ saving is the share of padding in the batch.
 
 Under XLA (`jit_compile=True`), whose shapes must not depend on the data, the
 index is simply every position, so packed and padded execution coincide.
+Outside XLA, a batch without padding skips the gathers: packing and unpacking
+are then reshapes (one `tf.cond` each).
 """
 
 import keras
@@ -61,8 +63,30 @@ def packed_token_index(input_mask):
     return token_index, tf.reshape(position_index, shape)
 
 
+def _skip_if_all_packed(n_packed, n_positions, reshaped, gathered):
+    """`reshaped()` when every position is packed (a batch without padding), else `gathered()`.
+
+    Packing is then a reshape, and the gathers are skipped (one `tf.cond`).
+    Under XLA every position is packed while the padding is still marked for
+    `UnpackTokens`, so the gathers always run there.
+    """
+    if _in_xla_context():
+        return gathered()
+    return tf.cond(tf.equal(n_packed, n_positions), reshaped, gathered)
+
+
 def _gather_positions(x, position_index, fill_zeros):
     """`(n_packed, ...)` -> `(batch, seq, ...)`: the packed row of each position."""
+    shape = tf.concat([tf.shape(position_index), tf.shape(x)[1:]], axis=0)  # (batch, seq, ...)
+    return _skip_if_all_packed(
+        tf.shape(x)[0],
+        tf.size(position_index),
+        lambda: tf.reshape(x, shape),
+        lambda: _gather_padded(x, position_index, fill_zeros),
+    )
+
+
+def _gather_padded(x, position_index, fill_zeros):
     gathered = tf.gather(x, tf.maximum(position_index, 0))  # (batch, seq, ...)
     if not fill_zeros:
         return gathered
@@ -88,7 +112,10 @@ def pack_tokens(x, packing):
             # A gather back (not the generic scatter-add): positions that were not packed get zero.
             return tf.reshape(_gather_positions(upstream, position_index, fill_zeros=True), tf.shape(x))
 
-        return tf.gather(flat, token_index), grad  # (n_packed, ...)
+        packed = _skip_if_all_packed(
+            tf.size(token_index), tf.size(position_index), lambda: flat, lambda: tf.gather(flat, token_index)
+        )
+        return packed, grad  # (n_packed, ...)
 
     return _pack(x)
 
@@ -113,7 +140,9 @@ def unpack_tokens(x, packing, fill_zeros=True):
         def grad(upstream):
             # Each packed row is used at exactly one position: a gather, not a scatter-add.
             flat = tf.reshape(upstream, tf.concat([[-1], tf.shape(upstream)[2:]], axis=0))  # (batch * seq, ...)
-            return tf.gather(flat, token_index)  # (n_packed, ...)
+            return _skip_if_all_packed(
+                tf.size(token_index), tf.size(position_index), lambda: flat, lambda: tf.gather(flat, token_index)
+            )  # (n_packed, ...)
 
         return _gather_positions(x, position_index, fill_zeros), grad
 

@@ -176,3 +176,38 @@ def test_weights_and_sublayers_keep_their_names_and_shapes():
     ]
     for name in ("query_dense", "key_dense", "value_dense", "output_dense"):
         assert tuple(getattr(layer, name).kernel.shape) == (HIDDEN, HIDDEN)
+
+
+def test_bfloat16_softmax_runs_in_bfloat16_only_where_as_exact_as_float32():
+    import tensorflow as tf
+    from bert_keras.layers.attention import _onednn_enabled, _softmax_dtype
+
+    assert _softmax_dtype("float32") == "float32"
+    assert _softmax_dtype("bfloat16") == "float32"  # eager ops: Eigen's bfloat16 softmax sums in bfloat16
+    assert _softmax_dtype("float16") == "float32"
+    traced = tf.function(lambda: tf.constant(_softmax_dtype("bfloat16")))().numpy().decode()
+    assert traced == ("bfloat16" if _onednn_enabled() else "float32")
+
+
+def test_mixed_bfloat16_graph_call_is_close_to_float32_and_masks_padding():
+    import tensorflow as tf
+
+    x, mask = _inputs()
+    reference = MultiHeadSelfAttention(num_heads=HEADS)
+    reference(x)
+    _random_weights(reference)
+    mixed = MultiHeadSelfAttention(num_heads=HEADS, dtype="mixed_bfloat16")
+    mixed(x)
+    mixed.set_weights(reference.get_weights())
+    expected_out, expected_probs = reference(x, attention_mask=mask, return_attention_scores=True)
+    out, probs = tf.function(lambda x: mixed(x, attention_mask=mask, return_attention_scores=True))(x)
+    _, eager_probs = mixed(x, attention_mask=mask, return_attention_scores=True)  # float32 softmax
+    assert probs.dtype == tf.bfloat16
+    probs = np.asarray(tf.cast(probs, "float32"))
+    assert probs[1, :, :, 4:].max() == 0.0  # padded keys get exactly zero weight
+    # As close to float32 as the float32-softmax path (the bfloat16 inputs, not the softmax, set the error).
+    error = np.abs(probs - expected_probs).max()
+    eager_error = np.abs(np.asarray(tf.cast(eager_probs, "float32")) - expected_probs).max()
+    assert 0 < error <= 1.5 * eager_error
+    np.testing.assert_allclose(probs.sum(-1), 1.0, atol=0.02)
+    assert_close(np.asarray(tf.cast(out, "float32")), expected_out, atol=0.1)

@@ -126,3 +126,26 @@ def test_pack_and_unpack_gradients_equal_plain_autodiff():
     grad = tf.convert_to_tensor(tape.gradient(ours, packed))
     assert_close(grad, tf.convert_to_tensor(tape.gradient(plain, packed)), atol=1e-6)
     assert np.abs(grad.numpy()).min() > 0
+
+
+@pytest.mark.parametrize("graph", [False, True])
+def test_batch_without_padding_packs_by_reshape_with_the_same_values_and_gradients(graph):
+    # Every position real: packing skips its gathers (a tf.cond); values and gradients are unchanged.
+    from bert_keras.layers.packing import pack_tokens
+
+    full = np.ones((3, 4), "int32")
+    rng = np.random.default_rng(5)
+    x = tf.constant(rng.normal(size=(3, 4, 2)).astype("float32"))
+    w = tf.constant(rng.normal(size=(3, 4, 2)).astype("float32"))
+
+    def run(x):
+        packing = packed_token_index(tf.constant(full))
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            packed = pack_tokens(x, packing)  # (12, 2)
+            loss = tf.reduce_sum(unpack_tokens(packed * 2.0, packing) * w)
+        return packed, tape.gradient(loss, x)
+
+    packed, grad = (tf.function(run) if graph else run)(x)
+    np.testing.assert_array_equal(packed, np.reshape(x, (12, 2)))
+    np.testing.assert_array_equal(grad, 2.0 * np.asarray(w))
