@@ -315,7 +315,7 @@ def main():
     parser.add_argument("--random-weights", action="store_true")
     parser.add_argument("--lengths", choices=LENGTHS, default="ragged", help="input row lengths (see make_inputs)")
     parser.add_argument("--no-pack", action="store_true", help="ours: BertEncoder(pack_tokens=False)")
-    parser.add_argument("--dtype", default="float32", choices=["float32", "mixed_bfloat16"],
+    parser.add_argument("--dtype", default="float32", choices=["float32", "mixed_bfloat16", "bfloat16"],
                         help="Keras dtype policy; torch: bf16 autocast (or --torch-bf16-weights); gemm: bf16 operands")
     parser.add_argument("--torch-bf16-weights", action="store_true",
                         help="torch with mixed_bfloat16: model.to(bfloat16) instead of autocast")

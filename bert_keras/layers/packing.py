@@ -78,12 +78,14 @@ def _skip_if_all_packed(n_packed, n_positions, reshaped, gathered):
 def _gather_positions(x, position_index, fill_zeros):
     """`(n_packed, ...)` -> `(batch, seq, ...)`: the packed row of each position."""
     shape = tf.concat([tf.shape(position_index), tf.shape(x)[1:]], axis=0)  # (batch, seq, ...)
-    return _skip_if_all_packed(
+    gathered = _skip_if_all_packed(
         tf.shape(x)[0],
         tf.size(position_index),
         lambda: tf.reshape(x, shape),
         lambda: _gather_padded(x, position_index, fill_zeros),
     )
+    gathered.set_shape(position_index.shape.concatenate(x.shape[1:]))  # static shapes let TF fuse what follows
+    return gathered
 
 
 def _gather_padded(x, position_index, fill_zeros):
@@ -115,6 +117,7 @@ def pack_tokens(x, packing):
         packed = _skip_if_all_packed(
             tf.size(token_index), tf.size(position_index), lambda: flat, lambda: tf.gather(flat, token_index)
         )
+        packed.set_shape(tf.TensorShape([None]).concatenate(x.shape[2:]))  # static shapes let TF fuse what follows
         return packed, grad  # (n_packed, ...)
 
     return _pack(x)
