@@ -8,8 +8,12 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from bert_keras import hub
 from bert_keras._checks import check_int
 from bert_keras._files import staged_directory
+from bert_keras.checkpoints import load_checkpoint
+from bert_keras.hub.export import check_compute_dtype, compute_dtype
+from bert_keras.encoder import BertEncoder
 from bert_keras.tasks import BertClassifier
 
 logger = logging.getLogger(__name__)
@@ -35,7 +39,133 @@ def outputs_probabilities(model):
     return activation is keras.activations.softmax or getattr(activation, "__name__", None) == "softmax"
 
 
-def export_classifier(model, export_dir, label_names, overwrite=False, extra_assets=None):
+# The batch-1 fast path: a single text's packed inputs are cut to the next of these lengths and run
+# through an XLA-compiled copy of the encoder and head (one compilation per length, on first use).
+# Beyond the last one, or for batches, the graph runs op by op on the batch's longest row, where
+# the encoder's token packing (dense layers on real tokens only) pays more than XLA's fusion.
+XLA_LENGTHS = (16, 32, 48, 64)
+def _native_encoder(encoder):
+    """A `BertEncoder` with the current weights of a Hub layer around a module written by this package.
+
+    The module's architecture is read from its directory (`load_checkpoint`);
+    the weights are the layer's variables (e.g. fine-tuned), matched by name.
+    """
+    handle = getattr(encoder, "handle", None)
+    if isinstance(encoder, hub.KerasLayer) and isinstance(handle, str):
+        native = load_checkpoint(handle, with_heads=False).encoder
+        variables = {v.name.rsplit(":", 1)[0]: v for v in encoder.resolved_object.variables}
+        if all(weight.path in variables for weight in native.weights):
+            for weight in native.weights:
+                weight.assign(variables[weight.path])
+            return native
+    raise ValueError(
+        f"Cannot export the encoder {encoder.name!r} ({type(encoder).__name__}) in bfloat16: a BertEncoder, or a Hub "
+        "encoder module written by bert_keras, is needed. Convert the module first (`bert-keras convert`), or "
+        "build the classifier with BertClassifier.from_checkpoint on a checkpoint."
+    )
+
+
+def with_native_encoder(model):
+    """`model` if its encoder is a `BertEncoder`; for a Hub encoder layer, a copy on the equal `BertEncoder`.
+
+    The copy shares the preprocessor and has the same head weights, so it
+    gives the same outputs; its layers, unlike a SavedModel's graph, can
+    compute in another dtype (`bert_keras.hub.export.compute_dtype`).
+    """
+    if not isinstance(model, BertClassifier):
+        raise ValueError(
+            f"Received a model of type {type(model).__name__}; only a BertClassifier can be exported in bfloat16. "
+            "Build it with BertClassifier(...) or BertClassifier.from_checkpoint(...)."
+        )
+    if isinstance(model.encoder, BertEncoder):
+        return model
+    copy = BertClassifier(
+        _native_encoder(model.encoder),
+        num_classes=model.num_classes,
+        preprocessor=model.preprocessor,
+        activation=model.activation,
+        dropout=model.dropout,
+        text_pairs=model.text_pairs,
+        name=model.name,
+    )
+    copy.classifier_head.set_weights(model.classifier_head.get_weights())
+    return copy
+
+
+def _trim_padding(packed):
+    """The Hub input dict cut after the batch's longest row (padding columns carry no information)."""
+    length = tf.reduce_max(tf.reduce_sum(packed["input_mask"], axis=1))  # the longest row's tokens
+    length = tf.maximum(length, 1)
+    return {key: value[:, :length] for key, value in packed.items()}  # (batch, length)
+
+
+def _pad_to(packed, length):
+    """The Hub input dict padded with zeros (padding id 0, mask 0, type 0) to `length` columns."""
+    extra = length - tf.shape(packed["input_mask"])[1]
+    return {key: tf.pad(value, [[0, 0], [0, extra]]) for key, value in packed.items()}  # (batch, length)
+
+
+def _bucket(length):
+    """The first of `XLA_LENGTHS` that holds `length` tokens (a scalar tensor)."""
+    buckets = tf.constant(XLA_LENGTHS, tf.int32)
+    return tf.gather(buckets, tf.reduce_sum(tf.cast(buckets < length, tf.int32)))
+
+
+def _fast_path(model):
+    """`(preprocess, classify)` functions for a `BertClassifier` with a preprocessor, else None.
+
+    `classify(packed)` runs the model after its preprocessor: the encoder's
+    pooled output through the head (and the softmax of `activation`), the
+    path of `BertClassifier`'s own graph.
+    """
+    if not isinstance(model, BertClassifier) or model.preprocessor is None:
+        return None
+
+    def preprocess(texts):
+        return model.preprocessor(list(texts) if len(texts) > 1 else texts[0])
+
+    def classify(packed):
+        pooled = model.encoder(packed, training=False)["pooled_output"]  # (batch, hidden)
+        outputs = model.classifier_head(pooled, training=False)  # (batch, num_classes)
+        if model.activation == "softmax":
+            outputs = tf.nn.softmax(tf.cast(outputs, tf.float32), axis=-1)
+        return outputs
+
+    return preprocess, classify
+
+
+def _serving_function(model, xla=True):
+    """`serve(*texts)` -> the model's outputs, fast where `model` is a `BertClassifier` with a preprocessor.
+
+    The fast path packs the texts, cuts the padding after the longest row, and
+    (with `xla`) sends a single text of at most `XLA_LENGTHS[-1]` tokens
+    through an XLA-compiled `classify` (padded to its length bucket); every
+    other batch runs `classify` op by op. The outputs equal the model's own up
+    to float rounding: padding is masked out of attention, so its width
+    changes nothing.
+    """
+    parts = _fast_path(model)
+    if parts is None:
+        return lambda *texts: model(list(texts) if len(texts) > 1 else texts[0], training=False)
+    preprocess, classify = parts
+    if not xla:
+        return lambda *texts: classify(_trim_padding(preprocess(texts)))
+    compiled = tf.function(classify, jit_compile=True, reduce_retracing=True)
+
+    def serve(*texts):
+        packed = _trim_padding(preprocess(texts))
+        shape = tf.shape(packed["input_mask"])  # (batch, length)
+        small = tf.logical_and(tf.equal(shape[0], 1), shape[1] <= XLA_LENGTHS[-1])
+        return tf.cond(
+            small,
+            lambda: compiled(_pad_to(packed, _bucket(shape[1]))),
+            lambda: classify(packed),
+        )
+
+    return serve
+
+
+def export_classifier(model, export_dir, label_names, overwrite=False, extra_assets=None, dtype="float32"):
     """Exports a text classifier as a SavedModel that serves raw strings.
 
     The `serve` endpoint (also the `serving_default` signature) takes a
@@ -45,6 +175,13 @@ def export_classifier(model, export_dir, label_names, overwrite=False, extra_ass
     A model that outputs logits (see `outputs_probabilities`) gets a softmax
     in the export.
 
+    A `BertClassifier` with a preprocessor is served for latency: the
+    padding after a batch's longest text is cut, and (in float32) a single
+    text of up to 64 tokens runs through an XLA-compiled encoder and head
+    (compiled once per length bucket 16/32/48/64, on its first request,
+    ~1-2 s each for MiniLM). The outputs equal the model's up to float
+    rounding.
+
     Args:
         model: a `keras.Model` from strings to class logits or probabilities.
         export_dir: str. Written to a temporary sibling and moved into place.
@@ -53,14 +190,32 @@ def export_classifier(model, export_dir, label_names, overwrite=False, extra_ass
         extra_assets: optional dict of file name -> JSON-serialisable value
             (or `bytes`, written as they are, e.g. a PNG), written to
             `assets.extra/` (e.g. training metrics and plots).
+        dtype: str. What the export computes in: `"float32"`, or
+            `"bfloat16"` for a `BertClassifier` (Keras' `mixed_bfloat16`:
+            float32 weights, bfloat16 matrix products; the same inputs,
+            float32 outputs and signatures). A Hub encoder layer is first
+            rebuilt as the equal `BertEncoder` (`with_native_encoder`).
+            `"bfloat16"` on a CPU without bfloat16 arithmetic raises a
+            `ValueError` (see `bert_keras.hub.export.check_compute_dtype`).
+            Defaults to `"float32"`.
     """
     export_dir = os.fspath(export_dir)
+    check_compute_dtype(dtype)
     label_names = [str(name) for name in label_names]
     num_outputs = model.outputs[0].shape[-1]
     if num_outputs != len(label_names):
         raise ValueError(
             f"The model has {num_outputs} outputs but {len(label_names)} label names were given: {label_names}."
         )
+    if dtype != "float32":
+        model = with_native_encoder(model)
+    with compute_dtype(model, dtype):
+        _write_export(model, export_dir, label_names, overwrite, extra_assets, dtype)
+    logger.info("Exported the classifier to %s", export_dir)
+    return export_dir
+
+
+def _write_export(model, export_dir, label_names, overwrite, extra_assets, dtype):
     names = tf.constant(label_names)
     input_names = ["text", "text_pair"][: len(model.inputs)]
 
@@ -68,10 +223,12 @@ def export_classifier(model, export_dir, label_names, overwrite=False, extra_ass
     archive.track(model)
 
     softmax = not outputs_probabilities(model)
+    # XLA's CPU matrix products in bfloat16 are slower than oneDNN's (measured: benchmarks/results/serving.md).
+    run = _serving_function(model, xla=dtype == "float32")
 
     def serve(*texts):
-        outputs = model(list(texts) if len(texts) > 1 else texts[0], training=False)
-        probabilities = tf.nn.softmax(tf.cast(outputs, tf.float32), axis=-1) if softmax else outputs
+        outputs = run(*texts)
+        probabilities = tf.nn.softmax(tf.cast(outputs, tf.float32), axis=-1) if softmax else tf.cast(outputs, tf.float32)
         return {"probabilities": probabilities, "label": tf.gather(names, tf.argmax(probabilities, axis=-1))}
 
     archive.add_endpoint(
@@ -83,7 +240,7 @@ def export_classifier(model, export_dir, label_names, overwrite=False, extra_ass
         archive.write_out(staging, verbose=False)
         os.makedirs(os.path.join(staging, "assets.extra"), exist_ok=True)
         with open(os.path.join(staging, "assets.extra", LABELS_FILE), "w") as f:
-            json.dump({"label_names": label_names, "inputs": input_names}, f)
+            json.dump({"label_names": label_names, "inputs": input_names, "dtype": dtype}, f)
         for name, value in (extra_assets or {}).items():
             asset = os.path.join(staging, "assets.extra", name)
             if isinstance(value, bytes):
@@ -92,8 +249,6 @@ def export_classifier(model, export_dir, label_names, overwrite=False, extra_ass
             else:
                 with open(asset, "w") as f:
                     json.dump(value, f, indent=2)
-    logger.info("Exported the classifier to %s", export_dir)
-    return export_dir
 
 
 class TextClassifier:

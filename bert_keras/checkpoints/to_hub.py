@@ -6,13 +6,14 @@ import os
 from bert_keras._files import check_target
 from bert_keras.checkpoints import load_checkpoint
 from bert_keras.hub import export_module_pair
+from bert_keras.hub.export import check_compute_dtype
 
 logger = logging.getLogger(__name__)
 
 STEPS = ("read the checkpoint", "write the encoder module", "write the preprocess module")
 
 
-def convert_to_hub(source, out_dir, seq_length=None, overwrite=False, progress=None):
+def convert_to_hub(source, out_dir, seq_length=None, overwrite=False, progress=None, dtype="float32"):
     """Converts a checkpoint into `out_dir/encoder` and `out_dir/preprocess`, written as one output.
 
     The pair is staged next to `out_dir` and moved into place in one step
@@ -29,12 +30,17 @@ def convert_to_hub(source, out_dir, seq_length=None, overwrite=False, progress=N
         overwrite: bool. Replace an earlier output of this package in
             `out_dir`. Defaults to `False`.
         progress: optional callable `progress(step_index, num_steps, text)`.
+        dtype: str. What the encoder module computes in: `"float32"`, or
+            `"bfloat16"` (float32 inputs, outputs and variables, bfloat16
+            matrix products; needs a CPU with bfloat16 arithmetic, else a
+            `ValueError` before anything is read). Defaults to `"float32"`.
 
     Returns:
         The `LoadedCheckpoint` that was exported.
     """
     out_dir = os.fspath(out_dir)
     check_target(out_dir, overwrite, argument="out_dir")
+    check_compute_dtype(dtype)
     report = progress or (lambda index, total, text: logger.info("[%d/%d] %s", index, total, text))
 
     report(1, len(STEPS), f"{STEPS[0]}: {source}")
@@ -54,5 +60,6 @@ def convert_to_hub(source, out_dir, seq_length=None, overwrite=False, progress=N
         overwrite=overwrite,
         info={"source": os.path.abspath(os.fspath(source))},
         progress=lambda text: report(next(steps), len(STEPS), text),
+        dtype=dtype,
     )
     return loaded

@@ -1,5 +1,6 @@
 """Writing Hub modules in the format of TF Model Garden's `export_tfhub_lib.py`."""
 
+import contextlib
 import logging
 import os
 
@@ -10,6 +11,64 @@ from bert_keras.encoder import INPUT_KEYS
 from bert_keras.text import BertPreprocessor
 
 logger = logging.getLogger(__name__)
+
+
+COMPUTE_DTYPES = ("float32", "bfloat16")
+
+
+def cpu_supports_bfloat16():
+    """Whether this CPU has bfloat16 arithmetic: `avx512_bf16` or `amx_bf16` among /proc/cpuinfo's flags.
+
+    Without it TensorFlow emulates bfloat16 matrix products, slower than float32 ones.
+    """
+    try:
+        with open("/proc/cpuinfo") as f:
+            flags = set(f.read().split())
+    except OSError:
+        return False
+    return bool(flags & {"avx512_bf16", "amx_bf16"})
+
+
+def check_compute_dtype(dtype, argument="dtype"):
+    """`dtype` if it is `"float32"`, or `"bfloat16"` on a CPU that has bfloat16 arithmetic; else a `ValueError`.
+
+    A bfloat16 export on a CPU without it is refused (not silently exported
+    as float32): its matrix products would be emulated and slower than float32.
+    """
+    if dtype not in COMPUTE_DTYPES:
+        raise ValueError(
+            f"Received an invalid value for argument `{argument}`, expected one of {list(COMPUTE_DTYPES)}. "
+            f"Received: {argument}={dtype!r}"
+        )
+    if dtype == "bfloat16" and not cpu_supports_bfloat16():
+        raise ValueError(
+            f"Received {argument}='bfloat16', but this CPU has no bfloat16 arithmetic (neither `avx512_bf16` nor "
+            "`amx_bf16` in /proc/cpuinfo): bfloat16 would be emulated, slower than float32. Use float32."
+        )
+    return dtype
+
+
+@contextlib.contextmanager
+def compute_dtype(model, dtype):
+    """Within the block, every layer of `model` computes in `dtype`; its weights stay float32.
+
+    `"bfloat16"` is Keras' `mixed_bfloat16` policy: variables are read as
+    bfloat16, the matrix products run in bfloat16, attention's softmax in
+    float32. Functions traced inside the block keep it; afterwards every layer
+    gets its own policy back. `"float32"` changes nothing.
+    """
+    if check_compute_dtype(dtype) == "float32":
+        yield model
+        return
+    layers = list(model._flatten_layers(include_self=True, recursive=True))
+    policies = [layer.dtype_policy for layer in layers]
+    try:
+        for layer in layers:
+            layer.dtype_policy = "mixed_bfloat16"
+        yield model
+    finally:
+        for layer, policy in zip(layers, policies):
+            layer.dtype_policy = policy
 
 
 def _encoder_input_spec():
@@ -40,20 +99,25 @@ class _CallableModule(tf.train.Checkpoint):
         return self._run(inputs, training)
 
 
+def _float32(x):
+    # The module's outputs are float32 whatever it computes in (the signatures do not change).
+    return tf.cast(x, tf.float32) if x.dtype != tf.float32 else x
+
+
 def _encoder_outputs(encoder, inputs, training):
     outputs = encoder(inputs, training=training)
     return {
-        "sequence_output": outputs["sequence_output"],
-        "pooled_output": outputs["pooled_output"],
-        "encoder_outputs": list(outputs["encoder_outputs"]),
-        "default": outputs["pooled_output"],
+        "sequence_output": _float32(outputs["sequence_output"]),
+        "pooled_output": _float32(outputs["pooled_output"]),
+        "encoder_outputs": [_float32(x) for x in outputs["encoder_outputs"]],
+        "default": _float32(outputs["pooled_output"]),
     }
 
 
 def _mlm_outputs(pretrainer, inputs, training):
     outputs = pretrainer(inputs, training=training)
     encoder_outputs = _encoder_outputs(pretrainer.encoder, {k: inputs[k] for k in INPUT_KEYS}, training)
-    encoder_outputs["mlm_logits"] = outputs["mlm_logits"]
+    encoder_outputs["mlm_logits"] = _float32(outputs["mlm_logits"])
     return encoder_outputs
 
 
@@ -80,7 +144,7 @@ def build_encoder_module(encoder, vocab_file, do_lower_case, pretrainer=None):
     return root
 
 
-def export_encoder(encoder, export_dir, vocab_file, do_lower_case, pretrainer=None, overwrite=False):
+def export_encoder(encoder, export_dir, vocab_file, do_lower_case, pretrainer=None, overwrite=False, dtype="float32"):
     """Writes `encoder` as a TF Hub encoder SavedModel (Model Garden's format).
 
     The module is called as `obj(inputs, training=False)` with the dict of
@@ -100,16 +164,23 @@ def export_encoder(encoder, export_dir, vocab_file, do_lower_case, pretrainer=No
         do_lower_case: bool. How the vocabulary expects text to be cased.
         pretrainer: optional model with `encoder` and an `mlm_logits` output.
         overwrite: bool. Replace an existing `export_dir`. Defaults to `False`.
+        dtype: str. What the module computes in: `"float32"`, or
+            `"bfloat16"` (see `compute_dtype`; needs a CPU with bfloat16
+            arithmetic, see `check_compute_dtype`). Its inputs, outputs
+            (float32), variables (float32) and signatures are the same either
+            way. Defaults to `"float32"`.
     """
+    check_compute_dtype(dtype)
     with staged_directory(export_dir, overwrite, kind="encoder") as staging:
-        _save_encoder(staging, encoder, vocab_file, do_lower_case, pretrainer)
+        _save_encoder(staging, encoder, vocab_file, do_lower_case, pretrainer, dtype)
     logger.info("Wrote the encoder module to %s", export_dir)
     return export_dir
 
 
-def _save_encoder(directory, encoder, vocab_file, do_lower_case, pretrainer):
-    root = build_encoder_module(encoder, vocab_file, do_lower_case, pretrainer)
-    tf.saved_model.save(root, directory, signatures=_encoder_signatures(root))
+def _save_encoder(directory, encoder, vocab_file, do_lower_case, pretrainer, dtype="float32"):
+    with compute_dtype(pretrainer if pretrainer is not None else encoder, dtype):
+        root = build_encoder_module(encoder, vocab_file, do_lower_case, pretrainer)
+        tf.saved_model.save(root, directory, signatures=_encoder_signatures(root))
 
 
 def _encoder_signatures(root):
@@ -215,7 +286,8 @@ PREPROCESS_DIR = "preprocess"
 
 
 def export_module_pair(
-    out_dir, encoder, vocab_file, do_lower_case, seq_length=128, pretrainer=None, overwrite=False, info=None, progress=None
+    out_dir, encoder, vocab_file, do_lower_case, seq_length=128, pretrainer=None, overwrite=False, info=None, progress=None,
+    dtype="float32",
 ):
     """Writes `out_dir/encoder` and `out_dir/preprocess` as one output, in one atomic step.
 
@@ -234,6 +306,8 @@ def export_module_pair(
         overwrite: bool. Replace an earlier output of this package. Defaults to `False`.
         info: optional dict recorded in the pair's marker (e.g. the source checkpoint).
         progress: optional callable `progress(text)` told before each module is written.
+        dtype: str. What the encoder module computes in, `"float32"` or
+            `"bfloat16"` (see `export_encoder`). Defaults to `"float32"`.
 
     Returns:
         `(encoder_dir, preprocess_dir)`.
@@ -244,12 +318,14 @@ def export_module_pair(
             f"Received an invalid value for argument `seq_length`, expected at most the encoder's "
             f"max_sequence_length={max_length}. Received: seq_length={seq_length}"
         )
+    check_compute_dtype(dtype)
     BertPreprocessor(vocab_file, lower_case=bool(do_lower_case), seq_length=seq_length)  # a bad vocabulary fails here, before any writing
     report = progress or (lambda text: None)
-    info = dict(info or {}, seq_length=int(seq_length), do_lower_case=bool(do_lower_case))
+    info = dict(info or {}, seq_length=int(seq_length), do_lower_case=bool(do_lower_case), dtype=dtype)
     with staged_directory(out_dir, overwrite, kind="module_pair", info=info, argument="out_dir") as staging:
-        report("write the encoder module" + (" (with the mlm sub-object)" if pretrainer is not None else ""))
-        _save_encoder(os.path.join(staging, ENCODER_DIR), encoder, vocab_file, do_lower_case, pretrainer)
+        report("write the encoder module" + (" (with the mlm sub-object)" if pretrainer is not None else "")
+               + (f", computing in {dtype}" if dtype != "float32" else ""))
+        _save_encoder(os.path.join(staging, ENCODER_DIR), encoder, vocab_file, do_lower_case, pretrainer, dtype)
         fault_point("between-modules")
         report(f"write the preprocess module (seq_length={seq_length}, do_lower_case={bool(do_lower_case)})")
         _save_preprocessor(os.path.join(staging, PREPROCESS_DIR), vocab_file, do_lower_case, seq_length)

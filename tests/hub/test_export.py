@@ -124,3 +124,57 @@ def test_every_weight_is_stored_once(encoder_dir, tiny_encoder):
     assert len(weights) == len(tiny_encoder.weights)
     others = [name for name, _ in stored if not name.startswith(("variables/", "_keras_state/"))]
     assert sorted(others) == ["_CHECKPOINTABLE_OBJECT_GRAPH", "do_lower_case/.ATTRIBUTES/VARIABLE_VALUE", "save_counter/.ATTRIBUTES/VARIABLE_VALUE"]
+
+
+def test_bfloat16_encoder_module_keeps_float32_inputs_outputs_and_variables(tmp_path, vocab_file, tiny_encoder, monkeypatch):
+    from bert_keras.hub import export as hub_export
+
+    monkeypatch.setattr(hub_export, "cpu_supports_bfloat16", lambda: True)
+    path = hub.export_encoder(tiny_encoder, str(tmp_path / "bf16"), vocab_file, do_lower_case=True, dtype="bfloat16")
+    module = hub.load(path)
+    inputs = {k: tf.constant(v) for k, v in encoder_inputs().items()}
+    outputs = module(inputs, training=False)
+    assert {outputs[key].dtype for key in ("pooled_output", "sequence_output", "default")} == {tf.float32}
+    assert [x.dtype for x in outputs["encoder_outputs"]] == [tf.float32, tf.float32]
+    assert {v.dtype for v in module.variables} == {tf.float32} and len(module.variables) == 39
+    signature = module.signatures["serving_default"]
+    assert {spec.dtype for spec in signature.structured_input_signature[1].values()} == {tf.int32}
+    # Computed in bfloat16 (8 bits of mantissa): close to the float32 encoder, but not equal to it.
+    expected = tiny_encoder(inputs)["pooled_output"].numpy()
+    difference = float(np.max(np.abs(outputs["pooled_output"].numpy() - expected)))
+    assert 1e-5 < difference < 0.05, difference
+    # The encoder is float32 again after the export.
+    assert tiny_encoder.dtype_policy.name == "float32" and tiny_encoder(inputs)["pooled_output"].dtype == tf.float32
+
+
+def test_bfloat16_is_refused_on_a_cpu_without_it_before_anything_is_written(tmp_path, vocab_file, tiny_encoder, monkeypatch):
+    import pytest
+
+    from bert_keras.checkpoints.to_hub import convert_to_hub
+    from bert_keras.hub import export as hub_export
+
+    monkeypatch.setattr(hub_export, "cpu_supports_bfloat16", lambda: False)
+    with pytest.raises(ValueError, match=r"dtype='bfloat16', but this CPU has no bfloat16 arithmetic \(neither `avx512_bf16`"):
+        hub.export_module_pair(str(tmp_path / "pair"), tiny_encoder, vocab_file, do_lower_case=True, seq_length=16, dtype="bfloat16")
+    with pytest.raises(ValueError, match=r"`dtype`, expected one of \['float32', 'bfloat16'\]. Received: dtype='float16'"):
+        hub.export_encoder(tiny_encoder, str(tmp_path / "enc"), vocab_file, do_lower_case=True, dtype="float16")
+    with pytest.raises(ValueError, match="no bfloat16 arithmetic"):
+        convert_to_hub(str(tmp_path / "no-checkpoint-is-read"), str(tmp_path / "converted"), dtype="bfloat16")
+    assert os.listdir(tmp_path) == []
+
+
+def test_cpu_bfloat16_detection_reads_the_cpu_flags(tmp_path, monkeypatch):
+    import builtins
+
+    from bert_keras.hub.export import cpu_supports_bfloat16
+
+    real_open = builtins.open
+
+    def fake_cpuinfo(flags):
+        path = tmp_path / f"cpuinfo_{len(flags)}"
+        path.write_text(f"processor\t: 0\nflags\t\t: fpu sse avx2 {flags}\n")
+        return lambda name, *a, **k: real_open(path if name == "/proc/cpuinfo" else name, *a, **k)
+
+    for flags, expected in (("avx512f avx512_vnni", False), ("avx512f avx512_bf16", True), ("amx_tile amx_bf16", True)):
+        monkeypatch.setattr(builtins, "open", fake_cpuinfo(flags))
+        assert cpu_supports_bfloat16() is expected, flags

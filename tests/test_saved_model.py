@@ -1,0 +1,114 @@
+"""export_classifier's serving path (padding cut, XLA length buckets at batch 1) and its bfloat16 exports."""
+
+import json
+import os
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from bert_keras import BertEncoder, hub
+from bert_keras import saved_model
+from bert_keras.hub import export as hub_export
+from bert_keras.saved_model import export_classifier, load_classifier
+from bert_keras.tasks import BertClassifier
+from bert_keras.text import BertPreprocessor
+
+WORDS = ["good", "great", "fun", "bad", "awful", "boring", "movie", "the", "was", "plot"]
+VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + WORDS + [f"w{i}" for i in range(25)]
+TINY = dict(vocab_size=len(VOCAB), num_layers=2, hidden_size=16, num_heads=2, intermediate_size=32, max_sequence_length=128)
+LABELS = ["neg", "neu", "pos"]
+# Token counts 4, 62, 100 (cut) and 2: the length buckets 16 and 64, and the op-by-op path.
+TEXTS = ["good movie", "w1 w2 w3 " * 20, "fun " * 200, ""]
+
+
+@pytest.fixture(scope="module")
+def classifier():
+    keras.utils.set_random_seed(3)
+    encoder = BertEncoder(**TINY, dropout=0.0, attention_dropout=0.0)
+    return BertClassifier(encoder, num_classes=3, preprocessor=BertPreprocessor(VOCAB, seq_length=100), dropout=0.0)
+
+
+@pytest.fixture(scope="module")
+def expected(classifier):
+    return tf.nn.softmax(classifier(tf.constant(TEXTS))).numpy()  # the in-memory model, padded to 100
+
+
+@pytest.fixture(scope="module")
+def fp32_export(classifier, tmp_path_factory):
+    return export_classifier(classifier, str(tmp_path_factory.mktemp("fp32") / "classifier"), LABELS)
+
+
+def test_serving_equals_the_model_one_text_at_a_time_and_in_batches(fp32_export, expected):
+    loaded = load_classifier(fp32_export)
+    one_at_a_time = np.concatenate([loaded.predict_proba([text]) for text in TEXTS])
+    np.testing.assert_allclose(one_at_a_time, expected, atol=1e-6)
+    np.testing.assert_allclose(loaded.predict_proba(TEXTS), expected, atol=1e-6)
+    np.testing.assert_allclose(loaded.predict_proba(TEXTS[:2]), expected[:2], atol=1e-6)  # the longest row is 62
+    assert [p["label"] for p in loaded.predict(TEXTS)] == [LABELS[i] for i in expected.argmax(-1)]
+
+
+def test_single_texts_run_an_xla_compiled_function(fp32_export):
+    from tensorflow.core.protobuf import saved_model_pb2
+
+    proto = saved_model_pb2.SavedModel()
+    with open(os.path.join(fp32_export, "saved_model.pb"), "rb") as f:
+        proto.ParseFromString(f.read())
+    library = proto.meta_graphs[0].graph_def.library.function
+    compiled = [f.signature.name for f in library if f.attr["_XlaMustCompile"].b]
+    assert len(compiled) == 1 and "classify" in compiled[0], compiled
+    with open(os.path.join(fp32_export, "assets.extra", "labels.json")) as f:
+        assert json.load(f) == {"label_names": LABELS, "inputs": ["text"], "dtype": "float32"}
+
+
+def test_padding_is_cut_after_the_longest_row_and_buckets_round_up():
+    mask = tf.constant([[1, 1, 1, 0, 0, 0], [1, 1, 1, 1, 1, 0]])
+    packed = {"input_word_ids": mask * 7, "input_mask": mask, "input_type_ids": tf.zeros_like(mask)}
+    trimmed = saved_model._trim_padding(packed)
+    assert trimmed["input_word_ids"].numpy().tolist() == [[7, 7, 7, 0, 0], [7, 7, 7, 7, 7]]
+    assert saved_model._trim_padding({k: v[:, :0] + 0 for k, v in packed.items()})["input_mask"].shape == (2, 0)
+    padded = saved_model._pad_to(trimmed, tf.constant(16))
+    assert padded["input_mask"].shape == (2, 16) and int(tf.reduce_sum(padded["input_mask"])) == 8
+    assert [int(saved_model._bucket(tf.constant(n))) for n in (1, 16, 17, 33, 48, 49, 64)] == [16, 16, 32, 48, 48, 64, 64]
+
+
+def test_bfloat16_export_of_a_classifier_on_hub_layers(tmp_path, monkeypatch):
+    monkeypatch.setattr(hub_export, "cpu_supports_bfloat16", lambda: True)
+    vocab = tmp_path / "vocab.txt"
+    vocab.write_text("\n".join(VOCAB) + "\n")
+    keras.utils.set_random_seed(4)
+    encoder = BertEncoder(**dict(TINY, max_sequence_length=24), dropout=0.0, attention_dropout=0.0)
+    hub.export_module_pair(str(tmp_path / "modules"), encoder, str(vocab), do_lower_case=True, seq_length=12)
+    on_hub = BertClassifier.from_checkpoint(str(tmp_path / "modules"), num_classes=3, seq_length=12, dropout=0.0)
+    for variable in on_hub.encoder.trainable_weights[:3]:  # as fine-tuning does: the layer's weights move
+        variable.assign(variable + 0.01)
+    expected = tf.nn.softmax(on_hub(tf.constant(TEXTS))).numpy()
+    native = saved_model.with_native_encoder(on_hub)
+    assert isinstance(native.encoder, BertEncoder) and native.preprocessor is on_hub.preprocessor
+    np.testing.assert_allclose(tf.nn.softmax(native(tf.constant(TEXTS))).numpy(), expected, atol=1e-6)
+
+    loaded = load_classifier(export_classifier(on_hub, str(tmp_path / "bf16"), LABELS, dtype="bfloat16"))
+    _, specs = loaded._signature.structured_input_signature
+    assert {name: spec.dtype for name, spec in specs.items()} == {"text": tf.string}
+    assert loaded._signature.structured_outputs["probabilities"].dtype == tf.float32
+    probabilities = loaded.predict_proba(TEXTS)
+    difference = float(np.max(np.abs(probabilities - expected)))
+    assert 1e-6 < difference < 0.02, difference  # bfloat16 arithmetic: near the float32 model, not equal to it
+    np.testing.assert_allclose(probabilities.sum(-1), 1.0, atol=1e-5)
+    with open(os.path.join(tmp_path, "bf16", "assets.extra", "labels.json")) as f:
+        assert json.load(f)["dtype"] == "bfloat16"
+
+
+def test_bfloat16_export_refusals(classifier, tmp_path, monkeypatch):
+    monkeypatch.setattr(hub_export, "cpu_supports_bfloat16", lambda: False)
+    with pytest.raises(ValueError, match=r"dtype='bfloat16', but this CPU has no bfloat16 arithmetic"):
+        export_classifier(classifier, str(tmp_path / "refused"), LABELS, dtype="bfloat16")
+    monkeypatch.setattr(hub_export, "cpu_supports_bfloat16", lambda: True)
+    text = keras.Input(shape=(4,))
+    plain = keras.Model(text, keras.layers.Dense(3)(text))
+    with pytest.raises(ValueError, match=r"type Functional; only a BertClassifier can be exported in bfloat16"):
+        export_classifier(plain, str(tmp_path / "plain"), LABELS, dtype="bfloat16")
+    with pytest.raises(ValueError, match=r"`dtype`, expected one of \['float32', 'bfloat16'\]. Received: dtype='int8'"):
+        export_classifier(classifier, str(tmp_path / "int8"), LABELS, dtype="int8")
+    assert os.listdir(tmp_path) == []
