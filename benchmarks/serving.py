@@ -25,6 +25,10 @@ Run from the repository root (about 10 minutes on 2 cores):
 
     TF_CPP_MIN_LOG_LEVEL=2 python benchmarks/serving.py --output benchmarks/results/serving.md
 
+Where a batch-1 call's time goes, op by op (the serving graph without XLA, traced in a session):
+
+    TF_CPP_MIN_LOG_LEVEL=2 python benchmarks/serving.py --op-profile 50
+
 Accuracy of exports on the demo's test split (1,999 tweets; the demo's split and seed), through
 `load_classifier(...).predict_proba` and `bert_keras.evaluate.classification_report`:
 
@@ -105,11 +109,13 @@ def build_exports(out_dir, seq_length, dtypes, log):
 # --- workers ----------------------------------------------------------------------------------------
 
 
-def _ours(model_dir):
+def _ours(model_dir, threads):
     import tensorflow as tf
 
     from bert_keras.saved_model import load_classifier
 
+    tf.config.threading.set_intra_op_parallelism_threads(threads)
+    tf.config.threading.set_inter_op_parallelism_threads(threads)
     signature = load_classifier(model_dir)._signature
 
     def call(texts):
@@ -140,7 +146,7 @@ def _pipeline(dtype, threads):
 
 def worker(args):
     """Answers `{"batch": b, "calls": n, "start": i}` lines with the seconds of each call."""
-    call = _ours(args.model) if args.worker == "ours" else _pipeline(args.dtype, args.threads)
+    call = _ours(args.model, args.threads) if args.worker == "ours" else _pipeline(args.dtype, args.threads)
     texts = tweet_sample()
     for batch in (1, 32):  # warm-up: every length bucket and both batch sizes
         for start in range(0, (64 if batch == 1 else 4) * batch, batch):
@@ -293,6 +299,58 @@ def gemm_profile(rounds, log):
     return lines
 
 
+def op_profile(texts, runs, log):
+    """Where a batch-1 call's time goes, op by op: the serving graph of the MiniLM classifier (fp32, no XLA)
+    run in a TF1 session with full tracing; per op type the summed time and count, per call."""
+    import collections
+
+    import tensorflow as tf
+    from tensorflow.python.framework.convert_to_constants import convert_variables_to_constants_v2
+
+    from bert_keras.saved_model import _serving_function
+    from bert_keras.tasks import BertClassifier
+
+    model = BertClassifier.from_checkpoint(minilm_dir(), num_classes=len(LABELS), seq_length=64)
+    serve = _serving_function(model, xla=False)
+    frozen = convert_variables_to_constants_v2(tf.function(serve).get_concrete_function(tf.TensorSpec([None], tf.string)))
+    graph = tf.Graph()
+    with graph.as_default():
+        tf.import_graph_def(frozen.graph.as_graph_def(), name="")
+    totals, counts = collections.Counter(), collections.Counter()
+    with tf.compat.v1.Session(graph=graph) as session:
+        feed, fetch = frozen.inputs[0].name, frozen.outputs[0].name
+        options = tf.compat.v1.RunOptions(trace_level=tf.compat.v1.RunOptions.FULL_TRACE)
+        for i in range(runs + 5):
+            metadata = tf.compat.v1.RunMetadata()
+            session.run(fetch, {feed: [texts[i % len(texts)]]}, options=options, run_metadata=metadata)
+            if i < 5:  # warm-up
+                continue
+            for device in metadata.step_stats.dev_stats:
+                for node in device.node_stats:
+                    op = node.timeline_label.split(" = ")[1].split("(")[0] if " = " in node.timeline_label else "other"
+                    totals[op] += node.all_end_rel_micros
+                    counts[op] += 1
+    total = sum(totals.values()) / runs
+    lines = [f"Sum of op times per call: {total / 1e3:.2f} ms over {sum(counts.values()) / runs:.0f} ops.", "",
+             "| op | ms per call | share | ops per call |", "|---|---:|---:|---:|"]
+    for op, micros in totals.most_common(8):
+        lines.append(f"| {op} | {micros / runs / 1e3:.2f} | {micros / runs / total:.0%} | {counts[op] / runs:.0f} |")
+    log(lines)
+    return lines
+
+
+def write_keeping_notes(path, text):
+    """Writes `text` to `path`, keeping the hand-written part from its `## Notes` heading on."""
+    notes = ""
+    if os.path.exists(path):
+        with open(path) as f:
+            old = f.read()
+        if "\n## Notes" in old:
+            notes = old[old.index("\n## Notes"):]
+    with open(path, "w") as f:
+        f.write(text + notes)
+
+
 def accuracy(export_dirs, log):
     """Scores exports on the demo's test split (its split and seed) with bert_keras.evaluate."""
     from bert_keras.demo import DemoConfig, load_tweet_splits
@@ -325,12 +383,18 @@ def main(argv=None):
     parser.add_argument("--worker", choices=["ours", "pipeline"], help=argparse.SUPPRESS)
     parser.add_argument("--dtype", default="float32", help=argparse.SUPPRESS)
     parser.add_argument("--threads", type=int, default=2, help=argparse.SUPPRESS)
+    parser.add_argument("--gemm-rounds", type=int, default=100, help="rounds of the GEMM profile (0: none)")
+    parser.add_argument("--op-profile", type=int, metavar="CALLS", default=0,
+                        help="print where a batch-1 call's time goes, op by op, over CALLS traced calls, and stop")
     args = parser.parse_args(argv)
     log = lambda text: print(text, file=sys.stderr, flush=True)  # noqa: E731
     if args.worker:
         return worker(args)
     if args.accuracy:
         print(json.dumps(accuracy(args.accuracy, log), indent=2))
+        return 0
+    if args.op_profile:
+        print("\n".join(op_profile(tweet_sample(), args.op_profile, lambda lines: None)))
         return 0
 
     from bert_keras.hub.export import cpu_supports_bfloat16
@@ -347,9 +411,10 @@ def main(argv=None):
         else:
             exports = build_exports(scratch, args.seq_length, ["float32"] + (["bfloat16"] if bf16 else []), log)
             built = "built"
-        specs = [("ours fp32", ["--worker", "ours", "--model", exports["float32"]])]
+        specs = [(f"ours fp32, {threads} thread{'s' * (threads > 1)}",
+                  ["--worker", "ours", "--model", exports["float32"], "--threads", str(threads)]) for threads in (2, 1)]
         if "bfloat16" in exports:
-            specs.append(("ours bf16", ["--worker", "ours", "--model", exports["bfloat16"]]))
+            specs.append(("ours bf16, 2 threads", ["--worker", "ours", "--model", exports["bfloat16"], "--threads", "2"]))
         for threads in (2, 1):
             specs.append((f"pipeline fp32, {threads} thread{'s' * (threads > 1)}",
                           ["--worker", "pipeline", "--dtype", "float32", "--threads", str(threads)]))
@@ -382,11 +447,13 @@ def main(argv=None):
         f"a fixed sample of {SAMPLE_SIZE} tweets; each variant in its own process, alternating.",
         "",
     ] + table(results, [label for label in results if label.startswith("pipeline fp32")])
+    if args.gemm_rounds:
+        lines += ["", "## The matrix products alone, per dtype (MiniLM-L6's 36 GEMMs; `gemm_profile`)", ""]
+        lines += gemm_profile(args.gemm_rounds, log)
     text = "\n".join(lines) + "\n"
     print(text)
     if args.output:
-        with open(args.output, "w") as f:
-            f.write(text)
+        write_keeping_notes(args.output, text)
     return 0
 
 
