@@ -27,10 +27,17 @@ Run from the repository root (about 25 minutes on 2 cores):
 
     TF_CPP_MIN_LOG_LEVEL=2 python benchmarks/run_all.py --output benchmarks/results/benchmarks.md
 
-or only some sections (the encoder-speed targets, about 10 minutes):
+or only some sections: the encoder-speed targets (about 20 minutes; `--quiet 0.1` counts only the timed
+steps during which other processes used at most 10% of the cores, `--baseline-tree` adds our encoder from
+another source tree, here the one before the speed work):
 
+    git archive 8e29a9c bert_keras | tar -x -C /tmp/base
     TF_CPP_MIN_LOG_LEVEL=2 python benchmarks/run_all.py --sections gemm gemm-bf16 minilm-full minilm-full-bf16 \
-        --output benchmarks/results/encoder_speed.md
+        --lengths-peers ours keras-nlp torch --rounds 3 --repeats 8 --quiet 0.1 --wait-idle 5 \
+        --baseline-tree /tmp/base --output benchmarks/results/encoder_speed.md
+
+Each worker records the share of the cores other processes used during each timed step (from /proc/stat
+and its own CPU time); the tables report it, since on a shared machine it decides the absolute figures.
 """
 
 import argparse
@@ -150,16 +157,33 @@ def run_rounds(name, labels, make_args, rounds, log):
     return results
 
 
+QUIET = [None]  # --quiet: the largest share of the cores other processes may use during a step that counts
+
+
+def quiet_steps(result):
+    """The timed steps of one process during which other processes stayed under `--quiet` (all without it)."""
+    seconds, others = result["seconds"], result.get("step_others")
+    if QUIET[0] is None or not others:
+        return seconds
+    return [s for s, share in zip(seconds, others) if share <= QUIET[0]]
+
+
 def summarise(results):
-    """label -> dict(median over all steps, per-round medians, the first result's extras, load averages)."""
+    """label -> dict(median over all (quiet) steps, per-round medians, the first result's extras, others' shares)."""
     summary = {}
     for label, per_round in results.items():
-        all_steps = [s for result in per_round for s in result["seconds"]]
+        steps = [quiet_steps(result) for result in per_round]
+        counted = [s for kept in steps for s in kept] or [s for result in per_round for s in result["seconds"]]
         summary[label] = {
-            "median": statistics.median(all_steps),
-            "rounds": [statistics.median(result["seconds"]) for result in per_round],
-            "extra": {k: v for k, v in per_round[0].items() if k not in ("seconds", "process_seconds")},
+            "median": statistics.median(counted),
+            # A round without a quiet step is nan: it drops out of the paired ratios.
+            "rounds": [statistics.median(kept) if kept else float("nan") for kept in steps],
+            "extra": {k: v for k, v in per_round[0].items()
+                      if k not in ("seconds", "process_seconds", "step_others")},
             "others": [result.get("others_cpu_share", float("nan")) for result in per_round],
+            "quiet": (sum(sum(share <= (QUIET[0] or 1.0) for share in result.get("step_others", []))
+                          for result in per_round),
+                      sum(len(result["seconds"]) for result in per_round)),
         }
     return summary
 
@@ -169,22 +193,33 @@ def add_best_of(summary, labels, best_label):
     labels = [label for label in labels if label in summary]
     if len(labels) < 2:
         return
-    rounds = [min(summary[label]["rounds"][r] for label in labels) for r in range(len(summary[labels[0]]["rounds"]))]
+    rounds = []
+    for r in range(len(summary[labels[0]]["rounds"])):
+        counted = [summary[label]["rounds"][r] for label in labels if summary[label]["rounds"][r] == summary[label]["rounds"][r]]
+        rounds.append(min(counted) if counted else float("nan"))
     fastest = min(labels, key=lambda label: summary[label]["median"])
-    summary[best_label] = {**summary[fastest], "rounds": rounds, "median": statistics.median(rounds)}
+    known = [r for r in rounds if r == r]
+    summary[best_label] = {**summary[fastest], "rounds": rounds,
+                           "median": statistics.median(known) if known else summary[fastest]["median"]}
 
 
 def load_line(summary):
     """How busy other processes kept the machine while the peers were timed (by peer)."""
-    parts = []
+    parts, quiet = [], []
     for label, s in summary.items():
         shares = [share for share in s.get("others", []) if share == share]
         if shares and label != BEST_TORCH:
             parts.append(f"{label} {100 * min(shares):.0f}-{100 * max(shares):.0f}%")
+            quiet.append(f"{label} {s['quiet'][0]}/{s['quiet'][1]}")
     if not parts:
         return []
-    return ["- CPU time other processes used while each peer was timed (share of all cores, per-process "
-            "range): " + "; ".join(parts)]
+    lines = ["- CPU time other processes used while each peer was timed (share of all cores, per-process "
+             "range): " + "; ".join(parts)]
+    if QUIET[0] is not None:
+        lines.append(f"- Quiet steps (other processes at most {100 * QUIET[0]:.0f}% of the cores during the step), "
+                     "the only ones counted: a round counts in a ratio only where both peers had quiet steps; "
+                     "a peer without any quiet step shows the median of all its steps: " + "; ".join(quiet))
+    return lines
 
 
 def wait_for_idle(max_wait, threshold=0.15, log=None):
@@ -213,8 +248,10 @@ def busy_cpu_seconds():
 
 
 def paired_ratio(summary, ours, peer):
-    """Median over rounds of (peer time / our time) in the same round, and its range."""
-    ratios = [p / o for o, p in zip(summary[ours]["rounds"], summary[peer]["rounds"])]
+    """Median over rounds of (peer time / our time) in the same round, and its range (rounds where both count)."""
+    ratios = [p / o for o, p in zip(summary[ours]["rounds"], summary[peer]["rounds"]) if o == o and p == p]
+    if not ratios:
+        return float("nan"), float("nan"), float("nan")
     return statistics.median(ratios), min(ratios), max(ratios)
 
 
@@ -226,7 +263,8 @@ def model_table(summary, batch, flops, peak, reference="ours"):
     ]
     for label, s in summary.items():
         rate = batch / s["median"]
-        low, high = batch / max(s["rounds"]), batch / min(s["rounds"])
+        known = [r for r in s["rounds"] if r == r] or [s["median"]]
+        low, high = batch / max(known), batch / min(known)
         gflops = (flops(s["extra"]) if callable(flops) else flops) / s["median"] / 1e9
         ratio = ""
         if label != reference and reference in summary:
@@ -245,6 +283,9 @@ def target_lines(section, summary):
         if ours not in summary or peer not in summary:
             continue
         r, lo, hi = paired_ratio(summary, ours, peer)
+        if r != r:
+            lines.append(f"- target `{ours}` >= {target}x `{peer}`: **not measured** (no round where both had quiet steps)")
+            continue
         verdict = "**met**" if r >= target else "**not met**"
         lines.append(f"- target `{ours}` >= {target}x `{peer}`: measured {r:.2f}x (rounds {lo:.2f}-{hi:.2f}): {verdict}")
     return lines
@@ -288,8 +329,14 @@ def main():
         "--wait-idle", type=float, default=0.0,
         help="before each process, wait up to this many seconds until other processes use under 15%% of the cores",
     )
+    parser.add_argument(
+        "--quiet", type=float, default=None,
+        help="count only the timed steps during which other processes used at most this share of the cores "
+             "(e.g. 0.1; a process without such a step counts all of its steps)",
+    )
     args = parser.parse_args()
     WAIT_IDLE[0] = args.wait_idle
+    QUIET[0] = args.quiet
     started = time.time()
 
     def log(message):
@@ -336,9 +383,10 @@ def main():
         best = 0.0
         for label, s in summary.items():
             flops = s["extra"]["flops"]
-            best = max(best, flops / min(s["rounds"]) / 1e9)
+            known = [r for r in s["rounds"] if r == r] or [s["median"]]
+            best = max(best, flops / min(known) / 1e9)
             lines.append(f"| {label} | {flops / s['median'] / 1e9:.0f} | "
-                         f"{flops / max(s['rounds']) / 1e9:.0f}-{flops / min(s['rounds']) / 1e9:.0f} |")
+                         f"{flops / max(known) / 1e9:.0f}-{flops / min(known) / 1e9:.0f} |")
         lines += ["", f"{name} peak used for the shares below: **{best:.0f} GFLOP/s** (the best per-process median "
                   "of any library and shape).", *load_line(summary), ""]
         return lines, best

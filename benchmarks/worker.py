@@ -90,21 +90,31 @@ def busy_cpu_seconds():
 OTHERS_CPU_SHARE = {}
 
 
+def _others_share(busy, own, wall):
+    """Share of all cores that other processes used since `(busy, own, wall)` was taken."""
+    own_now = os.times()
+    own_cpu = (own_now.user + own_now.system) - (own.user + own.system)
+    others = busy_cpu_seconds() - busy - own_cpu
+    return max(0.0, others / ((time.perf_counter() - wall) * os.cpu_count())), own_cpu
+
+
 def timed(step, warmup, repeats):
+    """Seconds of each timed step; also records, per step, the share of the cores other processes used."""
     for _ in range(warmup):
         step()
-    seconds = []
-    busy, own, wall = busy_cpu_seconds(), os.times(), time.perf_counter()
+    seconds, step_others = [], []
+    first = busy_cpu_seconds(), os.times(), time.perf_counter()
     for _ in range(repeats):
-        start = time.perf_counter()
+        before = busy_cpu_seconds(), os.times(), time.perf_counter()
         step()
-        seconds.append(time.perf_counter() - start)
-    if busy is not None:
-        own_after, wall = os.times(), time.perf_counter() - wall
-        own_cpu = (own_after.user + own_after.system) - (own.user + own.system)
-        others = busy_cpu_seconds() - busy - own_cpu
-        OTHERS_CPU_SHARE["others_cpu_share"] = max(0.0, others / (wall * os.cpu_count()))
-        OTHERS_CPU_SHARE["own_cpu_seconds_per_step"] = own_cpu / repeats
+        seconds.append(time.perf_counter() - before[2])
+        if before[0] is not None:
+            step_others.append(round(_others_share(*before)[0], 3))
+    if first[0] is not None:
+        others, own_cpu = _others_share(*first)
+        OTHERS_CPU_SHARE.update(
+            others_cpu_share=others, own_cpu_seconds_per_step=own_cpu / repeats, step_others=step_others
+        )
     return seconds
 
 
