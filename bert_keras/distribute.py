@@ -14,7 +14,9 @@ Three pieces, used by fine-tuning and pre-training alike:
   are needed, any worker's own batch has them), and every step it reduces
   the scalar logs across workers with `reduce(..., axis=0)`, which a scalar
   does not have (each replica's log is given a length-1 axis here, so that
-  the same reduction averages the replicas). Every bert_keras model has it;
+  the same reduction averages the replicas). The first also breaks
+  `MirroredStrategy` on string inputs (a mean of strings), i.e. on every
+  model that takes raw text. Every bert_keras model has it;
   `trainable_model` gives it to any functional model.
 - `distribute_batches`: a dataset of global batches becomes a distributed
   dataset in which every replica gets its own slice of each global batch, so
@@ -33,6 +35,7 @@ import json
 import logging
 import os
 import socket
+import threading
 import time
 
 import keras
@@ -168,13 +171,58 @@ def make_strategy(name="default", cpu_replicas=None, connect_timeout=CONNECT_TIM
             return tf.distribute.MirroredStrategy([f"/cpu:{i}" for i in range(cpu_replicas)])
         return tf.distribute.MirroredStrategy()
     workers, task_type, task_index = read_tf_config()
-    cluster = json.loads(os.environ["TF_CONFIG"])["cluster"]
-    own = cluster[task_type][task_index]
-    options = tf.distribute.experimental.CommunicationOptions(implementation=tf.distribute.experimental.CommunicationImplementation.RING)
-    strategy = tf.distribute.MultiWorkerMirroredStrategy(communication_options=options)  # starts this worker's server
+    own = json.loads(os.environ["TF_CONFIG"])["cluster"][task_type][task_index]
     logger.info("Worker %s %d of %d: waiting for the others (at most %g s)", task_type, task_index, len(workers), connect_timeout)
-    wait_for_workers(workers, own, connect_timeout)
-    return strategy
+    rendezvous(own, workers, connect_timeout)
+    options = tf.distribute.experimental.CommunicationOptions(implementation=tf.distribute.experimental.CommunicationImplementation.RING)
+    # Starts this worker's server; returns once every worker has registered (which the rendezvous made likely).
+    return tf.distribute.MultiWorkerMirroredStrategy(communication_options=options)
+
+
+def rendezvous(own_address, addresses, timeout=CONNECT_TIMEOUT):
+    """Returns once every worker of the cluster is reachable; a `ConnectionError` after `timeout` seconds.
+
+    MultiWorkerMirroredStrategy's constructor waits for all workers without
+    end, so the workers meet before it: each listens on its own address
+    while it connects to the others' (to that listener, or to the server of
+    a worker that got through already).
+    """
+    port = _port(own_address)
+    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        listener.bind(("", port))
+    except OSError as error:
+        listener.close()
+        raise ConnectionError(f"This worker's address {own_address} (TF_CONFIG) cannot be listened on: {error}.") from None
+    listener.listen(len(addresses))
+    listener.settimeout(0.2)
+    accepted, done = [], threading.Event()
+
+    def accept():
+        while not done.is_set():
+            try:
+                accepted.append(listener.accept()[0])
+            except (TimeoutError, socket.timeout):
+                continue
+            except OSError:
+                return
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    try:
+        wait_for_workers(addresses, own_address, timeout)
+    finally:
+        done.set()
+        thread.join()
+        listener.close()
+        for connection in accepted:  # the connecting side closes first (its port, not ours, waits in TIME_WAIT)
+            connection.settimeout(2.0)
+            try:
+                connection.recv(1)
+            except OSError:
+                pass
+            connection.close()
 
 
 def is_multi_worker(strategy=None):
@@ -263,12 +311,13 @@ def all_workers(strategy, flag):
 class DistributedTrainer:
     """Mixed into a `keras.Model` (before it): Keras 3's `fit`/`evaluate` under `MultiWorkerMirroredStrategy`.
 
-    See the module docstring for what fails without it. Outside a
-    multi-worker strategy nothing changes.
+    See the module docstring for what fails without it. Without a strategy
+    nothing changes; under one, the model's shapes are learnt from this
+    replica's first batch.
     """
 
     def _maybe_symbolic_build(self, iterator=None, data_batch=None):
-        if self._distribute_strategy is None or not is_multi_worker(self._distribute_strategy):
+        if self._distribute_strategy is None:
             return super()._maybe_symbolic_build(iterator=iterator, data_batch=data_batch)
         if iterator is not None:
             for _, _, batches in iterator:
@@ -304,20 +353,21 @@ class DistributedFunctional(DistributedTrainer, keras.Model):
 
 
 def trainable_model(model, strategy=None):
-    """`model`, or a functional model on the same layers that `fit`s under a multi-worker strategy.
+    """`model`, or a functional model on the same layers that `fit`s under a strategy of several replicas.
 
-    bert_keras models need nothing. For another functional model under a
-    multi-worker strategy, the returned model shares `model`'s layers (and
-    so its weights): training it trains `model`.
+    bert_keras models need nothing. For another functional model under such
+    a strategy, the returned model shares `model`'s layers (and so its
+    weights): training it trains `model`.
     """
-    if isinstance(model, DistributedTrainer) or not is_multi_worker(strategy):
+    strategy = strategy or tf.distribute.get_strategy()
+    if isinstance(model, DistributedTrainer) or strategy.num_replicas_in_sync == 1:
         return model
     if not getattr(model, "_is_graph_network", False) and not hasattr(model, "_nodes_by_depth"):
         raise ValueError(
-            "Under a multi-worker strategy, `model` must be a bert_keras model or a functional keras.Model "
+            "Under a strategy of several replicas, `model` must be a bert_keras model or a functional keras.Model "
             f"(inputs -> outputs); Keras 3's fit fails there otherwise (keras#20585). Received: {type(model).__name__}"
         )
-    with (strategy or tf.distribute.get_strategy()).scope():
+    with strategy.scope():
         return DistributedFunctional(model.inputs, model.outputs, name=model.name)
 
 

@@ -9,6 +9,7 @@ lists of names that drift apart.
 """
 
 import math
+import threading
 
 import keras
 import tensorflow as tf
@@ -83,6 +84,31 @@ class BertAdamW(keras.optimizers.AdamW):
 
     def _use_weight_decay(self, variable):
         return len(variable.shape) >= 2 and super()._use_weight_decay(variable)
+
+    # Under a strategy of several replicas, Keras clips each replica's gradients and sums them afterwards
+    # (`_backend_update_step` all-reduces after `_clip_gradients`), so the clip sees a part of the batch.
+    # BERT's recipe clips the global norm of the whole batch's gradient: sum first (the one all-reduce,
+    # moved here), clip the sum, and leave nothing for Keras' own all-reduce to do.
+
+    def _clip_gradients(self, grads):
+        context = tf.distribute.get_replica_context()
+        if self.global_clipnorm and context is not None and context.num_replicas_in_sync > 1:
+            present = [g for g in grads if g is not None]
+            summed = iter(context.all_reduce(tf.distribute.ReduceOp.SUM, present) if present else [])
+            grads = [None if g is None else next(summed) for g in grads]
+            # Read by `_all_reduce_sum_gradients` in the same trace. Per thread: MirroredStrategy runs each
+            # local replica's step in a thread of its own.
+            setattr(_SUMMED, str(id(self)), True)
+        return super()._clip_gradients(grads)
+
+    def _all_reduce_sum_gradients(self, grads_and_vars):
+        if getattr(_SUMMED, str(id(self)), False):
+            setattr(_SUMMED, str(id(self)), False)
+            return list(grads_and_vars)
+        return super()._all_reduce_sum_gradients(grads_and_vars)
+
+
+_SUMMED = threading.local()  # per replica thread: which optimizers' gradients `_clip_gradients` has summed
 
 
 def bert_optimizer(
