@@ -176,6 +176,16 @@ def _finetune(args):
         return _fail("finetune", f"{args.train}: found a single label {train.label_names}; a classifier needs two or more.")
     from bert_keras.finetune import finetune_classifier
 
+    lora_options = {}
+    if args.lora_rank is not None or args.lora_targets is not None:
+        from bert_keras import lora
+
+        try:
+            lora_options = dict(lora_rank=args.lora_rank, lora_targets=lora.check_lora_targets(args.lora_targets or "query,value"))
+        except ValueError as error:
+            return _fail("finetune", str(error).replace("argument `lora_targets`", "--lora-targets"))
+        if args.lora_rank is None:
+            return _fail("finetune", "--lora-targets needs --lora-rank")
     try:
         finetune_classifier(
             _source(args), train, validation, test, args.out,
@@ -183,7 +193,7 @@ def _finetune(args):
             epochs=args.epochs, learning_rate=args.learning_rate, seed=args.seed, overwrite=args.force,
             dtype=args.dtype, early_stopping=args.early_stopping, class_weights=args.class_weights,
             backup_dir=args.backup_dir or _default_backup_dir(args.out), verbose=_fit_verbosity(), report=_say,
-            strategy=strategy,
+            strategy=strategy, **lora_options,
         )
     except (OSError, ValueError) as error:
         return _fail("finetune", str(error))
@@ -700,6 +710,13 @@ def _build_parser():
     tune.add_argument("--early-stopping", type=_at_least(1), metavar="PATIENCE",
                       help="stop a phase when the validation loss has not improved for PATIENCE epochs; keep the best weights")
     tune.add_argument("--class-weights", choices=("balanced",), help="weigh the loss by inverse class frequency")
+    tune.add_argument("--lora-rank", type=_at_least(1), metavar="RANK",
+                      help="train LoRA adapters of this rank (and the head) instead of the whole encoder; merged into "
+                      "the kernels at export. Needs --checkpoint (a native encoder); LoRA wants a larger "
+                      "--learning-rate, e.g. 5e-4")
+    tune.add_argument("--lora-targets", metavar="NAMES",
+                      help="comma-separated projections that get adapters (default: query,value); any of query, key, "
+                      "value, attention_output, intermediate, output")
     tune.add_argument("--force", action="store_true", help="replace an earlier output of bert-keras in --out")
     tune.add_argument(
         "--backup-dir", help="where training state is backed up each epoch (default: .OUT.backup next to --out); "

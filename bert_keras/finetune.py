@@ -32,7 +32,7 @@ import numpy as np
 import tensorflow as tf
 from sklearn.utils.class_weight import compute_class_weight
 
-from bert_keras import distribute
+from bert_keras import distribute, lora
 from bert_keras._files import check_target, fault_point, write_json_atomically
 from bert_keras.datasets import stratified_split
 from bert_keras.evaluate import classification_report, classification_scores, format_report, report_files  # noqa: F401
@@ -99,8 +99,10 @@ def finetune(
     strategy=None,
     batch_size=None,
     validation_steps=None,
+    lora_rank=None,
+    lora_targets=lora.DEFAULT_TARGETS,
 ):
-    """Fine-tunes a classifier in two phases: head only, then everything.
+    """Fine-tunes a classifier in two phases: head only, then everything (or LoRA adapters).
 
     Args:
         model: a compiled-or-not `keras.Model` (e.g. string input -> Hub
@@ -136,6 +138,14 @@ def finetune(
             needed with more than one replica.
         validation_steps: int, optional. Batches per validation pass; needed
             with more than one replica when `validation_data`'s size is unknown.
+        lora_rank: int, optional. Train LoRA adapters of this rank instead of
+            the whole encoder in phase 2 (`bert_keras.lora.enable_lora`; a
+            native `BertEncoder` only). Phase 2 then trains the adapters and
+            the head; call `bert_keras.lora.merge_lora(model)` before an
+            export (`finetune_classifier` does). LoRA takes a larger
+            `learning_rate` than full fine-tuning (e.g. 5e-4).
+        lora_targets: the projections that get adapters (see
+            `bert_keras.lora.LORA_TARGETS`). Defaults to query and value.
 
     Returns:
         `FineTuneHistory` with both phases' histories.
@@ -143,6 +153,9 @@ def finetune(
     encoder = _find_encoder(model, encoder)
     strategy = strategy or model.distribute_strategy
     _check_built_under(model, strategy)
+    if lora_rank is not None:
+        with strategy.scope():  # the adapters are variables of the strategy too
+            lora.enable_lora(model, rank=lora_rank, targets=lora_targets)
     steps = _steps_per_epoch(train_data, steps_per_epoch)
     replicas = strategy.num_replicas_in_sync
     if replicas > 1:
@@ -453,6 +466,8 @@ def finetune_classifier(
     verbose="auto",
     report=logger.info,
     strategy=None,
+    lora_rank=None,
+    lora_targets=lora.DEFAULT_TARGETS,
 ):
     """The fine-tune pipeline: labelled texts -> scope -> build -> finetune -> score -> export.
 
@@ -490,6 +505,9 @@ def finetune_classifier(
             than one replica the test scores and the export are made by the
             chief, from a copy of the trained model outside the strategy, and
             the other workers return with `export_dir` None.
+        lora_rank, lora_targets: train LoRA adapters in phase 2 (see
+            `finetune`); they are merged into the kernels after training, so
+            the model returned and exported is an ordinary one.
 
     Returns:
         `FineTuneResult`.
@@ -507,7 +525,8 @@ def finetune_classifier(
             seq_length=seq_length, batch_size=batch_size, head_epochs=head_epochs, head_learning_rate=head_learning_rate,
             epochs=epochs, learning_rate=learning_rate, dropout=dropout, seed=seed, validation_fraction=validation_fraction,
         )
-        options = dict(dtype=dtype, early_stopping=early_stopping, class_weights=class_weights)
+        options = dict(dtype=dtype, early_stopping=early_stopping, class_weights=class_weights, lora_rank=lora_rank,
+                       lora_targets=list(lora_targets) if lora_rank is not None else None)
         arguments.update({key: value for key, value in options.items() if value is not None})  # older backups still match
         _check_backup(backup_dir, source, train, validation, test, arguments, report)
     if validation is None:
@@ -557,8 +576,12 @@ def finetune_classifier(
         verbose=verbose,
         strategy=strategy,
         batch_size=batch_size,
+        lora_rank=lora_rank,
+        lora_targets=lora_targets,
     )
     fit_seconds = time.time() - started
+    if lora_rank is not None:
+        lora.merge_lora(model)  # an ordinary model from here on: scored, copied and exported as one
     if replicas > 1:
         if not distribute.is_chief(strategy):
             shutil.rmtree(distribute.worker_backup_dir(backup_dir, strategy) or "", ignore_errors=True)

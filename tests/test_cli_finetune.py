@@ -166,6 +166,8 @@ def test_predict_bad_input(tmp_path, capsys, monkeypatch):
         (("--batch-size", "0"), r"argument --batch-size: expected an integer >= 1, got 0"),
         (("--seq-length", "x"), r"argument --seq-length: expected an integer, got 'x'"),
         (("--learning-rate", "-1"), r"argument --learning-rate: expected a positive number, got -1"),
+        (("--lora-rank", "0"), r"argument --lora-rank: expected an integer >= 1, got 0"),
+        (("--lora-rank", "-2"), r"argument --lora-rank: expected an integer >= 1, got -2"),
     ],
 )
 def test_finetune_bad_arguments_stop_before_any_work(modules, tmp_path, capsys, extra, pattern):
@@ -187,3 +189,31 @@ def test_finetune_seq_length_beyond_the_model_stops_before_training(modules, tmp
     assert _finetune(modules, _csv(tmp_path / "train.csv", ROWS), str(tmp_path / "out"), "--seq-length", "600") == 2
     captured = capsys.readouterr()
     assert "seq_length" in captured.err and "Fine-tuning (" not in captured.out
+
+
+def test_finetune_lora_unknown_target_lists_the_valid_ones(modules, tmp_path, capsys):
+    out = str(tmp_path / "out")
+    assert _finetune(modules, _csv(tmp_path / "train.csv", ROWS), out, "--lora-rank", "2", "--lora-targets", "query,qurey") == 2
+    err = capsys.readouterr().err
+    assert "expected one of ['query', 'key', 'value', 'attention_output', 'intermediate', 'output']" in err
+    assert "Received: lora_targets='qurey'" in err
+    assert not os.path.exists(out)
+
+
+def test_finetune_lora_on_hub_layers_says_what_it_needs(modules, tmp_path, capsys):
+    assert _finetune(modules, _csv(tmp_path / "train.csv", ROWS), str(tmp_path / "out"), "--lora-rank", "2") == 2
+    assert "BertEncoder.from_checkpoint" in capsys.readouterr().err
+
+
+def test_finetune_lora_exports_an_ordinary_classifier(modules, tmp_path, capsys):
+    out = str(tmp_path / "classifier")
+    argv = ["finetune", "--train", _csv(tmp_path / "train.csv", ROWS), "--checkpoint", os.path.join(modules, "encoder"),
+            "--out", out, "--seq-length", "16", "--epochs", "1", "--batch-size", "8", "--head-epochs", "0",
+            "--lora-rank", "2", "--lora-targets", "query,value", "--learning-rate", "1e-2"]
+    assert cli.main(argv) == 0, capsys.readouterr().err
+    from bert_keras.saved_model import load_classifier
+
+    classifier = load_classifier(out)
+    names = [variable.name for variable in classifier._saved.variables]  # the export holds no adapter weights
+    assert names and not [name for name in names if "lora" in name]
+    assert classifier.predict(["great fun"])[0]["label"] in ("neg", "pos")
