@@ -59,6 +59,9 @@ def cpu_description():
     return describe()
 
 LABELS = ["negative", "neutral", "positive"]
+# XLA's CPU matrix products on one thread: a batch-1 call's XLA path then skips the thread handoffs of
+# its many small kernels (the op-by-op path of batches keeps its threads).
+XLA_ONE_THREAD = "--xla_cpu_multi_thread_eigen=false"
 SAMPLE_SIZE = 2000
 SAMPLE_SEED = 0
 
@@ -148,7 +151,9 @@ def worker(args):
     """Answers `{"batch": b, "calls": n, "start": i}` lines with the seconds of each call."""
     call = _ours(args.model, args.threads) if args.worker == "ours" else _pipeline(args.dtype, args.threads)
     texts = tweet_sample()
-    for batch in (1, 32):  # warm-up: every length bucket and both batch sizes
+    for words in range(1, 70, 3):  # warm-up: every length bucket (XLA compiles each on first use) ...
+        call(["word " * words])
+    for batch in (1, 32):  # ... and both batch sizes
         for start in range(0, (64 if batch == 1 else 4) * batch, batch):
             call(texts[start : start + batch])
     print("READY", flush=True)
@@ -165,9 +170,9 @@ def worker(args):
 
 
 class Worker:
-    def __init__(self, label, argv):
+    def __init__(self, label, argv, env=None):
         self.label = label
-        env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+        env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", **(env or {}))
         self.process = subprocess.Popen(
             [sys.executable, os.path.abspath(__file__), *argv], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
             text=True, env=env, cwd=ROOT,
@@ -383,6 +388,8 @@ def main(argv=None):
     parser.add_argument("--worker", choices=["ours", "pipeline"], help=argparse.SUPPRESS)
     parser.add_argument("--dtype", default="float32", help=argparse.SUPPRESS)
     parser.add_argument("--threads", type=int, default=2, help=argparse.SUPPRESS)
+    parser.add_argument("--xla-one-thread", action="store_true",
+                        help="add a row of ours with XLA's CPU products on one thread (XLA_FLAGS)")
     parser.add_argument("--gemm-rounds", type=int, default=100, help="rounds of the GEMM profile (0: none)")
     parser.add_argument("--op-profile", type=int, metavar="CALLS", default=0,
                         help="print where a batch-1 call's time goes, op by op, over CALLS traced calls, and stop")
@@ -411,22 +418,24 @@ def main(argv=None):
         else:
             exports = build_exports(scratch, args.seq_length, ["float32"] + (["bfloat16"] if bf16 else []), log)
             built = "built"
-        specs = [(f"ours fp32, {threads} thread{'s' * (threads > 1)}",
-                  ["--worker", "ours", "--model", exports["float32"], "--threads", str(threads)]) for threads in (2, 1)]
+        ours = ["--worker", "ours", "--model", exports["float32"], "--threads", "2"]
+        specs = [("ours fp32, 2 threads", ours, None)]
+        if args.xla_one_thread:
+            specs.append(("ours fp32, 2 threads, XLA_FLAGS=" + XLA_ONE_THREAD, ours, {"XLA_FLAGS": XLA_ONE_THREAD}))
         if "bfloat16" in exports:
-            specs.append(("ours bf16, 2 threads", ["--worker", "ours", "--model", exports["bfloat16"], "--threads", "2"]))
+            specs.append(("ours bf16, 2 threads", ["--worker", "ours", "--model", exports["bfloat16"], "--threads", "2"], None))
         for threads in (2, 1):
             specs.append((f"pipeline fp32, {threads} thread{'s' * (threads > 1)}",
-                          ["--worker", "pipeline", "--dtype", "float32", "--threads", str(threads)]))
+                          ["--worker", "pipeline", "--dtype", "float32", "--threads", str(threads)], None))
         if bf16:
             specs.append(("pipeline bf16 autocast, 2 threads",
-                          ["--worker", "pipeline", "--dtype", "bfloat16", "--threads", "2"]))
+                          ["--worker", "pipeline", "--dtype", "bfloat16", "--threads", "2"], None))
         load_before = os.getloadavg()[0]
         workers = []
         try:
-            for label, worker_argv in specs:
+            for label, worker_argv, env in specs:
                 log(f"starting {label}")
-                workers.append(Worker(label, worker_argv))
+                workers.append(Worker(label, worker_argv, env))
             results = measure(workers, args.rounds, args.calls_1, args.calls_32, log)
         finally:
             for w in workers:

@@ -19,7 +19,7 @@ WORDS = ["good", "great", "fun", "bad", "awful", "boring", "movie", "the", "was"
 VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + WORDS + [f"w{i}" for i in range(25)]
 TINY = dict(vocab_size=len(VOCAB), num_layers=2, hidden_size=16, num_heads=2, intermediate_size=32, max_sequence_length=128)
 LABELS = ["neg", "neu", "pos"]
-# Token counts 4, 62, 100 (cut) and 2: the length buckets 16 and 64, and the op-by-op path.
+# Token counts 4, 62, 100 (cut) and 2: the length buckets 8 and 64, and the op-by-op path.
 TEXTS = ["good movie", "w1 w2 w3 " * 20, "fun " * 200, ""]
 
 
@@ -70,7 +70,7 @@ def test_padding_is_cut_after_the_longest_row_and_buckets_round_up():
     assert saved_model._trim_padding({k: v[:, :0] + 0 for k, v in packed.items()})["input_mask"].shape == (2, 0)
     padded = saved_model._pad_to(trimmed, tf.constant(16))
     assert padded["input_mask"].shape == (2, 16) and int(tf.reduce_sum(padded["input_mask"])) == 8
-    assert [int(saved_model._bucket(tf.constant(n))) for n in (1, 16, 17, 33, 48, 49, 64)] == [16, 16, 32, 48, 48, 64, 64]
+    assert [int(saved_model._bucket(tf.constant(n))) for n in (1, 8, 9, 17, 33, 48, 49, 64)] == [8, 8, 16, 24, 40, 48, 56, 64]
 
 
 def test_bfloat16_export_of_a_classifier_on_hub_layers(tmp_path, monkeypatch):
