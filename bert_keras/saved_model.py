@@ -229,7 +229,9 @@ def _write_export(model, export_dir, label_names, overwrite, extra_assets, dtype
 
     def serve(*texts):
         outputs = run(*texts)
-        probabilities = tf.nn.softmax(tf.cast(outputs, tf.float32), axis=-1) if softmax else tf.cast(outputs, tf.float32)
+        probabilities = tf.cast(outputs, tf.float32)  # (batch, num_classes), float32 whatever the compute dtype
+        if softmax:
+            probabilities = tf.nn.softmax(probabilities, axis=-1)
         return {"probabilities": probabilities, "label": tf.gather(names, tf.argmax(probabilities, axis=-1))}
 
     archive.add_endpoint(
