@@ -70,7 +70,8 @@ def _convert(args):
         print(f"[{index}/{total}] {text}", flush=True)
 
     try:
-        loaded = convert_to_hub(args.source, args.out, seq_length=args.seq_length, overwrite=args.force, progress=progress)
+        loaded = convert_to_hub(args.source, args.out, seq_length=args.seq_length, overwrite=args.force, progress=progress,
+                                dtype=args.dtype)
     except (FileExistsError, OutputLockedError) as error:
         print(f"bert-keras convert: {error}", file=sys.stderr)
         return 2
@@ -150,6 +151,15 @@ class _UsageError(Exception):
         self.command = command
 
 
+def _warn_emulated_bfloat16(args, command):
+    if getattr(args, "dtype", None) == "mixed_bfloat16":
+        from bert_keras.hub.export import cpu_supports_bfloat16
+
+        if not cpu_supports_bfloat16():
+            print(f"bert-keras {command}: warning: this CPU has no bfloat16 arithmetic (avx512_bf16 or amx_bf16): "
+                  "mixed_bfloat16 is emulated there and slower than float32", file=sys.stderr)
+
+
 def _default_backup_dir(out):
     parent, name = os.path.split(os.path.abspath(out))
     return os.path.join(parent, f".{name}.backup")
@@ -160,6 +170,7 @@ def _finetune(args):
     from bert_keras.datasets import DataError, read_labelled_file
 
     strategy = _strategy(args, "finetune")
+    _warn_emulated_bfloat16(args, "finetune")
     try:  # before any work: never train for an output that cannot be written
         check_target(args.out, args.force, argument="--out")
     except (OSError, ValueError) as error:
@@ -193,7 +204,7 @@ def _finetune(args):
             epochs=args.epochs, learning_rate=args.learning_rate, seed=args.seed, overwrite=args.force,
             dtype=args.dtype, early_stopping=args.early_stopping, class_weights=args.class_weights,
             backup_dir=args.backup_dir or _default_backup_dir(args.out), verbose=_fit_verbosity(), report=_say,
-            strategy=strategy, **lora_options,
+            strategy=strategy, export_dtype=args.export_dtype, **lora_options,
         )
     except (OSError, ValueError) as error:
         return _fail("finetune", str(error))
@@ -505,6 +516,7 @@ def _pretrain(args):
     from bert_keras.pretrain import run_pretraining
 
     strategy = _strategy(args, "pretrain")
+    _warn_emulated_bfloat16(args, "pretrain")
     vocab = args.vocab
     if vocab is None:
         from bert_keras.text.corpora import minilm_vocab_path
@@ -647,6 +659,9 @@ def _build_parser():
     convert.add_argument("--out", required=True, help="output directory")
     convert.add_argument("--seq-length", type=_at_least(3), help="default sequence length of the preprocess module (128, or the model's maximum if shorter)"
     )
+    convert.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32",
+                         help="compute dtype of the encoder module (float32 inputs, outputs and variables either way); "
+                         "bfloat16 needs a CPU with avx512_bf16 or amx_bf16")
     convert.add_argument("--force", action="store_true", help="replace existing modules in --out")
     convert.set_defaults(func=_convert)
 
@@ -707,6 +722,9 @@ def _build_parser():
     tune.add_argument("--dtype", choices=("float32", "mixed_bfloat16", "mixed_float16"),
                       help="Keras dtype policy of the model (default: float32); mixed_bfloat16 speeds up CPUs with "
                       "AVX512-BF16 when the encoder is built from --checkpoint")
+    tune.add_argument("--export-dtype", choices=("float32", "bfloat16"), default="float32",
+                      help="compute dtype of the exported classifier (float32 inputs and outputs either way); bfloat16 "
+                      "needs a CPU with avx512_bf16 or amx_bf16")
     tune.add_argument("--early-stopping", type=_at_least(1), metavar="PATIENCE",
                       help="stop a phase when the validation loss has not improved for PATIENCE epochs; keep the best weights")
     tune.add_argument("--class-weights", choices=("balanced",), help="weigh the loss by inverse class frequency")

@@ -35,6 +35,7 @@ from sklearn.utils.class_weight import compute_class_weight
 from bert_keras import distribute, lora
 from bert_keras._files import check_target, fault_point, write_json_atomically
 from bert_keras.datasets import stratified_split
+from bert_keras.hub.export import check_compute_dtype
 from bert_keras.evaluate import classification_report, classification_scores, format_report, report_files  # noqa: F401
 from bert_keras.optimization import bert_optimizer
 from bert_keras.saved_model import export_classifier, outputs_probabilities
@@ -468,6 +469,7 @@ def finetune_classifier(
     strategy=None,
     lora_rank=None,
     lora_targets=lora.DEFAULT_TARGETS,
+    export_dtype="float32",
 ):
     """The fine-tune pipeline: labelled texts -> scope -> build -> finetune -> score -> export.
 
@@ -508,6 +510,9 @@ def finetune_classifier(
         lora_rank, lora_targets: train LoRA adapters in phase 2 (see
             `finetune`); they are merged into the kernels after training, so
             the model returned and exported is an ordinary one.
+        export_dtype: `"float32"` or `"bfloat16"`: the compute dtype of the
+            exported classifier (`saved_model.export_classifier`; float32
+            inputs and outputs either way). Checked before training.
 
     Returns:
         `FineTuneResult`.
@@ -520,6 +525,7 @@ def finetune_classifier(
         report = logger.debug  # progress is the chief's to show
     if export_dir is not None:
         check_target(export_dir, overwrite, argument="export_dir")
+        check_compute_dtype(export_dtype, argument="export_dtype")
     if backup_dir is not None:
         arguments = dict(
             seq_length=seq_length, batch_size=batch_size, head_epochs=head_epochs, head_learning_rate=head_learning_rate,
@@ -597,12 +603,12 @@ def finetune_classifier(
         report(f"Test accuracy: {scores['accuracy']:.4f}, macro-F1: {scores['macro_f1']:.4f}")
         report(format_report(evaluation))
     if export_dir is not None:
-        metrics = {"label_names": train.label_names, "history": dataclasses.asdict(history)}
+        metrics = {"label_names": train.label_names, "history": dataclasses.asdict(history), "fit_seconds": round(fit_seconds, 1)}
         if scores is not None:
             metrics.update(test_accuracy=scores["accuracy"], test_macro_f1=scores["macro_f1"])
         # Next to the model, in assets.extra/: the test report (JSON, confusion-matrix PNG) and the training curves (PNG).
         assets = {"metrics.json": metrics, **report_files(evaluation, dataclasses.asdict(history))}
-        export_classifier(model, export_dir, train.label_names, overwrite=overwrite, extra_assets=assets)
+        export_classifier(model, export_dir, train.label_names, overwrite=overwrite, extra_assets=assets, dtype=export_dtype)
         report(f"Exported the classifier (raw strings in; probabilities and label names out) to {export_dir}")
     if backup_dir is not None:
         shutil.rmtree(backup_dir, ignore_errors=True)  # only now: everything it protected is written

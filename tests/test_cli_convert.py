@@ -125,3 +125,13 @@ def test_a_vocabulary_without_cls_stops_convert_before_anything_is_written(hf_pr
     error = capsys.readouterr().err
     assert "[CLS]" in error
     assert not out.exists() and [p for p in os.listdir(tmp_path) if p.startswith(".partial")] == []
+
+
+def test_convert_bfloat16_on_a_cpu_without_it_is_refused(hf_pretraining_dir, tmp_path, capsys, monkeypatch):
+    from bert_keras.hub import export as hub_export
+
+    monkeypatch.setattr(hub_export, "cpu_supports_bfloat16", lambda: False)
+    out = tmp_path / "modules"
+    assert cli.main(["convert", str(hf_pretraining_dir), "--out", str(out), "--dtype", "bfloat16"]) == 2
+    assert "avx512_bf16" in capsys.readouterr().err
+    assert not out.exists()

@@ -217,3 +217,14 @@ def test_finetune_lora_exports_an_ordinary_classifier(modules, tmp_path, capsys)
     names = [variable.name for variable in classifier._saved.variables]  # the export holds no adapter weights
     assert names and not [name for name in names if "lora" in name]
     assert classifier.predict(["great fun"])[0]["label"] in ("neg", "pos")
+
+
+def test_finetune_bfloat16_export_on_a_cpu_without_it_stops_before_training(modules, tmp_path, capsys, monkeypatch):
+    from bert_keras.hub import export as hub_export
+
+    monkeypatch.setattr(hub_export, "cpu_supports_bfloat16", lambda: False)
+    out = str(tmp_path / "out")
+    assert _finetune(modules, _csv(tmp_path / "train.csv", ROWS), out, "--export-dtype", "bfloat16") == 2
+    captured = capsys.readouterr()
+    assert "export_dtype" in captured.err and "avx512_bf16" in captured.err
+    assert "Fine-tuning (" not in captured.out and not os.path.exists(out)
