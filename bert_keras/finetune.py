@@ -547,14 +547,7 @@ def finetune_classifier(
 
     callbacks, class_weight = _training_options(train, validation, early_stopping, class_weights, report)
     keras.utils.set_random_seed(seed)
-    policy = keras.config.dtype_policy()
-    try:
-        if dtype is not None:
-            keras.config.set_dtype_policy(dtype)
-        with strategy.scope():
-            model = _build_classifier(source, train, seq_length, dropout)
-    finally:
-        keras.config.set_dtype_policy(policy)
+    model = _build_classifier(source, train, seq_length, dropout, dtype, strategy)
     batching = f"batch {batch_size}"
     if replicas > 1:
         batching = f"global batch {batch_size} = {batch_size // replicas} per replica x {replicas} replicas"
@@ -592,7 +585,9 @@ def finetune_classifier(
         if not distribute.is_chief(strategy):
             shutil.rmtree(distribute.worker_backup_dir(backup_dir, strategy) or "", ignore_errors=True)
             return FineTuneResult(model, history, None, None, None, fit_seconds, sizes)
-        model = _without_strategy(model)
+        # A copy outside the strategy, built as the model was: scored and exported with no collectives.
+        trained, model = model, _build_classifier(source, train, seq_length, dropout, dtype, tf.distribute.get_strategy())
+        model.set_weights(trained.get_weights())
 
     scores = probabilities = evaluation = None
     if test is not None:
@@ -633,22 +628,22 @@ def _training_options(train, validation, early_stopping, class_weights, report):
     return callbacks, weights
 
 
-def _without_strategy(model):
-    """A copy of a model trained under a strategy, made outside it: scored and exported with no collectives."""
-    with tf.distribute.get_strategy().scope():  # outside any strategy scope: the default one
-        copy = model.__class__.from_config(model.get_config())
-    copy.set_weights(model.get_weights())
-    return copy
-
-
-def _build_classifier(source, train, seq_length, dropout):
-    return BertClassifier.from_checkpoint(
-        source,
-        seq_length=seq_length,
-        num_classes=len(train.label_names),
-        text_pairs=train.text_pairs is not None,
-        dropout=dropout,
-    )
+def _build_classifier(source, train, seq_length, dropout, dtype, strategy):
+    """The pipeline's classifier, made under `strategy`'s scope with the dtype policy `dtype` (None: the current one)."""
+    policy = keras.config.dtype_policy()
+    try:
+        if dtype is not None:
+            keras.config.set_dtype_policy(dtype)
+        with strategy.scope():
+            return BertClassifier.from_checkpoint(
+                source,
+                seq_length=seq_length,
+                num_classes=len(train.label_names),
+                text_pairs=train.text_pairs is not None,
+                dropout=dropout,
+            )
+    finally:
+        keras.config.set_dtype_policy(policy)
 
 
 RUN_FILE = "run.json"
