@@ -85,7 +85,7 @@ def main():
         ("batched matmul probs v", fn(lambda: tf.matmul(scores, q)), 2 * b * heads * s * s * (h // heads)),
         ("GEMM attention output (tokens x H x H)", fn(lambda: tf.matmul(x2, w_o)), 2 * tokens * h * h),
         # oneDNN fuses bias + exact GELU into the GEMM (as in the block: `Gelu/mul_2:_MklNativeFusedMatMul`).
-        ("GEMM FFN in + bias + exact GELU (fused)", fn(lambda: gelu_exact(tf.matmul(x2, w_1) + b_1)), 2 * tokens * h * i),
+        ("GEMM FFN in + bias + exact GELU (fused)", fn(lambda: gelu_exact(tf.nn.bias_add(tf.matmul(x2, w_1), b_1))), 2 * tokens * h * i),
         ("GEMM FFN out (tokens x I x H)", fn(lambda: tf.matmul(inter, w_2)), 2 * tokens * i * h),
         ("2 x (residual add + LayerNorm)", fn(lambda: block.feed_forward_layer_norm(block.attention_layer_norm(x + x) + x)), 0),
     ]

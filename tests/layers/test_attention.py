@@ -212,36 +212,3 @@ def test_mixed_bfloat16_graph_call_is_close_to_float32_and_masks_padding():
     np.testing.assert_allclose(probs.sum(-1), 1.0, atol=0.02)
     assert_close(np.asarray(tf.cast(out, "float32")), expected_out, atol=0.1)
 
-
-def test_one_qkv_gemm_equals_the_three_dense_layers_with_lora_adapters():
-    import tensorflow as tf
-
-    x, _ = _inputs()
-    layer = MultiHeadSelfAttention(num_heads=HEADS)
-    layer(x)
-    _random_weights(layer)
-    layer.query_dense.enable_lora(2)
-    layer.value_dense.enable_lora(2)
-    rng = np.random.default_rng(7)
-    for dense in (layer.query_dense, layer.value_dense):  # nonzero adapters (lora_kernel_b starts at zero)
-        dense.lora_kernel_b.assign(rng.normal(scale=0.3, size=dense.lora_kernel_b.shape).astype("float32"))
-    tokens = np.reshape(x, (-1, HIDDEN))
-    fused = layer._projections(tokens)
-    assert tuple(fused.shape) == (BATCH * SEQ, 3 * HIDDEN)
-    separate = np.concatenate([d(tokens) for d in (layer.query_dense, layer.key_dense, layer.value_dense)], axis=1)
-    assert_close(fused, separate, atol=1e-5)
-    # Gradients reach the adapters through the fused GEMM.
-    with tf.GradientTape() as tape:
-        loss = tf.reduce_sum(layer(x) ** 2)
-    grads = tape.gradient(loss, [layer.query_dense.lora_kernel_a, layer.value_dense.lora_kernel_b])
-    assert all(float(tf.reduce_max(tf.abs(g))) > 0 for g in grads)
-
-
-def test_quantized_projections_keep_their_own_dense_call():
-    x, _ = _inputs()
-    layer = MultiHeadSelfAttention(num_heads=HEADS)
-    expected = layer(x)
-    layer.query_dense.quantize("int8")
-    projected = layer._projections(np.reshape(x, (-1, HIDDEN)))
-    assert isinstance(projected, tuple) and len(projected) == 3
-    assert_close(layer(x), expected, atol=0.05)
