@@ -1,6 +1,6 @@
 """Training on more than one worker, measured: accuracy of the CLI's runs and scaling of 1 vs 2 workers.
 
-Two parts, each a table in benchmarks/results/distributed.md:
+Two parts, each a table (benchmarks/results/distributed.md and distributed_scaling.md):
 
 1. Accuracy (`--part accuracy`): `bert-keras finetune` on the installed
    MiniLM-L6 checkpoint and the demo's tweet split (`bert_keras.demo.load_tweet_splits`,
@@ -19,9 +19,10 @@ Two parts, each a table in benchmarks/results/distributed.md:
    median time of one cross-worker sum of a gradient-sized set of tensors
    (all trainable weights), measured in the two workers after training.
 
-Run from the repository root (about 40 minutes on 2 cores):
+Run from the repository root (about 20 and 10 minutes on 2 cores):
 
-    TF_CPP_MIN_LOG_LEVEL=2 python benchmarks/distributed.py --out benchmarks/results/distributed.md
+    TF_CPP_MIN_LOG_LEVEL=2 python benchmarks/distributed.py --part accuracy --out benchmarks/results/distributed.md
+    TF_CPP_MIN_LOG_LEVEL=2 python benchmarks/distributed.py --part scaling --out benchmarks/results/distributed_scaling.md
 
 GPUs: the same script runs there unchanged (one worker per GPU is the
 mirrored strategy's job; `--strategy mirrored` in the CLI); no GPU figures
