@@ -34,7 +34,6 @@ import datetime
 import json
 import os
 import platform
-import socket
 import statistics
 import subprocess
 import sys
@@ -44,33 +43,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, ROOT)
 
-
-def free_ports(count):
-    sockets = [socket.socket() for _ in range(count)]
-    try:
-        for s in sockets:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in sockets]
-    finally:
-        for s in sockets:
-            s.close()
-
-
-def tf_config(ports, index):
-    return json.dumps({"cluster": {"worker": [f"127.0.0.1:{p}" for p in ports]}, "task": {"type": "worker", "index": index}})
-
-
-def cpu_description():
-    model = "unknown CPU"
-    flags = set()
-    with open("/proc/cpuinfo") as f:
-        for line in f:
-            if line.startswith("model name") and model == "unknown CPU":
-                model = line.split(":", 1)[1].strip()
-            if line.startswith("flags"):
-                flags = set(line.split(":", 1)[1].split())
-    avx512 = sorted(flag for flag in flags if flag.startswith("avx512"))
-    return f"{model}, {os.cpu_count()} cores, {', '.join(avx512) or 'no AVX-512'}"
+from bert_keras.distribute import local_tf_configs  # noqa: E402 - no TensorFlow devices started by importing it
+from run_all import cpu_description  # noqa: E402 - benchmarks/ is this script's directory
 
 
 def environment(**extra):
@@ -147,9 +121,8 @@ def part_accuracy(args, work):
     if name not in args.skip:
         print(f"[accuracy] {name}", flush=True)
         out = os.path.join(work, "multi-worker")
-        ports = free_ports(2)
         argv = finetune_argv(paths, out, ["--strategy", "multi-worker"])
-        workers = [Timed(argv, environment(TF_CONFIG=tf_config(ports, i))) for i in range(2)]
+        workers = [Timed(argv, environment(TF_CONFIG=config)) for config in local_tf_configs(2)]
         for worker in workers[1:]:
             worker.wait()
         rows.append(accuracy_row(name, out, workers[0].wait()))
@@ -233,8 +206,7 @@ def part_scaling(args):
         result = _result(Timed(worker + ["--threads", str(threads)], environment()).wait())
         rows.append({"run": f"1 process, {threads} thread{'s' if threads > 1 else ''}", **result})
     print("[scaling] 2 workers, 1 thread each", flush=True)
-    ports = free_ports(2)
-    workers = [Timed(worker + ["--threads", "1"], environment(TF_CONFIG=tf_config(ports, i))) for i in range(2)]
+    workers = [Timed(worker + ["--threads", "1"], environment(TF_CONFIG=config)) for config in local_tf_configs(2)]
     results = [_result(w.wait()) for w in workers]
     rows.append({"run": "2 workers on 127.0.0.1, 1 thread each", "step_s": max(r["step_s"] for r in results),
                  "steps": results[0]["steps"], "all_reduce_s": statistics.median(r["all_reduce_s"] for r in results),
@@ -249,7 +221,7 @@ def markdown(args, accuracy, sizes, scaling, started):
         "# Training on more than one worker",
         "",
         f"Written by `python benchmarks/distributed.py {' '.join(sys.argv[1:])}` on {started:%Y-%m-%d}. "
-        f"CPU: {cpu_description()}; Python {platform.python_version()}; load average at the end "
+        f"CPU: {cpu_description()}, {os.cpu_count()} cores; Python {platform.python_version()}; load average at the end "
         f"{', '.join(f'{v:.1f}' for v in os.getloadavg())} (the machine was shared with other jobs).",
         "",
     ]

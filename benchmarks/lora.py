@@ -50,6 +50,7 @@ from bert_keras.demo import DemoConfig, load_tweet_splits  # noqa: E402
 from bert_keras.finetune import finetune_classifier  # noqa: E402
 from bert_keras.tasks import BertClassifier  # noqa: E402
 from bert_keras.text.corpora import minilm_vocab_path  # noqa: E402
+from run_all import cpu_description  # noqa: E402 - benchmarks/ is this script's directory
 
 RESULTS = os.path.join(HERE, "results", "lora.md")
 PHASE_2_LOG = "Phase 2"  # how `bert_keras.finetune` announces phase 2 (logger "bert_keras.finetune")
@@ -78,22 +79,6 @@ class _PhaseClock(logging.Handler):
     def emit(self, record):
         if record.getMessage().startswith(PHASE_2_LOG):
             self.phase2_started = time.monotonic()
-
-
-def cpu_description():
-    """The CPU model name, the number of cores this process may use, and the AVX-512 flags."""
-    model, flags = platform.processor() or platform.machine(), set()
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            for line in f:
-                key, _, value = line.partition(":")
-                if key.strip() == "model name":
-                    model = value.strip()
-                elif key.strip() == "flags":
-                    flags = {flag for flag in value.split() if flag.startswith("avx512")}
-    except OSError:
-        pass
-    return f"{model}, {len(os.sched_getaffinity(0))} cores; AVX-512: {' '.join(sorted(flags)) or 'none'}"
 
 
 def trainable_counts(source, args, num_classes):
@@ -206,7 +191,7 @@ def markdown(runs, args, sizes, encoder_parameters, seconds, exports=()):
         f"Command: `TF_CPP_MIN_LOG_LEVEL=2 {command}`  ",
         f"Date: {datetime.date.today().isoformat()}; Python {platform.python_version()}, TensorFlow {tf.__version__}, "
         f"Keras {keras.__version__}  ",
-        f"CPU: {cpu_description()}  ",
+        f"CPU: {cpu_description()}, {len(os.sched_getaffinity(0))} cores  ",
         f"Load average at the end: {load}; the whole run took {seconds / 60:.0f} min.",
         "",
         f"| method | trainable parameters (phase 2) | share of the encoder's {encoder_parameters:,} | "

@@ -108,6 +108,28 @@ def _port(address):
     return int(port) if host and port.isdigit() and 0 < int(port) < 65536 else None
 
 
+def local_tf_configs(count, host="127.0.0.1"):
+    """`TF_CONFIG` values for `count` worker processes on this machine, on ports that are free now.
+
+    To try multi-worker training on one machine: start worker `i` with
+    `TF_CONFIG=local_tf_configs(n)[i]` (the same list for all).
+
+    >>> configs = local_tf_configs(2)
+    >>> [json.loads(config)["task"] for config in configs]
+    [{'type': 'worker', 'index': 0}, {'type': 'worker', 'index': 1}]
+    """
+    check_positive_int("count", count)
+    sockets = [socket.socket() for _ in range(count)]
+    try:
+        for s in sockets:
+            s.bind((host, 0))
+        workers = [f"{host}:{s.getsockname()[1]}" for s in sockets]
+    finally:
+        for s in sockets:
+            s.close()
+    return [json.dumps({"cluster": {"worker": workers}, "task": {"type": "worker", "index": i}}) for i in range(count)]
+
+
 def wait_for_workers(addresses, own_address, timeout=CONNECT_TIMEOUT):
     """Waits until every other worker accepts connections; a clear error after `timeout` seconds."""
     deadline = time.monotonic() + timeout

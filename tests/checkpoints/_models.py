@@ -72,3 +72,34 @@ def save_hf_directory(model, directory, vocab_size=TINY_HF["vocab_size"]):
 
 def max_diff(a, b):
     return float(np.max(np.abs(np.asarray(a, dtype="float64") - np.asarray(b, dtype="float64"))))
+
+
+def write_training_inputs(transformers, root, num_texts):
+    """A tiny Hugging Face BERT checkpoint without dropout, labelled texts and a corpus, written under `root`.
+
+    Returns a dict of paths: `checkpoint` (folder), `vocab` (its vocab.txt: [PAD] [UNK] [CLS] [SEP] [MASK]
+    tok0..tok34), `train` (`num_texts` labelled texts: label 1 when the words come from tok17..tok33),
+    `corpus` (12 documents of 5 sentences). No dropout, so that runs draw no random numbers inside the
+    model and can be compared exactly.
+    """
+    import random
+
+    config = transformers.BertConfig(**TINY_HF, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    checkpoint = save_hf_directory(perturb_torch(transformers.BertForPreTraining(config)), os.path.join(root, "checkpoint"))
+    rng = random.Random(0)
+    rows = []
+    for i in range(num_texts):
+        label = i % 2
+        words = [f"tok{rng.randrange(17) + 17 * label}" for _ in range(rng.randrange(2, 7))]
+        rows.append(f"{' '.join(words)},{'pos' if label else 'neg'}")
+    train = os.path.join(root, "train.csv")
+    with open(train, "w") as f:
+        f.write("text,label\n" + "\n".join(rows) + "\n")
+    documents = []
+    for _ in range(12):
+        first = rng.randrange(35)
+        documents.append("\n".join(" ".join(f"tok{(first + s * 3 + j) % 35}" for j in range(4)) for s in range(5)))
+    corpus = os.path.join(root, "corpus.txt")
+    with open(corpus, "w") as f:
+        f.write("\n\n".join(documents) + "\n")
+    return {"checkpoint": str(checkpoint), "vocab": os.path.join(checkpoint, "vocab.txt"), "train": train, "corpus": corpus}

@@ -2,15 +2,14 @@
 
 import json
 import os
-import random
-import socket
 import subprocess
 import sys
 import time
 
 import pytest
 
-from tests.checkpoints._models import TINY_HF, perturb_torch, save_hf_directory
+from bert_keras.distribute import local_tf_configs
+from tests.checkpoints._models import write_training_inputs
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TIMEOUT_S = 600
@@ -18,45 +17,12 @@ TIMEOUT_S = 600
 
 @pytest.fixture(scope="session")
 def inputs(tmp_path_factory):
-    """A tiny Hugging Face BERT checkpoint without dropout, 30 labelled texts and a 12-document corpus."""
+    """A folder with inputs.json: a tiny checkpoint without dropout, 30 labelled texts and a corpus."""
     transformers = pytest.importorskip("transformers")
     root = tmp_path_factory.mktemp("distribute-inputs")
-    config = transformers.BertConfig(**TINY_HF, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
-    checkpoint = save_hf_directory(perturb_torch(transformers.BertForPreTraining(config)), root / "checkpoint")
-    rng = random.Random(0)
-    rows = []
-    for i in range(30):
-        label = i % 2
-        words = [f"tok{rng.randrange(17) + 17 * label}" for _ in range(rng.randrange(2, 7))]
-        rows.append(f"{' '.join(words)},{'pos' if label else 'neg'}")
-    train = root / "train.csv"
-    train.write_text("text,label\n" + "\n".join(rows) + "\n")
-    documents = []
-    for _ in range(12):
-        first = rng.randrange(35)
-        documents.append("\n".join(" ".join(f"tok{(first + s * 3 + j) % 35}" for j in range(4)) for s in range(5)))
-    corpus = root / "corpus.txt"
-    corpus.write_text("\n\n".join(documents) + "\n")
-    paths = {"checkpoint": str(checkpoint), "vocab": os.path.join(checkpoint, "vocab.txt"), "train": str(train),
-             "corpus": str(corpus)}
+    paths = write_training_inputs(transformers, str(root), num_texts=30)
     (root / "inputs.json").write_text(json.dumps(paths))
     return root
-
-
-def free_ports(count):
-    """`count` ports free on 127.0.0.1 now (bound, read, released)."""
-    sockets = [socket.socket() for _ in range(count)]
-    try:
-        for s in sockets:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in sockets]
-    finally:
-        for s in sockets:
-            s.close()
-
-
-def tf_config(ports, index):
-    return json.dumps({"cluster": {"worker": [f"127.0.0.1:{port}" for port in ports]}, "task": {"type": "worker", "index": index}})
 
 
 def environment(**extra):
@@ -87,9 +53,9 @@ def driver(mode, inputs, out, *extra):
 
 def run_cluster(argvs, environments=None, timeout=TIMEOUT_S):
     """Runs one process per argv, worker i with TF_CONFIG index i on fresh ports; returns their results."""
-    ports = free_ports(len(argvs))
+    configs = local_tf_configs(len(argvs))
     environments = environments or [{} for _ in argvs]
-    processes = [start(argv, TF_CONFIG=tf_config(ports, i), **env) for i, (argv, env) in enumerate(zip(argvs, environments))]
+    processes = [start(argv, TF_CONFIG=config, **env) for config, argv, env in zip(configs, argvs, environments)]
     return [finish(process, timeout) for process in processes]
 
 

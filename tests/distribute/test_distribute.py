@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from bert_keras import distribute
-from tests.distribute.conftest import ROOT, check, driver, environment, finish, free_ports, run_cluster, start, tf_config, wait_for
+from tests.distribute.conftest import ROOT, check, driver, environment, finish, run_cluster, start, wait_for
 
 pytestmark = pytest.mark.distributed
 TOLERANCE = 1e-5
@@ -57,10 +57,10 @@ def test_two_workers_give_the_weights_of_one_replica(inputs, single, tmp_path):
 def test_a_worker_killed_in_phase_two_resumes_from_the_backups(inputs, single, tmp_path):
     backup = tmp_path / "backup"
     argv = driver("multi-worker", inputs, tmp_path, "--backup", backup, "--only", "finetune")
-    ports = free_ports(2)
-    chief = start(argv, TF_CONFIG=tf_config(ports, 0))
+    configs = distribute.local_tf_configs(2)
+    chief = start(argv, TF_CONFIG=configs[0])
     # worker 1 is killed (SIGKILL) right after its backup of the first unfrozen epoch
-    worker = start(argv, TF_CONFIG=tf_config(ports, 1), BERT_KERAS_FAULT_POINT="epoch-end:full:1")
+    worker = start(argv, TF_CONFIG=configs[1], BERT_KERAS_FAULT_POINT="epoch-end:full:1")
     returncode, _, stderr = finish(worker)
     assert returncode == -signal.SIGKILL, stderr[-3000:]
     metadata = backup / "chief" / "full" / "training_metadata.json"
@@ -106,11 +106,11 @@ def test_malformed_tf_config_is_a_clear_error(inputs, tmp_path):
 
 
 def test_an_unreachable_worker_is_a_clear_error_in_bounded_time(inputs, tmp_path):
-    ports = free_ports(2)  # nobody listens on the second
+    config = distribute.local_tf_configs(2)[0]  # nobody listens on the second
     returncode, stderr, seconds = _cli(*_finetune_args(inputs, tmp_path / "out", "--strategy", "multi-worker", "--connect-timeout", 3),
-                                       TF_CONFIG=tf_config(ports, 0))
+                                       TF_CONFIG=config)
     assert returncode == 2, stderr[-2000:]
-    assert f"Worker 127.0.0.1:{ports[1]} could not be reached within 3 s" in stderr
+    assert f"Worker {json.loads(config)['cluster']['worker'][1]} could not be reached within 3 s" in stderr
     assert seconds < 90
 
 
@@ -151,10 +151,10 @@ def test_global_batch_divisibility():
 
 
 def test_waiting_for_a_worker_ends_with_a_clear_error():
-    (port,) = free_ports(1)
+    address = json.loads(distribute.local_tf_configs(1)[0])["cluster"]["worker"][0]  # free: nobody listens
     started = time.monotonic()
-    with pytest.raises(ConnectionError, match=f"Worker 127.0.0.1:{port} could not be reached within 1 s"):
-        distribute.wait_for_workers(["127.0.0.1:1", f"127.0.0.1:{port}"], "127.0.0.1:1", timeout=1)
+    with pytest.raises(ConnectionError, match=f"Worker {address} could not be reached within 1 s"):
+        distribute.wait_for_workers(["127.0.0.1:1", address], "127.0.0.1:1", timeout=1)
     assert time.monotonic() - started < 10
 
 

@@ -14,7 +14,7 @@ import shutil
 import pytest
 
 from bert_keras._files import MARKER
-from tests.checkpoints._models import TINY_HF, perturb_torch, save_hf_directory
+from tests.checkpoints._models import write_training_inputs
 from tests.fault_injection._harness import (
     Watcher,
     classifier_outputs,
@@ -68,26 +68,9 @@ def inputs(tmp_path_factory):
     `corpus` (12 documents of 5 sentences).
     """
     transformers = pytest.importorskip("transformers")
-    root = tmp_path_factory.mktemp("inputs")
     # No dropout, so that a fine-tune of the converted Hub modules draws no random numbers inside the
     # modules (their dropout seed state is not among the Keras model's variables: see the report).
-    config = transformers.BertConfig(**TINY_HF, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
-    checkpoint = save_hf_directory(perturb_torch(transformers.BertForPreTraining(config)), root / "checkpoint")
-    rng = random.Random(0)
-    rows = []
-    for i in range(24):
-        label = i % 2
-        words = [f"tok{rng.randrange(17) + 17 * label}" for _ in range(rng.randrange(2, 7))]
-        rows.append(f"{' '.join(words)},{'pos' if label else 'neg'}")
-    train = root / "train.csv"
-    train.write_text("text,label\n" + "\n".join(rows) + "\n")
-    documents = []
-    for _ in range(12):
-        first = rng.randrange(35)
-        documents.append("\n".join(" ".join(f"tok{(first + s * 3 + j) % 35}" for j in range(4)) for s in range(5)))
-    corpus = root / "corpus.txt"
-    corpus.write_text("\n\n".join(documents) + "\n")
-    return {"checkpoint": checkpoint, "vocab": os.path.join(checkpoint, "vocab.txt"), "train": str(train), "corpus": str(corpus)}
+    return write_training_inputs(transformers, str(tmp_path_factory.mktemp("inputs")), num_texts=24)
 
 
 def convert_command(inputs, out, *extra):
