@@ -222,7 +222,7 @@ def markdown(args, accuracy, sizes, scaling, started):
         "",
         f"Written by `python benchmarks/distributed.py {' '.join(sys.argv[1:])}` on {started:%Y-%m-%d}. "
         f"CPU: {cpu_description()}, {os.cpu_count()} cores; Python {platform.python_version()}; load average at the end "
-        f"{', '.join(f'{v:.1f}' for v in os.getloadavg())} (the machine was shared with other jobs).",
+        f"{', '.join(f'{v:.1f}' for v in os.getloadavg())} (the machine is shared: read the figures as ratios within one run).",
         "",
     ]
     if accuracy:
