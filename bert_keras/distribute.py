@@ -315,7 +315,8 @@ def agree_on_backup(strategy, backup_dir, read_epoch):
                 f"The workers' backups disagree (epochs {epochs}) and this worker's previous backup cannot go back to "
                 f"epoch {agreed}. Remove every worker's backup directory ({backup_dir} here) to start over."
             )
-        weights = [name for name in os.listdir(backup_dir) if name.endswith(".weights.h5")]
+        weights = [name for name in os.listdir(backup_dir) if os.path.exists(os.path.join(backup_dir, name + ".bkp"))
+                   and name.endswith(".weights.h5")]
         for name in weights:
             os.replace(os.path.join(backup_dir, name + ".bkp"), os.path.join(backup_dir, name))
         os.replace(previous, metadata)

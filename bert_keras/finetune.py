@@ -278,7 +278,16 @@ class BackupAndRestore(keras.callbacks.BackupAndRestore):
             ) from None
 
     def _save_model(self):
-        super()._save_model()
+        # Keras' own save writes the weights file in place: a kill during it leaves a truncated file, and
+        # on the first epoch no previous copy to fall back to. Here every file is replaced whole.
+        os.makedirs(self.backup_dir, exist_ok=True)
+        if self.double_checkpoint and os.path.exists(self._weights_path):
+            _copy_atomically(self._weights_path, self._prev_weights_path)
+            if os.path.exists(self._training_metadata_path):
+                _copy_atomically(self._training_metadata_path, self._prev_training_metadata_path)
+        staged = self._weights_path[: -len(".weights.h5")] + ".partial.weights.h5"
+        self.model.save_weights(staged, overwrite=True)
+        os.replace(staged, self._weights_path)
         # Keras' weights file leaves out the seed states (dropout): kept in the metadata, so that a
         # resumed run draws the masks an uninterrupted one would.
         seeds = [keras.ops.convert_to_numpy(state).tolist() for state in _seed_states(self.model)]
@@ -296,6 +305,12 @@ class BackupAndRestore(keras.callbacks.BackupAndRestore):
 
 
 SEED_STATES = "seed_states"
+
+
+def _copy_atomically(source, target):
+    staged = target + ".partial"
+    shutil.copyfile(source, staged)
+    os.replace(staged, target)
 
 
 def _seed_states(model):

@@ -7,7 +7,8 @@ fine-tunes the tiny checkpoint in INPUTS (dropout 0) with
 `run_pretraining`, and records, for two epochs of the fine-tune's training
 stream, the examples each of its replicas was given. The chief writes
 `finetune.npz` and `pretrain.npz` (the trained weights); every process writes
-`seen-TASK.json`.
+`seen-TASK.json`. With `--backup`, the chief also exports the classifier
+to `OUT/classifier`.
 """
 
 import argparse
@@ -44,7 +45,9 @@ def main():
 
     inputs = json.load(open(os.path.join(args.inputs, "inputs.json")))
     train = read_labelled_file(inputs["train"])
-    result = finetune_classifier(inputs["checkpoint"], train, strategy=strategy, backup_dir=args.backup, verbose=0, **FINETUNE)
+    export_dir = os.path.join(args.out, "classifier") if args.backup else None  # the resumed run exports too
+    result = finetune_classifier(inputs["checkpoint"], train, export_dir=export_dir, strategy=strategy, backup_dir=args.backup,
+                                 verbose=0, **FINETUNE)
     chief = distribute.is_chief(strategy)
     if chief:
         np.savez(os.path.join(args.out, "finetune.npz"), *result.model.get_weights())

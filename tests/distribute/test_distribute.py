@@ -69,11 +69,15 @@ def test_a_worker_killed_in_phase_two_resumes_from_the_backups(inputs, single, t
     finish(chief)
     assert json.loads((backup / "worker-1" / "full" / "training_metadata.json").read_text())["epoch"] == 1
     assert not (tmp_path / "finetune.npz").exists()
+    # nothing half-written where the classifier goes: no output, no staged leftovers of one
+    assert not [name for name in os.listdir(tmp_path) if "classifier" in name]
 
     for result in run_cluster([argv] * 2):  # the same command on both, on fresh ports
         check(result)
     assert _max_difference(tmp_path / "finetune.npz", single / "finetune.npz") <= TOLERANCE
     assert not backup.exists()  # removed once everything it protected is written
+    assert sorted(name for name in os.listdir(tmp_path) if "classifier" in name) == ["classifier"]
+    assert (tmp_path / "classifier" / ".bert_keras_output.json").exists()  # written whole: the marker goes last
 
 
 # --- bad input: clear messages, exit status 2 ---------------------------------------------------------
@@ -92,26 +96,40 @@ def _finetune_args(inputs, out, *extra):
             "--batch-size", 8, "--head-epochs", 0, "--epochs", 1, *extra)
 
 
-def test_multi_worker_without_tf_config_is_a_clear_error(inputs, tmp_path):
-    returncode, stderr, _ = _cli(*_finetune_args(inputs, tmp_path / "out", "--strategy", "multi-worker"))
+def _cli_in_process(capsys, monkeypatch, args, tf_config=None):
+    """`bert-keras ARGS` in this process (what these refusals need starts no TensorFlow devices)."""
+    from bert_keras import cli
+
+    monkeypatch.delenv("TF_CONFIG", raising=False)
+    if tf_config is not None:
+        monkeypatch.setenv("TF_CONFIG", tf_config)
+    started = time.monotonic()
+    returncode = cli.main([str(arg) for arg in args])
+    return returncode, capsys.readouterr().err, time.monotonic() - started
+
+
+def test_multi_worker_without_tf_config_is_a_clear_error(inputs, tmp_path, capsys, monkeypatch):
+    returncode, stderr, _ = _cli_in_process(capsys, monkeypatch, _finetune_args(inputs, tmp_path / "out", "--strategy", "multi-worker"))
     assert returncode == 2
     assert "TF_CONFIG environment variable, which is not set" in stderr
     assert not (tmp_path / "out").exists()
 
 
-def test_malformed_tf_config_is_a_clear_error(inputs, tmp_path):
-    returncode, stderr, _ = _cli(*_finetune_args(inputs, tmp_path / "out", "--strategy", "multi-worker"), TF_CONFIG="{cluster: 1")
+def test_malformed_tf_config_is_a_clear_error(inputs, tmp_path, capsys, monkeypatch):
+    returncode, stderr, _ = _cli_in_process(capsys, monkeypatch, _finetune_args(inputs, tmp_path / "out", "--strategy", "multi-worker"),
+                                            tf_config="{cluster: 1")
     assert returncode == 2
     assert "TF_CONFIG is not valid JSON" in stderr
 
 
-def test_an_unreachable_worker_is_a_clear_error_in_bounded_time(inputs, tmp_path):
+def test_an_unreachable_worker_is_a_clear_error_in_bounded_time(inputs, tmp_path, capsys, monkeypatch):
     config = distribute.local_tf_configs(2)[0]  # nobody listens on the second
-    returncode, stderr, seconds = _cli(*_finetune_args(inputs, tmp_path / "out", "--strategy", "multi-worker", "--connect-timeout", 3),
-                                       TF_CONFIG=config)
+    args = _finetune_args(inputs, tmp_path / "out", "--strategy", "multi-worker", "--connect-timeout", 3)
+    returncode, stderr, seconds = _cli_in_process(capsys, monkeypatch, args, tf_config=config)
     assert returncode == 2, stderr[-2000:]
     assert f"Worker {json.loads(config)['cluster']['worker'][1]} could not be reached within 3 s" in stderr
-    assert seconds < 90
+    assert seconds < 30
+    assert not (tmp_path / "out").exists()
 
 
 def test_a_global_batch_that_does_not_divide_among_replicas_is_refused(inputs, tmp_path):
