@@ -56,6 +56,8 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 WORKER = os.path.join(HERE, "worker.py")
+sys.path.insert(0, HERE)
+from worker import busy_cpu_seconds  # noqa: E402 - the one /proc/stat reader (worker.py imports numpy only at the top)
 
 MODELS = {
     "minilm": dict(layers=6, hidden=384, intermediate=1536),
@@ -235,16 +237,6 @@ def wait_for_idle(max_wait, threshold=0.15, log=None):
             if share >= threshold and log:
                 log(f"machine still {100 * share:.0f}% busy after waiting {max_wait:.0f} s; measuring anyway")
             return
-
-
-def busy_cpu_seconds():
-    """CPU seconds the whole machine has been busy (/proc/stat), or None off Linux."""
-    try:
-        with open("/proc/stat", encoding="ascii") as f:
-            fields = [int(v) for v in f.readline().split()[1:]]
-    except OSError:
-        return None
-    return (sum(fields[:8]) - fields[3] - fields[4]) / os.sysconf("SC_CLK_TCK")
 
 
 def paired_ratio(summary, ours, peer):
