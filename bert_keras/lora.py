@@ -342,6 +342,18 @@ def _lora_state(model, action):
     return encoder, state
 
 
+def _drop_variable(layer, name):
+    """Deletes the variable attribute `name` of `layer` and untracks it, as `del layer.<name>` does.
+
+    Without the full garbage collection Keras' `Layer.__delattr__` runs after
+    each deleted variable: in a process holding a TensorFlow model that takes
+    0.1-1 s per call (measured: ~0.6 s in the test suite), i.e. minutes for
+    the 144 adapters of BERT-Base with every target.
+    """
+    layer._untrack_variable(getattr(layer, name))
+    super(keras.layers.Layer, layer).__delattr__(name)
+
+
 def merge_lora(model):
     """Folds the adapters into the kernels, in place, and removes LoRA from `model`; returns `model`.
 
@@ -373,8 +385,8 @@ def merge_lora(model):
         scale = layer.lora_alpha / layer.lora_rank
         merged = ops.add(ops.cast(kernel, "float32"), scale * ops.matmul(layer.lora_kernel_a, layer.lora_kernel_b))
         kernel.assign(ops.cast(merged, kernel.dtype))
-        del layer.lora_kernel_a  # Layer.__delattr__ untracks the variable
-        del layer.lora_kernel_b
+        for name in ("lora_kernel_a", "lora_kernel_b"):
+            _drop_variable(layer, name)
         del layer.save_own_variables  # back to Dense's own
         del layer.load_own_variables
         layer.lora_enabled = False

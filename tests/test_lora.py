@@ -1,5 +1,6 @@
 """LoRA on the native encoder: targets, freezing, merging, exports, adapter files, errors."""
 
+import gc
 import json
 import os
 
@@ -298,8 +299,11 @@ def test_other_refusals():
 
 
 @pytest.mark.filterwarnings("ignore:Layer .* does not have a `quantize` method")
-def test_quantized_encoder_is_refused():
+def test_quantized_encoder_is_refused(monkeypatch):
     encoder = BertEncoder(**TINY)
+    # Keras' quantize deletes each kernel and runs a full garbage collection per deletion: seconds
+    # each late in the suite, and nothing this test checks.
+    monkeypatch.setattr(gc, "collect", lambda *args: 0)
     encoder.quantize("int8")
     with pytest.raises(ValueError, match="quantized encoder .*int8.* merge_lora\\(model\\), then quantize"):
         lora.enable_lora(encoder)
