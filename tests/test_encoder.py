@@ -91,6 +91,18 @@ def test_padding_invariance(variant):
         assert_close(np.asarray(layer_b)[:, :8][mask], np.asarray(layer_a)[mask], atol=1e-5)
 
 
+@pytest.mark.parametrize("variant", [{}, {"position_embedding": "sinusoidal", "norm_first": True}])
+def test_pooled_output_alone_equals_the_whole_encoders(variant):
+    encoder = BertEncoder(**{**TINY, **variant})
+    inputs = {k: np.pad(v, ((0, 0), (0, 3))) for k, v in _inputs(seq=8).items()}  # padding after every row
+    expected = encoder(inputs)["pooled_output"]
+    assert_close(encoder.pooled_output(inputs), expected, atol=1e-6)
+    compiled = tf.function(encoder.pooled_output, jit_compile=True)
+    assert_close(compiled(inputs), expected, atol=1e-5)
+    with pytest.raises(ValueError, match="input_mask"):
+        encoder.pooled_output({"input_word_ids": inputs["input_word_ids"]})
+
+
 def test_pre_layer_norm_has_final_norm():
     encoder = BertEncoder(**TINY, norm_first=True)
     assert encoder.output_layer_norm is not None

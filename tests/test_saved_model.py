@@ -73,7 +73,7 @@ def test_padding_is_cut_after_the_longest_row_and_buckets_round_up():
     assert [int(saved_model._bucket(tf.constant(n))) for n in (1, 8, 9, 17, 33, 48, 49, 64)] == [8, 8, 16, 24, 40, 48, 56, 64]
 
 
-def test_bfloat16_export_of_a_classifier_on_hub_layers(tmp_path, monkeypatch):
+def test_float32_and_bfloat16_exports_of_a_classifier_on_hub_layers(tmp_path, monkeypatch):
     monkeypatch.setattr(hub_export, "cpu_supports_bfloat16", lambda: True)
     vocab = tmp_path / "vocab.txt"
     vocab.write_text("\n".join(VOCAB) + "\n")
@@ -87,6 +87,11 @@ def test_bfloat16_export_of_a_classifier_on_hub_layers(tmp_path, monkeypatch):
     native = saved_model.with_native_encoder(on_hub)
     assert isinstance(native.encoder, BertEncoder) and native.preprocessor is on_hub.preprocessor
     np.testing.assert_allclose(tf.nn.softmax(native(tf.constant(TEXTS))).numpy(), expected, atol=1e-6)
+
+    # float32: served on the equal BertEncoder (single texts under XLA, the last block for [CLS] only).
+    fp32 = load_classifier(export_classifier(on_hub, str(tmp_path / "fp32"), LABELS))
+    np.testing.assert_allclose(np.concatenate([fp32.predict_proba([text]) for text in TEXTS]), expected, atol=1e-6)
+    np.testing.assert_allclose(fp32.predict_proba(TEXTS), expected, atol=1e-6)
 
     loaded = load_classifier(export_classifier(on_hub, str(tmp_path / "bf16"), LABELS, dtype="bfloat16"))
     _, specs = loaded._signature.structured_input_signature

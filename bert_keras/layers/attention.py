@@ -101,6 +101,10 @@ class MultiHeadSelfAttention(keras.layers.Layer):
             packed tokens `(n_packed, hidden)`: the four projections run on them
             alone, and only the attention products use the padded layout.
             Every position that is not packed must be masked out as a key.
+        first_token_only: bool. Attend from the first position alone: the
+            keys and values come from every position, the query from the
+            first, so the output is `(batch, 1, hidden)` (what a pooled
+            output needs of the last block). Not with `packing`.
 
     Returns:
         `(batch, seq, hidden)` (packed: `(n_packed, hidden)`), and with
@@ -171,17 +175,24 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         return_attention_scores=False,
         attention_bias=None,
         packing=None,
+        first_token_only=False,
     ):
         if packing is None:
             shape = ops.shape(inputs)
             tokens = ops.reshape(inputs, (-1, self.hidden_size))  # (batch * seq, hidden)
         else:
+            if first_token_only:
+                raise ValueError("`first_token_only=True` needs the padded layout: call without `packing`.")
             shape = ops.shape(packing[1])  # position_index: (batch, seq)
             tokens = inputs  # (n_packed, hidden)
         batch_size, seq_length = shape[0], shape[1]
+        query_length = 1 if first_token_only else seq_length
         # The projections are plain 2-D GEMMs over the tokens of the batch (three of them: one
         # fused hidden x 3 hidden GEMM measured no faster, in fp32 and bf16).
-        query = self.query_dense(tokens)
+        if first_token_only:
+            query = self.query_dense(inputs[:, 0, :])  # (batch, hidden)
+        else:
+            query = self.query_dense(tokens)
         key = self.key_dense(tokens)
         value = self.value_dense(tokens)
         if packing is not None:
@@ -189,7 +200,7 @@ class MultiHeadSelfAttention(keras.layers.Layer):
             # that are not packed get copies of a packed row: as keys and values their weight is
             # exactly zero, as queries their result is dropped below.
             query, key, value = (unpack_tokens(t, packing, fill_zeros=False) for t in (query, key, value))
-        query = self._split_heads(query, batch_size, seq_length)  # (batch, heads, seq, head_size)
+        query = self._split_heads(query, batch_size, query_length)  # (batch, heads, seq_q, head_size)
         key = self._split_heads(key, batch_size, seq_length)  # (batch, heads, seq, head_size)
         value = self._split_heads(value, batch_size, seq_length)  # (batch, heads, seq, head_size)
         # q k^T without materialising the transposed keys, then the scale and the mask bias: with
@@ -218,13 +229,13 @@ class MultiHeadSelfAttention(keras.layers.Layer):
             context = ops.matmul(dropped, value) * ops.cast(1.0 / (1.0 - self.dropout), self.compute_dtype)
         else:
             context = ops.matmul(probs, value)  # (batch, heads, seq, head_size)
-        context = ops.transpose(context, (0, 2, 1, 3))  # (batch, seq, heads, head_size)
-        context = ops.reshape(context, (-1, self.hidden_size))  # (batch * seq, hidden)
+        context = ops.transpose(context, (0, 2, 1, 3))  # (batch, seq_q, heads, head_size)
+        context = ops.reshape(context, (-1, self.hidden_size))  # (batch * seq_q, hidden)
         if packing is not None:
             context = pack_tokens(ops.reshape(context, (batch_size, seq_length, self.hidden_size)), packing)  # (n_packed, hidden)
         outputs = self.output_dense(context)  # (tokens, hidden)
         if packing is None:
-            outputs = ops.reshape(outputs, (batch_size, seq_length, self.hidden_size))  # (batch, seq, hidden)
+            outputs = ops.reshape(outputs, (batch_size, query_length, self.hidden_size))  # (batch, seq_q, hidden)
         if return_attention_scores:
             return outputs, probs
         return outputs

@@ -46,6 +46,10 @@ class TransformerEncoderBlock(keras.layers.Layer):
             `bert_keras.layers.PackedTokenIndex`; `inputs` are then the packed
             tokens `(n_packed, hidden)` and so is the output (see
             `bert_keras.layers.packing`).
+        first_token_only: bool. Compute the output of the first position
+            alone, `(batch, 1, hidden)`: it attends over every position,
+            and the rest of the block runs on its row only (a pooled output
+            needs no more of the last block). Not with `packing`.
 
     Returns:
         `(batch, seq, hidden)` (packed: `(n_packed, hidden)`), and with `return_attention_scores=True` also the
@@ -119,9 +123,10 @@ class TransformerEncoderBlock(keras.layers.Layer):
         return_attention_scores=False,
         attention_bias=None,
         packing=None,
+        first_token_only=False,
     ):
         x = inputs
-        residual = x
+        residual = x[:, :1, :] if first_token_only else x
         if self.norm_first:
             x = self.attention_layer_norm(x)
         x, probs = self.attention(
@@ -131,6 +136,7 @@ class TransformerEncoderBlock(keras.layers.Layer):
             return_attention_scores=True,
             attention_bias=attention_bias,
             packing=packing,
+            first_token_only=first_token_only,
         )
         x = residual + self.attention_output_dropout(x, training=training)  # (batch, seq, hidden) or (n_packed, hidden)
         if not self.norm_first:

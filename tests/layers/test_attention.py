@@ -212,3 +212,13 @@ def test_mixed_bfloat16_graph_call_is_close_to_float32_and_masks_padding():
     np.testing.assert_allclose(probs.sum(-1), 1.0, atol=0.02)
     assert_close(np.asarray(tf.cast(out, "float32")), expected_out, atol=0.1)
 
+
+
+def test_first_token_only_refuses_packed_tokens():
+    from bert_keras.layers import PackedTokenIndex, PackTokens
+
+    mask = np.array([[1, 1, 0]], "int32")
+    packing = PackedTokenIndex()(mask)
+    tokens = PackTokens()(np.ones((1, 3, 8), "float32"), packing)
+    with pytest.raises(ValueError, match="`first_token_only=True` needs the padded layout"):
+        MultiHeadSelfAttention(num_heads=2)(tokens, packing=packing, first_token_only=True)

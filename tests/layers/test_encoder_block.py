@@ -72,3 +72,15 @@ def test_layer_contract(tmp_path):
 def test_bad_arguments(kwargs, pattern):
     with pytest.raises(ValueError, match=pattern):
         TransformerEncoderBlock(**kwargs)
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+def test_first_token_only_is_the_first_row_of_the_whole_block(norm_first):
+    x, mask = _inputs()
+    block = TransformerEncoderBlock(num_heads=2, intermediate_size=16, norm_first=norm_first)
+    whole, probs = block(x, attention_mask=mask, return_attention_scores=True)
+    first, first_probs = block(x, attention_mask=mask, return_attention_scores=True, first_token_only=True)
+    assert tuple(first.shape) == (2, 1, 8) and tuple(first_probs.shape) == (2, 2, 1, 5)
+    assert_close(first, np.asarray(whole)[:, :1], atol=1e-6)
+    assert_close(first_probs, np.asarray(probs)[:, :, :1], atol=1e-7)  # over every key, padding masked
+    assert float(np.max(np.asarray(first_probs)[1, :, :, 2:])) == 0.0
