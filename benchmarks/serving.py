@@ -245,8 +245,9 @@ def gemm_profile(rounds, log):
     """The matrix products of MiniLM-L6's blocks (6 x: 4 of 384x384, 384x1536, 1536x384) per dtype.
 
     float32 and bfloat16 (`tf.matmul`, oneDNN), and int8 as Keras' `quantize("int8")` runs it on this
-    backend: int8 x int8 -> int32 `tf.matmul` plus the rescale; each op by op and under XLA, for 16
-    token rows (one tweet) and 1,024 (batch 32 of 32 tokens). Alternated; GFLOP/s of the median.
+    backend: int8 x int8 -> int32 `tf.matmul` plus the rescale; each op by op and under XLA, for the
+    token rows of `GEMM_ROWS`; and torch's float32 and bfloat16 products of the same shapes (its own
+    process, 2 threads). Alternated; GFLOP/s of the median.
     """
     import numpy as np
     import tensorflow as tf
@@ -280,8 +281,10 @@ def gemm_profile(rounds, log):
         return run
 
     flops = lambda rows: 2 * rows * 6 * sum(a * b for a, b in shapes)  # noqa: E731
-    lines = ["| rows | dtype | op by op (ms) | GFLOP/s | XLA (ms) | GFLOP/s |", "|---:|---|---:|---:|---:|---:|"]
-    for rows in (16, 1024):
+    torch_times = _torch_gemm_times(GEMM_ROWS, rounds, log)
+    lines = ["| rows | dtype | op by op (ms) | GFLOP/s | XLA (ms) | GFLOP/s | torch (ms) | GFLOP/s |",
+             "|---:|---|---:|---:|---:|---:|---:|---:|"]
+    for rows in GEMM_ROWS:
         x = tf.constant(rng.normal(size=(rows, 384)).astype("float32"))
         variants = {}
         for dtype in ("float32", "bfloat16", "int8"):
@@ -298,10 +301,56 @@ def gemm_profile(rounds, log):
                 times[key].append(time.perf_counter() - began)
         for dtype in ("float32", "bfloat16", "int8"):
             a, b = statistics.median(times[(dtype, False)]), statistics.median(times[(dtype, True)])
+            c = torch_times.get(f"{rows} {dtype}")
+            torch_cells = f"{c * 1e3:.2f} | {flops(rows) / c / 1e9:.0f}" if c else "- | -"
             lines.append(f"| {rows} | {dtype} | {a * 1e3:.2f} | {flops(rows) / a / 1e9:.0f} | {b * 1e3:.2f} | "
-                         f"{flops(rows) / b / 1e9:.0f} |")
+                         f"{flops(rows) / b / 1e9:.0f} | {torch_cells} |")
         log(lines[-3:])
     return lines
+
+
+# Token rows of the GEMM profile: one short tweet, the sample's median tweet (33 tokens: its length
+# bucket of 40), a batch of 32 tweets of 32 tokens.
+GEMM_ROWS = (16, 40, 1024)
+
+
+def _torch_gemm_times(rows_list, rounds, log):
+    """The same 36 products in torch (2 threads, float32 and bfloat16 weights), in a process of its own.
+
+    Returns `{"ROWS DTYPE": median seconds}`; empty if torch is missing.
+    """
+    code = f"""
+import json, statistics, time, torch
+torch.set_num_threads(2)
+g = torch.Generator().manual_seed(0)
+shapes = [(384, 384)] * 4 + [(384, 1536), (1536, 384)]
+weights = [torch.randn(s, generator=g) * 0.05 for s in shapes]
+out = {{}}
+with torch.inference_mode():
+    for rows in {list(rows_list)}:
+        for dtype in ("float32", "bfloat16"):
+            kernels = [w.to(getattr(torch, dtype)) for w in weights]
+            x0 = torch.randn(rows, 384, generator=g).to(getattr(torch, dtype))
+            def run():
+                x = x0
+                for _ in range(6):
+                    for k in kernels:
+                        x = x @ k
+                return x
+            for _ in range(5):
+                run()
+            times = []
+            for _ in range({rounds} if rows < 1024 else max(3, {rounds} // 10)):
+                began = time.perf_counter(); run(); times.append(time.perf_counter() - began)
+            out[f"{{rows}} {{dtype}}"] = statistics.median(times)
+print(json.dumps(out))
+"""
+    try:
+        finished = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    except subprocess.CalledProcessError as error:
+        log(f"torch GEMM profile failed: {error.stderr[-500:]}")
+        return {}
+    return json.loads(finished.stdout.strip().splitlines()[-1])
 
 
 def op_profile(texts, runs, log):
