@@ -104,8 +104,8 @@ def _on_native_encoder_if_possible(model):
         return model
     try:
         return with_native_encoder(model)
-    except ValueError as error:
-        logger.info("Serving the encoder module's own graph: %s", error)
+    except (ValueError, OSError) as error:  # e.g. a module written elsewhere, or no longer on disk
+        logger.info("Serving the encoder module's own graph (it cannot be rebuilt as a BertEncoder: %s)", error)
         return model
 
 

@@ -12,6 +12,7 @@ from bert_keras import BertEncoder, hub
 from bert_keras import saved_model
 from bert_keras.hub import export as hub_export
 from bert_keras.saved_model import export_classifier, load_classifier
+from bert_keras.saved_model import with_native_encoder as saved_model_native
 from bert_keras.tasks import BertClassifier
 from bert_keras.text import BertPreprocessor
 
@@ -89,9 +90,18 @@ def test_float32_and_bfloat16_exports_of_a_classifier_on_hub_layers(tmp_path, mo
     np.testing.assert_allclose(tf.nn.softmax(native(tf.constant(TEXTS))).numpy(), expected, atol=1e-6)
 
     # float32: served on the equal BertEncoder (single texts under XLA, the last block for [CLS] only).
-    fp32 = load_classifier(export_classifier(on_hub, str(tmp_path / "fp32"), LABELS))
+    rebuilt = []
+    with monkeypatch.context() as patch:
+        patch.setattr(saved_model, "with_native_encoder", lambda m: rebuilt.append(saved_model_native(m)) or rebuilt[-1])
+        fp32 = load_classifier(export_classifier(on_hub, str(tmp_path / "fp32"), LABELS))
+    assert len(rebuilt) == 1 and isinstance(rebuilt[0].encoder, BertEncoder)
     np.testing.assert_allclose(np.concatenate([fp32.predict_proba([text]) for text in TEXTS]), expected, atol=1e-6)
     np.testing.assert_allclose(fp32.predict_proba(TEXTS), expected, atol=1e-6)
+    # A module that cannot be rebuilt (here: its checkpoint unreadable) is served through its own graph.
+    with monkeypatch.context() as patch:
+        patch.setattr(saved_model, "load_checkpoint", lambda *a, **k: (_ for _ in ()).throw(ValueError("unreadable")))
+        own = load_classifier(export_classifier(on_hub, str(tmp_path / "own_graph"), LABELS))
+    np.testing.assert_allclose(np.concatenate([own.predict_proba([text]) for text in TEXTS]), expected, atol=1e-6)
 
     loaded = load_classifier(export_classifier(on_hub, str(tmp_path / "bf16"), LABELS, dtype="bfloat16"))
     _, specs = loaded._signature.structured_input_signature
