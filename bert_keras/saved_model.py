@@ -203,8 +203,11 @@ def export_classifier(model, export_dir, label_names, overwrite=False, extra_ass
     padding after a batch's longest text is cut, and (in float32) a single
     text of up to 64 tokens runs through an XLA-compiled encoder and head
     (compiled once per length bucket, 8 to 64 tokens in steps of 8, on its
-    first request, ~1-2 s each for MiniLM). The outputs equal the model's up to float
-    rounding.
+    first request, ~0.5-2 s each for MiniLM) that computes the last block
+    for `[CLS]` only (`BertEncoder.pooled_output`). A classifier on Hub
+    modules written by bert_keras is exported on the equal `BertEncoder`
+    (`with_native_encoder`); another module keeps its own graph. The
+    outputs equal the model's up to float rounding.
 
     Args:
         model: a `keras.Model` from strings to class logits or probabilities.
