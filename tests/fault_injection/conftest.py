@@ -39,7 +39,8 @@ EXPORT_POINTS = ("before-replace:clf",)
 # what is asserted does not.
 RANDOM_SEED = 15
 _random = random.Random(RANDOM_SEED)
-RANDOM_FRACTIONS = tuple(_random.uniform(0.4, 0.9) for _ in range(3))
+# Two kills (three until the suite neared its 25-minute budget): each is a fine-tune and its rerun.
+RANDOM_FRACTIONS = tuple(_random.uniform(0.4, 0.9) for _ in range(2))
 
 EXPORT_DRIVER = """
 import sys
