@@ -15,6 +15,7 @@ from bert_keras.checkpoints._common import (
     load_plan,
     logger,
     read_tensors,
+    shape_fits,
 )
 from bert_keras.encoder import BertEncoder
 from bert_keras.heads import MaskedLMHead, NextSentenceHead
@@ -23,12 +24,83 @@ from bert_keras.pretrainer import BertPretrainer
 
 # Each format's config key for our argument, to name the field in messages.
 CONFIG_KEYS = {"huggingface": tables.HF_CONFIG, "google": tables.GOOGLE_CONFIG, "keras_nlp": tables.KERAS_NLP_CONFIG}
-# The encoder arguments that fix the (rows, columns) of each embedding table.
-EMBEDDING_FIELDS = {
-    "encoder.embeddings.word_embeddings.embeddings": ("vocab_size", "hidden_size"),
-    "encoder.embeddings.position_embeddings": ("max_sequence_length", "hidden_size"),
-    "encoder.embeddings.type_embeddings.embeddings": ("type_vocab_size", "hidden_size"),
+
+# The encoder arguments that fix the shape of every target, in our layout (a Keras kernel is
+# (inputs, outputs)); an int is a fixed size. Block targets stand for every block. A config is checked
+# against the stored shapes with this table before anything is built; a test compares it with the
+# shapes of built models.
+_H = "hidden_size"
+_BLOCK = "encoder.transformer_layers.{i}."
+TARGET_SHAPES = {
+    "encoder.embeddings.word_embeddings.embeddings": ("vocab_size", _H),
+    "encoder.embeddings.position_embeddings": ("max_sequence_length", _H),
+    "encoder.embeddings.type_embeddings.embeddings": ("type_vocab_size", _H),
+    "encoder.embeddings.layer_norm.gamma": (_H,),
+    "encoder.embeddings.layer_norm.beta": (_H,),
+    **{_BLOCK + f"attention.{name}_dense.kernel": (_H, _H) for name in ("query", "key", "value", "output")},
+    **{_BLOCK + f"attention.{name}_dense.bias": (_H,) for name in ("query", "key", "value", "output")},
+    _BLOCK + "attention_layer_norm.gamma": (_H,),
+    _BLOCK + "attention_layer_norm.beta": (_H,),
+    _BLOCK + "feed_forward.intermediate_dense.kernel": (_H, "intermediate_size"),
+    _BLOCK + "feed_forward.intermediate_dense.bias": ("intermediate_size",),
+    _BLOCK + "feed_forward.output_dense.kernel": ("intermediate_size", _H),
+    _BLOCK + "feed_forward.output_dense.bias": (_H,),
+    _BLOCK + "feed_forward_layer_norm.gamma": (_H,),
+    _BLOCK + "feed_forward_layer_norm.beta": (_H,),
+    "encoder.pooler.kernel": (_H, _H),
+    "encoder.pooler.bias": (_H,),
+    "mlm.transform_dense.kernel": (_H, _H),
+    "mlm.transform_dense.bias": (_H,),
+    "mlm.layer_norm.gamma": (_H,),
+    "mlm.layer_norm.beta": (_H,),
+    "mlm.output_bias": ("vocab_size",),
+    "nsp.dense.kernel": (_H, 2),
+    "nsp.dense.bias": (2,),
 }
+# A reshaped source tensor (keras-nlp, Model Garden) is stored in the layout of Keras'
+# MultiHeadAttention: (hidden, heads, head_size) in, (heads, head_size, hidden) out.
+RESHAPED_SHAPES = {
+    **{_BLOCK + f"attention.{name}_dense.kernel": (_H, "num_heads", "head_size") for name in ("query", "key", "value")},
+    **{_BLOCK + f"attention.{name}_dense.bias": ("num_heads", "head_size") for name in ("query", "key", "value")},
+    _BLOCK + "attention.output_dense.kernel": ("num_heads", "head_size", _H),
+}
+_BLOCK_INDEX = re.compile(r"^encoder\.transformer_layers\.\d+\.")
+# The query kernel of the first block: where a config's `num_heads` is checked against the hidden size.
+_FIRST_QUERY = "encoder.transformer_layers.0.attention.query_dense.kernel"
+
+
+def _sizes(encoder_config):
+    """The config's sizes, with `head_size` (hidden_size / num_heads, None when it does not divide)."""
+    sizes = dict(encoder_config)
+    hidden, heads = sizes["hidden_size"], sizes["num_heads"]
+    sizes["head_size"] = hidden // heads if hidden % heads == 0 else None
+    return sizes
+
+
+def _fields(target, transform):
+    """The size names of each axis of the stored tensor for `target`, or None when no table says."""
+    key = _BLOCK_INDEX.sub(_BLOCK, target)
+    if transform == tables.RESHAPE:
+        return RESHAPED_SHAPES.get(key)
+    fields = TARGET_SHAPES.get(key)
+    if fields is not None and transform == tables.TRANSPOSE:
+        return tuple(reversed(fields))
+    return fields
+
+
+def expected_shape(target, encoder_config):
+    """The shape the built variable at `target` will have, computed from the config alone."""
+    sizes = _sizes(encoder_config)
+    return tuple(sizes[field] if isinstance(field, str) else field for field in _fields(target, tables.IDENTITY))
+
+
+def expected_stored_shape(target, transform, encoder_config):
+    """The shape a stored tensor must have for `target`, computed from the config alone (None if unknown)."""
+    fields = _fields(target, transform)
+    if fields is None:
+        return None
+    sizes = _sizes(encoder_config)
+    return tuple(sizes[field] if isinstance(field, str) else field for field in fields)
 
 
 def held_blocks(source, table):
@@ -40,38 +112,99 @@ def held_blocks(source, table):
     return max(indices) + 1 if indices else 0
 
 
-def check_config(source, table, encoder_config, config_keys, hint=""):
-    """Compares the config with the tensors present (blocks, embedding shapes), before anything is built.
+def check_config(source, table, parts, encoder_config, config_keys, hint=""):
+    """Compares every size of the config with the shapes of the tensors, before anything is built or read.
+
+    Only shapes are looked at (a safetensors header, a checkpoint's variable
+    map, HDF5 dataset shapes), so a config of 60 blocks for a 6-block
+    checkpoint, or of `intermediate_size` 2,000,000,000, is refused before a
+    model is allocated: the number of blocks, then the shape of every tensor
+    of `parts` present (each size lives in some tensor: `vocab_size` and
+    `hidden_size` in the word embeddings, `intermediate_size` in the
+    feed-forward kernels...), then the tensors missing, then whether
+    `num_heads` divides the hidden size.
 
     Raises:
-        CheckpointError: naming the weights (and the embedding table) that
-            disagree, what they hold and what the config says.
+        CheckpointError: naming the tensor, its stored shape, and the config
+            key and value that disagree with it.
     """
+
+    def key(field):  # our name -> the config's
+        return config_keys.get(field, field)
+
     num_layers = encoder_config["num_layers"]
     held = held_blocks(source, table)
     if held != num_layers:
         raise CheckpointError(
             source.file,
             None,
-            f"holds {held} Transformer blocks, but the config says "
-            f"{config_keys.get('num_layers', 'num_layers')}={num_layers}.{hint}",
+            f"holds {held} Transformer blocks, but the config says {key('num_layers')}={num_layers}.{hint}",
         )
-    for target, name, transform in table[tables.EMBEDDINGS]:
-        fields = EMBEDDING_FIELDS.get(target)
-        if fields is None or transform != tables.IDENTITY or not source.has(name):
-            continue
-        stored = tuple(source.shape(name))
-        if len(stored) != 2 or stored == tuple(encoder_config[field] for field in fields):
-            continue  # a table of another rank is reported with the other shapes, after building
-        means = ", ".join(f"{config_keys.get(f, f)}={n}" for f, n in zip(fields, stored))
-        says = ", ".join(
-            f"{config_keys.get(f, f)}={encoder_config[f]}" for f, n in zip(fields, stored) if n != encoder_config[f]
-        )
+    entries = expand_table(table, parts, num_layers)
+    for target, name, transform in entries:
+        if source.has(name):
+            _check_shape(source, name, target, transform, encoder_config, key, hint)
+    for target, name, transform in entries:
+        if not source.has(name):
+            raise CheckpointError(
+                source.file_of(name),
+                name,
+                f"missing from the checkpoint; it is needed for {target} (shape "
+                f"{expected_shape(target, encoder_config)}). The checkpoint may be incomplete, or of another model.",
+            )
+    hidden, heads = encoder_config["hidden_size"], encoder_config["num_heads"]
+    query = next((name for target, name, _ in entries if target == _FIRST_QUERY), None)
+    if hidden % heads and query is not None:
         raise CheckpointError(
-            source.file_of(name),
-            source.original_name(name),
-            f"has shape {stored}, which means {means}; the config says {says}.{hint}",
+            source.file_of(query),
+            source.original_name(query),
+            f"has shape {tuple(source.shape(query))}: the hidden size is {hidden}, and the config's "
+            f"{key('num_heads')}={heads} does not divide it (every attention head gets hidden_size / num_heads "
+            f"dimensions).{hint}",
         )
+
+
+def _check_shape(source, name, target, transform, encoder_config, key, hint):
+    """Raises a CheckpointError when the stored shape of `name` is not what the config implies for `target`."""
+    stored = tuple(source.shape(name))
+    fields = _fields(target, transform)
+    if fields is None:  # a reshape this module has no layout for: the number of values must agree
+        if shape_fits(transform, stored, expected_shape(target, encoder_config)):
+            return
+        fields = _fields(target, tables.IDENTITY)
+    sizes = _sizes(encoder_config)
+    expected = tuple(sizes[f] if isinstance(f, str) else f for f in fields)
+    if stored == expected:
+        return
+    implied, consistent = {}, len(stored) == len(fields)
+    for field, size in zip(fields, stored):
+        if isinstance(field, int):
+            consistent = consistent and size == field
+        elif implied.setdefault(field, size) != size:
+            consistent = False  # e.g. a square kernel stored (16, 8)
+    wrong = [f for f, size in implied.items() if f in encoder_config and encoder_config[f] != size]
+    if consistent and wrong:
+        means = ", ".join(f"{key(f)}={size}" for f, size in implied.items())
+        says = ", ".join(f"{key(f)}={encoder_config[f]}" for f in wrong)
+        message = f"has shape {stored}, which means {means}; the config says {says}.{hint}"
+    else:
+        named = dict.fromkeys(f for f in fields if isinstance(f, str) and f in encoder_config)
+        says = ", ".join(f"{key(f)}={encoder_config[f]}" for f in named)
+        message = f"has shape {stored}, expected {expected} for {target} (the config says {says}).{hint}"
+    raise CheckpointError(source.file_of(name), source.original_name(name), message)
+
+
+def plan_parts(source, part_prefixes, with_heads):
+    """`(parts, heads, not_in_checkpoint)`: the parts to convert, the heads among them, the parts left random."""
+    present = detect_parts(source, part_prefixes)
+    heads = [part for part in (tables.MLM, tables.NSP) if with_heads and part in present]
+    parts = [tables.EMBEDDINGS, tables.LAYER]
+    not_in_checkpoint = []
+    if tables.POOLER in present:
+        parts.append(tables.POOLER)
+    else:
+        not_in_checkpoint.append("pooler")
+    return parts + heads, heads, not_in_checkpoint
 
 
 def detect_parts(source, part_prefixes):
@@ -137,20 +270,12 @@ def convert(
     Returns:
         `LoadedCheckpoint`.
     """
-    present = detect_parts(source, part_prefixes)
-    heads = [part for part in (tables.MLM, tables.NSP) if with_heads and part in present]
-    parts = [tables.EMBEDDINGS, tables.LAYER]
-    not_in_checkpoint = []
-    if tables.POOLER in present:
-        parts.append(tables.POOLER)
-    else:
-        not_in_checkpoint.append("pooler")
-    parts += heads
+    parts, heads, not_in_checkpoint = plan_parts(source, part_prefixes, with_heads)
 
     # Everything that can be checked without the model is checked first: a
-    # config of 60 blocks for a 6-block checkpoint, or a NaN weight, is
-    # refused before a large model is built.
-    check_config(source, table, encoder_config, CONFIG_KEYS.get(format, {}), hint=hint)
+    # config of 60 blocks for a 6-block checkpoint, of a 2-billion-wide
+    # feed-forward layer, or a NaN weight, is refused before a model is built.
+    check_config(source, table, parts, encoder_config, CONFIG_KEYS.get(format, {}), hint=hint)
     entries = expand_table(table, parts, encoder_config["num_layers"])
     arrays = read_tensors(source, [name for _, name, _ in entries])
     roots, pretrainer = build_models(encoder_config, heads, mlm_activation, dtype=dtype)

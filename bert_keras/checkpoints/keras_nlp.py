@@ -1,9 +1,12 @@
 """keras-nlp (keras-hub) `BertBackbone` <-> BertEncoder, objects or preset directories."""
 
 import os
+import re
+
+import numpy as np
 
 from bert_keras.checkpoints import tables
-from bert_keras.checkpoints._build import convert
+from bert_keras.checkpoints._build import check_config, convert, plan_parts
 from bert_keras.checkpoints._common import (
     CheckpointError,
     ConfigError,
@@ -16,11 +19,121 @@ from bert_keras.checkpoints._common import (
     read_vocabulary,
     resolve_target,
 )
-from bert_keras.checkpoints.sources import ArraySource
+from bert_keras.checkpoints.sources import ArraySource, _Source
 
 CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.weights.h5"
+SHARDED_WEIGHTS_FILE = "model.weights.json"
 TOKENIZER_CONFIG_FILE = "tokenizer.json"
+PART_PREFIXES = {tables.POOLER: "pooled_dense/"}
+
+# Where `BertBackbone.save_to_preset` puts each variable in `model.weights.h5`: Keras' saving names
+# the layers of a functional model by class (`transformer_encoder`, `transformer_encoder_1`, ...) and
+# the layers inside them by attribute, and stores a layer's variables as `vars/0`, `vars/1`, ... in
+# the order below. Read to check a preset's config against its shapes before keras-hub builds it.
+_H5_LAYERS = {  # HDF5 group -> (variable path prefix, variable names in `vars/` order)
+    "layers/reversible_embedding": ("token_embedding", ("embeddings",)),
+    "layers/position_embedding": ("position_embedding", ("embeddings",)),
+    "layers/embedding": ("segment_embedding", ("embeddings",)),
+    "layers/layer_normalization": ("embeddings_layer_norm", ("gamma", "beta")),
+    "layers/dense": ("pooled_dense", ("kernel", "bias")),
+}
+_KERNEL_BIAS, _GAMMA_BETA = ("kernel", "bias"), ("gamma", "beta")
+_H5_BLOCK = {  # HDF5 group inside `layers/transformer_encoder[_<i>]` -> the same, inside `transformer_layer_<i>`
+    "_self_attention_layer/query_dense": ("self_attention_layer/query", _KERNEL_BIAS),
+    "_self_attention_layer/key_dense": ("self_attention_layer/key", _KERNEL_BIAS),
+    "_self_attention_layer/value_dense": ("self_attention_layer/value", _KERNEL_BIAS),
+    "_self_attention_layer/output_dense": ("self_attention_layer/attention_output", _KERNEL_BIAS),
+    "_self_attention_layer_norm": ("self_attention_layer_norm", _GAMMA_BETA),
+    "_feedforward_intermediate_dense": ("feedforward_intermediate_dense", _KERNEL_BIAS),
+    "_feedforward_output_dense": ("feedforward_output_dense", _KERNEL_BIAS),
+    "_feedforward_layer_norm": ("feedforward_layer_norm", _GAMMA_BETA),
+}
+_H5_DATASET = re.compile(r"(?P<group>.+)/vars/(?P<index>\d+)")
+_H5_BLOCK_GROUP = re.compile(r"layers/transformer_encoder(?:_(?P<block>\d+))?/(?P<inner>.+)")
+
+
+def h5_variable_path(dataset):
+    """The `BertBackbone` variable path of an HDF5 dataset of `model.weights.h5`, or None if it is none of them.
+
+    >>> h5_variable_path("layers/transformer_encoder_1/_feedforward_output_dense/vars/0")
+    'transformer_layer_1/feedforward_output_dense/kernel'
+    """
+    match = _H5_DATASET.fullmatch(dataset)
+    if match is None:
+        return None
+    group, index = match["group"], int(match["index"])
+    block = _H5_BLOCK_GROUP.fullmatch(group)
+    if group in _H5_LAYERS:
+        prefix, names = _H5_LAYERS[group]
+    elif block is not None and block["inner"] in _H5_BLOCK:
+        inner_prefix, names = _H5_BLOCK[block["inner"]]
+        prefix = f"transformer_layer_{int(block['block'] or 0)}/{inner_prefix}"
+    else:
+        return None
+    return f"{prefix}/{names[index]}" if index < len(names) else None
+
+
+def _h5_name(dataset):
+    return h5_variable_path(dataset) or dataset
+
+
+def _h5_files(path):
+    """The HDF5 files of a preset's weights: `model.weights.h5`, or the shards `model.weights.json` lists."""
+    if not path.endswith(".json"):
+        return [path]
+    directory = os.path.dirname(path)
+    weight_map = read_json(path).get("weight_map")
+    if not isinstance(weight_map, dict):
+        raise CheckpointError(path, None, 'expected "weight_map" to be an object of variable group -> shard file name.')
+    files = set()
+    for group, shards in weight_map.items():
+        for shard in shards if isinstance(shards, list) else [shards]:
+            if not isinstance(shard, str) or shard in ("", ".", "..") or os.path.basename(shard) != shard:
+                raise CheckpointError(
+                    path, group, f"maps to {shard!r}, which is not a plain file name in {directory}; a shard map "
+                    "may only name files in its own folder."
+                )
+            files.add(os.path.join(directory, shard))
+    return sorted(files)
+
+
+class H5Source(_Source):
+    """The variables of a keras-nlp preset's `model.weights.h5` (or its shards), by `BertBackbone` variable path.
+
+    Opening reads the dataset shapes only; `get` reads one array. Datasets
+    that are no `BertBackbone` variable keep their HDF5 path as their name.
+    """
+
+    def __init__(self, path):
+        import h5py  # a dependency of Keras; only presets need it here
+
+        super().__init__({}, {})
+        self.file = path
+        self.files = _h5_files(path)
+        for file in self.files:
+            if not os.path.isfile(file):
+                raise CheckpointError(path, None, f"lists the shard {file}, which does not exist.")
+            datasets = {}
+
+            def visit(name, item):
+                if isinstance(item, h5py.Dataset):
+                    datasets[name] = item.shape
+
+            try:
+                with h5py.File(file, "r") as f:
+                    f.visititems(visit)
+            except (OSError, ValueError) as error:
+                raise CheckpointError(file, None, f"cannot be read as HDF5 ({error}).") from error
+            for dataset, shape in datasets.items():
+                self._add(dataset, file, dataset, shape or (), _h5_name)
+
+    def get(self, name):
+        import h5py
+
+        file, dataset = self._index[name]
+        with h5py.File(file, "r") as f:
+            return np.asarray(f[dataset][()])
 
 
 def _keras_hub():
@@ -76,9 +189,15 @@ def load_keras_nlp_preset(path, *, do_lower_case=None, dtype=None):
             f"this preset holds a {class_name or registered!r}, not a BertBackbone.",
         )
     weights_file = os.path.join(path, WEIGHTS_FILE)
-    if not os.path.exists(weights_file) and not os.path.exists(os.path.join(path, "model.weights.json")):
+    sharded_file = os.path.join(path, SHARDED_WEIGHTS_FILE)
+    if not os.path.exists(weights_file) and not os.path.exists(sharded_file):
         raise CheckpointError(path, None, f"has no {WEIGHTS_FILE}.")
     kwargs = backbone_config_to_kwargs(config.get("config", {}), config_file)
+    # keras-hub builds the backbone from the config before it reads a weight: every size of the config
+    # is checked against the stored shapes first (a 2-billion-wide layer is refused, not allocated).
+    source = H5Source(weights_file if os.path.exists(weights_file) else sharded_file)
+    parts, _, _ = plan_parts(source, PART_PREFIXES, with_heads=False)
+    check_config(source, tables.KERAS_NLP_WEIGHTS, parts, kwargs, tables.KERAS_NLP_CONFIG, hint=f" Check {config_file}.")
 
     vocab_file = os.path.join(path, tables.KERAS_NLP_VOCABULARY)
     tokens = None
@@ -117,7 +236,7 @@ def from_keras_nlp(backbone, *, vocab_file=None, do_lower_case=True, dtype=None,
         format="keras_nlp",
         source=source,
         table=tables.KERAS_NLP_WEIGHTS,
-        part_prefixes={tables.POOLER: "pooled_dense/"},
+        part_prefixes=PART_PREFIXES,
         encoder_config=kwargs,
         mlm_activation=kwargs["activation"],
         with_heads=False,
