@@ -9,6 +9,7 @@ import re
 import numpy as np
 
 from bert_keras.checkpoints import tables
+from bert_keras.text.tokenizer import load_vocabulary
 
 logger = logging.getLogger("bert_keras.checkpoints")
 
@@ -288,9 +289,13 @@ def translate_activation(name, table, file, field):
 
 
 def read_vocabulary(path):
-    """The tokens of a WordPiece vocabulary file, one a line."""
-    with open(path, encoding="utf-8") as f:
-        return [line.rstrip("\r\n") for line in f]
+    """The tokens of a WordPiece vocabulary file, one a line, read as the tokenizer will read them.
+
+    Raises:
+        ValueError: a token appears twice (the message names the file, the
+            token and both lines), before any model is built.
+    """
+    return load_vocabulary(path)
 
 
 def check_vocabulary(vocab_file, tokens, tensor_file, tensor_name, embeddings_rows):

@@ -132,7 +132,7 @@ def _normalize_any(x, lower_case):
 
 
 def load_vocabulary(vocabulary):
-    """Returns the list of tokens of a `vocab.txt` path or of a list of tokens.
+    """Returns the list of tokens of a `vocab.txt` path or of a list of tokens, checked to be unique.
 
     Args:
         vocabulary: str, path-like, or list of str. A file with one token per
@@ -140,6 +140,17 @@ def load_vocabulary(vocabulary):
 
     Returns:
         A list of str.
+
+    Raises:
+        ValueError: the file does not exist, or a token appears twice (the
+            message names the file, the token and both of its lines, or for
+            a list, both of its ids).
+
+    Example:
+    >>> load_vocabulary(["[PAD]", "[UNK]", "the", "the"])
+    Traceback (most recent call last):
+    ...
+    ValueError: Received an invalid value for argument `vocabulary`: the token 'the' appears twice, at ids 2 and 3. ...
     """
     if isinstance(vocabulary, (str, os.PathLike)):
         path = os.fspath(vocabulary)
@@ -153,13 +164,40 @@ def load_vocabulary(vocabulary):
         tokens = text.split("\n")
         if tokens and tokens[-1] == "":
             tokens.pop()
-        return [token.rstrip("\r") for token in tokens]
+        tokens = [token.rstrip("\r") for token in tokens]
+        check_unique_tokens(tokens, path)
+        return tokens
     if isinstance(vocabulary, (list, tuple)) and all(isinstance(t, str) for t in vocabulary):
-        return list(vocabulary)
+        tokens = list(vocabulary)
+        check_unique_tokens(tokens)
+        return tokens
     raise ValueError(
         "Received an invalid value for argument `vocabulary`, expected a list of str or "
         f"the path of a vocab.txt file. Received: vocabulary of type {type(vocabulary).__name__}"
     )
+
+
+def check_unique_tokens(tokens, path=None):
+    """Raises a `ValueError` naming the first token that appears twice (tensorflow-text's WordPiece needs unique ones).
+
+    Args:
+        tokens: list of str, token `i` having id `i`.
+        path: optional str. The file they were read from (line `i + 1` holds
+            token `i`); the message then names the file and both lines.
+    """
+    seen = {}
+    for index, token in enumerate(tokens):
+        first = seen.setdefault(token, index)
+        if first == index:
+            continue
+        if path is None:
+            where = f"the token {token!r} appears twice, at ids {first} and {index}"
+        else:
+            where = f"{path} lists the token {token!r} twice, on lines {first + 1} and {index + 1}"
+        raise ValueError(
+            f"Received an invalid value for argument `vocabulary`: {where}. Every token of a vocabulary must be "
+            "unique (line i is the token of id i)."
+        )
 
 
 def to_string_tensor(inputs, argument="inputs"):
@@ -272,10 +310,8 @@ class WordPieceTokenizer(keras.layers.Layer):
         self.suffix_indicator = suffix_indicator
         self.max_chars_per_word = max_chars_per_word
 
-        # The first occurrence wins, as in `vocab.txt` readers.
-        self._token_to_id = {}
-        for index, token in enumerate(self.vocabulary):
-            self._token_to_id.setdefault(token, index)
+        # Tokens are unique (`load_vocabulary` checks it; tensorflow-text's WordPiece requires it).
+        self._token_to_id = {token: index for index, token in enumerate(self.vocabulary)}
         special = {
             "unknown_token": unknown_token,
             "cls_token": cls_token,
