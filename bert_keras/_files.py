@@ -3,15 +3,18 @@
 Every output of the package (a Hub module, a module pair, an exported
 classifier) is written by `staged_directory`:
 
-1. `check_target` refuses, before any work, a target that is a file, the
-   current directory or one of its parents, the home or root directory, or an
-   existing directory that is not an output of this package (`--force` never
-   empties a directory it did not write).
+1. `check_target` refuses, before any work, a target that is a file, a
+   symbolic link, the current directory or one of its parents, the home or
+   root directory, or an existing directory that does not carry this
+   package's marker (`--force` never empties a directory it did not write).
 2. A lock file next to the target (`.NAME.lock`, `flock`, removed after the
    write) refuses a second writer of the same target while the first runs.
-3. The output is written into a hidden sibling `.partial-NAME-*` with ordinary
-   permissions (the umask's, not `mkdtemp`'s 0700); stale siblings of killed
-   runs are removed under the lock.
+   It is opened without following links and must be a plain file with one
+   name: a link or hard link planted there is refused, never written through.
+3. The output is written into a hidden sibling `.partial-NAME-XXXXXXXX` with
+   ordinary permissions (the umask's, not `mkdtemp`'s 0700), marked at once
+   as work in progress; stale siblings of killed runs (exactly that name, a
+   real directory, with that marker) are removed under the lock.
 4. A marker file (`MARKER`) is written into it last, so a reader can tell a
    whole output from anything else.
 5. The staged directory replaces the target in one step: `renameat2` with
@@ -20,6 +23,12 @@ classifier) is written by `staged_directory`:
    aside first; a kill between the two renames leaves the old output aside
    as `.replaced-NAME-*`, which the next write of that target puts back or
    removes.
+
+The one rule for removing anything (`remove_output`, and every `rmtree` here):
+the package deletes or replaces only a real directory (not a link) that
+carries its marker, written by it, of the kind the caller expects. A directory
+without the marker (a user's, or an output of a version before the marker)
+is never emptied.
 """
 
 import contextlib
@@ -30,7 +39,9 @@ import fcntl
 import json
 import logging
 import os
+import re
 import shutil
+import stat
 import tempfile
 
 import tensorflow as tf
@@ -38,8 +49,6 @@ import tensorflow as tf
 logger = logging.getLogger(__name__)
 
 MARKER = ".bert_keras_output.json"
-_SAVED_MODEL_ENTRIES = {"saved_model.pb", "variables", "assets", "assets.extra", "fingerprint.pb"}
-_PAIR_ENTRIES = {"encoder", "preprocess"}
 _RENAME_EXCHANGE = 2
 _AT_FDCWD = -100
 
@@ -48,39 +57,69 @@ class OutputLockedError(RuntimeError):
     """Another process is writing the same output directory."""
 
 
-def _is_saved_model_dir(path):
+_STAGING_KIND = "staging"
+# `tempfile.mkdtemp`'s names: the prefix, then 8 characters of this alphabet (no "-", so that the staging
+# directories of `OUT` are never confused with those of `OUT-x`).
+_TEMP_SUFFIX = r"[a-z0-9_]{8}"
+
+
+def _marker_of(path):
+    """The marker dict in the real directory `path`, complete or not; None without one (or a torn one)."""
+    if os.path.islink(path) or not os.path.isdir(path):
+        return None
+    marker_path = os.path.join(path, MARKER)
+    if os.path.islink(marker_path):
+        return None
     try:
-        entries = set(os.listdir(path))
-    except OSError:
-        return False
-    return "saved_model.pb" in entries and entries <= _SAVED_MODEL_ENTRIES | {MARKER}
+        with open(marker_path) as f:
+            marker = json.load(f)
+    except (OSError, ValueError):
+        return None
+    return marker if isinstance(marker, dict) and marker.get("writer") == "bert_keras" else None
 
 
 def is_package_output(path):
-    """Whether `path` is a directory this package wrote (or an empty one).
+    """Whether `path` is a real directory that this package wrote (it carries `MARKER`), or an empty one.
 
-    True for an empty directory, a directory carrying `MARKER`, and (outputs
-    of versions before the marker) a bare SavedModel directory or a directory
-    holding only `encoder/` and `preprocess/` SavedModels.
+    A SavedModel directory without the marker is not one: a plain
+    `tf.saved_model.save` output, or a user's own `encoder/` + `preprocess/`,
+    is never replaced.
     """
-    if not os.path.isdir(path) or os.path.islink(path):
+    if os.path.islink(path) or not os.path.isdir(path):
         return False
-    entries = set(os.listdir(path))
-    if not entries or MARKER in entries:
-        return True
-    if _is_saved_model_dir(path):
-        return True
-    return entries <= _PAIR_ENTRIES and all(_is_saved_model_dir(os.path.join(path, e)) for e in entries)
+    return not os.listdir(path) or _marker_of(path) is not None
 
 
 def read_marker(path):
     """The marker dict of a finished output at `path`, or None when it has none (or a torn one)."""
-    try:
-        with open(os.path.join(path, MARKER)) as f:
-            marker = json.load(f)
-    except (OSError, ValueError):
-        return None
-    return marker if isinstance(marker, dict) and marker.get("complete") is True else None
+    marker = _marker_of(path)
+    return marker if marker is not None and marker.get("complete") is True else None
+
+
+def remove_output(path, kinds):
+    """Removes the directory `path` if, and only if, this package wrote it as one of `kinds`.
+
+    The one rule for deleting: a real directory (a symbolic link is never
+    followed nor removed) carrying this package's marker with one of `kinds`.
+    Anything else is left as it is, with a warning.
+
+    Args:
+        path: str. The directory.
+        kinds: str or tuple of str. The marker kinds that may be removed.
+
+    Returns:
+        True when `path` was removed (or did not exist), False when it was left.
+    """
+    kinds = (kinds,) if isinstance(kinds, str) else tuple(kinds)
+    path = os.fspath(path)
+    if not os.path.lexists(path):
+        return True
+    marker = _marker_of(path)
+    if marker is None or marker.get("kind") not in kinds:
+        logger.warning("Not removing %s: it is not a %s directory written by bert_keras.", path, " or ".join(kinds))
+        return False
+    shutil.rmtree(path)  # removes links inside it as links; follows none
+    return True
 
 
 def _protected(path):
@@ -112,6 +151,9 @@ def check_target(target, overwrite=False, argument="export_dir"):
     reason = _protected(target)
     if reason:
         raise ValueError(f"Refusing to write the output into {target!r} ({argument}): {reason}. Pick a new directory.")
+    if os.path.islink(target):
+        raise FileExistsError(f"{target!r} ({argument}) is a symbolic link; bert_keras follows no link it did not "
+                              "create. Pass the real directory path, or a new one.")
     if os.path.lexists(target) and not os.path.isdir(target):
         raise FileExistsError(f"{target!r} ({argument}) exists and is not a directory. Pick a directory path.")
     parent = os.path.dirname(os.path.abspath(target))
@@ -173,18 +215,47 @@ def _replace(staging, target, parent, name):
 
 
 def _recover(parent, name, target):
-    """Under the lock: puts back an output set aside by a killed run, removes stale partial writes."""
+    """Under the lock: puts back an output set aside by a killed run, removes stale partial writes.
+
+    Only this target's own leftovers: the exact names `staged_directory` makes
+    for `name` (not those of `name-x`, whose writer may be running), real
+    directories carrying the package's marker.
+    """
+    replaced = re.compile(re.escape(f".replaced-{name}-") + _TEMP_SUFFIX)
+    partial = re.compile(re.escape(f".partial-{name}-") + _TEMP_SUFFIX)
     for entry in sorted(os.listdir(parent)):
         path = os.path.join(parent, entry)
-        if entry.startswith(f".replaced-{name}-") and os.path.isdir(path):
-            if not os.path.exists(target):
+        if replaced.fullmatch(entry) and _marker_of(path) is not None:
+            if not os.path.lexists(target):
                 logger.warning("Restoring %s, set aside by an interrupted write, to %s", path, target)
                 os.replace(path, target)
             else:
                 shutil.rmtree(path, ignore_errors=True)
-        elif entry.startswith(f".partial-{name}-") and os.path.isdir(path):
+        elif partial.fullmatch(entry) and _marker_of(path) is not None:
             logger.info("Removing %s, left by an interrupted write", path)
             shutil.rmtree(path, ignore_errors=True)
+
+
+def _open_lock_file(lock_path):
+    """Opens (creating) the lock file without following a link; refuses anything but a plain file of one name."""
+    try:
+        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    except OSError as error:
+        if error.errno == errno.ELOOP:
+            raise OutputLockedError(
+                f"The lock file {lock_path!r} is a symbolic link, which bert_keras never follows. "
+                "Remove it if nobody else is writing there."
+            ) from None
+        raise
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode) or info.st_nlink != 1:
+        os.close(fd)
+        what = "not a plain file" if not stat.S_ISREG(info.st_mode) else f"a file with {info.st_nlink} names (a hard link)"
+        raise OutputLockedError(
+            f"The lock file {lock_path!r} is {what}; bert_keras writes only lock files it made. "
+            "Remove it if nobody else is writing there."
+        )
+    return os.fdopen(fd, "r+")
 
 
 @contextlib.contextmanager
@@ -199,7 +270,7 @@ def output_lock(target):
     os.makedirs(parent, exist_ok=True)
     lock_path = os.path.join(parent, f".{name}.lock")
     while True:
-        lock = open(lock_path, "a+")
+        lock = _open_lock_file(lock_path)
         try:
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -251,16 +322,32 @@ def write_json_atomically(path, value):
     os.replace(staged, path)
 
 
-def claim_directory(path, kind, info=None, replace=False):
+def claim_directory(path, kind, info=None, replace=False, accept=(), argument="directory"):
     """Creates `path` (if needed) and marks it as work in progress of this package.
 
-    A long run (pre-training) keeps its state in its output directory until
-    the final output replaces it; the marker (with `complete: false`) lets
-    `check_target` and a rerun tell that directory from a user's.
+    A long run (pre-training, a fine-tune's backup) keeps its state in a
+    directory until the final output replaces it or the run removes it; the
+    marker (with `complete: false`) lets `check_target`, `remove_output` and a
+    rerun tell that directory from a user's.
+
+    Args:
+        path: str. The directory.
+        kind: str. Recorded in the marker.
+        info: optional dict, also recorded.
+        replace: bool. Write the marker even when one of `kind` is there.
+        accept: other marker kinds that may be claimed (e.g. the output a
+            run's directory ends as). A directory of any other kind is refused.
+        argument: str. How the caller names `path` in messages.
     """
-    check_target(path, overwrite=True)
+    check_target(path, overwrite=True, argument=argument)
+    marker = _marker_of(path)
+    if marker is not None and marker.get("kind") not in (kind, *accept):
+        raise FileExistsError(
+            f"{path!r} ({argument}) holds a bert_keras {marker.get('kind')!r} output, not a {kind!r} directory; "
+            "it is not reused for this. Pick another directory."
+        )
     os.makedirs(path, exist_ok=True)
-    if replace or not os.path.exists(os.path.join(path, MARKER)):
+    if replace or marker is None or marker.get("kind") != kind:
         write_json_atomically(os.path.join(path, MARKER), dict(info or {}, writer="bert_keras", kind=kind, complete=False))
 
 
@@ -292,18 +379,30 @@ def staged_directory(target, overwrite=False, kind="output", info=None, argument
         os.chmod(staging, 0o777 & ~_umask())
         try:
             try:
+                write_json_atomically(os.path.join(staging, MARKER), {"writer": "bert_keras", "kind": _STAGING_KIND, "complete": False})
                 yield staging
                 _write_marker(staging, kind, info)
             except tf.errors.ResourceExhaustedError as error:
                 raise OSError(errno.ENOSPC, f"No space left while writing {target!r}; it was left as it was ({error.message})") from None
+            except tf.errors.OutOfRangeError as error:
+                if "too large" not in error.message.lower():
+                    raise
+                raise OSError(errno.EFBIG, _file_too_large(target)) from None
             except OSError as error:
                 if error.errno == errno.ENOSPC:
                     raise OSError(errno.ENOSPC, f"No space left on the device while writing {target!r}; it was left as it was.") from None
+                if error.errno == errno.EFBIG:
+                    raise OSError(errno.EFBIG, _file_too_large(target)) from None
                 raise
             fault_point(f"before-replace:{name}")
             _replace(staging, target, parent, name)
         finally:
             shutil.rmtree(staging, ignore_errors=True)
+
+
+def _file_too_large(target):
+    return (f"A file grew past this process's file-size limit (`ulimit -f`) or the file system's while writing "
+            f"{target!r}; it was left as it was. Raise the limit or write to another file system.")
 
 
 FAULT_VARIABLE = "BERT_KERAS_FAULT_POINT"

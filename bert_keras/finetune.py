@@ -33,7 +33,7 @@ import tensorflow as tf
 from sklearn.utils.class_weight import compute_class_weight
 
 from bert_keras import distribute, lora
-from bert_keras._files import check_target, fault_point, write_json_atomically
+from bert_keras._files import check_target, claim_directory, fault_point, remove_output, write_json_atomically
 from bert_keras.datasets import stratified_split
 from bert_keras.hub.export import check_compute_dtype
 from bert_keras.evaluate import classification_report, classification_scores, format_report, report_files  # noqa: F401
@@ -170,7 +170,11 @@ def finetune(
         model = distribute.trainable_model(model, strategy)
         if not distribute.is_chief(strategy):
             verbose = 0
+    if backup_dir is not None:
+        claim_backup(backup_dir)
     backup_dir = distribute.worker_backup_dir(backup_dir, strategy)
+    if backup_dir is not None:
+        claim_backup(backup_dir)
     if loss is None:
         loss = keras.losses.SparseCategoricalCrossentropy(from_logits=not outputs_probabilities(model))
     callbacks = list(callbacks or [])
@@ -348,6 +352,30 @@ def resumed_epoch(backup_dir):
             f"The training backup in {backup_dir} is torn: {path} cannot be read ({type(error).__name__}: {error}). "
             "Remove that directory to start over."
         ) from None
+
+
+BACKUP_KIND = "training_backup"
+
+
+def claim_backup(backup_dir):
+    """Marks `backup_dir` as a training backup of this package, refusing any other directory before any work.
+
+    The backup is removed once the run's output is written, so it must be a
+    directory this package may delete: a new or empty one, or a backup it
+    made. The current directory, its parents, home, root, a link, a user's
+    directory and any other bert_keras output are refused (`_files.check_target`).
+    """
+    claim_directory(backup_dir, kind=BACKUP_KIND, argument="backup_dir")
+
+
+def _check_apart(export_dir, backup_dir):
+    """Refuses a backup directory that is, holds or lies inside the export directory."""
+    export, backup = os.path.realpath(export_dir), os.path.realpath(backup_dir)
+    if export == backup or backup.startswith(export + os.sep) or export.startswith(backup + os.sep):
+        raise ValueError(
+            f"`backup_dir` ({backup_dir!r}) and `export_dir` ({export_dir!r}) overlap: the backup is removed once "
+            "the export is written, and the export replaces its directory. Pick two separate directories."
+        )
 
 
 def _backup(backup_dir, phase):
@@ -542,6 +570,10 @@ def finetune_classifier(
         check_target(export_dir, overwrite, argument="export_dir")
         check_compute_dtype(export_dtype, argument="export_dtype")
     if backup_dir is not None:
+        check_target(backup_dir, overwrite=True, argument="backup_dir")  # before anything is written
+        if export_dir is not None:
+            _check_apart(export_dir, backup_dir)
+        claim_backup(backup_dir)
         arguments = dict(
             seq_length=seq_length, batch_size=batch_size, head_epochs=head_epochs, head_learning_rate=head_learning_rate,
             epochs=epochs, learning_rate=learning_rate, dropout=dropout, seed=seed, validation_fraction=validation_fraction,
@@ -598,7 +630,8 @@ def finetune_classifier(
         lora.merge_lora(model)  # an ordinary model from here on: scored, copied and exported as one
     if replicas > 1:
         if not distribute.is_chief(strategy):
-            shutil.rmtree(distribute.worker_backup_dir(backup_dir, strategy) or "", ignore_errors=True)
+            if backup_dir is not None:
+                remove_output(distribute.worker_backup_dir(backup_dir, strategy), BACKUP_KIND)
             return FineTuneResult(model, history, None, None, None, fit_seconds, sizes)
         # A copy outside the strategy, built as the model was: scored and exported with no collectives.
         trained, model = model, _build_classifier(source, train, seq_length, dropout, dtype, tf.distribute.get_strategy())
@@ -621,7 +654,7 @@ def finetune_classifier(
         export_classifier(model, export_dir, train.label_names, overwrite=overwrite, extra_assets=assets, dtype=export_dtype)
         report(f"Exported the classifier (raw strings in; probabilities and label names out) to {export_dir}")
     if backup_dir is not None:
-        shutil.rmtree(backup_dir, ignore_errors=True)  # only now: everything it protected is written
+        remove_output(backup_dir, BACKUP_KIND)  # only now: everything it protected is written
     return FineTuneResult(model, history, scores, probabilities, export_dir, fit_seconds, sizes, evaluation)
 
 

@@ -21,18 +21,17 @@ import dataclasses
 import json
 import logging
 import os
-import shutil
 
 import keras
 import tensorflow as tf
 
 from bert_keras import distribute
 from bert_keras._checks import check_positive_int
-from bert_keras._files import MARKER, check_target, claim_directory, fault_point
+from bert_keras._files import MARKER, check_target, claim_directory, fault_point, remove_output
 from bert_keras.encoder import BertEncoder
 from bert_keras.hub import export_module_pair
 from bert_keras.hub.export import ENCODER_DIR, PREPROCESS_DIR
-from bert_keras.finetune import BackupAndRestore, resumed_epoch
+from bert_keras.finetune import BACKUP_KIND, BackupAndRestore, claim_backup, resumed_epoch
 from bert_keras.optimization import bert_optimizer
 from bert_keras.presets import get_preset
 from bert_keras.pretrainer import MLM_LOGITS, BertPretrainer, pretraining_losses, pretraining_metrics
@@ -155,7 +154,8 @@ def _check_run(out_dir, run):
                 f" (recorded: {', '.join(f'{k}={recorded.get(k)!r}' for k in differing)}); resuming it would train "
                 "against the wrong schedule or model. Rerun with the same arguments, or use another --out."
             )
-    claim_directory(out_dir, kind="pretraining_run", info={"run": run}, replace=not resuming)
+    claim_directory(out_dir, kind="pretraining_run", info={"run": run}, replace=not resuming, accept=("module_pair",),
+                    argument="out_dir")
 
 
 def run_pretraining(
@@ -313,6 +313,7 @@ def run_pretraining(
         run["dtype"] = dtype  # (runs without it recorded none: their backups still match)
     _check_run(out_dir, run)
     backup_dir = distribute.worker_backup_dir(os.path.join(out_dir, BACKUP_DIR), strategy)
+    claim_backup(backup_dir)
     initial_epoch = distribute.agree_on_backup(strategy, backup_dir, resumed_epoch)
     if initial_epoch:
         # The batches an uninterrupted run would feed next.
@@ -382,7 +383,7 @@ def run_pretraining(
 
     # === Hub modules ===
     if not chief:
-        shutil.rmtree(backup_dir, ignore_errors=True)
+        remove_output(backup_dir, BACKUP_KIND)
         encoder_dir = preprocess_dir = None
         logger.info("Pre-training done after %d steps; the chief writes the modules.", steps)
     elif export:
@@ -393,7 +394,7 @@ def run_pretraining(
         )
         logger.info("Pre-training done after %d steps; wrote %s and %s.", steps, encoder_dir, preprocess_dir)
     else:
-        shutil.rmtree(backup_dir, ignore_errors=True)
+        remove_output(backup_dir, BACKUP_KIND)
         encoder_dir = preprocess_dir = None
         logger.info("Pre-training done after %d steps.", steps)
     return PretrainingResult(

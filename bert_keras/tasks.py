@@ -19,7 +19,7 @@ from keras import ops
 from bert_keras import hub
 from bert_keras._checks import check_choice, check_int, check_positive_int, check_rate
 from bert_keras._task import Task, call_encoder, check_encoder, head_dtype, head_initializer, model_inputs
-from bert_keras.checkpoints import load_checkpoint
+from bert_keras.checkpoints import holds_weights, load_checkpoint
 from bert_keras.heads import ClassificationHead, SpanHead, TokenClassificationHead
 from bert_keras.pretrainer import MLM_LOGITS, NSP_LOGITS, BertPretrainer, pretraining_losses, pretraining_metrics
 from bert_keras.text import BertPreprocessor
@@ -44,7 +44,13 @@ __all__ = [
 
 
 def _module_pair(path):
-    """`(encoder_dir, preprocess_dir)` when `path` holds a Hub module pair, else None."""
+    """`(encoder_dir, preprocess_dir)` when `path` holds a Hub module pair (and no weights checkpoint), else None.
+
+    A folder that also holds a checkpoint of weights is read as weights: loading the modules would run their
+    graphs, which reading weights never does (`checkpoints.detect_format`).
+    """
+    if holds_weights(path):
+        return None
     pair = hub.read_module_pair(path)
     if pair is not None:
         return pair

@@ -54,14 +54,15 @@ def test_a_file_is_not_a_target(tmp_path):
         check_target(str(path), overwrite=True, argument="--out")
 
 
-def test_outputs_of_earlier_versions_without_a_marker_may_be_replaced(tmp_path):
+def test_saved_models_without_a_marker_are_never_replaced(tmp_path):
     old = tmp_path / "modules"
     for name in ("encoder", "preprocess"):
         (old / name / "variables").mkdir(parents=True)
         (old / name / "saved_model.pb").write_bytes(b"pb")
-    assert _files.is_package_output(str(old))
-    _write(str(old), "new", overwrite=True)
-    assert sorted(os.listdir(old)) == [MARKER, "data.txt"]
+    assert not _files.is_package_output(str(old))
+    with pytest.raises(FileExistsError, match="was not written by bert_keras"):
+        _write(str(old), "new", overwrite=True)
+    assert sorted(os.listdir(old)) == ["encoder", "preprocess"]
 
 
 def test_permissions_follow_the_umask(tmp_path):
@@ -97,12 +98,13 @@ def test_failure_and_full_disk_leave_the_old_output(tmp_path):
 
 def test_leftovers_of_a_killed_write_are_cleaned_or_restored(tmp_path):
     target = tmp_path / "out"
-    (tmp_path / ".partial-out-abc").mkdir()
+    (tmp_path / ".partial-out-abc_1234").mkdir()
+    (tmp_path / ".partial-out-abc_1234" / MARKER).write_text('{"writer": "bert_keras", "kind": "staging", "complete": false}')
     # The fallback replacement was killed between its two renames: the old output is aside.
-    aside = tmp_path / ".replaced-out-def"
+    aside = tmp_path / ".replaced-out-def_5678"
     aside.mkdir()
     (aside / "data.txt").write_text("old")
-    (aside / MARKER).write_text('{"complete": true}')
+    (aside / MARKER).write_text('{"writer": "bert_keras", "kind": "test", "complete": true}')
     with pytest.raises(FileExistsError, match="already exists"):
         _write(str(target), "new")  # the old output is back in place, so this is an overwrite
     assert (target / "data.txt").read_text() == "old"

@@ -6,7 +6,7 @@ import pytest
 import tensorflow as tf
 
 from bert_keras import BertEncoder
-from bert_keras.finetune import finetune
+from bert_keras.finetune import claim_backup, finetune
 from bert_keras.optimization import BertAdamW, WarmupDecay, bert_optimizer
 
 TINY = dict(vocab_size=30, num_layers=1, hidden_size=8, num_heads=2, intermediate_size=16, max_sequence_length=8)
@@ -178,6 +178,7 @@ def test_resumed_run_ends_with_the_weights_of_an_uninterrupted_one(tmp_path):
 
 def test_a_torn_backup_is_a_clear_error(tmp_path):
     backup = tmp_path / "backup"
+    claim_backup(str(backup))  # a backup this package made, torn by a kill
     (backup / "full").mkdir(parents=True)
     (backup / "full" / "training_metadata.json").write_text("")
     model, encoder = _classifier()

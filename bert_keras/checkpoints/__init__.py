@@ -5,6 +5,7 @@ with the encoder, any heads, the vocabulary and a summary of the conversion.
 Name tables are data (`tables.py`); every other project's names stay here.
 """
 
+import logging
 import os
 
 from bert_keras.checkpoints._common import (
@@ -25,7 +26,21 @@ from bert_keras.checkpoints.keras_nlp import (
     to_keras_nlp,
 )
 
+logger = logging.getLogger("bert_keras.checkpoints")
+
 FORMATS = ("huggingface", "google", "keras_nlp", "hub_module")
+
+
+def holds_weights(path):
+    """Whether `path` is a checkpoint of weights and a config, which is read without running any code.
+
+    Google BERT (`bert_config.json`, or a TF checkpoint prefix), a keras-nlp
+    preset or a Hugging Face folder (`config.json`).
+    """
+    path = os.fspath(path)
+    if os.path.exists(path + ".index"):
+        return True
+    return os.path.isdir(path) and any(os.path.isfile(os.path.join(path, name)) for name in ("bert_config.json", "config.json"))
 
 
 def detect_format(path):
@@ -34,23 +49,31 @@ def detect_format(path):
     - `bert_config.json` (or a TF checkpoint prefix): original Google BERT.
     - `config.json` of a serialized Keras object (`class_name`, `registered_name`): keras-nlp.
     - any other `config.json`: Hugging Face.
-    - `saved_model.pb` (or `encoder/saved_model.pb`), a `.tar.gz` or an http(s)
-      handle: a TF Hub / Model Garden encoder module.
+    - only when none of those is there: `saved_model.pb` (or
+      `encoder/saved_model.pb`), a `.tar.gz` or an http(s) handle: a TF Hub /
+      Model Garden encoder module.
+
+    Weights are asked for first: reading them never runs code, while loading
+    a SavedModel runs its graph. A folder that holds weights and also a
+    `saved_model.pb` is read as weights (the SavedModel is ignored, with a
+    warning); a module is loaded only where the path is a module and nothing else.
     """
     if is_backbone(path):
         return "keras_nlp"
     path = os.fspath(path)
+    if holds_weights(path):
+        if os.path.exists(path + ".index") or os.path.exists(os.path.join(path, "bert_config.json")):
+            found = "google"
+        else:
+            found = "keras_nlp" if is_preset_config(read_json(os.path.join(path, "config.json"))) else "huggingface"
+        if os.path.isdir(path) and is_hub_module(path):
+            logger.warning("%s holds a %s checkpoint and a SavedModel; reading the weights, not running the SavedModel "
+                           "(pass format=\"hub_module\" or --modules to load the module).", path, found)
+        return found
     if is_hub_module(path):
         return "hub_module"
-    if os.path.exists(path + ".index"):
-        return "google"
     if not os.path.isdir(path):
         raise CheckpointError(path, None, "is not a checkpoint directory (it does not exist or is a file).")
-    if os.path.exists(os.path.join(path, "bert_config.json")):
-        return "google"
-    config_file = os.path.join(path, "config.json")
-    if os.path.exists(config_file):
-        return "keras_nlp" if is_preset_config(read_json(config_file)) else "huggingface"
     raise CheckpointError(
         path,
         None,
@@ -110,6 +133,7 @@ __all__ = [
     "ConversionSummary",
     "LoadedCheckpoint",
     "detect_format",
+    "holds_weights",
     "from_keras_nlp",
     "load_checkpoint",
     "load_google",

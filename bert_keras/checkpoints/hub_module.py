@@ -12,14 +12,12 @@ its outputs: a module that is not a post-LayerNorm BERT is refused, not
 silently misread.
 """
 
-import hashlib
 import logging
 import os
-import tarfile
-import tempfile
 
 import numpy as np
 
+from bert_keras._files import MARKER
 from bert_keras.checkpoints import tables
 from bert_keras.checkpoints._build import convert
 from bert_keras.checkpoints._common import (
@@ -254,21 +252,15 @@ def _module_dirs(path):
 
 
 def _extract(archive):
-    """Unpacks a module archive once into the cache directory; returns the module's directory."""
-    stat = os.stat(archive)
-    key = hashlib.sha1(f"{os.path.abspath(archive)}:{stat.st_size}:{stat.st_mtime_ns}".encode()).hexdigest()[:16]
-    cache = os.environ.get("TFHUB_CACHE_DIR") or os.path.join(tempfile.gettempdir(), "tfhub_modules")
-    target = os.path.join(cache, f"bert_keras_{key}")
-    if not os.path.isdir(target):
-        os.makedirs(cache, exist_ok=True)
-        staging = tempfile.mkdtemp(dir=cache, prefix=".extract_")
-        try:
-            with tarfile.open(archive, "r:*") as tar:
-                tar.extractall(staging, filter="data")
-        except (tarfile.TarError, OSError, EOFError) as error:
-            raise CheckpointError(archive, None, f"cannot be unpacked as a .tar.gz module ({error}).") from error
-        os.replace(staging, target)
-    entries = os.listdir(target)
+    """The module in a `.tar.gz` archive, unpacked into the private Hub cache (`hub.loader.unpack_archive`)."""
+    # Imported here: bert_keras.hub registers tensorflow-text's ops, which loading a module needs anyway.
+    from bert_keras.hub.loader import unpack_archive
+
+    try:
+        target = unpack_archive(archive)
+    except (ValueError, OSError) as error:
+        raise CheckpointError(archive, None, f"cannot be unpacked as a .tar.gz module ({error}).") from error
+    entries = [name for name in os.listdir(target) if name != MARKER]
     if SAVED_MODEL_FILE not in entries and ENCODER_DIR not in entries and len(entries) == 1:
         return os.path.join(target, entries[0])  # the archive holds one top-level folder
     return target

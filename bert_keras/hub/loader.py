@@ -209,8 +209,15 @@ def _unsafe_member_reason(member):
     return None
 
 
+def _described(url):
+    return f"downloaded from {url}" if _is_url(url) else repr(url)
+
+
 def _extract(archive, directory, url):
-    """Extracts the tar archive in the open file `archive` into `directory`, after checking every member."""
+    """Extracts the tar archive in the open file `archive` into `directory`, after checking every member.
+
+    `url` names where the archive came from, in messages ("downloaded from URL", or a local path).
+    """
     archive.seek(0)
     try:
         with tarfile.open(fileobj=archive, mode="r:*") as tar:
@@ -219,17 +226,17 @@ def _extract(archive, directory, url):
                 reason = _unsafe_member_reason(member)
                 if reason:
                     raise ValueError(
-                        f"Refusing to extract the archive downloaded from {url}: its member {member.name!r} "
+                        f"Refusing to extract the archive {_described(url)}: its member {member.name!r} "
                         f"is {reason}, which a Hub module never holds. Nothing was cached."
                     )
             # The "data" filter (Python 3.10.12+, 3.11.4+) checks again and drops setuid and write bits for others.
             tar.extractall(directory, members=members, **({"filter": "data"} if hasattr(tarfile, "data_filter") else {}))
     except getattr(tarfile, "FilterError", ()) as error:
-        raise ValueError(f"Refusing to extract the archive downloaded from {url}: {error}. Nothing was cached.") from error
+        raise ValueError(f"Refusing to extract the archive {_described(url)}: {error}. Nothing was cached.") from error
     except (tarfile.TarError, EOFError, zlib.error, gzip.BadGzipFile) as error:
         raise ValueError(
-            f"The file downloaded from {url} is not a readable tar archive ({error}). A URL handle must "
-            "point to a compressed (.tar.gz) Hub module."
+            f"The file {_described(url)} is not a readable tar archive ({error}). A module archive must "
+            "be a compressed (.tar.gz) Hub module."
         ) from error
 
 
@@ -237,8 +244,11 @@ class _AlreadyCached(Exception):
     """Another process finished the same download while this one waited; nothing to write."""
 
 
-def _install(archive, entry, url, sha256):
-    """Extracts `archive` into the cache `entry` in one step, waiting while another process writes it."""
+def _install(archive, entry, url, sha256, source=None):
+    """Extracts `archive` into the cache `entry` in one step, waiting while another process writes it.
+
+    `source`: how messages name the archive (defaults to "downloaded from URL").
+    """
     deadline = time.monotonic() + _LOCK_WAIT_S
     while True:
         try:
@@ -246,7 +256,7 @@ def _install(archive, entry, url, sha256):
             with staged_directory(entry, overwrite=True, kind=CACHE_KIND, info=info, argument=f"cache entry for {url}") as staging:
                 if _is_cached(entry, url, sha256):
                     raise _AlreadyCached
-                _extract(archive, staging, url)
+                _extract(archive, staging, url if source is None else source)
                 _make_tree_private(staging)
         except _AlreadyCached:
             return
@@ -257,6 +267,35 @@ def _install(archive, entry, url, sha256):
             continue
         _remove_group_other_write(os.path.join(entry, MARKER))
         return
+
+
+def unpack_archive(path):
+    """A local module archive (`.tar.gz`), unpacked once into the private cache; returns the entry's directory.
+
+    The same cache, checks and staged write as a download (module docstring):
+    the entry is keyed by the archive's SHA-256, its marker records that
+    digest, and an entry that is not private or not a complete unpacking of
+    that very archive is never used. Members are checked before extraction.
+
+    Raises:
+        ValueError: the archive is not a readable tar archive, or holds a member a module never holds.
+        PermissionError: the cache, or the entry, could be written by someone else.
+    """
+    path = os.path.abspath(os.fspath(path))
+    cache = _cache_dir()
+    with open(path, "rb") as archive:
+        digest = hashlib.sha256()
+        while chunk := archive.read(_CHUNK_BYTES):
+            digest.update(chunk)
+        digest = digest.hexdigest()
+        handle = f"archive:sha256:{digest}"  # the same content from any path is one entry
+        entry = os.path.join(cache, hashlib.sha1(handle.encode("utf8")).hexdigest())
+        if _is_cached(entry, handle, digest):
+            logger.info("Using the unpacked copy of %s in %s", path, entry)
+            return entry
+        logger.info("Unpacking %s into %s", path, entry)
+        _install(archive, entry, handle, digest, source=path)
+    return entry
 
 
 def _resolve_url(url, sha256):

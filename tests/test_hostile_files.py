@@ -1,0 +1,238 @@
+"""The package deletes or replaces only what it wrote and marked, and follows no link it did not create.
+
+Each test is a finding of the second adversarial review (issue "Reliability, second campaign", items 1-3, 10
+and 15): the case as an attacker or a careless user sets it up, and what must be left standing afterwards.
+"""
+
+import errno
+import os
+import resource
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import tensorflow as tf
+
+from bert_keras import _files, cli
+from bert_keras._files import MARKER, OutputLockedError, claim_directory, remove_output, staged_directory
+from bert_keras.datasets import LabelledText
+from bert_keras.finetune import BACKUP_KIND, claim_backup, finetune_classifier
+
+ROWS = [("good movie", "pos"), ("bad movie", "neg")] * 4
+
+
+def _user_directory(path):
+    path.mkdir()
+    (path / "thesis.tex").write_text("\\chapter{Years of work}")
+    (path / "data").mkdir()
+    (path / "data" / "results.csv").write_text("a,b\n1,2\n")
+    return path
+
+
+def _tree(path):
+    return sorted(os.path.relpath(os.path.join(root, name), path) for root, dirs, files in os.walk(path) for name in dirs + files)
+
+
+def _train():
+    return LabelledText([text for text, _ in ROWS], [0 if label == "neg" else 1 for _, label in ROWS], ["neg", "pos"])
+
+
+# --- 1. --backup-dir deleted whatever it named --------------------------------------------------------------
+
+
+def test_a_users_directory_is_refused_as_a_backup_before_any_work(tmp_path):
+    mywork = _user_directory(tmp_path / "mywork")
+    before = _tree(mywork)
+    with pytest.raises(FileExistsError, match=r"\(backup_dir\) exists and was not written by bert_keras"):
+        # The source does not exist: the refusal comes before anything is read or built.
+        finetune_classifier(str(tmp_path / "no-checkpoint"), _train(), export_dir=str(tmp_path / "clf"), backup_dir=str(mywork))
+    assert _tree(mywork) == before
+    assert not os.path.exists(tmp_path / "clf")
+
+
+def test_the_current_directory_is_refused_as_a_backup(tmp_path, monkeypatch):
+    project = _user_directory(tmp_path / "proj")
+    monkeypatch.chdir(project)
+    with pytest.raises(ValueError, match=r"\(backup_dir\): it is the current directory or one of its parents"):
+        finetune_classifier(str(tmp_path / "no-checkpoint"), _train(), export_dir="clf", backup_dir=".")
+    with pytest.raises(ValueError, match="current directory or one of its parents"):
+        claim_backup(str(tmp_path))
+    assert sorted(os.listdir(project)) == ["data", "thesis.tex"]
+
+
+def test_a_backup_inside_the_export_or_holding_it_is_refused(tmp_path):
+    for export, backup in (("clf", "clf"), ("clf", "clf/backup"), ("runs/clf", "runs")):
+        with pytest.raises(ValueError, match="overlap: the backup is removed once the export is written"):
+            finetune_classifier(str(tmp_path / "x"), _train(), export_dir=str(tmp_path / export), backup_dir=str(tmp_path / backup))
+    assert os.listdir(tmp_path) == []
+
+
+def test_the_cli_refuses_a_users_backup_dir_and_the_project_survives(tmp_path, monkeypatch, capsys):
+    project = _user_directory(tmp_path / "proj")
+    monkeypatch.chdir(project)
+    (project / "train.csv").write_text("text,label\n" + "\n".join(f"{t},{l}" for t, l in ROWS) + "\n")
+    before = _tree(project)
+    for backup, expected in (("data", "was not written by bert_keras"), (".", "current directory or one of its parents")):
+        status = cli.main(["finetune", "--train", "train.csv", "--checkpoint", str(tmp_path / "none"), "--out", "clf",
+                           "--backup-dir", backup])
+        assert status == 2
+        assert expected in capsys.readouterr().err
+    assert _tree(project) == before
+
+
+def test_other_bert_keras_outputs_are_not_taken_as_backups(tmp_path):
+    export = tmp_path / "old_export"
+    with staged_directory(str(export), kind="classifier") as staging:
+        open(os.path.join(staging, "saved_model.pb"), "w").close()
+    with pytest.raises(FileExistsError, match=r"holds a bert_keras 'classifier' output, not a 'training_backup'"):
+        claim_backup(str(export))
+    assert sorted(os.listdir(export)) == [MARKER, "saved_model.pb"]
+
+
+def test_remove_output_removes_only_marked_directories_of_its_kind(tmp_path):
+    backup = tmp_path / "backup"
+    claim_backup(str(backup))
+    (backup / "full").mkdir()
+    assert remove_output(str(backup), BACKUP_KIND) is True and not backup.exists()
+
+    user = _user_directory(tmp_path / "user")
+    assert remove_output(str(user), BACKUP_KIND) is False  # no marker
+    claim_directory(str(tmp_path / "other"), kind="pretraining_run")
+    assert remove_output(str(tmp_path / "other"), BACKUP_KIND) is False  # another kind
+    marked = tmp_path / "marked"
+    claim_backup(str(marked))
+    link = tmp_path / "link"
+    link.symlink_to(marked)
+    assert remove_output(str(link), BACKUP_KIND) is False  # a link is neither followed nor removed
+    assert (marked / MARKER).exists() and link.is_symlink() and (user / "thesis.tex").exists()
+
+
+# --- 2. a planted .OUT.lock link was truncated through ----------------------------------------------------
+
+
+def test_a_lock_file_planted_as_a_link_is_never_written_through(tmp_path):
+    victim = tmp_path / "victim.txt"
+    victim.write_text("x" * 180)
+    (tmp_path / ".out.lock").symlink_to(victim)
+    with pytest.raises(OutputLockedError, match=r"\.out\.lock' is a symbolic link, which bert_keras never follows"):
+        with staged_directory(str(tmp_path / "out")):
+            pass
+    assert victim.read_text() == "x" * 180
+
+
+def test_a_lock_file_planted_as_a_hard_link_is_never_written_through(tmp_path):
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious")
+    os.link(victim, tmp_path / ".out.lock")
+    with pytest.raises(OutputLockedError, match=r"is a file with 2 names \(a hard link\)"):
+        with staged_directory(str(tmp_path / "out")):
+            pass
+    assert victim.read_text() == "precious"
+
+
+def test_a_target_that_is_a_link_is_refused(tmp_path):
+    real = tmp_path / "real"
+    with staged_directory(str(real), kind="test"):
+        pass
+    (tmp_path / "link").symlink_to(real)
+    with pytest.raises(FileExistsError, match="is a symbolic link; bert_keras follows no link it did not create"):
+        _files.check_target(str(tmp_path / "link"), overwrite=True)
+
+
+# --- 3. --force replaced SavedModels the package never wrote ------------------------------------------------
+
+
+@pytest.mark.parametrize("layout", ["saved_model", "module_pair"])
+def test_force_never_replaces_an_unmarked_saved_model(tmp_path, layout):
+    class Module(tf.Module):
+        @tf.function(input_signature=[tf.TensorSpec([None], tf.float32)])
+        def __call__(self, x):
+            return 2 * x
+
+    target = tmp_path / "models"
+    paths = [target] if layout == "saved_model" else [target / "encoder", target / "preprocess"]
+    for path in paths:
+        tf.saved_model.save(Module(), str(path))
+    before = _tree(target)
+    with pytest.raises(FileExistsError, match="was not written by bert_keras"):
+        with staged_directory(str(target), overwrite=True):
+            pass
+    assert _tree(target) == before
+    assert not _files.is_package_output(str(target))
+
+
+# --- 10. writing OUT removed the staging directory of a concurrent write to OUT-x --------------------------
+
+
+def test_recovery_of_out_leaves_the_staging_of_out_x_alone(tmp_path):
+    with staged_directory(str(tmp_path / "out-x"), kind="test") as staging_of_out_x:
+        with open(os.path.join(staging_of_out_x, "data.txt"), "w") as f:
+            f.write("being written")
+        with staged_directory(str(tmp_path / "out"), kind="test"):
+            pass  # recovers the leftovers of `out` under its lock
+        assert os.path.exists(os.path.join(staging_of_out_x, "data.txt"))
+    assert (tmp_path / "out-x" / "data.txt").read_text() == "being written"
+
+
+def test_recovery_removes_only_marked_leftovers_of_its_own_name(tmp_path):
+    killed = tmp_path / ".partial-out-abcd1234"  # a killed write of `out`: marked as staging
+    killed.mkdir()
+    (killed / MARKER).write_text('{"writer": "bert_keras", "kind": "staging", "complete": false}')
+    planted = tmp_path / ".partial-out-zzzz9999"  # the right name, but not ours
+    planted.mkdir()
+    (planted / "keep.txt").write_text("not bert_keras's")
+    with staged_directory(str(tmp_path / "out"), kind="test"):
+        pass
+    assert not killed.exists()
+    assert (planted / "keep.txt").read_text() == "not bert_keras's"
+
+
+# --- 15. EFBIG during an export was an internal error ------------------------------------------------------
+
+
+def test_a_file_size_limit_is_reported_and_the_old_output_kept(tmp_path):
+    target = str(tmp_path / "out")
+    with staged_directory(target, kind="test") as staging:
+        with open(os.path.join(staging, "data.txt"), "w") as f:
+            f.write("old")
+    with pytest.raises(OSError, match=r"file-size limit \(`ulimit -f`\)") as error:
+        with staged_directory(target, overwrite=True, kind="test"):
+            raise OSError(errno.EFBIG, "File too large")
+    assert error.value.errno == errno.EFBIG
+    with pytest.raises(OSError, match="file-size limit"):
+        with staged_directory(target, overwrite=True, kind="test"):
+            raise tf.errors.OutOfRangeError(None, None, "foo; File too large")
+    assert (tmp_path / "out" / "data.txt").read_text() == "old"
+    assert sorted(os.listdir(tmp_path)) == ["out"]
+
+
+def test_export_under_ulimit_f_exits_2_and_keeps_the_old_output(tmp_path):
+    """A real export (TensorFlow writes the variables) in a process whose file-size limit is 64 KiB."""
+    out = tmp_path / "modules"
+    script = textwrap.dedent(f"""
+        import os, resource, sys
+        os.environ["TF_CPP_MIN_LOG_LEVEL"] = "2"
+        from bert_keras import BertEncoder, hub
+        vocab = {str(tmp_path / "vocab.txt")!r}
+        encoder = BertEncoder(vocab_size=40, num_layers=1, hidden_size=128, num_heads=2, intermediate_size=256,
+                              max_sequence_length=64)
+        overwrite = len(sys.argv) > 1
+        if overwrite:
+            resource.setrlimit(resource.RLIMIT_FSIZE, (64 * 1024, resource.RLIM_INFINITY))
+        try:
+            hub.export_encoder(encoder, {str(out)!r}, vocab, True, overwrite=overwrite)
+        except OSError as error:
+            print("OSError", error.errno, error, file=sys.stderr)
+            sys.exit(2)
+    """)
+    (tmp_path / "vocab.txt").write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + [f"w{i}" for i in range(35)]))
+    first = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert first.returncode == 0, first.stderr[-2000:]
+    before = _tree(out)
+    second = subprocess.run([sys.executable, "-c", script, "overwrite"], capture_output=True, text=True, timeout=300)
+    assert second.returncode == 2, second.stderr[-2000:]
+    assert f"OSError {errno.EFBIG}" in second.stderr and "file-size limit" in second.stderr
+    assert _tree(out) == before
+    assert sorted(os.listdir(tmp_path)) == ["modules", "vocab.txt"]
+    assert resource.getrlimit(resource.RLIMIT_FSIZE)[0] == resource.RLIM_INFINITY  # the limit stayed in the child
