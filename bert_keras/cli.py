@@ -246,8 +246,10 @@ def _text_lines(lines):
         yield number, line.rstrip("\r\n")
 
 
-def _delimited_records(lines, name, delimiter, columns):
+def _delimited_records(lines, name, fmt, delimiter, columns):
     import csv
+
+    from bert_keras.datasets import delimited_records  # the reader of `evaluate` too: the same files are accepted
 
     numbered = iter(lines)
     current = [0]
@@ -257,8 +259,7 @@ def _delimited_records(lines, name, delimiter, columns):
             current[0] = number
             yield line
 
-    reader = csv.reader(physical(), delimiter=delimiter, strict=True,
-                        quoting=csv.QUOTE_MINIMAL if delimiter != "\t" else csv.QUOTE_NONE)
+    reader = (row for _, row in delimited_records(physical(), fmt, delimiter))
     try:
         header = next(reader, None)
         if header is None:
@@ -332,7 +333,7 @@ def _input_records(args, pairs):
     lines = _decoded_lines(_open_input(args.input), name)
     if fmt == "jsonl":
         return _json_records(lines, name, columns)
-    return _delimited_records(lines, name, args.delimiter or {"csv": ",", "tsv": "\t"}[fmt], columns)
+    return _delimited_records(lines, name, fmt, args.delimiter or {"csv": ",", "tsv": "\t"}[fmt], columns)
 
 
 def _open_input(path):

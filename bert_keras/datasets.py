@@ -25,7 +25,7 @@ _LINE_BREAK = re.compile(r"\r\n|\r|\n")
 _JSON_SPACE = re.compile(r"[ \t\n\r]*")
 _NUMBER = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?")
 # `csv.field_size_limit` is process-wide: raised and restored under a lock.
-_FIELD_LIMIT_LOCK = threading.Lock()
+_FIELD_LIMIT_LOCK = threading.RLock()
 
 
 class DataError(ValueError):
@@ -80,9 +80,15 @@ def _check_columns(path, columns, wanted, hint=""):
 # ---------------------------------------------------------------------------
 
 
+# The longest field `csv` may read: no limit of its own beyond the input (a field of one file is at most
+# the file). `csv.field_size_limit` defaults to 131,072 characters; every reader of this package lifts it
+# the same way, through `delimited_records`.
+FIELD_SIZE_LIMIT = 2**31 - 1  # the largest a C long holds on every platform
+
+
 @contextlib.contextmanager
 def _field_size_limit(limit):
-    """Lets `csv` read fields of up to `limit` characters (its default is 131,072)."""
+    """Lets `csv` read fields of up to `limit` characters (its default is 131,072), restored after."""
     with _FIELD_LIMIT_LOCK:
         previous = csv.field_size_limit()
         csv.field_size_limit(max(previous, limit))
@@ -99,36 +105,68 @@ def _reader(lines, fmt, delimiter):
     return csv.reader(lines, delimiter=delimiter, quoting=quoting, strict=True)
 
 
+def delimited_records(lines, fmt, delimiter):
+    """The one CSV / TSV reader of the package: yields the cells of each record, read lazily from `lines`.
+
+    Both `read_labelled_file` and `bert-keras predict` (which streams) read
+    through it, so they accept the same files: CSV quoting is strict (a quoted
+    field may span lines and must close), TSV has no quoting, and a field may
+    be of any length (`csv`'s limit of 131,072 characters is lifted while a
+    record is read, and restored between records, so nothing else in the
+    process sees it changed).
+
+    Args:
+        lines: an iterable of str, the physical lines with their line breaks.
+        fmt: `"csv"` or `"tsv"`.
+        delimiter: str, one character.
+
+    Yields:
+        `(line_num, cells)`: the physical line where the record ends (the
+        reader's `line_num`) and its list of str.
+
+    Raises:
+        csv.Error: malformed quoting; the caller names the file and the line.
+    """
+    reader = _reader(lines, fmt, delimiter)
+    while True:
+        with _field_size_limit(FIELD_SIZE_LIMIT):
+            try:
+                cells = next(reader)
+            except StopIteration:
+                return
+        yield reader.line_num, cells
+
+
 def _parse_line(line, fmt, delimiter):
     """The cells of one line on its own, or None if it is not a well-formed record."""
     try:
-        return next(_reader([line], fmt, delimiter), [])
+        return next((cells for _, cells in delimited_records([line], fmt, delimiter)), [])
     except csv.Error:
         return None
 
 
 def _csv_records(path, text, fmt, delimiter):
     """Yields `(line, cells)` per record; `line` is the physical line where the record starts."""
-    reader = _reader(io.StringIO(text, newline=""), fmt, delimiter)
+    records = delimited_records(io.StringIO(text, newline=""), fmt, delimiter)
     start = 1
     while True:
         try:
-            cells = next(reader)
+            end, cells = next(records)
         except StopIteration:
             return
         except csv.Error as error:
             if str(error) == "unexpected end of data":
                 raise DataError(
                     f"{path}: line {start}: a quote opened in this record is never closed; the field runs "
-                    f"to the end of the file (line {reader.line_num}). Close the quote, or write a quote "
-                    'inside a quoted field as "".'
+                    f"to the end of the file (line {len(_LINE_BREAK.split(text))}). Close the quote, or write a "
+                    'quote inside a quoted field as "".'
                 ) from None
             raise DataError(
                 f"{path}: line {start}: malformed quoting ({error}). A quoted field must end with a quote "
                 'followed by the delimiter or the end of the line; write a quote inside it as "".'
             ) from None
         yield start, cells
-        start = reader.line_num + 1
+        start = end + 1
 
 
 def _delimiter_hint(text, wanted, delimiter):
@@ -190,27 +228,26 @@ def _check_multi_line_fields(path, header, records, label_column, fmt, delimiter
 
 def _delimited_rows(path, text, fmt, delimiter, wanted, label_column):
     """`(line, row dict)` of every record of a CSV or TSV text, checked."""
-    with _field_size_limit(len(text) + 1):
-        records = _csv_records(path, text, fmt, delimiter)
-        try:
-            _, header = next(records)
-        except DataError as error:
-            raise DataError(f"{error}{_delimiter_hint(text, wanted, delimiter)}") from None
-        _check_header(path, header, wanted, text, delimiter)
-        checked = []
-        for line, cells in records:
-            if not cells or all(not cell.strip() for cell in cells):
-                raise DataError(f"{path}: line {line} is empty. Remove empty lines from the file.")
-            if len(cells) != len(header):
-                hint = ""
-                if len(cells) > len(header) and fmt == "csv":
-                    hint = f" Quote a field that contains the delimiter {delimiter!r}."
-                raise DataError(
-                    f"{path}: line {line} has {_plural(len(cells), 'field')}, expected {len(header)} "
-                    f"(as the header).{hint}"
-                )
-            checked.append((line, cells))
-        _check_multi_line_fields(path, header, checked, label_column, fmt, delimiter)
+    records = _csv_records(path, text, fmt, delimiter)
+    try:
+        _, header = next(records)
+    except DataError as error:
+        raise DataError(f"{error}{_delimiter_hint(text, wanted, delimiter)}") from None
+    _check_header(path, header, wanted, text, delimiter)
+    checked = []
+    for line, cells in records:
+        if not cells or all(not cell.strip() for cell in cells):
+            raise DataError(f"{path}: line {line} is empty. Remove empty lines from the file.")
+        if len(cells) != len(header):
+            hint = ""
+            if len(cells) > len(header) and fmt == "csv":
+                hint = f" Quote a field that contains the delimiter {delimiter!r}."
+            raise DataError(
+                f"{path}: line {line} has {_plural(len(cells), 'field')}, expected {len(header)} "
+                f"(as the header).{hint}"
+            )
+        checked.append((line, cells))
+    _check_multi_line_fields(path, header, checked, label_column, fmt, delimiter)
     return [(line, dict(zip(header, cells))) for line, cells in checked]
 
 

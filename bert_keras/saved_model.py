@@ -380,20 +380,40 @@ class TextClassifier:
         return names, source
 
     def _stored_label_names(self):
-        """`assets.extra/labels.json`'s names, else the `label_names` endpoint's, else None."""
+        """The export's own `label_names()`, else `assets.extra/labels.json`'s names, else None.
+
+        The SavedModel's names are the truth: they are what its `label` output
+        serves. `labels.json` is a copy for people and other tools; a copy that
+        disagrees means the export was edited after it was written, and is
+        refused rather than silently preferred or ignored.
+        """
         path = os.path.join(self.export_dir, "assets.extra", LABELS_FILE)
+        from_file = self._labels_file_names(path)
+        if not hasattr(self._saved, "label_names"):
+            return from_file
+        names = [name.decode("utf-8", "replace") for name in self._saved.label_names().numpy()]
+        if from_file is not None and from_file != names:
+            raise ValueError(
+                f"{path} lists the labels {from_file}, but the SavedModel in {self.export_dir} was exported with "
+                f"{names} (its `label_names()` and the `label` it serves): the export was modified after it was "
+                "written. Restore the file, or pass `label_names=` to load_classifier to name the classes yourself."
+            )
+        return names
+
+    @staticmethod
+    def _labels_file_names(path):
+        """The `label_names` list of `labels.json`, or None (with a warning when the file is unusable)."""
         try:
             with open(path) as f:
                 names = json.load(f).get("label_names")
-            if isinstance(names, list) and all(isinstance(name, str) for name in names):
-                return names
-            logger.warning("%s holds no list of `label_names`; ignoring it.", path)
         except FileNotFoundError:
-            pass
+            return None
         except (OSError, ValueError, AttributeError) as error:
             logger.warning("%s cannot be read (%s); ignoring it.", path, error)
-        if hasattr(self._saved, "label_names"):
-            return [name.decode("utf-8", "replace") for name in self._saved.label_names().numpy()]
+            return None
+        if isinstance(names, list) and all(isinstance(name, str) for name in names):
+            return names
+        logger.warning("%s holds no list of `label_names`; ignoring it.", path)
         return None
 
     def _columns(self, texts, text_pairs):

@@ -1,0 +1,182 @@
+"""Hostile inputs of users' files: a vocabulary with a duplicated token, an export whose loose
+`labels.json` was edited, a CSV field of 200,000 characters. Each is either read as it should be or
+refused with a message that says what is wrong (exit status 2 on the command line)."""
+
+import json
+import os
+import re
+import shutil
+
+import keras
+import numpy as np
+import pytest
+
+from bert_keras import BertEncoder, cli
+from bert_keras.saved_model import LABELS_FILE, export_classifier, load_classifier
+from bert_keras.tasks import BertClassifier
+from bert_keras.text import BertPreprocessor, WordPieceTokenizer, load_vocabulary
+
+VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "good", "great", "bad", "movie", "the", "plot"]
+NAMES = ["neg", "neu", "pos"]
+PROBABILITIES = [0.2, 0.3, 0.5]
+
+
+def _run(argv, capsys):
+    capsys.readouterr()  # what came before (e.g. progress bars of transformers' save_pretrained)
+    code = cli.main(argv)
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+# --- a vocabulary with a duplicated token ---
+
+
+def _duplicated_vocab(path):
+    tokens = VOCAB[:6] + ["movie", "##s", "movie", "plot"]  # "movie" on lines 7 and 9
+    path.write_text("\n".join(tokens) + "\n")
+    return str(path)
+
+
+def test_load_vocabulary_names_the_file_the_token_and_both_lines(tmp_path):
+    path = _duplicated_vocab(tmp_path / "vocab.txt")
+    with pytest.raises(ValueError, match=re.escape(
+            f"Received an invalid value for argument `vocabulary`: {path} lists the token 'movie' twice, on lines 7 "
+            "and 9. Every token of a vocabulary must be unique (line i is the token of id i).")):
+        load_vocabulary(path)
+
+
+def test_tokenizer_refuses_a_duplicated_token_before_tensorflow_text_sees_it(tmp_path):
+    with pytest.raises(ValueError, match=re.escape(
+            "Received an invalid value for argument `vocabulary`: the token 'good' appears twice, at ids 5 and 7. "
+            "Every token of a vocabulary must be unique (line i is the token of id i).")):
+        WordPieceTokenizer(VOCAB[:6] + ["bad", "good"])
+    with pytest.raises(ValueError, match=re.escape("lists the token 'movie' twice, on lines 7 and 9")):
+        WordPieceTokenizer(_duplicated_vocab(tmp_path / "vocab.txt"))
+
+
+def test_checkpoint_with_a_duplicated_token_is_refused_on_reading(tmp_path, capsys):
+    pytest.importorskip("transformers")
+    from bert_keras.checkpoints import load_checkpoint
+    from tests.checkpoints._models import hf_pretraining_model, save_hf_directory
+
+    directory = save_hf_directory(hf_pretraining_model(), tmp_path / "bert")
+    vocab = os.path.join(directory, "vocab.txt")
+    tokens = open(vocab).read().split("\n")
+    tokens[20] = tokens[12]  # 40 tokens still, "tok7" on lines 13 and 21
+    with open(vocab, "w") as f:
+        f.write("\n".join(tokens))
+    message = f"{vocab} lists the token 'tok7' twice, on lines 13 and 21."
+    with pytest.raises(ValueError, match=re.escape(message)):
+        load_checkpoint(directory)
+    code, _, err = _run(["convert", directory, "--out", str(tmp_path / "out")], capsys)
+    assert code == 2, err
+    assert err.startswith(f"bert-keras convert: cannot convert {directory}: ") and message in err
+    assert "internal error" not in err
+
+
+# --- an exported classifier ---
+
+
+@pytest.fixture(scope="module")
+def export(tmp_path_factory):
+    keras.utils.set_random_seed(3)
+    encoder = BertEncoder(vocab_size=len(VOCAB), num_layers=1, hidden_size=8, num_heads=2, intermediate_size=16,
+                          max_sequence_length=32)
+    classifier = BertClassifier(encoder, num_classes=3, preprocessor=BertPreprocessor(VOCAB, seq_length=16))
+    kernel, bias = classifier.classifier_head.dense.weights
+    kernel.assign(np.zeros(kernel.shape, "float32"))  # every text: [0.2, 0.3, 0.5]
+    bias.assign(np.log(np.array(PROBABILITIES, "float32")))
+    return export_classifier(classifier, str(tmp_path_factory.mktemp("export") / "classifier"), NAMES)
+
+
+def _copy(export, tmp_path):
+    return shutil.copytree(export, tmp_path / "classifier")
+
+
+def _write_labels(directory, names):
+    path = os.path.join(directory, "assets.extra", LABELS_FILE)
+    with open(path) as f:
+        labels = json.load(f)
+    labels["label_names"] = names
+    with open(path, "w") as f:
+        json.dump(labels, f)
+    return path
+
+
+def test_edited_labels_json_is_refused_not_silently_used(export, tmp_path, capsys):
+    directory = _copy(export, tmp_path)
+    path = _write_labels(directory, ["pos", "neu", "neg"])  # flipped
+    message = (f"{path} lists the labels ['pos', 'neu', 'neg'], but the SavedModel in {directory} was exported with "
+               "['neg', 'neu', 'pos'] (its `label_names()` and the `label` it serves): the export was modified after "
+               "it was written. Restore the file, or pass `label_names=` to load_classifier to name the classes "
+               "yourself.")
+    with pytest.raises(ValueError, match=re.escape(message)):
+        load_classifier(directory)
+    code, out, err = _run(["predict", "--model", str(directory), "good movie"], capsys)
+    assert code == 2 and out == ""
+    assert err == f"bert-keras predict: cannot load a classifier from {directory}: {message}\n"
+    code, out, err = _run(["evaluate", "--model", str(directory), "--data", str(tmp_path / "x.csv")], capsys)
+    assert code == 2 and message in err
+
+
+def test_the_savedmodel_names_are_the_truth(export, tmp_path):
+    directory = _copy(export, tmp_path)
+    loaded = load_classifier(directory)
+    assert loaded.label_names == NAMES and loaded.label_source == "export"
+    assert loaded.predict("good movie")["label"] == "pos"
+    os.remove(os.path.join(directory, "assets.extra", LABELS_FILE))  # the file is a copy, not needed
+    loaded = load_classifier(directory)
+    assert loaded.label_names == NAMES and loaded.label_source == "export"
+    named = load_classifier(directory, label_names=["x", "y", "z"])  # names given by the caller are theirs
+    assert named.label_names == ["x", "y", "z"] and named.label_source == "given"
+
+
+def test_given_names_override_an_edited_file(export, tmp_path):
+    directory = _copy(export, tmp_path)
+    _write_labels(directory, ["pos", "neu", "neg"])
+    named = load_classifier(directory, label_names=["x", "y", "z"])
+    assert named.label_names == ["x", "y", "z"] and named.predict("good")["label"] == "z"
+
+
+# --- a CSV field of 200,000 characters: predict and evaluate read the same input ---
+
+
+def _long_text():
+    text = "good " * 40_000  # 200,000 characters, above csv's default limit of 131,072
+    assert len(text) == 200_000
+    return text
+
+
+def test_predict_and_evaluate_accept_the_same_long_field(export, tmp_path, capsys):
+    data = tmp_path / "long.csv"
+    data.write_text(f'text,label\n"{_long_text()}",pos\nbad,neg\n')
+    code, out, err = _run(["predict", "--model", export, "--input", str(data), "--format", "jsonl"], capsys)
+    assert code == 0, err
+    records = [json.loads(line) for line in out.splitlines()]
+    assert [len(r["text"]) for r in records] == [200_000, 3]
+    assert [r["label"] for r in records] == ["pos", "pos"]
+    code, out, err = _run(["evaluate", "--model", export, "--data", str(data)], capsys)
+    assert code == 0, err
+    assert "accuracy" in out.lower()
+
+
+@pytest.mark.parametrize("suffix, delimiter", [(".tsv", "\t"), (".csv", ";")])
+def test_long_fields_of_tsv_and_other_delimiters(export, tmp_path, capsys, suffix, delimiter):
+    data = tmp_path / f"long{suffix}"
+    data.write_text(f"text{delimiter}label\n{_long_text()}{delimiter}pos\n")
+    extra = ["--delimiter", delimiter] if delimiter == ";" else []
+    code, out, err = _run(["predict", "--model", export, "--input", str(data)] + extra, capsys)
+    assert code == 0, err
+    assert out.startswith("pos\t0.5000\tgood good") and len(out) == len("pos\t0.5000\t") + 200_000 + 1
+    code, _, err = _run(["evaluate", "--model", export, "--data", str(data)] + extra, capsys)
+    assert code == 0, err
+
+
+def test_csv_field_limit_is_left_as_it_was(export, tmp_path, capsys):
+    import csv
+
+    before = csv.field_size_limit()
+    data = tmp_path / "long.csv"
+    data.write_text(f'text,label\n"{_long_text()}",pos\n')
+    assert _run(["predict", "--model", export, "--input", str(data)], capsys)[0] == 0
+    assert csv.field_size_limit() == before
