@@ -31,6 +31,7 @@ recorded and checked).
 import dataclasses
 import json
 import logging
+import math
 import os
 import types
 
@@ -42,6 +43,7 @@ from safetensors.numpy import load_file, save_file
 from bert_keras import hub
 from bert_keras._checks import check_choice, check_int, check_positive_float, check_positive_int
 from bert_keras._files import read_marker, staged_directory
+from bert_keras.checkpoints.sources import read_safetensors_header
 from bert_keras.encoder import BertEncoder
 
 logger = logging.getLogger(__name__)
@@ -59,6 +61,9 @@ DEFAULT_TARGETS = ("query", "value")
 ADAPTERS_FILE = "adapters.safetensors"
 CONFIG_FILE = "adapter_config.json"
 FORMAT = "bert_keras.lora"
+# What an adapter config records (all required), and the tensor dtypes an adapters file may hold.
+CONFIG_FIELDS = ("format", "rank", "alpha", "targets", "num_layers", "hidden_size", "intermediate_size")
+ADAPTER_DTYPES = ("F16", "F32", "F64")
 _STATE = "_bert_keras_lora"  # the encoder attribute holding `_LoraState` (set past Keras' tracking)
 _TRAINABLE, _NON_TRAINABLE = "trainable_variables", "non_trainable_variables"
 
@@ -443,16 +448,122 @@ def save_adapters(model, path, overwrite=False):
     return path
 
 
-def _read_adapters(path):
-    path = os.fspath(path)
+def _invalid_field(file, field, expected, value):
+    return ValueError(
+        f"{file}: Received an invalid value for `{field}`, expected {expected}. Received: {field}={value!r}"
+    )
+
+
+def _is_count(value):
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0
+
+
+def _read_adapter_config(path):
+    """The checked `adapter_config.json` of an adapters directory: every field present and of its kind.
+
+    The rank is checked against the model later (`_check_rank`). Returns `(config, config_file)`.
+    """
     marker = read_marker(path)
     if marker is None or marker.get("kind") != "lora_adapters":
         raise ValueError(f"{path!r} is not an adapters directory written by bert_keras.lora.save_adapters.")
-    with open(os.path.join(path, CONFIG_FILE)) as f:
-        config = json.load(f)
-    if config.get("format") != FORMAT:
-        raise ValueError(f"{os.path.join(path, CONFIG_FILE)!r} is not a {FORMAT} adapter config: {config!r}")
-    return config, load_file(os.path.join(path, ADAPTERS_FILE))
+    config_file = os.path.join(path, CONFIG_FILE)
+    try:
+        with open(config_file, encoding="utf-8") as f:
+            config = json.load(f)
+    except FileNotFoundError:
+        raise ValueError(f"{config_file}: no such file; the adapters directory is incomplete.") from None
+    except (ValueError, RecursionError) as error:  # json.JSONDecodeError and UnicodeDecodeError are ValueErrors
+        raise ValueError(f"{config_file} is not valid JSON ({error}).") from None
+    if not isinstance(config, dict):
+        found = "list" if isinstance(config, list) else type(config).__name__
+        raise ValueError(f"{config_file}: expected a JSON object, found a {found}.")
+    if config.get("format", FORMAT) != FORMAT:
+        raise ValueError(f"{config_file!r} is not a {FORMAT} adapter config: {config!r}")
+    for field in CONFIG_FIELDS:
+        if field not in config:
+            raise ValueError(
+                f"{config_file}: the field `{field}` is missing; an adapter config records "
+                f"{', '.join(CONFIG_FIELDS[:-1])} and {CONFIG_FIELDS[-1]}."
+            )
+    for field in ("num_layers", "hidden_size", "intermediate_size"):
+        if not _is_count(config[field]):
+            raise _invalid_field(config_file, field, "a positive integer", config[field])
+    alpha = config["alpha"]
+    if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not (math.isfinite(alpha) and alpha > 0):
+        raise _invalid_field(config_file, "alpha", "a positive finite number", alpha)
+    targets = config["targets"]
+    if (not isinstance(targets, list) or not targets or len(set(map(str, targets))) != len(targets)
+            or any(not isinstance(t, str) or t not in LORA_TARGETS for t in targets)):
+        raise _invalid_field(
+            config_file, "targets", f"a non-empty list of target names from {list(LORA_TARGETS)}, each once", targets
+        )
+    return config, config_file
+
+
+def _kernel_shapes(encoder, targets):
+    """`{target: (inputs, outputs)}` of the target kernels (every block has the same)."""
+    block = encoder.transformer_layers[0]
+    return {target: tuple(int(n) for n in _target_layer(block, target)._kernel.shape) for target in targets}
+
+
+def _check_rank(config, config_file, kernels):
+    """The recorded rank, checked to lie in [1, the smallest side of the target kernels] before anything is allocated."""
+    rank, largest = config["rank"], min(min(shape) for shape in kernels.values())
+    names = list(kernels)
+    joined = names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
+    if not _is_count(rank) or rank > largest:
+        raise _invalid_field(
+            config_file, "rank", f"an integer from 1 to {largest} (the smallest side of the model's {joined} kernels)",
+            rank,
+        )
+    return rank
+
+
+def _read_adapter_tensors(path, encoder, targets, rank, kernels):
+    """The adapter arrays, each checked before use: present, expected, floating point, of its shape, finite.
+
+    Names, dtypes and shapes come from the safetensors header, so a file that
+    does not fit is refused before its arrays are read.
+    """
+    tensors_file = os.path.join(path, ADAPTERS_FILE)
+    if not os.path.isfile(tensors_file):
+        raise ValueError(f"{tensors_file}: no such file; the adapters directory is incomplete.")
+    header = read_safetensors_header(tensors_file)  # a CheckpointError (a ValueError) names the file
+    expected = {}
+    for block in encoder.transformer_layers:
+        for target in targets:
+            inputs, outputs = kernels[target]
+            expected[f"{block.name}/{target}/lora_kernel_a"] = (
+                (inputs, rank), f"the kernel's {inputs} inputs by rank {rank}")
+            expected[f"{block.name}/{target}/lora_kernel_b"] = (
+                (rank, outputs), f"rank {rank} by the kernel's {outputs} outputs")
+    missing, unexpected = sorted(set(expected) - set(header)), sorted(set(header) - set(expected))
+    if missing or unexpected:
+        raise ValueError(
+            f"{tensors_file}: the adapters do not fit the model. Missing: {missing}. Unexpected: {unexpected}."
+        )
+    for name in sorted(expected):
+        dtype, shape = header[name]["dtype"], tuple(header[name]["shape"])
+        if dtype not in ADAPTER_DTYPES:
+            raise ValueError(
+                f"{tensors_file}: tensor {name!r} has dtype {dtype}; expected floating point "
+                f"({', '.join(ADAPTER_DTYPES[:-1])} or {ADAPTER_DTYPES[-1]})."
+            )
+        if shape != expected[name][0]:
+            raise ValueError(f"{tensors_file}: tensor {name!r} has shape {shape}; expected {expected[name][0]} "
+                             f"({expected[name][1]}).")
+    try:
+        tensors = load_file(tensors_file)
+    except Exception as error:  # safetensors raises its own SafetensorError
+        raise ValueError(f"{tensors_file} cannot be read as safetensors ({error}).") from error
+    for name in sorted(expected):
+        count = int(tensors[name].size - np.count_nonzero(np.isfinite(tensors[name])))
+        if count:
+            raise ValueError(
+                f"{tensors_file}: tensor {name!r} holds {count} non-finite value{'' if count == 1 else 's'} (NaN or "
+                f"infinity) among its {tensors[name].size}; the adapters would make every output NaN."
+            )
+    return tensors
 
 
 def load_adapters(model, path):
@@ -463,45 +574,48 @@ def load_adapters(model, path):
     The encoder's shape must match the recorded one, and every tensor is
     assigned by name.
 
+    Everything read is checked before anything is allocated: the config's
+    fields (present, of their kind, the rank within 1 and the smallest side
+    of the target kernels), then from the safetensors header each tensor's
+    name, dtype (floating point) and shape (the kernel's and the rank's),
+    then the values (finite).
+
     Args:
         model: a model with a native `BertEncoder` (see `enable_lora`).
         path: str. A directory written by `save_adapters`.
 
     Raises:
-        ValueError: not an adapters directory, or the rank, alpha, targets or
-            the encoder's shape differ (the message shows both sides).
+        ValueError: not an adapters directory, a missing, unreadable or
+            invalid field or tensor (the message names the file and the field
+            or tensor), or the rank, alpha, targets or the encoder's shape
+            differ from the model's (the message shows both sides).
     """
-    config, tensors = _read_adapters(path)
+    path = os.fspath(path)
+    config, config_file = _read_adapter_config(path)
     encoder = find_encoder(model)
     shape = {key: getattr(encoder, key) for key in ("num_layers", "hidden_size", "intermediate_size")}
     recorded_shape = {key: config[key] for key in shape}
     if shape != recorded_shape:
         raise ValueError(
-            f"The adapters in {os.fspath(path)!r} were trained on an encoder with {recorded_shape}; this one has {shape}."
+            f"The adapters in {path!r} were trained on an encoder with {recorded_shape}; this one has {shape}."
         )
+    targets = tuple(config["targets"])
+    kernels = _kernel_shapes(encoder, targets)
+    rank = _check_rank(config, config_file, kernels)
+    tensors = _read_adapter_tensors(path, encoder, targets, rank, kernels)
     state = getattr(encoder, _STATE, None)
     if state is None:
-        enable_lora(encoder, rank=config["rank"], targets=tuple(config["targets"]), alpha=config["alpha"])
+        enable_lora(encoder, rank=rank, targets=targets, alpha=config["alpha"])
         state = getattr(encoder, _STATE)
-    recorded = {"rank": config["rank"], "alpha": config["alpha"], "targets": list(config["targets"])}
+    recorded = {"rank": rank, "alpha": config["alpha"], "targets": list(targets)}
     enabled = {"rank": state.summary.rank, "alpha": state.summary.alpha, "targets": list(state.summary.targets)}
     if recorded != enabled:
         raise ValueError(
-            f"The adapters in {os.fspath(path)!r} have {recorded}; the model's LoRA has {enabled}. "
+            f"The adapters in {path!r} have {recorded}; the model's LoRA has {enabled}. "
             "Load them into a model without LoRA (load_adapters enables it as recorded), or enable_lora alike."
         )
-    expected = {f"{prefix}/lora_kernel_{part}": layer for prefix, layer in state.layers.items() for part in "ab"}
-    missing, unexpected = sorted(set(expected) - set(tensors)), sorted(set(tensors) - set(expected))
-    if missing or unexpected:
-        raise ValueError(
-            f"The adapters in {os.fspath(path)!r} do not fit the model. Missing: {missing}. Unexpected: {unexpected}."
-        )
-    for name, layer in expected.items():
-        variable = layer.lora_kernel_a if name.endswith("_a") else layer.lora_kernel_b
-        if tuple(tensors[name].shape) != tuple(variable.shape):
-            raise ValueError(
-                f"Adapter {name!r} has shape {tuple(tensors[name].shape)}; the model's is {tuple(variable.shape)}."
-            )
-        variable.assign(tensors[name])
-    logger.info("Loaded %d adapter tensors from %s", len(expected), os.fspath(path))
+    for prefix, layer in state.layers.items():  # names and shapes were checked against these layers
+        layer.lora_kernel_a.assign(tensors[f"{prefix}/lora_kernel_a"])
+        layer.lora_kernel_b.assign(tensors[f"{prefix}/lora_kernel_b"])
+    logger.info("Loaded %d adapter tensors from %s", 2 * len(state.layers), path)
     return state.summary
