@@ -507,7 +507,7 @@ def _kernel_shapes(encoder, targets):
 
 
 def _check_rank(config, config_file, kernels):
-    """The recorded rank, checked to lie in [1, the smallest side of the target kernels] before anything is allocated."""
+    """The recorded rank, checked to lie in [1, the smallest side of the target kernels] before any allocation."""
     rank, largest = config["rank"], min(min(shape) for shape in kernels.values())
     names = list(kernels)
     joined = names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"

@@ -101,8 +101,9 @@ def test_integer_adapters_are_refused(adapters):
 @pytest.mark.parametrize("field", ["alpha", "rank", "targets", "num_layers", "hidden_size", "intermediate_size"])
 def test_a_missing_config_field_is_named(adapters, field):
     _edit_config(adapters, **{field: _DROP})
-    _refused(adapters, re.escape(f"{_config_file(adapters)}: the field `{field}` is missing; an adapter config "
-                                 "records format, rank, alpha, targets, num_layers, hidden_size and intermediate_size."))
+    _refused(adapters, re.escape(
+        f"{_config_file(adapters)}: the field `{field}` is missing; an adapter config records format, rank, alpha, "
+        "targets, num_layers, hidden_size and intermediate_size."))
 
 
 def test_a_huge_rank_is_refused_before_allocating(adapters):

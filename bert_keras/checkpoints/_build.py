@@ -88,12 +88,6 @@ def _fields(target, transform):
     return fields
 
 
-def expected_shape(target, encoder_config):
-    """The shape the built variable at `target` will have, computed from the config alone."""
-    sizes = _sizes(encoder_config)
-    return tuple(sizes[field] if isinstance(field, str) else field for field in _fields(target, tables.IDENTITY))
-
-
 def expected_stored_shape(target, transform, encoder_config):
     """The shape a stored tensor must have for `target`, computed from the config alone (None if unknown)."""
     fields = _fields(target, transform)
@@ -101,6 +95,11 @@ def expected_stored_shape(target, transform, encoder_config):
         return None
     sizes = _sizes(encoder_config)
     return tuple(sizes[field] if isinstance(field, str) else field for field in fields)
+
+
+def expected_shape(target, encoder_config):
+    """The shape the built variable at `target` will have, computed from the config alone (None if unknown)."""
+    return expected_stored_shape(target, tables.IDENTITY, encoder_config)
 
 
 def held_blocks(source, table):
@@ -168,10 +167,12 @@ def _check_shape(source, name, target, transform, encoder_config, key, hint):
     """Raises a CheckpointError when the stored shape of `name` is not what the config implies for `target`."""
     stored = tuple(source.shape(name))
     fields = _fields(target, transform)
-    if fields is None:  # a reshape this module has no layout for: the number of values must agree
-        if shape_fits(transform, stored, expected_shape(target, encoder_config)):
-            return
+    if fields is None:
         fields = _fields(target, tables.IDENTITY)
+        if fields is None:  # a target the table lacks: checked against the built variable (`load_plan`)
+            return
+        if shape_fits(transform, stored, expected_shape(target, encoder_config)):
+            return  # a reshape of no known layout: the number of values agrees
     sizes = _sizes(encoder_config)
     expected = tuple(sizes[f] if isinstance(f, str) else f for f in fields)
     if stored == expected:

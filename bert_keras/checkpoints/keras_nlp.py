@@ -197,7 +197,8 @@ def load_keras_nlp_preset(path, *, do_lower_case=None, dtype=None):
     # is checked against the stored shapes first (a 2-billion-wide layer is refused, not allocated).
     source = H5Source(weights_file if os.path.exists(weights_file) else sharded_file)
     parts, _, _ = plan_parts(source, PART_PREFIXES, with_heads=False)
-    check_config(source, tables.KERAS_NLP_WEIGHTS, parts, kwargs, tables.KERAS_NLP_CONFIG, hint=f" Check {config_file}.")
+    check_config(source, tables.KERAS_NLP_WEIGHTS, parts, kwargs, tables.KERAS_NLP_CONFIG,
+                 hint=f" Check {config_file}.")
 
     vocab_file = os.path.join(path, tables.KERAS_NLP_VOCABULARY)
     tokens = None

@@ -69,7 +69,8 @@ def _edit_json(path, **changes):
          "it (every attention head gets hidden_size / num_heads dimensions)."),
     ],
 )
-def test_hf_config_sizes_are_checked_against_the_header_before_building(hf_dir, no_build, field, value, tensor, message):
+def test_hf_config_sizes_are_checked_against_the_header_before_building(hf_dir, no_build, field, value, tensor,
+                                                                         message):
     config_file = _edit_json(os.path.join(hf_dir, "config.json"), **{field: value})
     with pytest.raises(CheckpointError) as info:
         load_checkpoint(hf_dir)
@@ -104,7 +105,8 @@ def test_convert_command_reports_a_huge_size_with_exit_status_2(hf_dir, tmp_path
     err = capsys.readouterr().err
     assert err.startswith(f"bert-keras convert: cannot convert {hf_dir}: ")
     assert (f"tensor 'bert.encoder.layer.0.intermediate.dense.weight': has shape (32, 16), which means "
-            f"intermediate_size=32, hidden_size=16; the config says intermediate_size={HUGE}. Check {config_file}.") in err
+            f"intermediate_size=32, hidden_size=16; the config says intermediate_size={HUGE}. "
+            f"Check {config_file}.") in err
     assert not os.path.exists(tmp_path / "out")
 
 
@@ -159,7 +161,8 @@ def no_backbone(monkeypatch):
     "field, value, tensor, message",
     [
         ("intermediate_dim", HUGE, "layers/transformer_encoder/_feedforward_intermediate_dense/vars/0",
-         f"has shape (16, 32), which means hidden_dim=16, intermediate_dim=32; the config says intermediate_dim={HUGE}."),
+         f"has shape (16, 32), which means hidden_dim=16, intermediate_dim=32; the config says "
+         f"intermediate_dim={HUGE}."),
         ("vocabulary_size", HUGE, "layers/reversible_embedding/vars/0",
          f"has shape (60, 16), which means vocabulary_size=60, hidden_dim=16; the config says vocabulary_size={HUGE}."),
         ("num_segments", HUGE, "layers/embedding/vars/0",
