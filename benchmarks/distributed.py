@@ -147,7 +147,7 @@ def scaling_worker(args):
     import keras
 
     from bert_keras.demo import DemoConfig, load_tweet_splits
-    from bert_keras.finetune import text_dataset
+    from bert_keras.training import text_dataset
     from bert_keras.optimization import bert_optimizer
     from bert_keras.tasks import BertClassifier
     from bert_keras.text.corpora import minilm_vocab_path

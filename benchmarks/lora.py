@@ -1,6 +1,6 @@
 """LoRA vs full fine-tuning: MiniLM-L6 on the demo's tweet split, through the one fine-tune pipeline.
 
-Both runs go through `bert_keras.finetune.finetune_classifier` from the installed all-MiniLM-L6-v2
+Both runs go through `bert_keras.training.finetune_classifier` from the installed all-MiniLM-L6-v2
 checkpoint (native `BertEncoder` + `BertPreprocessor`, the same seed, split and head phase):
 
 - full fine-tuning: phase 1 trains the head (encoder frozen), phase 2 everything, AdamW at
@@ -47,13 +47,13 @@ import tensorflow as tf  # noqa: E402
 
 from bert_keras import lora  # noqa: E402
 from bert_keras.demo import DemoConfig, load_tweet_splits  # noqa: E402
-from bert_keras.finetune import finetune_classifier  # noqa: E402
+from bert_keras.training import finetune_classifier  # noqa: E402
 from bert_keras.tasks import BertClassifier  # noqa: E402
 from bert_keras.text.corpora import minilm_vocab_path  # noqa: E402
 from run_all import cpu_description  # noqa: E402 - benchmarks/ is this script's directory
 
 RESULTS = os.path.join(HERE, "results", "lora.md")
-PHASE_2_LOG = "Phase 2"  # how `bert_keras.finetune` announces phase 2 (logger "bert_keras.finetune")
+PHASE_2_LOG = "Phase 2"  # how `bert_keras.finetune` announces phase 2 (logger "bert_keras.training.finetune")
 
 
 @dataclasses.dataclass
@@ -98,7 +98,7 @@ def run_one(method, source, splits, args, report):
     learning_rate = args.learning_rate if method == "full" else args.lora_learning_rate
     extra = {} if method == "full" else {"lora_rank": args.lora_rank, "lora_targets": args.lora_targets}
     clock = _PhaseClock()
-    finetune_logger = logging.getLogger("bert_keras.finetune")
+    finetune_logger = logging.getLogger("bert_keras.training.finetune")
     finetune_logger.addHandler(clock)
     level = finetune_logger.level
     finetune_logger.setLevel(logging.INFO)
@@ -180,7 +180,7 @@ def markdown(runs, args, sizes, encoder_parameters, seconds, exports=()):
         "# LoRA vs full fine-tuning (MiniLM-L6, tweets)",
         "",
         "`benchmarks/lora.py` (its docstring says how each figure is made): both runs through",
-        "`bert_keras.finetune.finetune_classifier` from the installed all-MiniLM-L6-v2 checkpoint, on the",
+        "`bert_keras.training.finetune_classifier` from the installed all-MiniLM-L6-v2 checkpoint, on the",
         f"demo's split (`bert_keras.demo.load_tweet_splits`, seed {args.seed}): train {sizes['train']}, validation "
         f"{sizes['validation']}, test {sizes['test']};",
         f"sequences of {args.seq_length}, batch {args.batch_size}; {args.head_epochs} head epoch(s) (encoder frozen, Adam "
@@ -232,7 +232,7 @@ def main(argv=None):
     if not methods or set(methods) - {"full", "lora"}:
         raise SystemExit(f"--methods: expected names among full, lora; received {args.methods!r}")
     if "lora" in methods and "lora_rank" not in inspect.signature(finetune_classifier).parameters:
-        raise SystemExit("bert_keras.finetune.finetune_classifier takes no `lora_rank` yet; run with --methods full.")
+        raise SystemExit("bert_keras.training.finetune_classifier takes no `lora_rank` yet; run with --methods full.")
     started = time.monotonic()
     source = os.path.dirname(minilm_vocab_path())
     config = DemoConfig(train_size=args.train_size, validation_size=args.validation_size, test_size=args.test_size,

@@ -118,8 +118,13 @@ def remove_output(path, kinds):
     if marker is None or marker.get("kind") not in kinds:
         logger.warning("Not removing %s: it is not a %s directory written by bert_keras.", path, " or ".join(kinds))
         return False
-    shutil.rmtree(path)  # removes links inside it as links; follows none
+    shutil.rmtree(path, onerror=_ignore_missing)  # removes links inside it as links; follows none
     return True
+
+
+def _ignore_missing(function, path, error):
+    if not isinstance(error[1], FileNotFoundError):  # another worker removing the same backup
+        raise error[1]
 
 
 def _protected(path):
@@ -294,7 +299,8 @@ def output_lock(target):
         lock.flush()
         yield
     finally:
-        os.unlink(lock_path)
+        with contextlib.suppress(FileNotFoundError):  # gone with its directory (a backup's lock, removed with it)
+            os.unlink(lock_path)
         lock.close()
 
 

@@ -1,6 +1,8 @@
 """The `bert-keras` command line: parse arguments, call the package, print results."""
 
 import argparse
+import hashlib
+import json
 import logging
 import os
 import re
@@ -138,9 +140,40 @@ def _strategy(args, command):
     from bert_keras import distribute
 
     try:
-        return distribute.make_strategy(args.strategy, cpu_replicas=args.cpu_replicas, connect_timeout=args.connect_timeout)
+        run_id = _run_id(args) if args.strategy == "multi-worker" else ""
+        return distribute.make_strategy(args.strategy, cpu_replicas=args.cpu_replicas, connect_timeout=args.connect_timeout,
+                                        run_id=run_id)
     except (ValueError, ConnectionError, RuntimeError) as error:
         raise _UsageError(command, str(error)) from None
+
+
+# Arguments that may differ between the workers of one run, and those that name input files or folders.
+_PER_WORKER_ARGUMENTS = ("func", "verbose", "quiet", "out", "backup_dir", "force", "connect_timeout", "run_id")
+_INPUT_ARGUMENTS = ("train", "validation", "test", "checkpoint", "modules", "encoder", "preprocess", "corpus",
+                    "validation_corpus", "vocab")
+
+
+def _run_id(args):
+    """What the workers of one multi-worker run share: `--run-id`, else a hash of the command, its arguments and inputs.
+
+    Paths may differ between hosts: an input file counts by its size, a folder by its files' names and sizes.
+    """
+    if args.run_id is not None:
+        return args.run_id
+    described = {name: _input_identity(value) if name in _INPUT_ARGUMENTS else value
+                 for name, value in vars(args).items() if name not in _PER_WORKER_ARGUMENTS}  # `command` included
+    return hashlib.sha256(json.dumps(described, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def _input_identity(value):
+    if isinstance(value, list):
+        return [_input_identity(item) for item in value]
+    if value is None or not os.path.exists(value):
+        return value  # a Hub handle (or a missing file, refused later)
+    if os.path.isfile(value):
+        return os.path.getsize(value)
+    return sorted((os.path.relpath(os.path.join(folder, name), value), os.path.getsize(os.path.join(folder, name)))
+                  for folder, _, names in os.walk(value) for name in names)
 
 
 class _UsageError(Exception):
@@ -185,7 +218,8 @@ def _finetune(args):
         return _fail("finetune", str(error).replace("argument `delimiter`", "--delimiter"))
     if len(train.label_names) < 2:
         return _fail("finetune", f"{args.train}: found a single label {train.label_names}; a classifier needs two or more.")
-    from bert_keras.finetune import finetune_classifier
+    from bert_keras._files import OutputLockedError
+    from bert_keras.training import FineTuneConfig, finetune_classifier
 
     lora_options = {}
     if args.lora_rank is not None or args.lora_targets is not None:
@@ -198,15 +232,17 @@ def _finetune(args):
         if args.lora_rank is None:
             return _fail("finetune", "--lora-targets needs --lora-rank")
     try:
-        finetune_classifier(
-            _source(args), train, validation, test, args.out,
-            seq_length=args.seq_length, batch_size=args.batch_size, head_epochs=args.head_epochs,
-            epochs=args.epochs, learning_rate=args.learning_rate, seed=args.seed, overwrite=args.force,
-            dtype=args.dtype, early_stopping=args.early_stopping, class_weights=args.class_weights,
-            backup_dir=args.backup_dir or _default_backup_dir(args.out), verbose=_fit_verbosity(), report=_say,
-            strategy=strategy, export_dtype=args.export_dtype, **lora_options,
+        config = FineTuneConfig(
+            seq_length=args.seq_length, batch_size=args.batch_size, head_epochs=args.head_epochs, epochs=args.epochs,
+            learning_rate=args.learning_rate, seed=args.seed, dtype=args.dtype, early_stopping=args.early_stopping,
+            class_weights=args.class_weights, export_dtype=args.export_dtype, **lora_options,
         )
-    except (OSError, ValueError) as error:
+        finetune_classifier(
+            _source(args), train, validation, test, args.out, config, overwrite=args.force,
+            backup_dir=args.backup_dir or _default_backup_dir(args.out), verbose=_fit_verbosity(), report=_say,
+            strategy=strategy,
+        )
+    except (OSError, ValueError, OutputLockedError) as error:
         return _fail("finetune", str(error))
     from bert_keras.distribute import is_chief
 
@@ -514,7 +550,8 @@ def _evaluate(args):
 
 
 def _pretrain(args):
-    from bert_keras.pretrain import run_pretraining
+    from bert_keras._files import OutputLockedError
+    from bert_keras.training import PretrainConfig, run_pretraining
 
     strategy = _strategy(args, "pretrain")
     _warn_emulated_bfloat16(args, "pretrain")
@@ -536,19 +573,20 @@ def _pretrain(args):
 
     _say(f"Pre-training on {', '.join(args.corpus)} (vocab {vocab}); backups in {os.path.join(args.out, 'backup')}")
     try:
-        result = run_pretraining(
-            args.corpus, args.out, vocab, do_lower_case=not args.cased, **model,
+        training = PretrainConfig(
             seq_length=args.seq_length, batch_size=args.batch_size, epochs=args.epochs,
             steps_per_epoch=args.steps_per_epoch, learning_rate=args.learning_rate,
             max_predictions_per_seq=args.max_predictions_per_seq, whole_word_masking=args.whole_word_masking,
             masked_lm_prob=args.masked_lm_prob, short_seq_prob=args.short_seq_prob, dupe_factor=args.dupe_factor,
-            warmup_steps=args.warmup_steps, weight_decay=args.weight_decay,
-            validation_corpus=args.validation_corpus, seed=args.seed, progress=progress, overwrite=args.force,
-            strategy=strategy, dtype=args.dtype,
+            warmup_steps=args.warmup_steps, weight_decay=args.weight_decay, seed=args.seed, dtype=args.dtype,
+        )
+        result = run_pretraining(
+            args.corpus, args.out, vocab, do_lower_case=not args.cased, **model, training=training,
+            validation_corpus=args.validation_corpus, progress=progress, overwrite=args.force, strategy=strategy,
         )
     except FileExistsError as error:
         return _fail("pretrain", f"{error} (use --force)")
-    except (OSError, ValueError) as error:
+    except (OSError, ValueError, OutputLockedError) as error:
         return _fail("pretrain", str(error))
     if result.encoder_dir is not None:
         _say(f"Wrote the Hub modules {result.encoder_dir} (with mlm) and {result.preprocess_dir}")
@@ -693,6 +731,9 @@ def _build_parser():
                        help="with --strategy mirrored: split the CPU into N logical devices, one replica each")
     scale.add_argument("--connect-timeout", type=_positive_float, default=120.0, metavar="SECONDS",
                        help="with --strategy multi-worker: how long to wait for the other workers (default: 120)")
+    scale.add_argument("--run-id", metavar="TEXT",
+                       help="with --strategy multi-worker: what the workers of this run share (default: a hash of the "
+                       "command, its arguments and the sizes of its input files); a worker of another run is refused")
 
     tune = commands.add_parser("finetune", parents=[common, distributed],
                                help="fine-tune a classifier on your CSV / TSV / JSONL file")

@@ -21,7 +21,7 @@ from bert_keras._files import read_marker
 from bert_keras.checkpoints.to_hub import convert_to_hub
 from bert_keras.datasets import LabelledText, stratified_split
 from bert_keras.evaluate import classification_scores
-from bert_keras.finetune import finetune_classifier
+from bert_keras.training import FineTuneConfig, finetune_classifier
 from bert_keras.hub import read_module_pair
 from bert_keras.saved_model import load_classifier
 from bert_keras.text.corpora import TWEET_LABELS, load_tweets, minilm_vocab_path
@@ -130,13 +130,9 @@ def run_demo(config=None, report=print, verbose=2):
         validation,
         test,
         export_dir,
-        seq_length=config.seq_length,
-        batch_size=config.batch_size,
-        head_epochs=config.head_epochs,
-        head_learning_rate=config.head_learning_rate,
-        epochs=config.epochs,
-        learning_rate=config.learning_rate,
-        seed=config.seed,
+        FineTuneConfig(seq_length=config.seq_length, batch_size=config.batch_size, head_epochs=config.head_epochs,
+                       head_learning_rate=config.head_learning_rate, epochs=config.epochs,
+                       learning_rate=config.learning_rate, seed=config.seed),
         overwrite=True,
         verbose=verbose,
         report=lambda text: report(f"  {text}"),

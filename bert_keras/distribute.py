@@ -4,8 +4,9 @@ Three pieces, used by fine-tuning and pre-training alike:
 
 - `make_strategy(name)`: `"default"`, `"mirrored"` (the local devices, or
   `cpu_replicas` logical CPUs) or `"multi-worker"` (the cluster of the
-  standard `TF_CONFIG` environment variable, checked before any work, peers
-  waited for a bounded time).
+  standard `TF_CONFIG` environment variable, checked before any work; the
+  workers meet and prove to be workers of the same run first, `rendezvous`,
+  and every wait for them is bounded).
 - `DistributedTrainer`: the part of a `keras.Model` that makes Keras 3's own
   `fit`/`evaluate` work under `MultiWorkerMirroredStrategy`. Keras 3.15 fails
   there on the first step (keras-team/keras#20585) in two places: before
@@ -40,6 +41,7 @@ import time
 
 import keras
 import tensorflow as tf
+from tensorflow.python.eager import context as tf_context  # private: see _multi_worker_strategy
 
 from bert_keras._checks import check_choice, check_positive_int
 
@@ -130,26 +132,6 @@ def local_tf_configs(count, host="127.0.0.1"):
     return [json.dumps({"cluster": {"worker": workers}, "task": {"type": "worker", "index": i}}) for i in range(count)]
 
 
-def wait_for_workers(addresses, own_address, timeout=CONNECT_TIMEOUT):
-    """Waits until every other worker accepts connections; a clear error after `timeout` seconds."""
-    deadline = time.monotonic() + timeout
-    pending = [address for address in addresses if address != own_address]
-    while pending:
-        address = pending[0]
-        host, _, port = address.rpartition(":")
-        try:
-            with socket.create_connection((host.strip("[]"), int(port)), timeout=2.0):
-                pending.pop(0)
-                continue
-        except OSError as error:
-            if time.monotonic() >= deadline:
-                raise ConnectionError(
-                    f"Worker {address} could not be reached within {timeout:g} s ({error}). Start every worker of "
-                    f"TF_CONFIG's cluster, with the same cluster, and check that {address} is reachable from this host."
-                ) from None
-        time.sleep(0.5)
-
-
 def split_cpu(replicas):
     """Splits the CPU into `replicas` logical devices (for mirrored training on one CPU); before TensorFlow starts."""
     check_positive_int("cpu_replicas", replicas)
@@ -164,7 +146,7 @@ def split_cpu(replicas):
         ) from None
 
 
-def make_strategy(name="default", cpu_replicas=None, connect_timeout=CONNECT_TIMEOUT):
+def make_strategy(name="default", cpu_replicas=None, connect_timeout=CONNECT_TIMEOUT, run_id=""):
     """A `tf.distribute` strategy by name.
 
     Args:
@@ -176,11 +158,18 @@ def make_strategy(name="default", cpu_replicas=None, connect_timeout=CONNECT_TIM
             this many logical devices, one replica each (to try data
             parallelism without GPUs). Must be given before TensorFlow starts.
         connect_timeout: float. For `"multi-worker"`: seconds to wait for
-            the other workers before giving up with a `ConnectionError`.
+            the other workers at the rendezvous (`rendezvous`), and again
+            for TensorFlow's cluster to form after it, before giving up with
+            a `ConnectionError`.
+        run_id: str. For `"multi-worker"`: what every worker of this run
+            shares (the command line passes a hash of its arguments); a
+            worker of another run is refused. Defaults to `""` (the
+            workers' clusters alone are compared).
 
     Raises:
         TFConfigError: `"multi-worker"` without a usable `TF_CONFIG`.
-        ConnectionError: a worker could not be reached in time.
+        ConnectionError: a worker could not be reached, is not a bert_keras
+            worker of this run, or stopped before the cluster formed.
     """
     check_choice("strategy", name, STRATEGIES)
     if cpu_replicas is not None and name != "mirrored":
@@ -193,58 +182,321 @@ def make_strategy(name="default", cpu_replicas=None, connect_timeout=CONNECT_TIM
             return tf.distribute.MirroredStrategy([f"/cpu:{i}" for i in range(cpu_replicas)])
         return tf.distribute.MirroredStrategy()
     workers, task_type, task_index = read_tf_config()
-    own = json.loads(os.environ["TF_CONFIG"])["cluster"][task_type][task_index]
+    cluster = json.loads(os.environ["TF_CONFIG"])["cluster"]
+    own = cluster[task_type][task_index]
     logger.info("Worker %s %d of %d: waiting for the others (at most %g s)", task_type, task_index, len(workers), connect_timeout)
-    rendezvous(own, workers, connect_timeout)
-    options = tf.distribute.experimental.CommunicationOptions(implementation=tf.distribute.experimental.CommunicationImplementation.RING)
-    # Starts this worker's server; returns once every worker has registered (which the rendezvous made likely).
-    return tf.distribute.MultiWorkerMirroredStrategy(communication_options=options)
+    rendezvous(own, workers, connect_timeout, run_id=run_id)
+    return _multi_worker_strategy(cluster, connect_timeout)
 
 
-def rendezvous(own_address, addresses, timeout=CONNECT_TIMEOUT):
-    """Returns once every worker of the cluster is reachable; a `ConnectionError` after `timeout` seconds.
+def _multi_worker_strategy(cluster, timeout):
+    """`MultiWorkerMirroredStrategy` over `cluster`; a `ConnectionError` when the cluster does not form in `timeout` s.
 
-    MultiWorkerMirroredStrategy's constructor waits for all workers without
-    end, so the workers meet before it: each listens on its own address
-    while it connects to the others' (to that listener, or to the server of
-    a worker that got through already).
+    The strategy's constructor waits for every worker's TensorFlow server to
+    register with the coordination service, and TensorFlow's own settings
+    bound that wait by nothing we could measure (tensorflow/tensorflow#46931:
+    still waiting after 200 s for a worker that met the others and then
+    stopped). So the coordination service is configured here as the strategy
+    would configure it, plus a registration barrier bounded by `timeout`: the
+    worker whose peer stopped gets a `DeadlineExceededError` (11 s for
+    `timeout=10` on the coordination leader, 15 s on the other workers). Once
+    the cluster has formed, a worker that stops is found by the service's
+    heartbeats (10 s by default): the collectives of the others fail with an
+    `UnavailableError` instead of waiting (measured: 6-11 s). A worker that
+    is alive but slow is waited for without a bound, as a slow step must be.
     """
-    port = _port(own_address)
-    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    # Private API, none public: the context's coordination service settings (tensorflow.python.eager.context).
+    context = tf_context.context()
+    leader = "/job:chief/replica:0/task:0" if cluster.get("chief") else "/job:worker/replica:0/task:0"
+    context.configure_coordination_service(service_type="standalone", service_leader=leader,
+                                           cluster_register_timeout_in_ms=max(1, int(timeout * 1000)))
+    config = context.coordination_service  # the CoordinationServiceConfig just made
+    config.cluster_register_with_barrier = True  # registering waits for every task, at most the timeout above
+    for job in ("chief", "worker"):
+        if cluster.get(job):
+            config.coordinated_job_list.add(name=job, num_tasks=len(cluster[job]))
+    options = tf.distribute.experimental.CommunicationOptions(implementation=tf.distribute.experimental.CommunicationImplementation.RING)
     try:
-        listener.bind(("", port))
-    except OSError as error:
-        listener.close()
-        raise ConnectionError(f"This worker's address {own_address} (TF_CONFIG) cannot be listened on: {error}.") from None
-    listener.listen(len(addresses))
-    listener.settimeout(0.2)
-    accepted, done = [], threading.Event()
+        return tf.distribute.MultiWorkerMirroredStrategy(communication_options=options)
+    except tf.errors.OpError as error:
+        reason = (str(error).strip().splitlines() or [""])[0]
+        raise ConnectionError(
+            f"The workers met, but TensorFlow's cluster did not form within {timeout:g} s ({type(error).__name__}: "
+            f"{reason}). A worker stopped after meeting the others, or cannot reach their TensorFlow servers; "
+            "start every worker again."
+        ) from None
 
-    def accept():
-        while not done.is_set():
+
+RENDEZVOUS_PROTOCOL = b"bert_keras-rendezvous"
+RENDEZVOUS_VERSION = 1
+_HELLO_TIMEOUT = 10.0  # a bert_keras worker answers at once: longer silence is another program
+_HELLO_LIMIT = 65536
+_SHOWN = 60  # bytes of a foreign answer quoted in the message
+
+
+def rendezvous(own_address, addresses, timeout=CONNECT_TIMEOUT, run_id=""):
+    """Returns once every other worker has proved to be a bert_keras worker of this run; a `ConnectionError` otherwise.
+
+    MultiWorkerMirroredStrategy waits for the other workers' TensorFlow
+    servers without a bound of its own, so the workers meet first. Each
+    listens on its own address and dials every other; both ends of a
+    connection send one line at once,
+    `bert_keras-rendezvous 1 {"run": ..., "cluster": [...], "task": i}`, and
+    check the other's: the same protocol version, cluster and `run_id`, and,
+    at the address dialled, the task of that address. A worker returns when
+    it has checked every other worker's answer and every other worker has
+    checked its own, so no listener closes before the last worker met it
+    (and TensorFlow's server then takes over the address).
+
+    Args:
+        own_address: str. This worker's `host:port`, one of `addresses`.
+        addresses: list of str. Every worker's `host:port`, in the order of
+            `read_tf_config`.
+        timeout: float. Seconds for the whole rendezvous.
+        run_id: str. What the workers of one run share (e.g. a hash of the
+            command's arguments). Defaults to `""`.
+
+    Raises:
+        ConnectionError: after `timeout` seconds, when a worker could not be
+            reached, answered as something other than a bert_keras worker
+            (an HTTP server, a listener that says nothing), or did not dial
+            back; at once, when a bert_keras worker of another run, cluster
+            or protocol version answered.
+    """
+    meeting = _Meeting(own_address, addresses, timeout, run_id)
+    meeting.listen()
+    try:
+        meeting.dial_others()
+        meeting.wait_for_the_others_to_dial()
+    finally:
+        meeting.close()
+
+
+def wait_for_workers(addresses, own_address, timeout=CONNECT_TIMEOUT, run_id=""):
+    """Dials every other worker until it answers as a bert_keras worker of this run (the dialling half of `rendezvous`).
+
+    Raises:
+        ConnectionError: as `rendezvous`.
+    """
+    _Meeting(own_address, addresses, timeout, run_id).dial_others()
+
+
+class _NotAWorker(Exception):
+    """What answered is no bert_keras worker; `sent` describes what it sent."""
+
+    def __init__(self, sent):
+        super().__init__(sent)
+        self.sent = sent
+
+
+class _Meeting:
+    """One worker's side of `rendezvous`: a listener that answers the others, a dialler that greets them."""
+
+    def __init__(self, own_address, addresses, timeout, run_id):
+        self.own_address, self.addresses, self.timeout, self.run_id = own_address, list(addresses), timeout, run_id
+        self.task = self.addresses.index(own_address)
+        self.deadline = time.monotonic() + timeout
+        hello = {"run": run_id, "cluster": self.addresses, "task": self.task}
+        self.hello = b"%s %d %s\n" % (RENDEZVOUS_PROTOCOL, RENDEZVOUS_VERSION, json.dumps(hello).encode())
+        self.dialled_by = set()  # the tasks whose greeting this worker's listener accepted
+        self.refusal = None  # the message about a bert_keras worker of another run that dialled this one
+        self.lock = threading.Lock()
+        self.closing = threading.Event()
+        self.listener = None
+        self.threads = []
+
+    # --- the listener: answers every connection with this worker's greeting, checks the caller's ---------
+
+    def listen(self):
+        listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            listener.bind(("", _port(self.own_address)))
+        except OSError as error:
+            listener.close()
+            raise ConnectionError(f"This worker's address {self.own_address} (TF_CONFIG) cannot be listened on: {error}.") from None
+        listener.listen(len(self.addresses) + 8)
+        listener.settimeout(0.2)
+        self.listener = listener
+        self._start(self._accept)
+
+    def _start(self, target, *args):
+        thread = threading.Thread(target=target, args=args, daemon=True)
+        self.threads.append(thread)
+        thread.start()
+
+    def _accept(self):
+        while not self.closing.is_set():
             try:
-                accepted.append(listener.accept()[0])
-            except (TimeoutError, socket.timeout):
+                connection, peer = self.listener.accept()
+            except TimeoutError:
                 continue
             except OSError:
                 return
+            self._start(self._answer, connection, peer)
 
-    thread = threading.Thread(target=accept, daemon=True)
-    thread.start()
-    try:
-        wait_for_workers(addresses, own_address, timeout)
-    finally:
-        done.set()
-        thread.join()
-        listener.close()
-        for connection in accepted:  # the connecting side closes first (its port, not ours, waits in TIME_WAIT)
-            connection.settimeout(2.0)
+    def _answer(self, connection, peer):
+        with connection:
             try:
+                connection.settimeout(_HELLO_TIMEOUT)
+                connection.sendall(self.hello)
+            except OSError:
+                return
+            data, sent = _read_line(connection, _HELLO_TIMEOUT)
+            try:
+                task = self._check(data, sent, f"The worker that connected from {peer[0]}")
+            except _NotAWorker as error:
+                logger.warning("%s:%d connected to this worker's address %s but is not a bert_keras worker (it sent %s); "
+                               "ignored", peer[0], peer[1], self.own_address, error.sent)
+                return
+            except ConnectionError as error:
+                with self.lock:
+                    self.refusal = self.refusal or str(error)
+                return
+            with self.lock:
+                self.dialled_by.add(task)
+            try:  # the dialler closes first, so that its port, not this one (TensorFlow's server's next), waits in TIME_WAIT
+                connection.settimeout(2.0)
                 connection.recv(1)
             except OSError:
                 pass
-            connection.close()
+
+    def wait_for_the_others_to_dial(self):
+        others = set(range(len(self.addresses))) - {self.task}
+        while True:
+            with self.lock:
+                missing = sorted(others - self.dialled_by)
+            self._raise_refusal()
+            if not missing:
+                return
+            if time.monotonic() >= self.deadline:
+                address = self.addresses[missing[0]]
+                raise ConnectionError(
+                    f"Worker {address} answered but did not connect back to this worker ({self.own_address}) within "
+                    f"{self.timeout:g} s. Check that every worker can reach the others at their TF_CONFIG addresses."
+                )
+            time.sleep(0.05)
+
+    def close(self):
+        self.closing.set()
+        end = time.monotonic() + 3.0  # a greeted dialler closes at once; a silent foreign caller is left behind
+        for thread in self.threads:
+            thread.join(max(0.0, end - time.monotonic()))
+        if self.listener is not None:
+            self.listener.close()
+
+    # --- the dialler: greets every other worker's listener, checks its answer -------------------------------
+
+    def dial_others(self):
+        for task, address in enumerate(self.addresses):
+            if task != self.task:
+                self._greet(task, address)
+
+    def _greet(self, task, address):
+        host, _, port = address.rpartition(":")
+        failure = None
+        while True:
+            self._raise_refusal()
+            remaining = self.deadline - time.monotonic()
+            if remaining <= 0:
+                if isinstance(failure, _NotAWorker):
+                    raise ConnectionError(
+                        f"Worker {address} answered but is not a bert_keras worker of this run (it sent {failure.sent}). "
+                        f"Check TF_CONFIG's cluster: no other program may listen on a worker's address."
+                    )
+                raise ConnectionError(
+                    f"Worker {address} could not be reached within {self.timeout:g} s ({failure}). Start every worker of "
+                    f"TF_CONFIG's cluster, with the same cluster, and check that {address} is reachable from this host."
+                )
+            try:
+                connection = socket.create_connection((host.strip("[]"), int(port)), timeout=min(2.0, remaining))
+            except OSError as error:
+                failure = error
+            else:
+                with connection:
+                    try:
+                        connection.sendall(self.hello)
+                    except OSError:
+                        pass  # what it sent, if anything, says more
+                    data, sent = _read_line(connection, max(0.1, min(_HELLO_TIMEOUT, self.deadline - time.monotonic())))
+                try:
+                    self._check(data, sent, f"Worker {address}", expected=task)
+                    return
+                except _NotAWorker as error:
+                    failure = error
+            time.sleep(max(0.0, min(0.5, self.deadline - time.monotonic())))
+
+    # --- both: the greeting ---------------------------------------------------------------------------------
+
+    def _check(self, data, sent, who, expected=None):
+        """The task of a greeting; `_NotAWorker` for anything else, a `ConnectionError` for another run's worker."""
+        protocol, _, rest = data.partition(b" ")
+        version, _, body = rest.partition(b" ")
+        if protocol != RENDEZVOUS_PROTOCOL or not version.isdigit() or not data.endswith(b"\n"):
+            raise _NotAWorker(sent)
+        if int(version) != RENDEZVOUS_VERSION:
+            raise ConnectionError(
+                f"{who} is a bert_keras worker of rendezvous protocol {int(version)}, this one of protocol "
+                f"{RENDEZVOUS_VERSION}. Install the same bert_keras version on every worker."
+            )
+        try:
+            hello = json.loads(body)
+            run, cluster, task = hello["run"], hello["cluster"], hello["task"]
+        except (ValueError, TypeError, KeyError):
+            raise _NotAWorker(sent) from None
+        if cluster != self.addresses:
+            raise ConnectionError(
+                f"{who} is a bert_keras worker of another cluster: its TF_CONFIG names {cluster}, this worker's "
+                f"{self.addresses}. Give every worker the same TF_CONFIG cluster (only `task` differs)."
+            )
+        if run != self.run_id:
+            raise ConnectionError(
+                f"{who} is a bert_keras worker of another run (run id {run!r}, this worker's {self.run_id!r}). Start "
+                "every worker with the same command, arguments and input files, or give them the same run id."
+            )
+        if not isinstance(task, int) or isinstance(task, bool) or not 0 <= task < len(cluster):
+            raise _NotAWorker(sent)
+        if expected is not None and task != expected:
+            raise ConnectionError(
+                f"{who} answered as worker {task} of the cluster ({cluster[task]}), not as worker {expected}. Check that "
+                "each worker's TF_CONFIG task is the index of its own address."
+            )
+        if task == self.task:
+            raise ConnectionError(
+                f"{who} claims to be worker {task} ({cluster[task]}), this worker's own task. Check that each worker's "
+                "TF_CONFIG task is the index of its own address."
+            )
+        return task
+
+    def _raise_refusal(self):
+        with self.lock:
+            refusal = self.refusal
+        if refusal:
+            raise ConnectionError(refusal)
+
+
+def _read_line(connection, timeout):
+    """`(data, sent)`: what `connection` sends up to its first line break within `timeout` s, and that in words."""
+    end = time.monotonic() + timeout
+    data, ending = b"", "silent"
+    while b"\n" not in data and len(data) < _HELLO_LIMIT:
+        try:
+            connection.settimeout(max(0.01, end - time.monotonic()))
+            chunk = connection.recv(4096)
+        except TimeoutError:
+            break
+        except OSError:
+            ending = "reset"
+            break
+        if not chunk:
+            ending = "closed"
+            break
+        data += chunk
+    if data:
+        shown = repr(data[:_SHOWN])
+        return data, shown if len(data) <= _SHOWN else shown[:-1] + "..." + shown[-1]
+    return data, {"silent": f"nothing within {timeout:.3g} s", "closed": "nothing: it closed the connection",
+                  "reset": "nothing: it reset the connection"}[ending]
 
 
 def is_multi_worker(strategy=None):
@@ -281,6 +533,11 @@ def worker_backup_dir(backup_dir, strategy=None):
     if backup_dir is None or not is_multi_worker(strategy):
         return backup_dir
     return os.path.join(backup_dir, task_name(strategy))
+
+
+def all_gather_ints(strategy, value):
+    """The int `value` of every replica, gathered across workers (called in the cross-replica context)."""
+    return _all_gather_int(strategy, value)
 
 
 def _all_gather_int(strategy, value):

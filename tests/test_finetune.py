@@ -6,7 +6,9 @@ import pytest
 import tensorflow as tf
 
 from bert_keras import BertEncoder
-from bert_keras.finetune import claim_backup, finetune
+from bert_keras._files import staged_directory
+from bert_keras.training import claim_backup, finetune
+from bert_keras.training.backup import SNAPSHOT_KIND, STATE_FILE
 from bert_keras.optimization import BertAdamW, WarmupDecay, bert_optimizer
 
 TINY = dict(vocab_size=30, num_layers=1, hidden_size=8, num_heads=2, intermediate_size=16, max_sequence_length=8)
@@ -134,12 +136,13 @@ def test_interrupted_run_resumes(tmp_path):
 
     with pytest.raises(KeyboardInterrupt):
         finetune(model, _data(), encoder=encoder, head_epochs=1, epochs=3, callbacks=[Arm(), interrupt], backup_dir=backup, verbose=0)
-    assert os.path.exists(os.path.join(backup, "head_phase.weights.h5"))
+    assert os.path.exists(os.path.join(backup, "head", "epoch-0001", "model.weights.h5"))  # phase 1 is finished
 
     resumed, resumed_encoder = _classifier()
     history = finetune(resumed, _data(), encoder=resumed_encoder, head_epochs=1, epochs=3, backup_dir=backup, verbose=0)
-    # Phase 1 is not redone, and phase 2 continues after its first (completed) epoch.
-    assert len(history.full["loss"]) == 2
+    # Phase 1 is not redone, and phase 2 continues after its first (completed) epoch; the histories are whole
+    # (the epochs of the interrupted run come from the backup).
+    assert len(history.full["loss"]) == 3
     assert int(resumed.optimizer.iterations.numpy()) == 3 * 4
     assert len(history.head["loss"]) == 1
 
@@ -160,8 +163,8 @@ def test_resumed_run_ends_with_the_weights_of_an_uninterrupted_one(tmp_path):
         return _classifier()
 
     model, encoder = build()
-    finetune(model, shuffled(), encoder=encoder, head_epochs=1, epochs=3, learning_rate=1e-3, steps_per_epoch=4,
-             backup_dir=str(tmp_path / "a"), verbose=0)
+    straight = finetune(model, shuffled(), encoder=encoder, head_epochs=1, epochs=3, learning_rate=1e-3, steps_per_epoch=4,
+                        backup_dir=str(tmp_path / "a"), verbose=0)
     expected = [w.numpy() for w in model.weights]
 
     model, encoder = build()
@@ -171,16 +174,23 @@ def test_resumed_run_ends_with_the_weights_of_an_uninterrupted_one(tmp_path):
     model, encoder = build()
     history = finetune(model, shuffled(), encoder=encoder, head_epochs=1, epochs=3, learning_rate=1e-3, steps_per_epoch=4,
                        backup_dir=str(tmp_path / "b"), verbose=0)
-    assert len(history.full["loss"]) == 1  # epochs 1 and 2 were backed up before the interruption
+    # Epochs 1 and 2 were backed up before the interruption, with their history: the whole phase's equals
+    # the uninterrupted run's, epoch by epoch.
+    assert history.full["loss"] == straight.full["loss"] and len(history.full["loss"]) == 3
     for ours, theirs in zip(model.weights, expected):
         np.testing.assert_allclose(ours.numpy(), theirs, atol=1e-5)
 
 
 def test_a_torn_backup_is_a_clear_error(tmp_path):
     backup = tmp_path / "backup"
-    claim_backup(str(backup))  # a backup this package made, torn by a kill
-    (backup / "full").mkdir(parents=True)
-    (backup / "full" / "training_metadata.json").write_text("")
+    claim_backup(str(backup))  # a backup this package made, damaged since
+    _damaged_snapshot(backup / "full")
     model, encoder = _classifier()
-    with pytest.raises(ValueError, match=r"backup in .*full is torn: .*training_metadata.json cannot be read"):
+    with pytest.raises(ValueError, match=r"backup in .*full is torn: .*state.json cannot be read"):
         finetune(model, _data(), encoder=encoder, head_epochs=0, epochs=1, backup_dir=str(backup), verbose=0)
+
+
+def _damaged_snapshot(phase_dir):
+    """A whole (marked) snapshot of epoch 1 whose state file was emptied afterwards."""
+    with staged_directory(str(phase_dir / "epoch-0001"), kind=SNAPSHOT_KIND) as staging:
+        open(os.path.join(staging, STATE_FILE), "w").close()

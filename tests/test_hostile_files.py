@@ -17,7 +17,8 @@ import tensorflow as tf
 from bert_keras import _files, cli
 from bert_keras._files import MARKER, OutputLockedError, claim_directory, remove_output, staged_directory
 from bert_keras.datasets import LabelledText
-from bert_keras.finetune import BACKUP_KIND, claim_backup, finetune_classifier
+from bert_keras.training import claim_backup, finetune_classifier
+from bert_keras.training.backup import BACKUP_KIND
 
 ROWS = [("good movie", "pos"), ("bad movie", "neg")] * 4
 

@@ -22,7 +22,7 @@ LAYERS = [
     ["lora"],
     ["saved_model"],
     ["datasets", "optimization", "evaluate"],
-    ["finetune", "pretrain"],
+    ["training"],
     ["inspect"],
     ["demo"],
     ["cli"],

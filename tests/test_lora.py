@@ -331,8 +331,8 @@ def test_hub_module_is_refused_with_the_way_to_a_native_encoder(tmp_path):
 
 
 def test_finetune_trains_only_adapters_and_head_and_resumes_them_exactly(tmp_path):
-    """Through `bert_keras.finetune.finetune` (freeze -> adapt -> unfreeze, backups): the LoRA contract holds."""
-    from bert_keras.finetune import finetune  # a later layer than lora; only this test needs it
+    """Through `bert_keras.training.finetune` (freeze -> adapt -> unfreeze, backups): the LoRA contract holds."""
+    from bert_keras.training import finetune  # a later layer than lora; only this test needs it
 
     def build():
         keras.utils.set_random_seed(3)

@@ -9,7 +9,9 @@ import keras
 import numpy as np
 import pytest
 
-from bert_keras.pretrain import BACKUP_DIR, run_pretraining
+from bert_keras.training import run_pretraining
+from bert_keras.training.backup import STATE_FILE, WEIGHTS_FILE
+from bert_keras.training.pretrain import BACKUP_DIR
 from bert_keras.text.pretraining import pretraining_dataset
 
 TINY_VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + [f"w{i}" for i in range(40)]
@@ -45,9 +47,11 @@ class _InterruptAfterEpoch(keras.callbacks.Callback):
         super().__init__()
         self.epoch = epoch
 
-    def on_epoch_end(self, epoch, logs=None):
-        if epoch == self.epoch:
-            raise _Interrupt(f"interrupted after epoch {epoch}")
+    def on_epoch_begin(self, epoch, logs=None):
+        # The start of the next epoch: after everything of epoch `self.epoch`, its backup included (the backup
+        # is the last callback of an epoch, so that it records the other callbacks' state).
+        if epoch == self.epoch + 1:
+            raise _Interrupt(f"interrupted after epoch {self.epoch}")
 
 
 def _run(corpus, vocab, out_dir, **kwargs):
@@ -62,7 +66,7 @@ def test_interrupted_run_resumes_to_the_same_step_count(tiny_files, tmp_path):
     with pytest.raises(_Interrupt):
         _run(corpus, vocab, out, callbacks=[_InterruptAfterEpoch(1)])
     # Two epochs of 4 steps are backed up; nothing is exported yet.
-    assert os.path.exists(out / BACKUP_DIR / "latest.weights.h5")
+    assert os.path.exists(out / BACKUP_DIR / "epoch-0002" / WEIGHTS_FILE)
     assert not os.path.exists(out / "encoder")
 
     calls = []
@@ -189,8 +193,8 @@ def test_a_backup_resumes_only_the_run_that_made_it(tiny_files, tmp_path):
         _run(corpus, vocab, out, steps_per_epoch=5)
     with pytest.raises(ValueError, match=r"other encoder"):
         _run(corpus, vocab, out, config=dict(TINY_CONFIG, hidden_size=TINY_CONFIG["hidden_size"] * 2))
-    (out / BACKUP_DIR / "training_metadata.json").write_text("")
-    with pytest.raises(ValueError, match=r"backup in .*run/backup is torn: .*training_metadata.json cannot be read"):
+    (out / BACKUP_DIR / "epoch-0001" / STATE_FILE).write_text("")  # the snapshot, damaged after it was written
+    with pytest.raises(ValueError, match=r"backup in .*run/backup is torn: .*state.json cannot be read"):
         _run(corpus, vocab, out)
     assert sorted(os.listdir(out)) == [".bert_keras_output.json", BACKUP_DIR]  # nothing was thrown away
 

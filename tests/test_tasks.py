@@ -393,7 +393,7 @@ def module_pair(tmp_path_factory):
 
 def test_the_same_classifier_on_hub_layers_and_on_the_native_encoder(module_pair, tmp_path):
     from bert_keras import hub
-    from bert_keras.finetune import finetune
+    from bert_keras.training import finetune
     from bert_keras.saved_model import export_classifier, load_classifier
     from bert_keras.text import BertPreprocessor
 

@@ -40,8 +40,8 @@ def main():
     strategy = distribute.make_strategy(name, cpu_replicas=2 if name == "mirrored" else None, connect_timeout=60)
 
     from bert_keras.datasets import read_labelled_file
-    from bert_keras.finetune import finetune_classifier
-    from bert_keras.pretrain import run_pretraining
+    from bert_keras.training import finetune_classifier
+    from bert_keras.training import run_pretraining
 
     inputs = json.load(open(os.path.join(args.inputs, "inputs.json")))
     train = read_labelled_file(inputs["train"])
@@ -64,7 +64,7 @@ def main():
 def _record_seen(strategy, path):
     """The examples (`ex0`...`ex26`) each local replica is given in two epochs of a fine-tune's training stream."""
     from bert_keras.datasets import LabelledText
-    from bert_keras.finetune import text_dataset
+    from bert_keras.training import text_dataset
 
     data = LabelledText([f"ex{i}" for i in range(27)], np.zeros(27, dtype=np.int32), ["a"])
     batch_size = FINETUNE["batch_size"]

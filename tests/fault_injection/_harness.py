@@ -18,6 +18,7 @@ import tensorflow as tf
 
 from bert_keras import hub
 from bert_keras._files import FAULT_VARIABLE, MARKER, read_marker
+from bert_keras.training.backup import resumed_epoch
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 # Subprocesses at a time, over all the tests: the machine has 2 cores, and a run waits on imports and
@@ -206,12 +207,8 @@ def output_state(path, kind):
 
 
 def backup_epoch(directory):
-    """The epoch a `BackupAndRestore` directory records, or None without one."""
-    try:
-        with open(os.path.join(directory, "training_metadata.json")) as f:
-            return json.load(f)["epoch"]
-    except FileNotFoundError:
-        return None
+    """The epoch of the latest whole snapshot in a phase's backup directory, or None without one."""
+    return resumed_epoch(directory) or None
 
 
 def max_difference(ours, theirs):

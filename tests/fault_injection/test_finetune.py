@@ -18,21 +18,19 @@ from tests.fault_injection.conftest import FINETUNE_POINTS
 
 pytestmark = pytest.mark.fault_injection
 
-# What each kill leaves in the backup (.clf.backup): the epochs of phase 1's and phase 2's backups,
-# whether phase 1 is recorded as finished, and whether the export was staged (with a stale lock).
+# What each kill leaves in the backup (.clf.backup): the epochs of phase 1's and phase 2's snapshots (phase 1
+# is finished when its snapshot is of its last epoch), and whether the export was staged (with a stale lock).
 LEFT = {
-    "epoch-end:head:1": dict(head=1, head_done=False, full=None, staged=False),
-    "epoch-end:head:2": dict(head=2, head_done=False, full=None, staged=False),
-    "after-head-phase": dict(head=2, head_done=True, full=None, staged=False),
-    "epoch-end:full:1": dict(head=2, head_done=True, full=1, staged=False),
-    "before-replace:clf": dict(head=2, head_done=True, full=2, staged=True),
+    "epoch-end:head:1": dict(head=1, full=None, staged=False),
+    "epoch-end:head:2": dict(head=2, full=None, staged=False),
+    "after-head-phase": dict(head=2, full=None, staged=False),
+    "epoch-end:full:1": dict(head=2, full=1, staged=False),
+    "before-replace:clf": dict(head=2, full=2, staged=True),
 }
 
 
 def describe(left):
     parts = [f"phase 1 backed up at epoch {left['head']}"]
-    if left["head_done"]:
-        parts.append("phase 1 recorded")
     if left["full"]:
         parts.append(f"phase 2 backed up at epoch {left['full']}")
     if left["staged"]:
@@ -47,10 +45,9 @@ def test_killed_finetune_resumes_to_the_uninterrupted_result(index, point, finet
     assert kill.killed.returncode == KILLED, kill.killed.stderr[-3000:]
     left = LEFT[point]
     assert output_state(os.path.join(kill.snapshot, "clf"), "classifier") == "absent"
-    assert entries(kill.snapshot) == [".clf.backup"] + ([".clf.lock", ".partial-clf-*"] if left["staged"] else [])
+    assert entries(kill.snapshot) == [".clf.backup", ".clf.backup.lock"] + ([".clf.lock", ".partial-clf-*"] if left["staged"] else [])
     backup = os.path.join(kill.snapshot, ".clf.backup")
     assert backup_epoch(os.path.join(backup, "head")) == left["head"]
-    assert os.path.exists(os.path.join(backup, "head_phase.history.json")) == left["head_done"]
     assert backup_epoch(os.path.join(backup, "full")) == left["full"]
 
     after = chain.after(index)

@@ -26,8 +26,6 @@ def landed(snapshot):
     if not os.path.exists(backup):
         return "no backup yet"
     parts = [f"phase 1 at epoch {backup_epoch(os.path.join(backup, 'head')) or 0}"]
-    if os.path.exists(os.path.join(backup, "head_phase.history.json")):
-        parts.append("phase 1 recorded")
     if backup_epoch(os.path.join(backup, "full")):
         parts.append(f"phase 2 at epoch {backup_epoch(os.path.join(backup, 'full'))}")
     if any(name.startswith(".partial-clf-") for name in os.listdir(snapshot)):

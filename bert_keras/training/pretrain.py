@@ -3,10 +3,12 @@
 `run_pretraining` reads a corpus in BERT's format (one sentence per line, a
 blank line between documents), builds a `BertEncoder` and a `BertPretrainer`
 and their optimizer under `tf.distribute.get_strategy().scope()`, trains with
-`model.fit` on `tf.data`, checkpoints at the end of every epoch (Keras'
-`BackupAndRestore`: a rerun with the same `out_dir` resumes where the last
-finished epoch left off, with the same data), and writes TF Hub modules: the
-encoder (with its `mlm` sub-object) and the matching preprocessor.
+`model.fit` on `tf.data` through the run harness (`training.Harness`), which
+snapshots the whole state after every epoch (`training.backup`: a rerun with
+the same `out_dir` resumes where the last finished epoch left off, with the
+same data), and writes TF Hub modules: the encoder (with its `mlm`
+sub-object) and the matching preprocessor. What it trains is one
+`PretrainConfig`, stored in the backup's run record.
 
 Under a strategy of more than one replica (`bert_keras.distribute`) every
 worker builds the same instance stream and each replica takes its slice of
@@ -18,25 +20,24 @@ worker keeps its own backup.
 """
 
 import dataclasses
-import json
 import logging
 import os
 
 import keras
 import tensorflow as tf
 
-from bert_keras import distribute
 from bert_keras._checks import check_positive_int
-from bert_keras._files import MARKER, check_target, claim_directory, fault_point, remove_output
+from bert_keras._files import check_target, claim_directory, fault_point
 from bert_keras.encoder import BertEncoder
 from bert_keras.hub import export_module_pair
 from bert_keras.hub.export import ENCODER_DIR, PREPROCESS_DIR
-from bert_keras.finetune import BACKUP_KIND, BackupAndRestore, claim_backup, resumed_epoch
 from bert_keras.optimization import bert_optimizer
 from bert_keras.presets import get_preset
 from bert_keras.pretrainer import MLM_LOGITS, BertPretrainer, pretraining_losses, pretraining_metrics
 from bert_keras.text.pretraining import pretraining_dataset
 from bert_keras.text.tokenizer import WordPieceTokenizer
+from bert_keras.training.backup import check_run_record, held_backup, remove_backup
+from bert_keras.training.harness import Harness
 
 logger = logging.getLogger(__name__)
 
@@ -137,63 +138,49 @@ def _globally_normalised(dataset):
     return dataset.map(normalise)
 
 
-def _check_run(out_dir, run):
-    """Marks `out_dir` as this run's; refuses to resume a backup made with other arguments."""
-    marker_path = os.path.join(out_dir, MARKER)
-    resuming = os.path.exists(marker_path) and os.path.isdir(os.path.join(out_dir, BACKUP_DIR))
-    if resuming:
-        try:
-            with open(marker_path) as f:
-                recorded = json.load(f).get("run")
-        except (OSError, ValueError, AttributeError) as error:
-            raise ValueError(f"{marker_path} cannot be read ({error}); remove {out_dir} to start over.") from None
-        if recorded is not None and json.dumps(recorded, sort_keys=True) != json.dumps(run, sort_keys=True):
-            differing = sorted(k for k in run if json.dumps(run[k], sort_keys=True) != json.dumps(recorded.get(k), sort_keys=True))
-            raise ValueError(
-                f"The backup in {os.path.join(out_dir, BACKUP_DIR)} was made by a run with other {', '.join(differing)}"
-                f" (recorded: {', '.join(f'{k}={recorded.get(k)!r}' for k in differing)}); resuming it would train "
-                "against the wrong schedule or model. Rerun with the same arguments, or use another --out."
-            )
-    claim_directory(out_dir, kind="pretraining_run", info={"run": run}, replace=not resuming, accept=("module_pair",),
-                    argument="out_dir")
+@dataclasses.dataclass
+class PretrainConfig:
+    """What a pre-training run trains (see `run_pretraining` for each field); recorded in the backup's run record."""
+
+    seq_length: int = 128
+    batch_size: int = 32
+    epochs: int = 1
+    steps_per_epoch: int | None = None
+    learning_rate: float = 1e-4
+    warmup_steps: int | None = None
+    weight_decay: float = 0.01
+    max_predictions_per_seq: int = 20
+    masked_lm_prob: float = 0.15
+    short_seq_prob: float = 0.1
+    whole_word_masking: bool = False
+    dupe_factor: int = 1
+    seed: int = 0
+    dtype: str | None = None
+
+    @classmethod
+    def of(cls, config=None, **options):
+        """`config` (or the defaults) with `options` replaced; an unknown option is a clear error."""
+        names = {field.name for field in dataclasses.fields(cls)}
+        unknown = sorted(set(options) - names)
+        if unknown:
+            raise TypeError(f"Unknown pre-training option(s) {unknown}; the options are the fields of PretrainConfig: {sorted(names)}")
+        return dataclasses.replace(config or cls(), **options)
+
+    def data_args(self):
+        """The arguments of `text.pretraining.pretraining_dataset` this config sets."""
+        return dict(seq_length=self.seq_length, batch_size=self.batch_size, max_predictions_per_seq=self.max_predictions_per_seq,
+                    masked_lm_prob=self.masked_lm_prob, short_seq_prob=self.short_seq_prob,
+                    whole_word_masking=self.whole_word_masking)
 
 
-def run_pretraining(
-    corpus,
-    out_dir,
-    vocab_file,
-    do_lower_case=True,
-    *,
-    config=None,
-    preset=None,
-    seq_length=128,
-    batch_size=32,
-    epochs=1,
-    steps_per_epoch=None,
-    learning_rate=1e-4,
-    warmup_steps=None,
-    weight_decay=0.01,
-    max_predictions_per_seq=20,
-    masked_lm_prob=0.15,
-    short_seq_prob=0.1,
-    whole_word_masking=False,
-    dupe_factor=1,
-    validation_corpus=None,
-    seed=0,
-    progress=None,
-    progress_every=50,
-    callbacks=None,
-    verbose=0,
-    overwrite=False,
-    export=True,
-    strategy=None,
-    dtype=None,
-):
+def run_pretraining(corpus, out_dir, vocab_file, do_lower_case=True, *, config=None, preset=None, training=None,
+                    validation_corpus=None, progress=None, progress_every=50, callbacks=None, verbose=0, overwrite=False,
+                    export=True, strategy=None, **options):
     """Pre-trains a BERT encoder with masked LM + next sentence prediction and exports Hub modules.
 
     Training runs `epochs * steps_per_epoch` optimizer steps; the state
-    (weights, optimizer, epoch) is backed up in `out_dir/backup` after every
-    epoch. If a run is interrupted, calling `run_pretraining` again with the
+    (weights, optimizer, seeds, callbacks' state, epoch) is snapshotted in
+    `out_dir/backup` after every epoch. If a run is interrupted, calling `run_pretraining` again with the
     same arguments and `out_dir` resumes from the last finished epoch, feeds
     the batches that would have come next, and ends at the same step count.
     At the end `out_dir` is replaced, in one step, by the module pair
@@ -202,7 +189,8 @@ def run_pretraining(
     `bert_keras.hub.export_module_pair`; the backup goes with that step, so
     a run killed at any point before it resumes (or only exports) on rerun.
 
-    Args:
+    Args (the settings of the recipe, `seq_length` to `dtype`, are the fields
+    of `PretrainConfig`: pass one as `training=`, or any of them by name):
         corpus: str or list of str. Text files, one sentence per line, a blank
             line between documents; at least two documents. Lines longer than
             `seq_length - 3` tokens are cut into consecutive parts.
@@ -261,148 +249,80 @@ def run_pretraining(
     >>> result.encoder_dir  # doctest: +SKIP
     'out/encoder'
     """
-    check_positive_int("epochs", epochs)
-    check_positive_int("batch_size", batch_size)
-    strategy = strategy or tf.distribute.get_strategy()
-    replicas = strategy.num_replicas_in_sync
-    if replicas > 1:
-        distribute.check_global_batch(batch_size, replicas)
-    chief = distribute.is_chief(strategy)
-    if not chief:
-        progress, verbose = None, 0
-    out_dir = os.fspath(out_dir)
-    encoder_dir = os.path.join(out_dir, ENCODER_DIR)
-    preprocess_dir = os.path.join(out_dir, PREPROCESS_DIR)
+    settings = PretrainConfig.of(training, **options)
+    check_positive_int("epochs", settings.epochs)
+    check_positive_int("batch_size", settings.batch_size)
+    out_dir, vocab_file = os.fspath(out_dir), os.fspath(vocab_file)
     if export and not overwrite:
-        for path in (encoder_dir, preprocess_dir):
+        for path in (os.path.join(out_dir, ENCODER_DIR), os.path.join(out_dir, PREPROCESS_DIR)):
             if os.path.exists(path):
                 raise FileExistsError(f"{path!r} already exists; pass overwrite=True to replace it.")
     check_target(out_dir, overwrite=True, argument="out_dir")  # never a directory bert_keras did not write
-    vocab_file = os.fspath(vocab_file)
     if not os.path.isfile(vocab_file):
         raise FileNotFoundError(f"vocab_file {vocab_file!r} does not exist.")
     tokenizer = WordPieceTokenizer(vocab_file, lower_case=bool(do_lower_case))
-    encoder_config = _encoder_config(config, preset, tokenizer.vocabulary_size(), seq_length)
-    keras.utils.set_random_seed(seed)
-
-    # === Data ===
-    data_args = dict(
-        seq_length=seq_length,
-        batch_size=batch_size,
-        max_predictions_per_seq=max_predictions_per_seq,
-        masked_lm_prob=masked_lm_prob,
-        short_seq_prob=short_seq_prob,
-        whole_word_masking=whole_word_masking,
-    )
-    dataset = pretraining_dataset(
-        corpus, tokenizer, dupe_factor=dupe_factor, repeat=True, drop_remainder=True, seed=seed, **data_args
-    )
-    num_instances = dataset.num_instances
-    if steps_per_epoch is None:
-        steps_per_epoch = max(1, num_instances // batch_size)
+    encoder_config = _encoder_config(config, preset, tokenizer.vocabulary_size(), settings.seq_length)
+    keras.utils.set_random_seed(settings.seed)
+    harness = Harness(strategy, None, settings.batch_size, verbose)
+    if not harness.chief:
+        progress = None
+    dataset = pretraining_dataset(corpus, tokenizer, dupe_factor=settings.dupe_factor, repeat=True, drop_remainder=True,
+                                  seed=settings.seed, **settings.data_args())
+    steps_per_epoch = settings.steps_per_epoch or max(1, dataset.num_instances // settings.batch_size)
     check_positive_int("steps_per_epoch", steps_per_epoch)
-    total_steps = epochs * steps_per_epoch
-    run = dict(
-        corpus=[os.path.abspath(c) for c in ([corpus] if isinstance(corpus, str) else corpus)],
-        vocab_file=os.path.abspath(vocab_file), do_lower_case=bool(do_lower_case), encoder=encoder_config,
-        seq_length=seq_length, batch_size=batch_size, epochs=epochs, steps_per_epoch=steps_per_epoch,
-        learning_rate=learning_rate, warmup_steps=warmup_steps, weight_decay=weight_decay, seed=seed,
-        dupe_factor=dupe_factor, **{k: v for k, v in data_args.items() if k not in ("seq_length", "batch_size")},
-    )
-    if dtype is not None:
-        run["dtype"] = dtype  # (runs without it recorded none: their backups still match)
-    _check_run(out_dir, run)
-    backup_dir = distribute.worker_backup_dir(os.path.join(out_dir, BACKUP_DIR), strategy)
-    claim_backup(backup_dir)
-    initial_epoch = distribute.agree_on_backup(strategy, backup_dir, resumed_epoch)
-    if initial_epoch:
-        # The batches an uninterrupted run would feed next.
-        dataset = dataset.skip(initial_epoch * steps_per_epoch)
-        logger.info("Resuming from the backup in %s at epoch %d.", backup_dir, initial_epoch)
-    validation_data = validation_steps = None
+    corpora = [os.path.abspath(c) for c in ([corpus] if isinstance(corpus, str) else corpus)]
+    run = dict(dataclasses.asdict(settings), corpus=corpora, vocab_file=os.path.abspath(vocab_file),
+               do_lower_case=bool(do_lower_case), encoder=encoder_config, steps_per_epoch=steps_per_epoch)
+    claim_directory(out_dir, kind="pretraining_run", accept=("module_pair",), argument="out_dir")
+    backup_dir = os.path.join(out_dir, BACKUP_DIR)
+    with held_backup(backup_dir, harness.strategy) as own_backup:
+        check_run_record(backup_dir, run)
+        harness.backup_dir = own_backup
+        pretrainer, history, initial_epoch = _train(harness, settings, encoder_config, dataset, steps_per_epoch, tokenizer,
+                                                    validation_corpus, progress, progress_every, callbacks)
+        steps = int(pretrainer.optimizer.iterations.numpy())
+        encoder_dir = preprocess_dir = None
+        if harness.chief and export:
+            fault_point("before-export")
+            export_module_pair(out_dir, pretrainer.encoder, vocab_file, do_lower_case, seq_length=settings.seq_length,
+                               pretrainer=pretrainer, overwrite=True, info={"steps": steps, "corpus": corpora})
+            encoder_dir, preprocess_dir = os.path.join(out_dir, ENCODER_DIR), os.path.join(out_dir, PREPROCESS_DIR)
+            logger.info("Pre-training done after %d steps; wrote %s and %s.", steps, encoder_dir, preprocess_dir)
+        else:
+            remove_backup(backup_dir if harness.chief else own_backup)
+            logger.info("Pre-training done after %d steps%s.", steps, "" if harness.chief else "; the chief writes the modules")
+    return PretrainingResult(pretrainer=pretrainer, history=history, steps=steps, initial_epoch=initial_epoch,
+                             encoder_dir=encoder_dir, preprocess_dir=preprocess_dir, num_instances=dataset.num_instances)
+
+
+def _train(harness, settings, encoder_config, dataset, steps_per_epoch, tokenizer, validation_corpus, progress,
+           progress_every, callbacks):
+    """Builds and compiles the pretrainer under the harness, and trains it; `(pretrainer, history, initial_epoch)`."""
+    replicas = harness.replicas
+    validation = validation_steps = None
     if validation_corpus is not None:
-        validation_data = pretraining_dataset(
-            validation_corpus, tokenizer, seed=seed + 1, drop_remainder=replicas > 1, **data_args
-        )
+        validation = pretraining_dataset(validation_corpus, tokenizer, seed=settings.seed + 1, drop_remainder=replicas > 1,
+                                         **settings.data_args())
         if replicas > 1:
-            validation_steps = validation_data.num_instances // batch_size
+            validation_steps = validation.num_instances // settings.batch_size
             if not validation_steps:
-                raise ValueError(f"The validation corpus has {validation_data.num_instances} instances, fewer than one "
-                                 f"global batch ({batch_size}), which a distributed run needs.")
-            validation_data = distribute.distribute_batches(
-                strategy, _globally_normalised(validation_data).repeat(), batch_size, scale_partial=False
-            )
+                raise ValueError(f"The validation corpus has {validation.num_instances} instances, fewer than one "
+                                 f"global batch ({settings.batch_size}), which a distributed run needs.")
+            validation = _globally_normalised(validation)
     if replicas > 1:
-        dataset = distribute.distribute_batches(strategy, _globally_normalised(dataset), batch_size)
-
-    # === Model and optimizer, under the distribution strategy ===
-    policy = keras.config.dtype_policy()
-    try:
-        if dtype is not None:
-            keras.config.set_dtype_policy(dtype)
-        with strategy.scope():
-            encoder = BertEncoder(**encoder_config)
-            pretrainer = BertPretrainer(encoder)
-    finally:
-        keras.config.set_dtype_policy(policy)
-    if warmup_steps is None:
-        warmup_steps = total_steps // 10
-    with strategy.scope():
-        pretrainer.compile(
-            optimizer=bert_optimizer(
-                learning_rate, total_steps, warmup_steps=warmup_steps, decay="cosine", weight_decay=weight_decay
-            ),
-            **(dict(loss=pretraining_losses(mlm_reduction="sum"), weighted_metrics=pretraining_metrics()) if replicas > 1 else {}),
-        )
-    logger.info(
-        "Pre-training %s parameters for %d steps (%d epochs of %d) on %d instances per pass.",
-        f"{pretrainer.count_params():,}",
-        total_steps,
-        epochs,
-        steps_per_epoch,
-        num_instances,
-    )
-
-    # === Training ===
-    # The backup outlives `fit`: it goes only when the modules replace the run's directory.
-    all_callbacks = [BackupAndRestore(backup_dir)]
-    if progress is not None:
-        all_callbacks.append(ProgressCallback(progress, total_steps, progress_every))
-    all_callbacks += list(callbacks or [])
-    history = pretrainer.fit(
-        dataset,
-        epochs=epochs,
-        steps_per_epoch=steps_per_epoch,
-        validation_data=validation_data,
-        validation_steps=validation_steps,
-        callbacks=all_callbacks,
-        verbose=verbose,
-        shuffle=False,  # the instances are shuffled already (seeded)
-    )
-    steps = int(pretrainer.optimizer.iterations.numpy())
-
-    # === Hub modules ===
-    if not chief:
-        remove_output(backup_dir, BACKUP_KIND)
-        encoder_dir = preprocess_dir = None
-        logger.info("Pre-training done after %d steps; the chief writes the modules.", steps)
-    elif export:
-        fault_point("before-export")
-        export_module_pair(
-            out_dir, encoder, vocab_file, do_lower_case, seq_length=seq_length, pretrainer=pretrainer, overwrite=True,
-            info={"steps": steps, "corpus": [os.path.abspath(c) for c in ([corpus] if isinstance(corpus, str) else corpus)]},
-        )
-        logger.info("Pre-training done after %d steps; wrote %s and %s.", steps, encoder_dir, preprocess_dir)
-    else:
-        remove_output(backup_dir, BACKUP_KIND)
-        encoder_dir = preprocess_dir = None
-        logger.info("Pre-training done after %d steps.", steps)
-    return PretrainingResult(
-        pretrainer=pretrainer,
-        history=history,
-        steps=steps,
-        initial_epoch=initial_epoch,
-        encoder_dir=encoder_dir,
-        preprocess_dir=preprocess_dir,
-        num_instances=num_instances,
-    )
+        dataset = _globally_normalised(dataset)
+    with harness.building(settings.dtype):
+        pretrainer = BertPretrainer(BertEncoder(**encoder_config))
+    total_steps = settings.epochs * steps_per_epoch
+    warmup_steps = total_steps // 10 if settings.warmup_steps is None else settings.warmup_steps
+    optimizer = bert_optimizer(settings.learning_rate, total_steps, warmup_steps=warmup_steps, decay="cosine",
+                               weight_decay=settings.weight_decay)
+    losses = dict(loss=pretraining_losses(mlm_reduction="sum"), weighted_metrics=pretraining_metrics()) if replicas > 1 else {}
+    harness.compile(pretrainer, optimizer=optimizer, **losses)
+    logger.info("Pre-training %s parameters for %d steps (%d epochs of %d) on %d instances per pass.",
+                f"{pretrainer.count_params():,}", total_steps, settings.epochs, steps_per_epoch, dataset.num_instances)
+    all_callbacks = [ProgressCallback(progress, total_steps, progress_every)] if progress is not None else []
+    history, _ = harness.fit(pretrainer, dataset, epochs=settings.epochs, steps_per_epoch=steps_per_epoch,
+                             validation_data=validation, validation_steps=validation_steps,
+                             callbacks=all_callbacks + list(callbacks or []))
+    return pretrainer, history, harness.resumed_epoch

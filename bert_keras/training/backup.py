@@ -1,0 +1,336 @@
+"""Backups that resume a training run exactly: one atomic snapshot per epoch, one lock, one run record.
+
+A backup directory (`finetune_classifier(backup_dir=...)`, `bert-keras finetune
+--backup-dir`, a pre-training run's `OUT/backup`) holds:
+
+- the marker of a `training_backup` (`_files.claim_directory`): the package
+  removes it once the run's output is written, and takes nothing else for one
+  (a user's directory, the current one, another output are refused before any
+  work);
+- `run.json`: what the run trains (model source, arguments, fingerprints of
+  the data); a rerun with anything else refuses to resume it;
+- per phase (`head` and `full` for fine-tuning, the directory itself for
+  pre-training) the snapshots of the last two epochs, `epoch-0001`, ...
+
+A snapshot is written into a staging directory that is put in place in one
+step (`_files.staged_directory`), so it is whole or absent whatever the moment
+of a kill. It holds everything a resumed `fit` needs to continue as if never
+stopped: the weights with the optimizer's state (`model.weights.h5`), the
+random seed states (dropout's), the state of every stateful callback (early
+stopping's best weights and patience; any callback with `get_backup_state` /
+`set_backup_state`), the history so far and whether training stopped early.
+
+The backup's lock (`.NAME.lock` next to it, `_files.output_lock`) is taken
+before any work and held for the whole run: a second run that names the same
+backup, directly or through the same `--out`, is refused at once.
+"""
+
+import contextlib
+import hashlib
+import json
+import logging
+import os
+import re
+
+import keras
+import numpy as np
+
+from bert_keras._files import (
+    claim_directory,
+    fault_point,
+    output_lock,
+    read_marker,
+    remove_output,
+    staged_directory,
+    write_json_atomically,
+)
+from bert_keras.distribute import all_gather_ints, is_multi_worker, task_name
+
+logger = logging.getLogger(__name__)
+
+BACKUP_KIND = "training_backup"
+SNAPSHOT_KIND = "training_snapshot"
+RUN_FILE = "run.json"
+WEIGHTS_FILE = "model.weights.h5"
+STATE_FILE = "state.json"
+CALLBACKS_FILE = "callbacks.npz"
+_SNAPSHOT = re.compile(r"epoch-(\d{4,})")
+_KEEP = 2  # the last snapshot and the one before (a worker one epoch ahead of the others goes back to it)
+
+
+def claim_backup(backup_dir):
+    """Marks `backup_dir` as a training backup, refusing any directory this package may not later delete.
+
+    A new or empty directory, or a backup this package made. The current
+    directory, its parents, home, root, a link, a user's directory and any
+    other bert_keras output are refused (`_files.check_target`), before
+    anything is written.
+    """
+    claim_directory(backup_dir, kind=BACKUP_KIND, argument="backup_dir")
+
+
+def worker_backup_dir(backup_dir, strategy=None):
+    """This worker's backup: `backup_dir` itself, or `backup_dir/chief`, `backup_dir/worker-1`, ... in a cluster."""
+    if backup_dir is None or not is_multi_worker(strategy):
+        return backup_dir
+    return os.path.join(backup_dir, task_name(strategy))
+
+
+@contextlib.contextmanager
+def held_backup(backup_dir, strategy=None):
+    """Claims `backup_dir` (and this worker's part of it), holds its lock while the block runs; yields this worker's.
+
+    Yields None when `backup_dir` is None (a run without a backup).
+
+    Raises:
+        FileExistsError, ValueError: `backup_dir` may not be used (see `claim_backup`).
+        OutputLockedError: another run holds the backup.
+    """
+    if backup_dir is None:
+        yield None
+        return
+    claim_backup(backup_dir)
+    own = worker_backup_dir(backup_dir, strategy)
+    if own != backup_dir:
+        claim_backup(own)
+    with output_lock(own):
+        yield own
+
+
+def remove_backup(backup_dir):
+    """Removes a backup once what it protected is written (only a marked training backup: `_files.remove_output`)."""
+    if backup_dir is not None:
+        remove_output(backup_dir, BACKUP_KIND)
+
+
+def fingerprint(*parts):
+    """A SHA-256 of JSON-serialisable parts (texts, labels, ...): what identifies a run's data in its record."""
+    digest = hashlib.sha256()
+    for part in parts:
+        digest.update(json.dumps(part, ensure_ascii=False, sort_keys=True).encode())
+    return digest.hexdigest()
+
+
+def _shown(value, limit=80):
+    text = json.dumps(value, sort_keys=True)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def check_run_record(backup_dir, run):
+    """Records what a backed-up run trains (`run`: a flat JSON dict); refuses a backup of a run with other values.
+
+    Returns:
+        True when a record of the same run was there (a rerun), False when it was written now.
+    """
+    path = os.path.join(backup_dir, RUN_FILE)
+    if not os.path.exists(path):
+        write_json_atomically(path, run)
+        return False
+    try:
+        with open(path) as f:
+            recorded = json.load(f)
+    except (OSError, ValueError) as error:
+        raise ValueError(f"The backup in {backup_dir} cannot be read ({path}: {error}). Remove that directory to start over.") from None
+    differing = sorted(key for key in set(run) | set(recorded) if _shown(run.get(key), 10**9) != _shown(recorded.get(key), 10**9))
+    if differing:
+        raise ValueError(
+            f"The backup in {backup_dir} was made by a run with other {', '.join(differing)} (recorded: "
+            + ", ".join(f"{key}={_shown(recorded.get(key))}" for key in differing)
+            + "); resuming it would mix two runs. Rerun with the same arguments to resume it, or remove that directory "
+            "to start over."
+        )
+    return True
+
+
+# === Snapshots ===
+
+
+def _snapshots(phase_dir):
+    """`{epoch: path}` of the complete snapshots in `phase_dir`."""
+    found = {}
+    if phase_dir is None or not os.path.isdir(phase_dir):
+        return found
+    for name in os.listdir(phase_dir):
+        match = _SNAPSHOT.fullmatch(name)
+        path = os.path.join(phase_dir, name)
+        if match and read_marker(path) is not None:
+            found[int(match.group(1))] = path
+    return found
+
+
+def read_state(phase_dir, epoch=None):
+    """The state of the snapshot of `epoch` (default: the latest) in `phase_dir`, or None without one."""
+    snapshots = _snapshots(phase_dir)
+    if not snapshots:
+        return None
+    path = snapshots[max(snapshots) if epoch is None else epoch]
+    state_path = os.path.join(path, STATE_FILE)
+    try:
+        with open(state_path) as f:
+            state = json.load(f)
+        int(state["epoch"])
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        raise ValueError(
+            f"The training backup in {phase_dir} is torn: {state_path} cannot be read ({type(error).__name__}: {error}). "
+            "Remove that directory to start over."
+        ) from None
+    return dict(state, path=path)
+
+
+def resumed_epoch(phase_dir):
+    """The epoch a phase's backup resumes from: 0 without one."""
+    state = read_state(phase_dir)
+    return 0 if state is None else int(state["epoch"])
+
+
+def agree_on_epoch(strategy, phase_dir):
+    """The epoch every worker resumes the phase from: the smallest any worker has (this worker's own without a cluster).
+
+    A kill between the workers' end-of-epoch snapshots can leave one worker an
+    epoch ahead; it goes back to its previous snapshot, which it keeps.
+    """
+    epoch = resumed_epoch(phase_dir)
+    if not is_multi_worker(strategy):
+        return epoch
+    epochs = all_gather_ints(strategy, epoch)
+    agreed = min(epochs)
+    if agreed and agreed not in _snapshots(phase_dir):
+        raise ValueError(
+            f"The workers' backups disagree (epochs {epochs}) and this worker's backup in {phase_dir} has no snapshot "
+            f"of epoch {agreed}. Remove every worker's backup directory to start over."
+        )
+    if epoch != agreed:
+        logger.info("Backup in %s goes back from epoch %d to %d, where the other workers are", phase_dir, epoch, agreed)
+    return agreed
+
+
+def _seed_states(model):
+    """The random seed states of `model` (dropout's): its `variables` less its `weights`, which `save_weights` keeps."""
+    weights = {id(weight) for weight in model.weights}
+    return [variable for variable in model.variables if id(variable) not in weights]
+
+
+def _restore_seed_states(model, seeds, path):
+    states = _seed_states(model)
+    if len(seeds) != len(states):
+        raise ValueError(f"{path} records {len(seeds)} seed states; the model has {len(states)}.")
+    for state, seed in zip(states, seeds):
+        state.assign(np.asarray(seed, dtype=state.dtype))
+
+
+class _EarlyStoppingState:
+    """The state of `keras.callbacks.EarlyStopping` (its public attributes), which `on_train_begin` resets."""
+
+    FIELDS = ("wait", "stopped_epoch", "best", "best_epoch")
+
+    @classmethod
+    def get(cls, callback):
+        state = {field: _plain(getattr(callback, field)) for field in cls.FIELDS}
+        return state, callback.best_weights
+
+    @classmethod
+    def set(cls, callback, state, arrays):
+        for field in cls.FIELDS:
+            setattr(callback, field, state[field])
+        callback.best_weights = arrays
+
+
+def _plain(value):
+    return value.item() if isinstance(value, np.generic) else value
+
+
+def _callback_state(callback):
+    """`(json state, list of arrays or None)` of a stateful callback; None for a callback without state."""
+    if isinstance(callback, keras.callbacks.EarlyStopping):
+        return _EarlyStoppingState.get(callback)
+    if hasattr(callback, "get_backup_state"):
+        return callback.get_backup_state(), None
+    return None
+
+
+def _set_callback_state(callback, state, arrays):
+    if isinstance(callback, keras.callbacks.EarlyStopping):
+        _EarlyStoppingState.set(callback, state, arrays)
+    elif hasattr(callback, "set_backup_state"):
+        callback.set_backup_state(state)
+
+
+class EpochBackup(keras.callbacks.Callback):
+    """Snapshots the whole training state after every epoch; restores the latest one when `fit` begins.
+
+    Put it last in the callback list: it restores the other callbacks' state
+    after their own `on_train_begin` has reset it, and records it after their
+    `on_epoch_end` has updated it. `fit` must be called with `initial_epoch`
+    set to the resumed epoch (`Harness.fit` does).
+
+    Args:
+        phase_dir: str. Where the snapshots of this phase go.
+        callbacks: the other callbacks of the same `fit`, whose state travels.
+        phase: str. Names the fault points (`epoch-end:PHASE:EPOCH`).
+        epoch: int. The epoch to restore (0: none), agreed among workers.
+    """
+
+    def __init__(self, phase_dir, callbacks=(), phase="train", epoch=0):
+        super().__init__()
+        self.phase_dir = phase_dir
+        self.callbacks = list(callbacks)
+        self.phase = phase
+        self.epoch = epoch
+        self.history = {}
+        self.stopped = False
+
+    def on_train_begin(self, logs=None):
+        if not self.epoch:
+            return
+        state = read_state(self.phase_dir, self.epoch)
+        path = state["path"]
+        optimizer = self.model.optimizer
+        if optimizer is not None and not optimizer.built:
+            optimizer.build(self.model.trainable_variables)  # its variables must exist to be restored
+        try:
+            self.model.load_weights(os.path.join(path, WEIGHTS_FILE))
+        except (OSError, ValueError, KeyError, TypeError) as error:
+            raise ValueError(
+                f"The training backup in {path} cannot be restored ({type(error).__name__}: {error}). It was made by a "
+                "different model or damaged; remove the backup directory to start over."
+            ) from None
+        _restore_seed_states(self.model, state["seed_states"], path)
+        arrays = np.load(os.path.join(path, CALLBACKS_FILE)) if os.path.exists(os.path.join(path, CALLBACKS_FILE)) else {}
+        for index, callback in enumerate(self.callbacks):
+            recorded = state["callbacks"].get(str(index))
+            if recorded is not None:
+                weights = [arrays[f"{index}_{i}"] for i in range(recorded["arrays"])] if recorded["arrays"] >= 0 else None
+                _set_callback_state(callback, recorded["state"], weights)
+        self.history = {key: list(values) for key, values in state["history"].items()}
+        self.stopped = bool(state["stopped"])
+
+    def on_epoch_end(self, epoch, logs=None):
+        for key, value in (logs or {}).items():
+            self.history.setdefault(key, []).append(float(value))
+        self.stopped = bool(self.model.stop_training)
+        self._write(epoch + 1)
+        fault_point(f"epoch-end:{self.phase}:{epoch + 1}")
+
+    def _write(self, epoch):
+        os.makedirs(self.phase_dir, exist_ok=True)
+        target = os.path.join(self.phase_dir, f"epoch-{epoch:04d}")
+        with staged_directory(target, overwrite=True, kind=SNAPSHOT_KIND, info={"epoch": epoch}, argument="backup") as staging:
+            self.model.save_weights(os.path.join(staging, WEIGHTS_FILE))
+            fault_point(f"backup-weights-written:{self.phase}:{epoch}")
+            states, arrays = {}, {}
+            for index, callback in enumerate(self.callbacks):
+                found = _callback_state(callback)
+                if found is None:
+                    continue
+                state, weights = found
+                states[str(index)] = {"type": type(callback).__name__, "state": state,
+                                      "arrays": -1 if weights is None else len(weights)}
+                arrays.update({f"{index}_{i}": np.asarray(w) for i, w in enumerate(weights or [])})
+            if arrays:
+                np.savez(os.path.join(staging, CALLBACKS_FILE), **arrays)
+            seeds = [keras.ops.convert_to_numpy(state).tolist() for state in _seed_states(self.model)]
+            record = {"epoch": epoch, "seed_states": seeds, "callbacks": states, "history": self.history, "stopped": self.stopped}
+            write_json_atomically(os.path.join(staging, STATE_FILE), record)
+            fault_point(f"backup-state-written:{self.phase}:{epoch}")
+        for old in sorted(_snapshots(self.phase_dir))[:-_KEEP]:
+            remove_output(os.path.join(self.phase_dir, f"epoch-{old:04d}"), SNAPSHOT_KIND)

@@ -1,0 +1,140 @@
+"""The run harness: what every training recipe (fine-tuning, pre-training) needs, in one place.
+
+A `Harness` owns one run: the `tf.distribute` strategy and the dtype policy
+the model is built under (`building`), the feeding of global batches (split
+among replicas by `distribute.distribute_batches`, the epochs a backup has
+done skipped), the per-epoch snapshots and the exact resume of each phase
+(`training.backup`), and who reports and writes (the chief). Recipes build a
+model inside `harness.building(dtype)`, compile with `harness.compile` and
+train each phase with `harness.fit`.
+"""
+
+import contextlib
+import logging
+import os
+
+import keras
+import tensorflow as tf
+
+from bert_keras import distribute
+from bert_keras.training.backup import EpochBackup, agree_on_epoch, read_state
+
+logger = logging.getLogger(__name__)
+
+
+class Harness:
+    """One training run's strategy, dtype scope, feeding, backups and chief.
+
+    Args:
+        strategy: optional `tf.distribute.Strategy`; defaults to the current one.
+        backup_dir: optional str. This worker's backup directory, already held
+            (`training.backup.held_backup`); None trains without backups.
+        batch_size: optional int. The global batch size of the datasets fed;
+            needed with more than one replica (a multiple of their number).
+        verbose: `fit` verbosity on the chief (the other workers are silent).
+    """
+
+    def __init__(self, strategy=None, backup_dir=None, batch_size=None, verbose="auto"):
+        self.strategy = strategy or tf.distribute.get_strategy()
+        self.replicas = self.strategy.num_replicas_in_sync
+        if self.replicas > 1:
+            if batch_size is None:
+                raise ValueError("Pass `batch_size` (the global batch size of the training data): the strategy has "
+                                 f"{self.replicas} replicas, among which each batch is split.")
+            distribute.check_global_batch(batch_size, self.replicas)
+        self.batch_size = batch_size
+        self.backup_dir = backup_dir
+        self.chief = distribute.is_chief(self.strategy)
+        self.verbose = verbose if self.chief else 0
+        self.resumed_epoch = 0  # the epoch the last `fit` resumed from
+
+    @contextlib.contextmanager
+    def building(self, dtype=None):
+        """The scope a model is built in: the strategy's, with the Keras dtype policy `dtype` (None: the current one)."""
+        policy = keras.config.dtype_policy()
+        try:
+            if dtype is not None:
+                keras.config.set_dtype_policy(dtype)
+            with self.strategy.scope():
+                yield
+        finally:
+            keras.config.set_dtype_policy(policy)
+
+    def check_built_here(self, model):
+        """Refuses a model whose weights were made under another strategy than the run's."""
+        # `.value`: the tf.Variable of a Keras variable, which knows the strategy it was made under
+        if model.weights and not self.strategy.extended.variable_created_in_scope(model.weights[0].value):
+            raise ValueError(
+                f"The model's weights were not created under the strategy passed ({type(self.strategy).__name__}): "
+                "build the model inside `with strategy.scope():`."
+            )
+
+    def compile(self, model, **kwargs):
+        """`model.compile(**kwargs)` under the strategy (the optimizer's variables are the strategy's)."""
+        with self.strategy.scope():
+            model.compile(**kwargs)
+
+    def _phase_dir(self, phase):
+        if self.backup_dir is None:
+            return None
+        return os.path.join(self.backup_dir, phase) if phase else self.backup_dir
+
+    def fit(self, model, data, *, epochs, steps_per_epoch, phase="", validation_data=None, validation_steps=None,
+            callbacks=(), scale_partial_validation=False, **fit_kwargs):
+        """Trains one phase of `epochs` epochs, resuming it from its backup; returns its whole history.
+
+        Args:
+            model: the compiled model.
+            data: a `tf.data.Dataset` of global batches whose epoch `k` is its
+                `k`-th run of `steps_per_epoch` batches (an endless stream
+                ordered by epoch index, as `training.text_dataset` makes, or a
+                finite dataset of one epoch without a backup).
+            epochs, steps_per_epoch: ints.
+            phase: str. The phase's subdirectory of the backup ("" for the backup itself).
+            validation_data, validation_steps: as `fit`'s; with several
+                replicas `validation_data` is a dataset of global batches.
+            callbacks: Keras callbacks; their state travels in the backup.
+            **fit_kwargs: more `fit` arguments (`class_weight`).
+
+        Returns:
+            `(history, whole)`: this call's `keras.callbacks.History`, and the
+            phase's history dict of every epoch, those of earlier runs included.
+        """
+        phase_dir = self._phase_dir(phase)
+        done = agree_on_epoch(self.strategy, phase_dir) if phase_dir else 0
+        initial_epoch = self.resumed_epoch = done
+        if done and read_state(phase_dir, done)["stopped"]:
+            initial_epoch = epochs  # early stopping ended this phase: nothing more to train
+        callbacks = list(callbacks)
+        backup = EpochBackup(phase_dir, callbacks, phase or "train", done) if phase_dir else None
+        feed = dict(fit_kwargs, verbose=self.verbose, epochs=epochs, initial_epoch=initial_epoch)
+        if isinstance(data, tf.data.Dataset):
+            feed["shuffle"] = False  # a dataset brings its own order
+        if isinstance(data, tf.data.Dataset) and (phase_dir is not None or self.replicas > 1):
+            # Epoch k is the k-th run of one stream, so a resumed run can skip to it; and Keras keeps one
+            # iterator over a distributed dataset: endless streams, steps given.
+            data = data.repeat()
+            if done:
+                data = data.skip(done * steps_per_epoch)
+            feed["steps_per_epoch"] = steps_per_epoch
+        elif not _one_epoch(data, steps_per_epoch):
+            feed["steps_per_epoch"] = steps_per_epoch
+        if self.replicas > 1:
+            data = distribute.distribute_batches(self.strategy, data, self.batch_size)
+            if validation_data is not None:
+                feed["validation_steps"] = validation_steps
+                validation_data = distribute.distribute_batches(
+                    self.strategy, validation_data.repeat(), self.batch_size, scale_partial=scale_partial_validation
+                )
+        elif validation_steps is not None:
+            feed["validation_steps"] = validation_steps
+        if done:
+            logger.info("Resuming %s from the backup in %s at epoch %d", phase or "training", phase_dir, done)
+        history = model.fit(data, validation_data=validation_data, callbacks=callbacks + ([backup] if backup else []), **feed)
+        whole = backup.history if backup is not None else {key: [float(v) for v in values] for key, values in history.history.items()}
+        return history, whole
+
+
+def _one_epoch(data, steps):
+    """Whether `data` is a finite dataset of exactly `steps` batches (Keras then runs it once per epoch)."""
+    return isinstance(data, tf.data.Dataset) and int(data.cardinality()) == steps
