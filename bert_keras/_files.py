@@ -264,8 +264,8 @@ def _open_lock_file(lock_path):
 
 
 @contextlib.contextmanager
-def output_lock(target):
-    """Holds `.NAME.lock` next to `target`; raises `OutputLockedError` if another process holds it.
+def output_lock(target, lock_path=None):
+    """Holds `.NAME.lock` next to `target` (or `lock_path`); raises `OutputLockedError` if another process holds it.
 
     The lock file is removed on release. A process that opened it just before
     that removal finds, after locking, that the path names another file (or
@@ -273,7 +273,7 @@ def output_lock(target):
     """
     parent, name = os.path.split(os.path.abspath(target))
     os.makedirs(parent, exist_ok=True)
-    lock_path = os.path.join(parent, f".{name}.lock")
+    lock_path = lock_path or os.path.join(parent, f".{name}.lock")
     while True:
         lock = _open_lock_file(lock_path)
         try:

@@ -20,7 +20,7 @@ random seed states (dropout's), the state of every stateful callback (early
 stopping's best weights and patience; any callback with `get_backup_state` /
 `set_backup_state`), the history so far and whether training stopped early.
 
-The backup's lock (`.NAME.lock` next to it, `_files.output_lock`) is taken
+The backup's lock (`.lock` inside it, `_files.output_lock`) is taken
 before any work and held for the whole run: a second run that names the same
 backup, directly or through the same `--out`, is refused at once.
 """
@@ -51,6 +51,7 @@ logger = logging.getLogger(__name__)
 BACKUP_KIND = "training_backup"
 SNAPSHOT_KIND = "training_snapshot"
 RUN_FILE = "run.json"
+LOCK_FILE = ".lock"
 WEIGHTS_FILE = "model.weights.h5"
 STATE_FILE = "state.json"
 CALLBACKS_FILE = "callbacks.npz"
@@ -93,7 +94,7 @@ def held_backup(backup_dir, strategy=None):
     own = worker_backup_dir(backup_dir, strategy)
     if own != backup_dir:
         claim_backup(own)
-    with output_lock(own):
+    with output_lock(own, lock_path=os.path.join(own, LOCK_FILE)):  # inside: it goes with the backup
         yield own
 
 
@@ -239,6 +240,16 @@ def _plain(value):
     return value.item() if isinstance(value, np.generic) else value
 
 
+def _keyed(callbacks):
+    """`(key, callback)`: keys by class and rank among callbacks of that class (`EarlyStopping:0`), so that a
+    rerun with other stateless callbacks (a progress display, a test's interrupter) still finds each state."""
+    seen = {}
+    for callback in callbacks:
+        name = type(callback).__name__
+        seen[name] = seen.get(name, -1) + 1
+        yield f"{name}:{seen[name]}", callback
+
+
 def _callback_state(callback):
     """`(json state, list of arrays or None)` of a stateful callback; None for a callback without state."""
     if isinstance(callback, keras.callbacks.EarlyStopping):
@@ -296,10 +307,10 @@ class EpochBackup(keras.callbacks.Callback):
             ) from None
         _restore_seed_states(self.model, state["seed_states"], path)
         arrays = np.load(os.path.join(path, CALLBACKS_FILE)) if os.path.exists(os.path.join(path, CALLBACKS_FILE)) else {}
-        for index, callback in enumerate(self.callbacks):
-            recorded = state["callbacks"].get(str(index))
+        for key, callback in _keyed(self.callbacks):
+            recorded = state["callbacks"].get(key)
             if recorded is not None:
-                weights = [arrays[f"{index}_{i}"] for i in range(recorded["arrays"])] if recorded["arrays"] >= 0 else None
+                weights = [arrays[f"{key}/{i}"] for i in range(recorded["arrays"])] if recorded["arrays"] >= 0 else None
                 _set_callback_state(callback, recorded["state"], weights)
         self.history = {key: list(values) for key, values in state["history"].items()}
         self.stopped = bool(state["stopped"])
@@ -318,14 +329,13 @@ class EpochBackup(keras.callbacks.Callback):
             self.model.save_weights(os.path.join(staging, WEIGHTS_FILE))
             fault_point(f"backup-weights-written:{self.phase}:{epoch}")
             states, arrays = {}, {}
-            for index, callback in enumerate(self.callbacks):
+            for key, callback in _keyed(self.callbacks):
                 found = _callback_state(callback)
                 if found is None:
                     continue
                 state, weights = found
-                states[str(index)] = {"type": type(callback).__name__, "state": state,
-                                      "arrays": -1 if weights is None else len(weights)}
-                arrays.update({f"{index}_{i}": np.asarray(w) for i, w in enumerate(weights or [])})
+                states[key] = {"state": state, "arrays": -1 if weights is None else len(weights)}
+                arrays.update({f"{key}/{i}": np.asarray(w) for i, w in enumerate(weights or [])})
             if arrays:
                 np.savez(os.path.join(staging, CALLBACKS_FILE), **arrays)
             seeds = [keras.ops.convert_to_numpy(state).tolist() for state in _seed_states(self.model)]

@@ -31,7 +31,10 @@ from tests.fault_injection._harness import (
 TABLE_VARIABLE = "BERT_KERAS_FAULT_TABLE"
 
 CONVERT_POINTS = ("between-modules", "before-replace:modules")
-FINETUNE_POINTS = ("epoch-end:head:1", "epoch-end:head:2", "after-head-phase", "epoch-end:full:1", "before-replace:clf")
+# Kills inside a backup's write (after the weights, after the state: before the snapshot is put in place) too.
+FINETUNE_POINTS = ("epoch-end:head:1", "epoch-end:head:2", "after-head-phase", "epoch-end:full:1",
+                   "backup-weights-written:full:2", "backup-state-written:full:2", "before-replace:clf")
+PRETRAIN_BACKUP_POINTS = ("backup-weights-written:train:1", "backup-state-written:train:2")
 PRETRAIN_POINTS = ("before-export", "between-modules", "before-replace:pretrained")
 EXPORT_POINTS = ("before-replace:clf",)
 # Random kills of the fine-tune: delays as fractions of the uninterrupted run's wall time (measured in
@@ -204,6 +207,17 @@ def pretrain_chain(inputs, runs_root):
     def job():
         workdir = _workdir(runs_root, "pretrain")
         return run_chain(pretrain_command(inputs, workdir / "pretrained"), PRETRAIN_POINTS, workdir, runs_root, priority=4)
+
+    return start(job)
+
+
+@pytest.fixture(scope="session")
+def pretrain_backup_chain(inputs, runs_root):
+    """`bert-keras pretrain` killed inside the writes of its backups (epoch 1, then epoch 2), then finished."""
+
+    def job():
+        workdir = _workdir(runs_root, "pretrain-backup")
+        return run_chain(pretrain_command(inputs, workdir / "pretrained"), PRETRAIN_BACKUP_POINTS, workdir, runs_root, priority=4)
 
     return start(job)
 

@@ -11,9 +11,11 @@ from tests.fault_injection._harness import (
     backup_epoch,
     classifier_outputs,
     entries,
+    marker,
     max_difference,
     output_state,
 )
+from bert_keras._files import MARKER
 from tests.fault_injection.conftest import FINETUNE_POINTS
 
 pytestmark = pytest.mark.fault_injection
@@ -25,6 +27,10 @@ LEFT = {
     "epoch-end:head:2": dict(head=2, full=None, staged=False),
     "after-head-phase": dict(head=2, full=None, staged=False),
     "epoch-end:full:1": dict(head=2, full=1, staged=False),
+    # Killed while writing epoch 2's snapshot: a staged `.partial-epoch-0002-*` (weights; then weights and
+    # state) that is never read; the rerun resumes from epoch 1's.
+    "backup-weights-written:full:2": dict(head=2, full=1, staged=False, partial=["model.weights.h5"]),
+    "backup-state-written:full:2": dict(head=2, full=1, staged=False, partial=["model.weights.h5", "state.json"]),
     "before-replace:clf": dict(head=2, full=2, staged=True),
 }
 
@@ -33,6 +39,8 @@ def describe(left):
     parts = [f"phase 1 backed up at epoch {left['head']}"]
     if left["full"]:
         parts.append(f"phase 2 backed up at epoch {left['full']}")
+    if left.get("partial"):
+        parts.append(f"epoch 2's snapshot staged with {' and '.join(left['partial'])} only")
     if left["staged"]:
         parts.append("`.partial-clf-*` whole, stale lock")
     return "no clf; " + ", ".join(parts)
@@ -45,10 +53,16 @@ def test_killed_finetune_resumes_to_the_uninterrupted_result(index, point, finet
     assert kill.killed.returncode == KILLED, kill.killed.stderr[-3000:]
     left = LEFT[point]
     assert output_state(os.path.join(kill.snapshot, "clf"), "classifier") == "absent"
-    assert entries(kill.snapshot) == [".clf.backup", ".clf.backup.lock"] + ([".clf.lock", ".partial-clf-*"] if left["staged"] else [])
+    assert entries(kill.snapshot) == [".clf.backup"] + ([".clf.lock", ".partial-clf-*"] if left["staged"] else [])
     backup = os.path.join(kill.snapshot, ".clf.backup")
     assert backup_epoch(os.path.join(backup, "head")) == left["head"]
     assert backup_epoch(os.path.join(backup, "full")) == left["full"]
+    if left.get("partial"):
+        full = os.path.join(backup, "full")
+        assert entries(full) == [".epoch-0002.lock", ".partial-epoch-0002-*", "epoch-0001"]  # the lock is stale
+        (staged,) = [name for name in os.listdir(full) if name.startswith(".partial-")]
+        assert sorted(os.listdir(os.path.join(full, staged))) == sorted([MARKER] + left["partial"])
+        assert marker(os.path.join(full, staged))["complete"] is False
 
     after = chain.after(index)
     assert "Resuming from the backup in" in after.stdout

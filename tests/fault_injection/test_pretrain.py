@@ -17,7 +17,7 @@ from tests.fault_injection._harness import (
     pair_outputs,
     staged_dir,
 )
-from tests.fault_injection.conftest import PRETRAIN_POINTS
+from tests.fault_injection.conftest import PRETRAIN_BACKUP_POINTS, PRETRAIN_POINTS
 
 pytestmark = pytest.mark.fault_injection
 
@@ -76,3 +76,26 @@ def test_killed_pretraining_keeps_its_backup_and_the_rerun_only_exports(index, p
     assert difference <= TOLERANCE
     fault_table.append(["pretrain", point, describe(staged), "exit 0, no step retrained; backup gone with the swap",
                         f"equal: max abs diff {difference:.1e} (preprocess and encoder outputs, mlm logits, variables)"])
+
+
+@pytest.mark.parametrize("index, point", enumerate(PRETRAIN_BACKUP_POINTS))
+def test_pretraining_killed_inside_a_backup_write_resumes_exactly(index, point, pretrain_backup_chain, reference, fault_table):
+    chain = pretrain_backup_chain.result()
+    kill = chain.kills[index]
+    assert kill.killed.returncode == KILLED, kill.killed.stderr[-3000:]
+    backup = os.path.join(kill.snapshot, "pretrained", "backup")
+    epoch = int(point.rsplit(":", 1)[1])
+    assert backup_epoch(backup) == (epoch - 1 or None)  # the snapshot being written is not taken for one
+    assert f".partial-epoch-{epoch:04d}-*" in entries(backup)
+    after = chain.after(index)
+    if index + 1 < len(chain.kills):
+        assert after.returncode == KILLED
+        fault_table.append(["pretrain", point, f"epoch {epoch}'s snapshot staged, not in place",
+                            f"resumed from epoch {epoch - 1}; killed in turn at {chain.kills[index + 1].point}", "(see the next row)"])
+        return
+    assert after.returncode == 0, after.stderr[-3000:]
+    assert "step 4/4" in after.stdout and "step 5/" not in after.stdout  # no step trained twice
+    difference = max_difference(pair_outputs(os.path.join(chain.workdir, "pretrained")), reference)
+    assert difference <= TOLERANCE
+    fault_table.append(["pretrain", point, f"epoch {epoch}'s snapshot staged, not in place",
+                        f"exit 0, resumed from epoch {epoch - 1}", f"equal: max abs diff {difference:.1e}"])
