@@ -9,11 +9,11 @@ lists of names that drift apart.
 """
 
 import math
-import threading
 
 import keras
 import tensorflow as tf
 
+from bert_keras._keras_compat import GlobalClipAdamW
 from bert_keras._checks import check_choice, check_float, check_int, check_positive_float, check_positive_int
 
 DECAYS = ("linear", "cosine")
@@ -74,41 +74,18 @@ class WarmupDecay(keras.optimizers.schedules.LearningRateSchedule):
 
 
 @keras.saving.register_keras_serializable(package="bert_keras")
-class BertAdamW(keras.optimizers.AdamW):
+class BertAdamW(GlobalClipAdamW):
     """`keras.optimizers.AdamW` that never decays variables of rank below 2 (biases, LayerNorm).
 
     The rule goes by shape, so it holds for any model (our layers, Hub
     modules, a user's head) and travels with the optimizer's config.
     Names excluded with `exclude_from_weight_decay` are excluded as well.
+    Under several replicas, `global_clipnorm` clips the norm of the whole
+    batch's gradient, as on one replica (the overrides that do both are in
+    `bert_keras._keras_compat.GlobalClipAdamW`: Keras has no public hook).
     """
 
-    def _use_weight_decay(self, variable):
-        return len(variable.shape) >= 2 and super()._use_weight_decay(variable)
 
-    # Under a strategy of several replicas, Keras clips each replica's gradients and sums them afterwards
-    # (`_backend_update_step` all-reduces after `_clip_gradients`), so the clip sees a part of the batch.
-    # BERT's recipe clips the global norm of the whole batch's gradient: sum first (the one all-reduce,
-    # moved here), clip the sum, and leave nothing for Keras' own all-reduce to do.
-
-    def _clip_gradients(self, grads):
-        context = tf.distribute.get_replica_context()
-        if self.global_clipnorm and context is not None and context.num_replicas_in_sync > 1:
-            present = [g for g in grads if g is not None]
-            summed = iter(context.all_reduce(tf.distribute.ReduceOp.SUM, present) if present else [])
-            grads = [None if g is None else next(summed) for g in grads]
-            # Read by `_all_reduce_sum_gradients` in the same trace. Per thread: MirroredStrategy runs each
-            # local replica's step in a thread of its own.
-            setattr(_SUMMED, str(id(self)), True)
-        return super()._clip_gradients(grads)
-
-    def _all_reduce_sum_gradients(self, grads_and_vars):
-        if getattr(_SUMMED, str(id(self)), False):
-            setattr(_SUMMED, str(id(self)), False)
-            return list(grads_and_vars)
-        return super()._all_reduce_sum_gradients(grads_and_vars)
-
-
-_SUMMED = threading.local()  # per replica thread: which optimizers' gradients `_clip_gradients` has summed
 
 
 def bert_optimizer(

@@ -1,4 +1,5 @@
-"""The package's import graph: every module imports only modules of its own or an earlier layer."""
+"""The package's import graph: every module imports only modules of its own or an earlier layer, and no
+import leads back to where it started."""
 
 import ast
 import pathlib
@@ -9,15 +10,17 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent / "bert_keras"
 
 # The layers, first to last (README, "API map"). A module may import its own layer's and earlier layers' modules.
 LAYERS = [
-    ["_backend", "_checks", "_files", "distribute"],
+    ["_backend", "_checks", "_contract", "_keras_compat", "_files", "dtypes", "distribute"],
     ["layers"],
     ["presets"],
+    ["text"],
+    ["hub"],
+    ["formats"],
     ["encoder"],
     ["heads"],
     ["_task", "pretrainer"],
-    ["text"],
-    ["hub"],
     ["checkpoints"],
+    ["export"],
     ["tasks"],
     ["lora"],
     ["saved_model"],
@@ -28,43 +31,118 @@ LAYERS = [
     ["cli"],
 ]
 RANK = {name: rank for rank, names in enumerate(LAYERS) for name in names}
-# Imports inside a function that go upwards, each a real cycle (STYLE.md, habit 9).
-ALLOWED_UPWARD = {("encoder", "checkpoints")}
 
 
-def _top(module_path):
-    relative = module_path.relative_to(ROOT).with_suffix("")
-    return relative.parts[0] if relative.parts[0] != "__init__" else None
+def _module_name(path):
+    """`bert_keras/formats/tables.py` -> `bert_keras.formats.tables`; a package is named by its folder."""
+    parts = path.relative_to(ROOT.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def _imports(tree):
-    """`(imported top-level bert_keras part, at_module_level)` for each import of bert_keras."""
-    found = []
+PATHS = {_module_name(path): path for path in sorted(ROOT.rglob("*.py"))}
+
+
+def _packages(name):
+    """The packages that hold module `name` inside bert_keras: importing it runs their `__init__` first."""
+    parts = name.split(".")
+    return {".".join(parts[:end]) for end in range(2, len(parts))}
+
+
+def _imported(module, tree):
+    """The package's modules that `module` runs by its imports, at module level and inside functions."""
+    is_package = PATHS[module].name == "__init__.py"
+    found = set()
     for node in ast.walk(tree):
-        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("bert_keras"):
-            parts = node.module.split(".")
-            names = [parts[1]] if len(parts) > 1 else [alias.name for alias in node.names]
-            found += [(name, node.col_offset == 0) for name in names]
-        elif isinstance(node, ast.Import):
-            found += [(a.name.split(".")[1], node.col_offset == 0) for a in node.names if a.name.startswith("bert_keras.")]
-    return found
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names if alias.name.split(".")[0] == "bert_keras"}
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module
+            if node.level:  # relative: counted from the package of `module`
+                package = module.split(".")[: None if is_package else -1]
+                base = ".".join(package[: len(package) - node.level + 1] + ([node.module] if node.module else []))
+            if base and base.split(".")[0] == "bert_keras":
+                # `from P import x`: the submodule P.x, or a name that P's `__init__` defines.
+                found |= {f"{base}.{alias.name}" if f"{base}.{alias.name}" in PATHS else base for alias in node.names}
+    # The packages that hold an imported module run too, except those that hold `module`: they are running already.
+    found |= {package for name in found for package in _packages(name)} - _packages(module)
+    return {name for name in found if name in PATHS and name != module}
 
 
-def _modules():
-    return sorted(path for path in ROOT.rglob("*.py") if _top(path) is not None)
+def import_graph():
+    """`{module: set of modules it imports}` over every module of the package."""
+    return {module: _imported(module, ast.parse(path.read_text())) for module, path in PATHS.items()}
+
+
+def find_cycle(graph):
+    """A cycle of `graph` as a list of nodes whose last is its first, or None. Depth first: a cycle is a path
+    that comes back to a node on itself."""
+    finished, path = set(), []
+
+    def visit(node):
+        if node in path:
+            return path[path.index(node):] + [node]
+        if node in finished:
+            return None
+        path.append(node)
+        for neighbour in sorted(graph.get(node, ())):
+            cycle = visit(neighbour)
+            if cycle:
+                return cycle
+        path.pop()
+        finished.add(node)
+        return None
+
+    for node in sorted(graph):
+        cycle = visit(node)
+        if cycle:
+            return cycle
+    return None
+
+
+def _layer(module):
+    """The top-level part of the package a module belongs to (`bert_keras.formats.tables` -> `formats`)."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else None
 
 
 def test_every_module_has_a_layer():
-    missing = sorted({_top(path) for path in _modules()} - set(RANK))
+    missing = sorted({_layer(module) for module in PATHS} - {None} - set(RANK))
     assert missing == [], f"modules without a layer in LAYERS: {missing}"
 
 
-@pytest.mark.parametrize("path", _modules(), ids=lambda p: str(p.relative_to(ROOT)))
-def test_no_upward_imports(path):
-    own = _top(path)
-    upward = [
-        (name, level)
-        for name, level in _imports(ast.parse(path.read_text()))
-        if name in RANK and RANK[name] > RANK[own] and (own, name) not in ALLOWED_UPWARD
-    ]
-    assert upward == [], f"{path.relative_to(ROOT)} imports later layers: {upward}"
+@pytest.mark.parametrize("module", sorted(m for m in PATHS if _layer(m) is not None))
+def test_no_upward_imports(module):
+    own = RANK[_layer(module)]
+    upward = sorted(name for name in _imported(module, ast.parse(PATHS[module].read_text()))
+                    if _layer(name) in RANK and RANK[_layer(name)] > own)
+    assert upward == [], f"{module} imports later layers: {upward}"
+
+
+def test_no_import_cycle():
+    """No chain of imports, at module level or inside functions, leads from a module back to itself."""
+    cycle = find_cycle(import_graph())
+    assert cycle is None, "import cycle: " + " -> ".join(cycle)
+
+
+def test_the_graph_holds_function_level_imports_and_the_packages_they_run():
+    tree = ast.parse(
+        "from bert_keras.formats import tables\n"
+        "def f():\n"
+        "    from bert_keras.checkpoints import load_checkpoint\n"
+        "    import bert_keras.hub.loader\n"
+    )
+    assert _imported("bert_keras.encoder", tree) == {
+        "bert_keras.formats.tables", "bert_keras.formats", "bert_keras.checkpoints", "bert_keras.hub.loader",
+        "bert_keras.hub",
+    }
+    assert _imported("bert_keras.formats.google", ast.parse("from bert_keras.formats import tables")) == {
+        "bert_keras.formats.tables"  # its own package is running already
+    }
+    graph = import_graph()
+    assert {"bert_keras.formats", "bert_keras._contract"} <= graph["bert_keras.encoder"]
+    assert "bert_keras.encoder" in graph["bert_keras.checkpoints._build"]
+
+
+def test_find_cycle_finds_one():
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == ["a", "b", "c", "a"]
+    assert find_cycle({"a": {"b"}, "b": set(), "c": {"b"}}) is None

@@ -6,6 +6,7 @@ import re
 import keras
 import tensorflow as tf
 
+from bert_keras._keras_compat import ExistingVariable, track_variable
 from bert_keras.hub.loader import check_safe_mode, describe, load
 
 
@@ -14,28 +15,6 @@ def _variable_name(variable):
     # optimizer can use as scopes for its slot variables.
     name = variable.name.split(":")[0]
     return re.sub(r"[^A-Za-z0-9_.\-]", "_", name) or "variable"
-
-
-class _ModuleVariable(keras.Variable):
-    """A Keras variable backed by an existing `tf.Variable` of a loaded module.
-
-    `keras.Variable(initializer=tf_variable)` would copy the value into a new
-    variable, and training would then update the copy while the module's
-    functions keep reading the original. This class wraps the original.
-    """
-
-    def __init__(self, variable, trainable, name):
-        self._existing_variable = variable
-        super().__init__(
-            initializer=lambda shape, dtype: variable,
-            shape=variable.shape,
-            dtype=variable.dtype,
-            trainable=trainable,
-            name=name,
-        )
-
-    def _initialize_with_initializer(self, initializer):
-        self._initialize(self._existing_variable)
 
 
 def _has_training_argument(func):
@@ -170,8 +149,8 @@ class KerasLayer(keras.layers.Layer):
             trainable_ids = {id(v) for v in getattr(self._callable, "trainable_variables", None) or []}
         self._module_variables = []
         for variable in module_variables:
-            wrapped = _ModuleVariable(variable, trainable=id(variable) in trainable_ids, name=_variable_name(variable))
-            self._track_variable(wrapped)
+            wrapped = ExistingVariable(variable, trainable=id(variable) in trainable_ids, name=_variable_name(variable))
+            track_variable(self, wrapped)
             self._module_variables.append(wrapped)
 
     @property

@@ -37,8 +37,8 @@ import urllib.request
 import zlib
 
 import tensorflow as tf
-from keras.src.saving import serialization_lib  # in_safe_mode() has no public name in Keras 3
 
+from bert_keras._keras_compat import in_safe_mode
 from bert_keras._files import MARKER, OutputLockedError, read_marker, staged_directory
 
 logger = logging.getLogger(__name__)
@@ -425,7 +425,7 @@ def check_safe_mode(cls, config, safe_mode=None):
     `TFSMLayer` does, deserializing such a layer needs `safe_mode=False` (or
     `keras.config.enable_unsafe_deserialization()`) from whoever trusts it.
     """
-    safe = safe_mode if safe_mode is not None else serialization_lib.in_safe_mode()
+    safe = safe_mode if safe_mode is not None else in_safe_mode()
     if safe:
         raise ValueError(
             f"Refusing to deserialize `{cls.__name__}` with handle={config.get('handle')!r} in safe mode: "

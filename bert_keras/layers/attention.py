@@ -5,15 +5,12 @@ import tensorflow as tf
 from keras import ops
 
 from bert_keras._checks import check_positive_int, check_rate
+from bert_keras._keras_compat import onednn_enabled
 from bert_keras.layers._utils import clone_initializer
 from bert_keras.layers.dropout import Dropout, dropout_keep_mask, next_seed
+from bert_keras.layers.lora_dense import LoraDense
 from bert_keras.layers.packing import pack_tokens, unpack_tokens
 
-try:  # TensorFlow's own switch (TF_ENABLE_ONEDNN_OPTS); private, hence the fallback.
-    from tensorflow.python.util._pywrap_util_port import IsMklEnabled as _onednn_enabled
-except ImportError:  # pragma: no cover - other TensorFlow builds
-    def _onednn_enabled():
-        return False
 
 # Added to the scores of masked positions before the softmax.
 _MASK_NEGATIVE = -1e9
@@ -29,7 +26,7 @@ def _softmax_dtype(compute_dtype):
     Eigen's bfloat16 softmax (oneDNN off, and eager ops) sums in bfloat16,
     five times less exactly, so there the scores are cast to float32 first.
     """
-    if compute_dtype == "float32" or tf.executing_eagerly() or not _onednn_enabled():
+    if compute_dtype == "float32" or tf.executing_eagerly() or not onednn_enabled():
         return "float32"
     return compute_dtype if compute_dtype == "bfloat16" else "float32"
 
@@ -71,6 +68,8 @@ class MultiHeadSelfAttention(keras.layers.Layer):
     `(batch * seq, hidden)` tokens), split into `num_heads` heads of size
     `hidden // num_heads`, attended with scaled dot products under an additive
     padding mask, and the heads are concatenated and projected back (`output`).
+    Each projection is a `LoraDense`, which `bert_keras.lora.enable_lora` can
+    give LoRA adapters.
     Under mixed precision the softmax accumulates in float32 (in bfloat16
     graphs with oneDNN, TensorFlow's default on CPU, its kernel does so itself).
 
@@ -150,7 +149,7 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         self.head_size = hidden_size // self.num_heads
         dense_shape = (None, None, hidden_size)
         for name in ("query", "key", "value", "output"):
-            dense = keras.layers.Dense(
+            dense = LoraDense(
                 hidden_size,
                 kernel_initializer=clone_initializer(self.kernel_initializer),
                 bias_initializer=clone_initializer(self.bias_initializer),

@@ -21,15 +21,8 @@ are then reshapes (one `tf.cond` each).
 
 import keras
 import tensorflow as tf
-from tensorflow.python.framework import ops as tf_ops
-from tensorflow.python.ops import control_flow_util
 
-
-def _in_xla_context():
-    """Whether the graph being traced is compiled with XLA."""
-    if tf.executing_eagerly():
-        return False
-    return control_flow_util.GraphOrParentsInXlaContext(tf_ops.get_default_graph())
+from bert_keras._keras_compat import in_xla_context
 
 
 def packed_token_index(input_mask):
@@ -52,7 +45,7 @@ def packed_token_index(input_mask):
     shape = tf.shape(input_mask)
     first = tf.range(shape[1])[None, :] == 0  # (1, seq)
     packed = tf.reshape(tf.logical_or(tf.not_equal(input_mask, 0), first), (-1,))  # (batch * seq,)
-    if _in_xla_context():
+    if in_xla_context():
         # Every position is computed (static shapes); the padding is still marked -1.
         token_index = tf.range(tf.size(packed), dtype=tf.int32)  # (batch * seq,)
         position_index = tf.where(packed, token_index, -1)  # (batch * seq,)
@@ -70,7 +63,7 @@ def _skip_if_all_packed(n_packed, n_positions, reshaped, gathered):
     Under XLA every position is packed while the padding is still marked for
     `UnpackTokens`, so the gathers always run there.
     """
-    if _in_xla_context():
+    if in_xla_context():
         return gathered()
     return tf.cond(tf.equal(n_packed, n_positions), reshaped, gathered)
 

@@ -1,0 +1,164 @@
+"""Every use of private Keras and TensorFlow API in the package, each with what it works around.
+
+The rest of the package uses public API only (`tests/test_keras_compat.py`
+audits the sources and pins each dependency below to the Keras / TensorFlow
+that it was written against, so an upgrade that changes one fails there,
+with its name, rather than somewhere else).
+
+| name here | private API | why there is no public way |
+| --- | --- | --- |
+| `in_safe_mode` | `keras.src.saving.serialization_lib.in_safe_mode` | Keras 3 has no public getter of the safe-mode switch that `load_model(safe_mode=)` / `enable_unsafe_deserialization` set; our Hub layers must honour it as `TFSMLayer` does |
+| `in_xla_context` | `tensorflow.python.ops.control_flow_util.GraphOrParentsInXlaContext` | no public way for traced code to know it is compiled by XLA (`jit_compile=True`); token packing needs static shapes there |
+| `onednn_enabled` | `tensorflow.python.util._pywrap_util_port.IsMklEnabled` | TensorFlow reads `TF_ENABLE_ONEDNN_OPTS` (and its CPU-dependent default) in C++ and exposes no public getter |
+| `ExistingVariable` | `keras.Variable._initialize_with_initializer`, `_initialize` | a Keras variable always creates its own storage; a Hub module's functions read their own `tf.Variable`s, which a Keras layer must train in place (tensorflow/hub#903 is the tf_keras side of the same gap) |
+| `track_variable` | `keras.layers.Layer._track_variable` | `add_weight` always makes a new variable; a layer that owns an existing one (an `ExistingVariable`) has no public way to list it among its weights |
+| `freeze_for_good`, `thaw` | `Layer._tracker`, `_trainable_variables`, `_non_trainable_variables`, `_flatten_layers` | no freeze outlasts `layer.trainable = True`: that setter makes every variable in the layer's trainable list trainable again (the kernel Keras' own `Dense.enable_lora` froze included), and there is no public way to move an existing variable to the non-trainable list it leaves alone; LoRA needs the encoder frozen but for its adapters through fine-tuning's `encoder.trainable = True` |
+| `GlobalClipAdamW` | `AdamW._use_weight_decay`, `_clip_gradients`, `_all_reduce_sum_gradients` | weight decay by rank (nanoGPT's rule) has no public hook (`exclude_from_weight_decay` takes names); Keras clips each replica's gradient before its all-reduce, so `global_clipnorm` under several replicas clips a part of the batch's gradient, not the batch's |
+"""
+
+import threading
+import weakref
+
+import keras
+import tensorflow as tf
+from keras.src.saving import serialization_lib
+from tensorflow.python.framework import ops as tf_ops
+from tensorflow.python.ops import control_flow_util
+
+try:  # TensorFlow's own oneDNN switch; absent from some builds.
+    from tensorflow.python.util._pywrap_util_port import IsMklEnabled as _is_mkl_enabled
+except ImportError:  # pragma: no cover - other TensorFlow builds
+    _is_mkl_enabled = None
+
+
+def in_safe_mode():
+    """Whether Keras' safe mode is on (the default; `safe_mode=False` or `enable_unsafe_deserialization` turn it off)."""
+    return bool(serialization_lib.in_safe_mode())
+
+
+def in_xla_context():
+    """Whether the graph being traced is compiled with XLA (`jit_compile=True`); False when executing eagerly."""
+    if tf.executing_eagerly():
+        return False
+    return bool(control_flow_util.GraphOrParentsInXlaContext(tf_ops.get_default_graph()))
+
+
+def onednn_enabled():
+    """Whether TensorFlow runs its oneDNN kernels in this process (`TF_ENABLE_ONEDNN_OPTS` and its default)."""
+    return bool(_is_mkl_enabled()) if _is_mkl_enabled is not None else False
+
+
+class ExistingVariable(keras.Variable):
+    """A Keras variable backed by an existing `tf.Variable` (a loaded module's), not by a copy of it.
+
+    `keras.Variable(initializer=tf_variable)` would copy the value into a new
+    variable, and training would then update the copy while the module's
+    functions keep reading the original. This class wraps the original.
+    """
+
+    def __init__(self, variable, trainable, name):
+        self._existing_variable = variable
+        super().__init__(
+            initializer=lambda shape, dtype: variable,
+            shape=variable.shape,
+            dtype=variable.dtype,
+            trainable=trainable,
+            name=name,
+        )
+
+    def _initialize_with_initializer(self, initializer):
+        self._initialize(self._existing_variable)
+
+
+def track_variable(layer, variable):
+    """Lists `variable` among `layer`'s weights (trainable or not, as the variable says)."""
+    layer._track_variable(variable)
+
+
+def freeze_for_good(root, keep=()):
+    """Freezes every variable of `root` and of the layers inside it but `keep`, out of reach of `trainable = True`.
+
+    Each layer lists the frozen variables among its non-trainable ones (first,
+    so that its weights keep their order in weights files), which Keras'
+    `Layer.trainable` setter leaves alone. `thaw(root)` undoes it.
+    """
+    keep = {id(variable) for variable in keep}
+    for layer in root._flatten_layers(include_self=True):
+        trainable = list(layer._trainable_variables)
+        frozen = [variable for variable in trainable if id(variable) not in keep]
+        if not frozen:
+            continue
+        _FROZEN.setdefault(layer, trainable)
+        for variable in frozen:
+            variable.trainable = False
+        kept = [variable for variable in trainable if id(variable) in keep]
+        _relist(layer, kept, frozen + list(layer._non_trainable_variables))
+
+
+def thaw(root):
+    """Undoes `freeze_for_good` on `root` and the layers inside it: each lists its variables as before (those
+    removed since left out), trainable as the layer is."""
+    for layer in root._flatten_layers(include_self=True):
+        before = _FROZEN.pop(layer, None)
+        if before is None:
+            continue
+        trainable, non_trainable = list(layer._trainable_variables), list(layer._non_trainable_variables)
+        present = {id(variable) for variable in trainable + non_trainable}
+        back = [variable for variable in before if id(variable) in present]
+        moved = {id(variable) for variable in back}
+        _relist(layer, back + [v for v in trainable if id(v) not in moved], [v for v in non_trainable if id(v) not in moved])
+        for variable in back:
+            variable.trainable = layer.trainable
+
+
+def _relist(layer, trainable, non_trainable):
+    """Lists `layer`'s own variables as `trainable` and `non_trainable` say, in that order."""
+    tracker = layer._tracker
+    locked = tracker.locked
+    tracker.unlock()
+    for variable in list(layer._trainable_variables) + list(layer._non_trainable_variables):
+        tracker.untrack(variable)
+    for variable in trainable:
+        tracker.add_to_store("trainable_variables", variable)
+    for variable in non_trainable:
+        tracker.add_to_store("non_trainable_variables", variable)
+    if locked:
+        tracker.lock()
+
+
+_FROZEN = weakref.WeakKeyDictionary()  # layer -> its trainable variables before `freeze_for_good`, in order
+
+
+class GlobalClipAdamW(keras.optimizers.AdamW):
+    """AdamW that decays only variables of rank >= 2 and, under several replicas, clips the batch's summed gradient.
+
+    Under a strategy of several replicas, Keras clips each replica's gradients
+    and sums them afterwards (`_backend_update_step` all-reduces after
+    `_clip_gradients`), so the clip sees a part of the batch. BERT's recipe
+    clips the global norm of the whole batch's gradient: sum first (the one
+    all-reduce, moved here), clip the sum, and leave nothing for Keras' own
+    all-reduce to do.
+    """
+
+    def _use_weight_decay(self, variable):
+        return len(variable.shape) >= 2 and super()._use_weight_decay(variable)
+
+    def _clip_gradients(self, grads):
+        context = tf.distribute.get_replica_context()
+        if self.global_clipnorm and context is not None and context.num_replicas_in_sync > 1:
+            present = [g for g in grads if g is not None]
+            summed = iter(context.all_reduce(tf.distribute.ReduceOp.SUM, present) if present else [])
+            grads = [None if g is None else next(summed) for g in grads]
+            # Read by `_all_reduce_sum_gradients` in the same trace. Per thread: MirroredStrategy runs each
+            # local replica's step in a thread of its own.
+            setattr(_SUMMED, str(id(self)), True)
+        return super()._clip_gradients(grads)
+
+    def _all_reduce_sum_gradients(self, grads_and_vars):
+        if getattr(_SUMMED, str(id(self)), False):
+            setattr(_SUMMED, str(id(self)), False)
+            return list(grads_and_vars)
+        return super()._all_reduce_sum_gradients(grads_and_vars)
+
+
+_SUMMED = threading.local()  # per replica thread: which optimizers' gradients `_clip_gradients` has summed
