@@ -172,7 +172,7 @@ def _input_identity(value):
         return value  # a Hub handle (or a missing file, refused later)
     if os.path.isfile(value):
         return os.path.getsize(value)
-    return sorted((os.path.relpath(os.path.join(folder, name), value), os.path.getsize(os.path.join(folder, name)))
+    return sorted((os.path.relpath(os.path.join(folder, name), value), os.lstat(os.path.join(folder, name)).st_size)
                   for folder, _, names in os.walk(value) for name in names)
 
 
