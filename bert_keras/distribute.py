@@ -220,6 +220,7 @@ def _multi_worker_strategy(cluster, timeout):
         return tf.distribute.MultiWorkerMirroredStrategy(communication_options=options)
     except tf.errors.OpError as error:
         reason = (str(error).strip().splitlines() or [""])[0]
+        reason = reason if len(reason) <= 120 else reason[:117] + "..."
         raise ConnectionError(
             f"The workers met, but TensorFlow's cluster did not form within {timeout:g} s ({type(error).__name__}: "
             f"{reason}). A worker stopped after meeting the others, or cannot reach their TensorFlow servers; "
