@@ -355,3 +355,118 @@ class SpanHead(keras.layers.Layer):
         config = super().get_config()
         config.update({"kernel_initializer": keras.initializers.serialize(self.kernel_initializer)})
         return config
+
+
+POOLING_MODES = ("mean", "cls", "max", "mean_sqrt_len", "weighted_mean", "last_token")
+
+
+def _check_pooling_modes(mode):
+    """`mode` as a tuple of names from `POOLING_MODES`: one name, or a non-empty list of distinct ones."""
+    modes = (mode,) if isinstance(mode, str) else tuple(mode) if isinstance(mode, (list, tuple)) else None
+    if not modes or len(set(modes)) != len(modes) or any(m not in POOLING_MODES for m in modes):
+        raise ValueError(
+            f"Received an invalid value for argument `mode`, expected one of {list(POOLING_MODES)} or a list of "
+            f"distinct ones (their poolings are concatenated). Received: mode={mode!r}"
+        )
+    return modes
+
+
+@keras.saving.register_keras_serializable(package="bert_keras")
+class SentencePooling(keras.layers.Layer):
+    """One vector per text from the token vectors: pooling over the real tokens, optionally L2-normalised.
+
+    The pooling of sentence-embedding models (sentence-transformers'
+    `Pooling` and `Normalize` modules), over the positions where
+    `input_mask` is 1:
+
+    - `"mean"`: the mean of the real tokens' vectors (all-MiniLM-L6-v2, SBERT);
+    - `"cls"`: the first token's vector (`[CLS]`);
+    - `"max"`: the element-wise maximum over the real tokens;
+    - `"mean_sqrt_len"`: their sum divided by the square root of their number;
+    - `"weighted_mean"`: their mean weighted by position (1, 2, 3, ...);
+    - `"last_token"`: the last real token's vector (`[SEP]` for BERT inputs).
+
+    Several modes are concatenated in the order given. With `normalize`,
+    each vector is divided by its L2 norm (at least 1e-12), so that dot
+    products are cosine similarities.
+
+    Args:
+        mode: str, or a list of str. One of `"mean"`, `"cls"`, `"max"`,
+            `"mean_sqrt_len"`, `"weighted_mean"`, `"last_token"`, or a list
+            of distinct ones. Defaults to `"mean"`.
+        normalize: bool. L2-normalise the pooled vector. Defaults to `False`.
+        **kwargs: other `keras.layers.Layer` arguments (`name`, `dtype`, ...).
+
+    Call arguments:
+        sequence_output: float tensor `(batch, seq, hidden)`.
+        input_mask: int or bool tensor `(batch, seq)`, 1 for real tokens and
+            0 for padding (padding after the real tokens, as BERT packs).
+
+    Returns:
+        `(batch, hidden * number_of_modes)`.
+
+    Example:
+    >>> tokens = np.array([[[1.0, 2.0], [3.0, 4.0], [9.0, 9.0]]])  # (1, 3, 2)
+    >>> mask = np.array([[1, 1, 0]])                               # the third is padding
+    >>> SentencePooling("mean")(tokens, mask).numpy().tolist()
+    [[2.0, 3.0]]
+    >>> SentencePooling(["cls", "max"])(tokens, mask).numpy().tolist()
+    [[1.0, 2.0, 3.0, 4.0]]
+    >>> SentencePooling("mean", normalize=True)(tokens, mask).numpy().round(4)
+    array([[0.5547, 0.8321]], dtype=float32)
+    """
+
+    def __init__(self, mode="mean", normalize=False, **kwargs):
+        super().__init__(**kwargs)
+        self._modes = _check_pooling_modes(mode)
+        self.mode = mode if isinstance(mode, str) else list(mode)
+        if not isinstance(normalize, bool):
+            raise ValueError(
+                f"Received an invalid value for argument `normalize`, expected a bool. Received: normalize={normalize!r}"
+            )
+        self.normalize = normalize
+
+    @property
+    def modes(self):
+        """The pooling modes, in the order their vectors are concatenated."""
+        return self._modes
+
+    def call(self, sequence_output, input_mask):
+        x = sequence_output  # (batch, seq, hidden)
+        mask = ops.cast(input_mask, x.dtype)[:, :, None]  # (batch, seq, 1)
+        pooled = [self._pool(mode, x, mask) for mode in self._modes]  # each (batch, hidden)
+        output = pooled[0] if len(pooled) == 1 else ops.concatenate(pooled, axis=-1)  # (batch, hidden * modes)
+        if self.normalize:
+            norm = ops.sqrt(ops.sum(ops.square(output), axis=-1, keepdims=True))  # (batch, 1)
+            output = output / ops.maximum(norm, ops.cast(1e-12, output.dtype))
+        return output
+
+    @staticmethod
+    def _pool(mode, x, mask):
+        count = ops.sum(mask, axis=1)  # (batch, 1): real tokens per row
+        if mode == "cls":
+            return x[:, 0, :]  # (batch, hidden)
+        if mode == "max":
+            # The lowest finite value, not -inf: a row without real tokens gives no inf (nor NaN once normalised).
+            lowest = -6.0e4 if keras.backend.standardize_dtype(x.dtype) == "float16" else -3.0e38
+            return ops.max(ops.where(mask > 0, x, lowest), axis=1)  # (batch, hidden)
+        if mode == "last_token":
+            seq = ops.shape(x)[1]
+            last = ops.mod(ops.cast(count, "int32") - 1, seq)[:, :, None]  # (batch, 1, 1); no real token: the last position
+            return ops.take_along_axis(x * mask, last, axis=1)[:, 0, :]  # (batch, hidden)
+        if mode == "weighted_mean":
+            positions = ops.cast(ops.arange(1, ops.shape(x)[1] + 1), x.dtype)[None, :, None]  # (1, seq, 1)
+            mask = mask * positions  # (batch, seq, 1)
+            count = ops.sum(mask, axis=1)  # (batch, 1)
+        total = ops.sum(x * mask, axis=1)  # (batch, hidden)
+        count = ops.maximum(count, ops.cast(1e-9, x.dtype))  # (batch, 1)
+        return total / (ops.sqrt(count) if mode == "mean_sqrt_len" else count)
+
+    def compute_output_shape(self, sequence_output_shape, input_mask_shape=None):
+        hidden = sequence_output_shape[-1]
+        return (sequence_output_shape[0], None if hidden is None else hidden * len(self._modes))
+
+    def get_config(self):
+        config = super().get_config()
+        config.update({"mode": self.mode, "normalize": self.normalize})
+        return config

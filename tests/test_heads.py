@@ -9,6 +9,7 @@ from bert_keras.heads import (
     ClassificationHead,
     MaskedLMHead,
     NextSentenceHead,
+    SentencePooling,
     SpanHead,
     TokenClassificationHead,
 )
@@ -238,3 +239,76 @@ def test_new_head_argument_errors():
         ClassificationHead(num_classes=2, dropout=1.0)
     with pytest.raises(ValueError, match="num_classes"):
         TokenClassificationHead(num_classes="3")
+
+
+def _pooling_reference(mode, x, mask):
+    """The poolings written out row by row in numpy (float64): what SentencePooling must give."""
+    rows = []
+    for tokens, row_mask in zip(x.astype("float64"), mask):
+        real = tokens[row_mask == 1]  # (n_real, hidden)
+        n = len(real)
+        rows.append({
+            "mean": real.mean(0),
+            "cls": tokens[0],
+            "max": real.max(0),
+            "mean_sqrt_len": real.sum(0) / math.sqrt(n),
+            "weighted_mean": (real * np.arange(1, n + 1)[:, None]).sum(0) / (n * (n + 1) / 2),
+            "last_token": real[-1],
+        }[mode])
+    return np.stack(rows)
+
+
+@pytest.mark.parametrize("mode", ["mean", "cls", "max", "mean_sqrt_len", "weighted_mean", "last_token"])
+def test_sentence_pooling_values(mode):
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(3, 6, 8)).astype("float32")
+    mask = (np.arange(6)[None, :] < np.array([[6], [3], [1]])).astype("int32")  # 6, 3 and 1 real tokens
+    x += 100.0 * (1 - mask[:, :, None])  # padding values that would show if they leaked in (max, mean)
+    expected = _pooling_reference(mode, x, mask)
+    assert_close(SentencePooling(mode)(x, mask), expected, atol=1e-5)
+    normalized = SentencePooling(mode, normalize=True)(x, mask)
+    assert_close(normalized, expected / np.linalg.norm(expected, axis=-1, keepdims=True), atol=1e-6)
+    assert_close(np.linalg.norm(normalized, axis=-1), np.ones(3), atol=1e-6)
+
+
+def test_sentence_pooling_concatenates_modes_in_order_and_keeps_float32():
+    rng = np.random.default_rng(1)
+    x = rng.normal(size=(2, 5, 4)).astype("float32")
+    mask = np.array([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1]], dtype="int32")
+    pooled = SentencePooling(["max", "cls", "mean"])(x, mask)
+    assert tuple(pooled.shape) == (2, 12)
+    expected = np.concatenate([_pooling_reference(m, x, mask) for m in ("max", "cls", "mean")], axis=-1)
+    assert_close(pooled, expected, atol=1e-6)
+    # With a float32 policy, bfloat16 token vectors (a mixed_bfloat16 encoder) are pooled in float32.
+    half = SentencePooling("mean", dtype="float32")(x.astype(keras.backend.standardize_dtype("bfloat16")), mask)
+    assert keras.backend.standardize_dtype(half.dtype) == "float32"
+    # A row without real tokens gives finite zeros for the means and no inf for max.
+    empty = np.zeros((1, 5), dtype="int32")
+    for mode in ("mean", "mean_sqrt_len", "weighted_mean", "max", "last_token"):
+        assert np.isfinite(np.asarray(SentencePooling(mode, normalize=True)(x[:1], empty))).all(), mode
+
+
+def test_sentence_pooling_argument_errors_and_config(tmp_path):
+    for bad in ("median", "", [], ["mean", "mean"], ["mean", "sum"], 3, None):
+        with pytest.raises(ValueError, match=r"argument `mode`, expected one of \['mean', 'cls', 'max'"):
+            SentencePooling(bad)
+    with pytest.raises(ValueError, match="argument `normalize`, expected a bool. Received: normalize='yes'"):
+        SentencePooling("mean", normalize="yes")
+
+    layer = SentencePooling(["cls", "mean"], normalize=True, name="pool")
+    config = layer.get_config()
+    assert config["mode"] == ["cls", "mean"] and config["normalize"] is True
+    revived = SentencePooling.from_config(config)
+    assert revived.get_config() == config and revived.modes == ("cls", "mean")
+    assert keras.saving.deserialize_keras_object(keras.saving.serialize_keras_object(layer)).get_config() == config
+
+    # Symbolic call and .keras save/load inside a model.
+    tokens, mask = keras.Input((None, 8)), keras.Input((None,), dtype="int32")
+    output = layer(tokens, mask)
+    assert tuple(output.shape) == (None, 16)
+    model = keras.Model([tokens, mask], output)
+    path = str(tmp_path / "pooling.keras")
+    model.save(path)
+    restored = keras.saving.load_model(path)
+    data = [np.random.default_rng(2).normal(size=(2, 4, 8)).astype("float32"), np.array([[1, 1, 0, 0], [1, 1, 1, 1]])]
+    np.testing.assert_array_equal(restored.predict(data, verbose=0), model.predict(data, verbose=0))
