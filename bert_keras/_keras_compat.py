@@ -13,6 +13,9 @@ with its name, rather than somewhere else).
 | `ExistingVariable` | `keras.Variable._initialize_with_initializer`, `_initialize` | a Keras variable always creates its own storage; a Hub module's functions read their own `tf.Variable`s, which a Keras layer must train in place (tensorflow/hub#903 is the tf_keras side of the same gap) |
 | `track_variable` | `keras.layers.Layer._track_variable` | `add_weight` always makes a new variable; a layer that owns an existing one (an `ExistingVariable`) has no public way to list it among its weights |
 | `freeze_for_good`, `thaw` | `Layer._tracker`, `_trainable_variables`, `_non_trainable_variables`, `_flatten_layers` | no freeze outlasts `layer.trainable = True`: that setter makes every variable in the layer's trainable list trainable again (the kernel Keras' own `Dense.enable_lora` froze included), and there is no public way to move an existing variable to the non-trainable list it leaves alone; LoRA needs the encoder frozen but for its adapters through fine-tuning's `encoder.trainable = True` |
+| `MultiWorkerFit` | `Model._maybe_symbolic_build`, `_symbolic_build`, `_distribute_strategy` | Keras 3's `fit` fails under `MultiWorkerMirroredStrategy` (keras#20585): before training it averages a whole data batch across workers to learn its shapes (a collective on a `PerReplica` of data; also a mean of strings under `MirroredStrategy`), and each step it reduces scalar logs with `reduce(..., axis=0)` |
+| `is_functional` | `Model._is_graph_network`, `_nodes_by_depth` | Keras 3 has no public test for a functional model (its class is private) |
+| `configure_coordination_service` | `tensorflow.python.eager.context.context().configure_coordination_service` and its config | `MultiWorkerMirroredStrategy()` waits for every worker's server without end (tensorflow/tensorflow#46931); only the coordination service's registration barrier bounds it, and it has no public setter |
 | `GlobalClipAdamW` | `AdamW._use_weight_decay`, `_clip_gradients`, `_all_reduce_sum_gradients` | weight decay by rank (nanoGPT's rule) has no public hook (`exclude_from_weight_decay` takes names); Keras clips each replica's gradient before its all-reduce, so `global_clipnorm` under several replicas clips a part of the batch's gradient, not the batch's |
 """
 
@@ -22,6 +25,7 @@ import weakref
 import keras
 import tensorflow as tf
 from keras.src.saving import serialization_lib
+from tensorflow.python.eager import context as tf_context
 from tensorflow.python.framework import ops as tf_ops
 from tensorflow.python.ops import control_flow_util
 
@@ -162,3 +166,70 @@ class GlobalClipAdamW(keras.optimizers.AdamW):
 
 
 _SUMMED = threading.local()  # per replica thread: which optimizers' gradients `_clip_gradients` has summed
+
+
+def _is_multi_worker(strategy):
+    return (isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy)
+            and len(strategy.extended.worker_devices) < strategy.num_replicas_in_sync)
+
+
+class MultiWorkerFit:
+    """Mixed into a `keras.Model` (before it): Keras 3's `fit`/`evaluate` under `MultiWorkerMirroredStrategy`.
+
+    Without a strategy nothing changes; under one, the model's shapes are
+    learnt from this replica's first batch (no collective), and each scalar
+    log gets a length-1 axis so that Keras' `reduce("MEAN", value, axis=0)`
+    averages the replicas, as on one machine.
+    """
+
+    def _maybe_symbolic_build(self, iterator=None, data_batch=None):
+        if self._distribute_strategy is None:
+            return super()._maybe_symbolic_build(iterator=iterator, data_batch=data_batch)
+        if iterator is not None:
+            for _, _, batches in iterator:
+                batch = next(batches)
+                # Only the shapes are needed: this replica's own batch has them (no collective).
+                data_batch = tf.nest.map_structure(self._first_local, batch)
+                break
+        with self.distribute_strategy.scope():
+            self._symbolic_build(data_batch=data_batch)
+
+    def _first_local(self, value):
+        if isinstance(value, tf.distribute.DistributedValues):
+            return self.distribute_strategy.experimental_local_results(value)[0]
+        return value
+
+    def train_step(self, data):
+        return self._with_replica_axis(super().train_step(data))
+
+    def test_step(self, data):
+        return self._with_replica_axis(super().test_step(data))
+
+    def _with_replica_axis(self, logs):
+        if not _is_multi_worker(self.distribute_strategy):
+            return logs
+        return tf.nest.map_structure(lambda value: tf.reshape(value, [1]) if value.shape.rank == 0 else value, logs)
+
+
+def is_functional(model):
+    """Whether `model` is a functional Keras model (inputs -> outputs)."""
+    return bool(getattr(model, "_is_graph_network", False) or hasattr(model, "_nodes_by_depth"))
+
+
+def configure_coordination_service(cluster, timeout):
+    """Configures TensorFlow's coordination service as `MultiWorkerMirroredStrategy` would, plus a registration
+    barrier bounded by `timeout` seconds (the strategy's constructor then fails instead of waiting without end).
+
+    Args:
+        cluster: dict of job name (`"chief"`, `"worker"`) -> list of addresses, TF_CONFIG's `cluster`.
+        timeout: float, seconds.
+    """
+    context = tf_context.context()
+    leader = "/job:chief/replica:0/task:0" if cluster.get("chief") else "/job:worker/replica:0/task:0"
+    context.configure_coordination_service(service_type="standalone", service_leader=leader,
+                                           cluster_register_timeout_in_ms=max(1, int(timeout * 1000)))
+    config = context.coordination_service  # the CoordinationServiceConfig just made
+    config.cluster_register_with_barrier = True  # registering waits for every task, at most the timeout above
+    for job in ("chief", "worker"):
+        if cluster.get(job):
+            config.coordinated_job_list.add(name=job, num_tasks=len(cluster[job]))

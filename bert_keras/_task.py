@@ -13,8 +13,10 @@ layer) the task takes raw strings; without one, the Hub input dict.
 import collections.abc
 
 import keras
+import numpy as np
+import tensorflow as tf
 
-from bert_keras.distribute import DistributedTrainer
+from bert_keras._keras_compat import MultiWorkerFit
 from bert_keras.encoder import INPUT_KEYS, BertEncoder
 
 TEXT_INPUTS = ("text", "text_pair")
@@ -102,13 +104,56 @@ def head_dtype(encoder):
     return encoder.dtype_policy if isinstance(encoder, BertEncoder) else None
 
 
-class Task(DistributedTrainer, keras.Model):
+def _is_text_array(value):
+    if isinstance(value, np.ndarray):
+        return value.dtype.kind in "USO"
+    return isinstance(value, (list, tuple)) and all(isinstance(item, (str, bytes)) for item in value)
+
+
+def as_text_tensors(x, num_inputs):
+    """Texts as users pass them (a list of str, a numpy string array; a pair of them for text pairs) as tensors.
+
+    Keras' own data handling takes string tensors and datasets, not Python
+    lists or numpy string arrays; anything else is returned as it is.
+    """
+    if num_inputs == 1 and _is_text_array(x):
+        return tf.constant(np.asarray(x, dtype=object).astype(str).tolist() if len(x) else [], dtype=tf.string)
+    if num_inputs == 2 and isinstance(x, (list, tuple)) and len(x) == 2 and all(map(_is_text_array, x)):
+        return [as_text_tensors(part, 1) for part in x]
+    return x
+
+
+def _as_array(y):
+    return np.asarray(y) if isinstance(y, (list, tuple)) else y
+
+
+class Task(MultiWorkerFit, keras.Model):
     """Config plumbing shared by the tasks: encoder and preprocessor serialized next to the task's own arguments.
 
-    `DistributedTrainer` makes `fit` work under `MultiWorkerMirroredStrategy` (see `bert_keras.distribute`).
+    `MultiWorkerFit` makes `fit` work under `MultiWorkerMirroredStrategy` (a Keras workaround: `bert_keras._keras_compat`).
+    A task with a preprocessor takes texts as users have them: `fit`, `evaluate`, `predict` and calling the
+    model accept a Python list of strings or a numpy string array (a pair of them for text pairs) as well as
+    string tensors and datasets, and label lists.
     """
 
     _own_args = ()
+
+    def _texts(self, x):
+        return as_text_tensors(x, len(self.inputs)) if getattr(self, "preprocessor", None) is not None else x
+
+    def __call__(self, inputs, *args, **kwargs):
+        return super().__call__(self._texts(inputs), *args, **kwargs)
+
+    def fit(self, x=None, y=None, *args, validation_data=None, **kwargs):
+        if isinstance(validation_data, tuple) and validation_data:
+            validation_data = (self._texts(validation_data[0]), *map(_as_array, validation_data[1:]))
+        return super().fit(self._texts(x), _as_array(y), *args, validation_data=validation_data, **kwargs)
+
+    def evaluate(self, x=None, y=None, *args, **kwargs):
+        return super().evaluate(self._texts(x), _as_array(y), *args, **kwargs)
+
+    def predict(self, x, *args, **kwargs):
+        return super().predict(self._texts(x), *args, **kwargs)
 
     def get_config(self):
         preprocessor = getattr(self, "preprocessor", None)

@@ -41,9 +41,9 @@ import time
 
 import keras
 import tensorflow as tf
-from tensorflow.python.eager import context as tf_context  # private: see _multi_worker_strategy
 
 from bert_keras._checks import check_choice, check_positive_int
+from bert_keras._keras_compat import MultiWorkerFit, configure_coordination_service, is_functional
 
 logger = logging.getLogger(__name__)
 
@@ -205,16 +205,7 @@ def _multi_worker_strategy(cluster, timeout):
     `UnavailableError` instead of waiting (measured: 6-11 s). A worker that
     is alive but slow is waited for without a bound, as a slow step must be.
     """
-    # Private API, none public: the context's coordination service settings (tensorflow.python.eager.context).
-    context = tf_context.context()
-    leader = "/job:chief/replica:0/task:0" if cluster.get("chief") else "/job:worker/replica:0/task:0"
-    context.configure_coordination_service(service_type="standalone", service_leader=leader,
-                                           cluster_register_timeout_in_ms=max(1, int(timeout * 1000)))
-    config = context.coordination_service  # the CoordinationServiceConfig just made
-    config.cluster_register_with_barrier = True  # registering waits for every task, at most the timeout above
-    for job in ("chief", "worker"):
-        if cluster.get(job):
-            config.coordinated_job_list.add(name=job, num_tasks=len(cluster[job]))
+    configure_coordination_service(cluster, timeout)
     options = tf.distribute.experimental.CommunicationOptions(implementation=tf.distribute.experimental.CommunicationImplementation.RING)
     try:
         return tf.distribute.MultiWorkerMirroredStrategy(communication_options=options)
@@ -589,48 +580,14 @@ def all_workers(strategy, flag):
     return min(_all_gather_int(strategy, int(bool(flag)))) == 1
 
 
-class DistributedTrainer:
-    """Mixed into a `keras.Model` (before it): Keras 3's `fit`/`evaluate` under `MultiWorkerMirroredStrategy`.
-
-    See the module docstring for what fails without it. Without a strategy
-    nothing changes; under one, the model's shapes are learnt from this
-    replica's first batch.
-    """
-
-    def _maybe_symbolic_build(self, iterator=None, data_batch=None):
-        if self._distribute_strategy is None:
-            return super()._maybe_symbolic_build(iterator=iterator, data_batch=data_batch)
-        if iterator is not None:
-            for _, _, batches in iterator:
-                batch = next(batches)
-                # Only the shapes are needed: this replica's own batch has them (no collective).
-                data_batch = tf.nest.map_structure(self._first_local, batch)
-                break
-        with self.distribute_strategy.scope():
-            self._symbolic_build(data_batch=data_batch)
-
-    def _first_local(self, value):
-        if isinstance(value, tf.distribute.DistributedValues):
-            return self.distribute_strategy.experimental_local_results(value)[0]
-        return value
-
-    def train_step(self, data):
-        return self._with_replica_axis(super().train_step(data))
-
-    def test_step(self, data):
-        return self._with_replica_axis(super().test_step(data))
-
-    def _with_replica_axis(self, logs):
-        if not is_multi_worker(self.distribute_strategy):
-            return logs
-        # Keras reduces each log across workers with `reduce("MEAN", value, axis=0)`: a length-1 axis makes
-        # that the mean over the replicas, as on one machine.
-        return tf.nest.map_structure(lambda value: tf.reshape(value, [1]) if value.shape.rank == 0 else value, logs)
+# `DistributedTrainer` (the part of a model that makes Keras 3's `fit` work under MultiWorkerMirroredStrategy)
+# overrides private Keras methods: it lives in `bert_keras._keras_compat` with the rest of them.
+DistributedTrainer = MultiWorkerFit
 
 
 @keras.saving.register_keras_serializable(package="bert_keras")
-class DistributedFunctional(DistributedTrainer, keras.Model):
-    """A functional `keras.Model` with `DistributedTrainer`; `trainable_model` makes one."""
+class DistributedFunctional(MultiWorkerFit, keras.Model):
+    """A functional `keras.Model` with `MultiWorkerFit`; `trainable_model` makes one."""
 
 
 def trainable_model(model, strategy=None):
@@ -641,9 +598,9 @@ def trainable_model(model, strategy=None):
     weights): training it trains `model`.
     """
     strategy = strategy or tf.distribute.get_strategy()
-    if isinstance(model, DistributedTrainer) or strategy.num_replicas_in_sync == 1:
+    if isinstance(model, MultiWorkerFit) or strategy.num_replicas_in_sync == 1:
         return model
-    if not getattr(model, "_is_graph_network", False) and not hasattr(model, "_nodes_by_depth"):
+    if not is_functional(model):
         raise ValueError(
             "Under a strategy of several replicas, `model` must be a bert_keras model or a functional keras.Model "
             f"(inputs -> outputs); Keras 3's fit fails there otherwise (keras#20585). Received: {type(model).__name__}"

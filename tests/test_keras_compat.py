@@ -27,9 +27,6 @@ KERAS_BASES = (keras.Model, keras.layers.Layer, keras.optimizers.Optimizer, kera
 # Private API outside the compat module, each with its reason; the list only shrinks.
 ALLOWED = {
     # Being moved into the compat module by the developers who own these files this session.
-    "distribute.py": {"from tensorflow.python.eager import", "override of Keras' private _maybe_symbolic_build",
-                      "attribute ._distribute_strategy", "attribute ._maybe_symbolic_build (a private member of a Keras class)",
-                      "attribute ._symbolic_build"},
     "dtypes.py": {"attribute ._flatten_layers"},
     "lora.py": {"attribute ._tracker", "attribute ._flatten_layers", "attribute ._untrack_variable", "attribute ._kernel",
                 "attribute ._trainable_variables", "attribute ._non_trainable_variables"},
@@ -190,3 +187,32 @@ def test_weight_decay_by_rank():
     optimizer.apply([tf.zeros((2, 2)), tf.zeros(2)], [matrix, vector])
     assert float(matrix.numpy()[0, 0]) < 1.0  # decayed
     assert float(vector.numpy()[0]) == 1.0  # never decayed: rank 1
+
+
+def test_the_trainer_methods_multi_worker_fit_overrides():
+    from keras.src.backend.tensorflow.trainer import TensorFlowTrainer
+
+    assert list(inspect.signature(TensorFlowTrainer._maybe_symbolic_build).parameters) == ["self", "iterator", "data_batch"]
+    assert list(inspect.signature(keras.Model._symbolic_build).parameters)[1:] == ["iterator", "data_batch"]
+    model = keras.Sequential([keras.layers.Dense(1)])
+    assert model._distribute_strategy is None  # set only when a model is made under a strategy's scope
+    # Keras reduces each step's logs with axis=0, which a scalar does not have (what the replica axis is for).
+    assert "axis=0" in inspect.getsource(sys.modules[TensorFlowTrainer.__module__].reduce_per_replica)
+
+
+def test_is_functional():
+    inputs = keras.Input((2,))
+    assert _keras_compat.is_functional(keras.Model(inputs, keras.layers.Dense(1)(inputs)))
+
+    class Subclassed(keras.Model):
+        def call(self, x):
+            return x
+
+    assert not _keras_compat.is_functional(Subclassed())
+
+
+def test_the_coordination_service_settings_exist():
+    from tensorflow.python.eager import context
+
+    assert "cluster_register_timeout_in_ms" in inspect.signature(context.Context.configure_coordination_service).parameters
+    assert isinstance(context.Context.coordination_service, property)

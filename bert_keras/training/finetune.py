@@ -203,16 +203,16 @@ def _two_phases(harness, model, encoder, train_data, validation_data, config, lo
     head = {}
     if config.head_epochs > 0:
         encoder.trainable = False
-        harness.compile(model, optimizer=keras.optimizers.Adam(config.head_learning_rate), loss=loss, metrics=metrics)
+        harness.compile(model, lambda: keras.optimizers.Adam(config.head_learning_rate), loss=loss, metrics=metrics)
         logger.info("Phase 1: encoder frozen, head trained with Adam at %g", config.head_learning_rate)
         _, head = harness.fit(model, train_data, phase="head", epochs=config.head_epochs, **fit)
         fault_point("after-head-phase")
 
     encoder.trainable = True
     total = config.epochs * steps
-    optimizer = bert_optimizer(config.learning_rate, total, warmup_fraction=config.warmup_fraction,
-                               weight_decay=config.weight_decay, clipnorm=config.clipnorm)
-    harness.compile(model, optimizer=optimizer, loss=loss, metrics=metrics)
+    harness.compile(model, lambda: bert_optimizer(config.learning_rate, total, warmup_fraction=config.warmup_fraction,
+                                                  weight_decay=config.weight_decay, clipnorm=config.clipnorm),
+                    loss=loss, metrics=metrics)
     logger.info("Phase 2: encoder unfrozen, AdamW peak %g over %d steps", config.learning_rate, total)
     _, full = harness.fit(model, train_data, phase="full", epochs=config.epochs, **fit)  # the stream from its first epoch
     return FineTuneHistory(head=head, full=full)

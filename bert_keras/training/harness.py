@@ -69,10 +69,14 @@ class Harness:
                 "build the model inside `with strategy.scope():`."
             )
 
-    def compile(self, model, **kwargs):
-        """`model.compile(**kwargs)` under the strategy (the optimizer's variables are the strategy's)."""
+    def compile(self, model, make_optimizer, **kwargs):
+        """`model.compile(optimizer=make_optimizer(), **kwargs)` under the strategy.
+
+        The optimizer is made inside the scope (hence a callable): its variables
+        are created with it and must be the strategy's.
+        """
         with self.strategy.scope():
-            model.compile(**kwargs)
+            model.compile(optimizer=make_optimizer(), **kwargs)
 
     def _phase_dir(self, phase):
         if self.backup_dir is None:

@@ -318,7 +318,8 @@ def _train(harness, settings, encoder_config, dataset, steps_per_epoch, tokenize
     optimizer = bert_optimizer(settings.learning_rate, total_steps, warmup_steps=warmup_steps, decay="cosine",
                                weight_decay=settings.weight_decay)
     losses = dict(loss=pretraining_losses(mlm_reduction="sum"), weighted_metrics=pretraining_metrics()) if replicas > 1 else {}
-    harness.compile(pretrainer, optimizer=optimizer, **losses)
+    harness.compile(pretrainer, lambda: bert_optimizer(settings.learning_rate, total_steps, warmup_steps=warmup_steps,
+                                                       decay="cosine", weight_decay=settings.weight_decay), **losses)
     logger.info("Pre-training %s parameters for %d steps (%d epochs of %d) on %d instances per pass.",
                 f"{pretrainer.count_params():,}", total_steps, settings.epochs, steps_per_epoch, dataset.num_instances)
     all_callbacks = [ProgressCallback(progress, total_steps, progress_every)] if progress is not None else []
