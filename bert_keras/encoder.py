@@ -14,10 +14,10 @@ from bert_keras.layers import (
     attention_bias_from_mask,
 )
 from bert_keras._checks import check_positive_float, check_positive_int, check_rate
+from bert_keras._contract import INPUT_KEYS
+from bert_keras.formats import build_and_load, read_checkpoint
 from bert_keras.layers._utils import get_activation, serialize_activation
 from bert_keras.presets import get_preset
-
-INPUT_KEYS = ("input_word_ids", "input_mask", "input_type_ids")
 
 
 @keras.saving.register_keras_serializable(package="bert_keras")
@@ -247,21 +247,24 @@ class BertEncoder(keras.Model):
         )
 
     @classmethod
-    def from_checkpoint(cls, path, **kwargs):
-        """Loads an encoder with pretrained weights from any checkpoint `bert_keras.checkpoints` reads.
+    def from_checkpoint(cls, path, *, format=None, dtype=None):
+        """Loads an encoder with pretrained weights from any checkpoint `bert_keras.formats` reads.
+
+        The readers return a config and arrays (`bert_keras.formats.read_checkpoint`);
+        the encoder is built from them here (for a Hub module, the first
+        candidate config whose encoder gives the module's outputs).
 
         Args:
             path: str. A Hugging Face, Google BERT or keras-nlp checkpoint, or
                 a Hub encoder module (see `bert_keras.checkpoints.load_checkpoint`).
-            **kwargs: passed to `load_checkpoint` (e.g. `dtype="bfloat16"`).
+            format: optional str. The checkpoint's format; detected when omitted.
+            dtype: optional dtype policy of the encoder (e.g. `"bfloat16"`).
 
         Returns:
             The `BertEncoder`.
         """
-        # A real cycle: bert_keras.checkpoints builds BertEncoder objects.
-        from bert_keras.checkpoints import load_checkpoint
-
-        return load_checkpoint(path, with_heads=False, **kwargs).encoder
+        weights = read_checkpoint(path, format=format, with_heads=False)
+        return build_and_load(weights, lambda config: {"encoder": cls(**config, dtype=dtype)})["encoder"]
 
     def __call__(self, inputs, *args, **kwargs):
         return super().__call__(_check_inputs(inputs), *args, **kwargs)

@@ -112,6 +112,7 @@ def test_every_module_has_a_layer():
 
 @pytest.mark.parametrize("module", sorted(m for m in PATHS if _layer(m) is not None))
 def test_no_upward_imports(module):
+    assert _layer(module) in RANK, f"{module}: {_layer(module)!r} has no layer in LAYERS"
     own = RANK[_layer(module)]
     upward = sorted(name for name in _imported(module, ast.parse(PATHS[module].read_text()))
                     if _layer(name) in RANK and RANK[_layer(name)] > own)

@@ -1,85 +1,25 @@
-"""Checkpoint converters: Hugging Face, original Google BERT (TF1) and keras-nlp.
+"""Checkpoints as our models: Hugging Face, original Google BERT (TF1), keras-nlp, TF Hub / Model Garden modules.
 
-`load_checkpoint(path)` detects the format and returns a `LoadedCheckpoint`
+`load_checkpoint(path)` reads a checkpoint of any supported format
+(`bert_keras.formats`, which builds nothing) and returns a `LoadedCheckpoint`
 with the encoder, any heads, the vocabulary and a summary of the conversion.
-Name tables are data (`tables.py`); every other project's names stay here.
 """
 
-import logging
-import os
-
-from bert_keras.checkpoints._common import (
+from bert_keras.checkpoints._build import LoadedCheckpoint, load
+from bert_keras.formats import (
     CheckpointError,
     ConfigError,
     ConversionSummary,
-    LoadedCheckpoint,
-    read_json,
-)
-from bert_keras.checkpoints.google import load_google
-from bert_keras.checkpoints.hub_module import is_hub_module, load_hub_module
-from bert_keras.checkpoints.huggingface import load_huggingface
-from bert_keras.checkpoints.keras_nlp import (
-    from_keras_nlp,
-    is_backbone,
-    is_preset_config,
-    load_keras_nlp_preset,
+    detect_format,
+    holds_weights,
+    read_checkpoint,
+    read_google,
+    read_hub_module,
+    read_huggingface,
+    read_keras_nlp,
+    read_keras_nlp_preset,
     to_keras_nlp,
 )
-
-logger = logging.getLogger("bert_keras.checkpoints")
-
-FORMATS = ("huggingface", "google", "keras_nlp", "hub_module")
-
-
-def holds_weights(path):
-    """Whether `path` is a checkpoint of weights and a config, which is read without running any code.
-
-    Google BERT (`bert_config.json`, or a TF checkpoint prefix), a keras-nlp
-    preset or a Hugging Face folder (`config.json`).
-    """
-    path = os.fspath(path)
-    if os.path.exists(path + ".index"):
-        return True
-    return os.path.isdir(path) and any(os.path.isfile(os.path.join(path, name)) for name in ("bert_config.json", "config.json"))
-
-
-def detect_format(path):
-    """Returns `"huggingface"`, `"google"`, `"keras_nlp"` or `"hub_module"` for a checkpoint.
-
-    - `bert_config.json` (or a TF checkpoint prefix): original Google BERT.
-    - `config.json` of a serialized Keras object (`class_name`, `registered_name`): keras-nlp.
-    - any other `config.json`: Hugging Face.
-    - only when none of those is there: `saved_model.pb` (or
-      `encoder/saved_model.pb`), a `.tar.gz` or an http(s) handle: a TF Hub /
-      Model Garden encoder module.
-
-    Weights are asked for first: reading them never runs code, while loading
-    a SavedModel runs its graph. A folder that holds weights and also a
-    `saved_model.pb` is read as weights (the SavedModel is ignored, with a
-    warning); a module is loaded only where the path is a module and nothing else.
-    """
-    if is_backbone(path):
-        return "keras_nlp"
-    path = os.fspath(path)
-    if holds_weights(path):
-        if os.path.exists(path + ".index") or os.path.exists(os.path.join(path, "bert_config.json")):
-            found = "google"
-        else:
-            found = "keras_nlp" if is_preset_config(read_json(os.path.join(path, "config.json"))) else "huggingface"
-        if os.path.isdir(path) and is_hub_module(path):
-            logger.warning("%s holds a %s checkpoint and a SavedModel; reading the weights, not running the SavedModel "
-                           "(pass format=\"hub_module\" or --modules to load the module).", path, found)
-        return found
-    if is_hub_module(path):
-        return "hub_module"
-    if not os.path.isdir(path):
-        raise CheckpointError(path, None, "is not a checkpoint directory (it does not exist or is a file).")
-    raise CheckpointError(
-        path,
-        None,
-        "holds no checkpoint this package knows: expected config.json (Hugging Face or a "
-        "keras-nlp preset) or bert_config.json with bert_model.ckpt.* (Google BERT).",
-    )
 
 
 def load_checkpoint(path, *, format=None, with_heads=True, do_lower_case=None, dtype=None):
@@ -104,27 +44,109 @@ def load_checkpoint(path, *, format=None, with_heads=True, do_lower_case=None, d
             a vocabulary that disagrees with the embeddings, a truncated file.
 
     Example:
+    >>> import os
     >>> from bert_keras.text.corpora import minilm_vocab_path  # the MiniLM checkpoint of the test extra
     >>> loaded = load_checkpoint(os.path.dirname(minilm_vocab_path()))
     >>> loaded.encoder.num_layers, loaded.do_lower_case
     (6, True)
     """
-    if format is None:
-        format = detect_format(path)
-    if format not in FORMATS:
-        raise ValueError(
-            f"Received an invalid value for argument `format`, expected one of {list(FORMATS)}. "
-            f"Received: format={format!r}"
-        )
-    if format == "huggingface":
-        return load_huggingface(os.fspath(path), with_heads=with_heads, do_lower_case=do_lower_case, dtype=dtype)
-    if format == "hub_module":
-        return load_hub_module(os.fspath(path), with_heads=with_heads, do_lower_case=do_lower_case, dtype=dtype)
-    if format == "google":
-        return load_google(os.fspath(path), with_heads=with_heads, do_lower_case=do_lower_case, dtype=dtype)
-    if is_backbone(path):
-        return from_keras_nlp(path, do_lower_case=True if do_lower_case is None else do_lower_case, dtype=dtype)
-    return load_keras_nlp_preset(os.fspath(path), do_lower_case=do_lower_case, dtype=dtype)
+    return load(read_checkpoint(path, format=format, with_heads=with_heads, do_lower_case=do_lower_case), dtype)
+
+
+def load_huggingface(path, *, with_heads=True, do_lower_case=None, dtype=None):
+    """Converts a Hugging Face BERT directory to a `BertEncoder` (and heads).
+
+    Args:
+        path: str. Directory with `config.json`, `model.safetensors` (or a
+            sharded `model.safetensors.index.json`, or, when torch is
+            installed, `pytorch_model.bin` or `pytorch_model.bin.index.json`),
+            and optionally `vocab.txt` and `tokenizer_config.json`. An index
+            may only name shard files in the same directory.
+        with_heads: bool. Also convert `cls.predictions.*` (masked LM) and
+            `cls.seq_relationship.*` (next sentence) when present. Defaults to `True`.
+        do_lower_case: optional bool. Overrides `tokenizer_config.json`.
+        dtype: optional dtype policy of the built models.
+
+    Returns:
+        `LoadedCheckpoint`.
+    """
+    return load(read_huggingface(path, with_heads=with_heads, do_lower_case=do_lower_case), dtype)
+
+
+def load_google(path, *, with_heads=True, do_lower_case=None, dtype=None):
+    """Converts an original Google BERT checkpoint to a `BertEncoder` (and heads).
+
+    Args:
+        path: str. Directory with `bert_config.json`, `bert_model.ckpt.*` and
+            `vocab.txt`, or the checkpoint prefix itself.
+        with_heads: bool. Also convert `cls/predictions/*` (masked LM) and
+            `cls/seq_relationship/*` (next sentence) when present. Defaults to `True`.
+        do_lower_case: optional bool. Defaults to what the directory name says
+            (`uncased_...` / `cased_...`), else to what the vocabulary suggests.
+        dtype: optional dtype policy of the built models.
+
+    Returns:
+        `LoadedCheckpoint`. Google's `gelu` is the tanh approximation, so the
+        encoder gets `activation="gelu_approximate"`.
+    """
+    return load(read_google(path, with_heads=with_heads, do_lower_case=do_lower_case), dtype)
+
+
+def load_keras_nlp_preset(path, *, do_lower_case=None, dtype=None):
+    """Converts a keras-nlp / keras-hub `BertBackbone` preset directory.
+
+    Args:
+        path: str. Directory with `config.json`, `model.weights.h5` and
+            `assets/tokenizer/vocabulary.txt` (as written by
+            `BertBackbone.save_to_preset` and `BertTokenizer.save_to_preset`).
+        do_lower_case: optional bool. Defaults to the tokenizer's `lowercase`.
+        dtype: optional dtype policy of the built encoder.
+
+    Returns:
+        `LoadedCheckpoint` (no heads).
+    """
+    return load(read_keras_nlp_preset(path, do_lower_case=do_lower_case), dtype)
+
+
+def from_keras_nlp(backbone, *, vocab_file=None, do_lower_case=True, dtype=None, file=None):
+    """Converts a `keras_nlp.models.BertBackbone` object to a `BertEncoder`.
+
+    The encoder gets `activation="gelu_approximate"`, the GELU of `BertBackbone`.
+
+    Returns:
+        `LoadedCheckpoint` (no heads).
+    """
+    return load(read_keras_nlp(backbone, vocab_file=vocab_file, do_lower_case=do_lower_case, file=file), dtype)
+
+
+def load_hub_module(path, *, with_heads=True, do_lower_case=None, dtype=None):
+    """Converts a TF Hub BERT encoder module into a `BertEncoder`.
+
+    The module's architecture is read from its variables' shapes and its
+    graph; each candidate encoder is run next to the module on a probe batch
+    and the first that gives the module's outputs is returned.
+
+    Args:
+        path: str. An encoder SavedModel directory, a directory holding
+            `encoder/` and `preprocess/` (as `bert-keras convert` writes), a
+            `.tar.gz` of a module, or an http(s) handle (fetched once into
+            `$TFHUB_CACHE_DIR`).
+        with_heads: bool. Ignored: the `mlm` sub-object of a module is not
+            converted (its encoder is).
+        do_lower_case: optional bool. Overrides the module's `do_lower_case`.
+        dtype: optional dtype policy of the built encoder.
+
+    Returns:
+        `LoadedCheckpoint` with format `"hub_module"`; `vocab_file` is the
+        module's vocabulary (or the preprocess module's).
+
+    Raises:
+        CheckpointError: the module is not a BERT encoder this package can
+            rebuild, has no WordPiece vocabulary, or the rebuilt encoder does
+            not give the module's outputs.
+    """
+    del with_heads  # a module's heads are not converted
+    return load(read_hub_module(path, do_lower_case=do_lower_case), dtype)
 
 
 __all__ = [

@@ -4,7 +4,7 @@ import keras
 import tensorflow as tf
 
 from bert_keras._checks import check_int
-from bert_keras.encoder import INPUT_KEYS
+from bert_keras._contract import INPUT_KEYS
 from bert_keras.hub.loader import check_safe_mode, load
 
 

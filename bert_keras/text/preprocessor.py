@@ -3,7 +3,7 @@
 import keras
 import tensorflow as tf
 
-from bert_keras.encoder import INPUT_KEYS
+from bert_keras._contract import INPUT_KEYS
 from bert_keras.text.packer import BertPacker, pack_inputs
 from bert_keras.text.tokenizer import WordPieceTokenizer, to_string_tensor
 

@@ -39,7 +39,7 @@ import tensorflow as tf
 import tensorflow_text as tf_text
 
 from bert_keras._checks import check_float, check_int
-from bert_keras.encoder import INPUT_KEYS
+from bert_keras._contract import INPUT_KEYS
 from bert_keras.text.tokenizer import WordPieceTokenizer
 
 logger = logging.getLogger(__name__)

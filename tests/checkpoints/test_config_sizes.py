@@ -14,9 +14,11 @@ import numpy as np
 import pytest
 
 from bert_keras import cli
-from bert_keras.checkpoints import CheckpointError, load_checkpoint, tables
+from bert_keras.checkpoints import CheckpointError, load_checkpoint
 from bert_keras.checkpoints import _build
-from bert_keras.checkpoints._common import expand_table, resolve_target
+from bert_keras.formats import tables
+from bert_keras.formats._common import expand_table, resolve_target
+from bert_keras.formats._read import expected_shape, expected_stored_shape
 from tests.checkpoints._models import TINY_HF, hf_pretraining_model, save_hf_directory
 
 transformers = pytest.importorskip("transformers")
@@ -186,7 +188,7 @@ def test_keras_nlp_preset_sizes_are_checked_against_the_h5_file(preset, no_backb
 def test_keras_nlp_h5_names_are_the_backbone_variables(preset):
     """The HDF5 reader maps every dataset of a saved preset to its BertBackbone variable, shapes included."""
     keras_hub = pytest.importorskip("keras_hub")
-    from bert_keras.checkpoints.keras_nlp import H5Source
+    from bert_keras.formats.keras_nlp import H5Source
 
     source = H5Source(os.path.join(preset, "model.weights.h5"))
     backbone = keras_hub.models.BertBackbone.from_preset(preset)
@@ -200,7 +202,7 @@ def test_keras_nlp_h5_names_are_the_backbone_variables(preset):
 
 
 def test_expected_shapes_are_the_built_shapes():
-    """`_build.expected_shape` (what the config implies, before building) equals every built variable's shape."""
+    """`expected_shape` (what the config implies, before building) equals every built variable's shape."""
     config = dict(vocab_size=40, num_layers=2, hidden_size=16, num_heads=4, intermediate_size=24,
                   max_sequence_length=20, type_vocab_size=3)
     roots, _ = _build.build_models(config, [tables.MLM, tables.NSP], "gelu")
@@ -208,7 +210,7 @@ def test_expected_shapes_are_the_built_shapes():
     for weights in (tables.HF_WEIGHTS, tables.GOOGLE_WEIGHTS, tables.KERAS_NLP_WEIGHTS):
         for target, _, _ in expand_table(weights, [p for p in parts if p in weights], config["num_layers"]):
             built = tuple(resolve_target(roots, target).shape)
-            assert _build.expected_shape(target, config) == built, target
+            assert expected_shape(target, config) == built, target
 
 
 def test_reshaped_layout_is_keras_multi_head_attention():
@@ -221,6 +223,6 @@ def test_reshaped_layout_is_keras_multi_head_attention():
     checked = 0
     for target, name, transform in expand_table(tables.KERAS_NLP_WEIGHTS, (tables.LAYER,), 2):
         if transform == tables.RESHAPE:
-            assert _build.expected_stored_shape(target, transform, config) == variables[name], name
+            assert expected_stored_shape(target, transform, config) == variables[name], name
             checked += 1
     assert checked == 2 * 7

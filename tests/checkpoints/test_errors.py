@@ -9,7 +9,7 @@ import pytest
 from safetensors.numpy import load_file, save_file
 
 from bert_keras.checkpoints import CheckpointError, ConfigError, detect_format, load_checkpoint
-from bert_keras.checkpoints.sources import read_safetensors_header
+from bert_keras.formats.sources import read_safetensors_header
 from tests.checkpoints._models import TINY_HF, save_hf_directory, write_vocab
 
 transformers = pytest.importorskip("transformers")

@@ -6,7 +6,7 @@ import pytest
 import tensorflow as tf
 
 from bert_keras.checkpoints import CheckpointError, detect_format, load_checkpoint, load_google
-from bert_keras.checkpoints._common import resolve_target
+from bert_keras.formats._common import resolve_target
 from tests.checkpoints._models import TINY_HF, hf_pretraining_model, max_diff, random_inputs, torch_outputs, write_vocab
 
 pytest.importorskip("torch")

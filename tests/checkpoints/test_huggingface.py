@@ -8,7 +8,7 @@ import pytest
 from safetensors.numpy import load_file, save_file
 
 from bert_keras.checkpoints import load_checkpoint, load_huggingface
-from bert_keras.checkpoints.huggingface import normalize_name
+from bert_keras.formats.huggingface import normalize_name
 from tests.checkpoints._models import (
     TINY_HF,
     hf_pretraining_model,

@@ -5,17 +5,18 @@ import struct
 import numpy as np
 import pytest
 
-from bert_keras.checkpoints import CheckpointError, ConversionSummary, tables
-from bert_keras.checkpoints._common import (
+from bert_keras.checkpoints import CheckpointError, ConversionSummary
+from bert_keras.formats import tables
+from bert_keras.formats._common import (
     apply_transform,
     expand_table,
     expected_source_shape,
     guess_do_lower_case,
     shape_fits,
 )
-from bert_keras.checkpoints.google import is_ignored as google_ignored
-from bert_keras.checkpoints.huggingface import config_to_kwargs
-from bert_keras.checkpoints.sources import read_safetensors_header
+from bert_keras.formats.google import is_ignored as google_ignored
+from bert_keras.formats.huggingface import config_to_kwargs
+from bert_keras.formats.sources import read_safetensors_header
 
 
 @pytest.mark.parametrize("table", [tables.HF_WEIGHTS, tables.GOOGLE_WEIGHTS, tables.KERAS_NLP_WEIGHTS])

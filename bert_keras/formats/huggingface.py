@@ -1,10 +1,9 @@
-"""Hugging Face `transformers` BERT checkpoints -> BertEncoder and heads."""
+"""Hugging Face `transformers` BERT checkpoints -> our encoder config and weights (and the heads')."""
 
 import os
 
-from bert_keras.checkpoints import tables
-from bert_keras.checkpoints._build import check_tied_decoder, convert
-from bert_keras.checkpoints._common import (
+from bert_keras.formats import tables
+from bert_keras.formats._common import (
     CheckpointError,
     ConfigError,
     check_vocabulary,
@@ -15,7 +14,8 @@ from bert_keras.checkpoints._common import (
     read_vocabulary,
     translate_activation,
 )
-from bert_keras.checkpoints.sources import SafetensorsSource, TorchSource
+from bert_keras.formats._read import check_tied_decoder, read_weights
+from bert_keras.formats.sources import SafetensorsSource, TorchSource
 
 CONFIG_FILE = "config.json"
 VOCAB_FILE = "vocab.txt"
@@ -80,8 +80,8 @@ def open_weights(directory):
     return SafetensorsSource(path, normalize=normalize_name)
 
 
-def load_huggingface(path, *, with_heads=True, do_lower_case=None, dtype=None):
-    """Converts a Hugging Face BERT directory to a `BertEncoder` (and heads).
+def read_huggingface(path, *, with_heads=True, do_lower_case=None):
+    """Reads a Hugging Face BERT directory: our encoder config and its weights (and the heads').
 
     Args:
         path: str. Directory with `config.json`, `model.safetensors` (or a
@@ -89,13 +89,12 @@ def load_huggingface(path, *, with_heads=True, do_lower_case=None, dtype=None):
             installed, `pytorch_model.bin` or `pytorch_model.bin.index.json`),
             and optionally `vocab.txt` and `tokenizer_config.json`. An index
             may only name shard files in the same directory.
-        with_heads: bool. Also convert `cls.predictions.*` (masked LM) and
+        with_heads: bool. Also read `cls.predictions.*` (masked LM) and
             `cls.seq_relationship.*` (next sentence) when present. Defaults to `True`.
         do_lower_case: optional bool. Overrides `tokenizer_config.json`.
-        dtype: optional dtype policy of the built models.
 
     Returns:
-        `LoadedCheckpoint`.
+        `CheckpointWeights`.
     """
     directory = os.path.dirname(path) if os.path.isfile(path) else path
     config_file = os.path.join(directory, CONFIG_FILE)
@@ -125,7 +124,7 @@ def load_huggingface(path, *, with_heads=True, do_lower_case=None, dtype=None):
     table[tables.MLM] = tuple(
         (target, _alias(source, name), transform) for target, name, transform in table[tables.MLM]
     )
-    return convert(
+    return read_weights(
         format="huggingface",
         source=source,
         table=table,
@@ -134,11 +133,10 @@ def load_huggingface(path, *, with_heads=True, do_lower_case=None, dtype=None):
         mlm_activation=kwargs["activation"],
         with_heads=with_heads,
         ignored=is_ignored,
-        extra_checks=lambda src, roots: _extra_checks(src, roots, table),
+        extra_checks=lambda src, heads: _extra_checks(src, heads, table),
         hint=f" Check {config_file}.",
         vocab_file=vocab_file,
         do_lower_case=do_lower_case,
-        dtype=dtype,
     )
 
 
@@ -151,9 +149,9 @@ def _alias(source, name):
     return name
 
 
-def _extra_checks(source, roots, table):
+def _extra_checks(source, heads, table):
     skipped = []
-    if "mlm" in roots:
+    if tables.MLM in heads:
         skipped += check_tied_decoder(source, tables.HF_TIED_DECODER, "embeddings.word_embeddings.weight")
         # `cls.predictions.decoder.bias` is the same parameter as `cls.predictions.bias`.
         for name in ("cls.predictions.bias",) + tables.HF_ALIASES["cls.predictions.bias"]:

@@ -1,13 +1,12 @@
-"""keras-nlp (keras-hub) `BertBackbone` <-> BertEncoder, objects or preset directories."""
+"""keras-nlp (keras-hub) `BertBackbone`, objects or preset directories -> our encoder config and weights, and back."""
 
 import os
 import re
 
 import numpy as np
 
-from bert_keras.checkpoints import tables
-from bert_keras.checkpoints._build import check_config, convert, plan_parts
-from bert_keras.checkpoints._common import (
+from bert_keras.formats import tables
+from bert_keras.formats._common import (
     CheckpointError,
     ConfigError,
     check_vocabulary,
@@ -19,7 +18,8 @@ from bert_keras.checkpoints._common import (
     read_vocabulary,
     resolve_target,
 )
-from bert_keras.checkpoints.sources import ArraySource, _Source
+from bert_keras.formats._read import check_config, plan_parts, read_weights
+from bert_keras.formats.sources import ArraySource, _Source
 
 CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.weights.h5"
@@ -165,18 +165,17 @@ def backbone_config_to_kwargs(config, file):
     return kwargs
 
 
-def load_keras_nlp_preset(path, *, do_lower_case=None, dtype=None):
-    """Converts a keras-nlp / keras-hub `BertBackbone` preset directory.
+def read_keras_nlp_preset(path, *, do_lower_case=None):
+    """Reads a keras-nlp / keras-hub `BertBackbone` preset directory: our encoder config and its weights.
 
     Args:
         path: str. Directory with `config.json`, `model.weights.h5` and
             `assets/tokenizer/vocabulary.txt` (as written by
             `BertBackbone.save_to_preset` and `BertTokenizer.save_to_preset`).
         do_lower_case: optional bool. Defaults to the tokenizer's `lowercase`.
-        dtype: optional dtype policy of the built encoder.
 
     Returns:
-        `LoadedCheckpoint` (no heads).
+        `CheckpointWeights` (no heads).
     """
     config_file = os.path.join(path, CONFIG_FILE)
     config = read_json(config_file)
@@ -214,16 +213,16 @@ def load_keras_nlp_preset(path, *, do_lower_case=None, dtype=None):
         backbone = _keras_hub().models.BertBackbone.from_preset(path)
     except Exception as error:
         raise CheckpointError(weights_file, _tensor_in_message(error), f"cannot be loaded into a BertBackbone ({error}).") from error
-    return from_keras_nlp(backbone, vocab_file=vocab_file, do_lower_case=do_lower_case, dtype=dtype, file=weights_file)
+    return read_keras_nlp(backbone, vocab_file=vocab_file, do_lower_case=do_lower_case, file=weights_file)
 
 
-def from_keras_nlp(backbone, *, vocab_file=None, do_lower_case=True, dtype=None, file=None):
-    """Converts a `keras_nlp.models.BertBackbone` object to a `BertEncoder`.
+def read_keras_nlp(backbone, *, vocab_file=None, do_lower_case=True, file=None):
+    """Reads a `keras_nlp.models.BertBackbone` object: our encoder config and its weights.
 
-    The encoder gets `activation="gelu_approximate"`, the GELU of `BertBackbone`.
+    The config says `activation="gelu_approximate"`, the GELU of `BertBackbone`.
 
     Returns:
-        `LoadedCheckpoint` (no heads).
+        `CheckpointWeights` (no heads).
     """
     if not is_backbone(backbone):
         raise ValueError(
@@ -233,7 +232,7 @@ def from_keras_nlp(backbone, *, vocab_file=None, do_lower_case=True, dtype=None,
     file = file or f"<BertBackbone {backbone.name}>"
     kwargs = backbone_config_to_kwargs(backbone.get_config(), file)
     source = ArraySource({variable.path: variable.numpy() for variable in backbone.weights}, file)
-    return convert(
+    return read_weights(
         format="keras_nlp",
         source=source,
         table=tables.KERAS_NLP_WEIGHTS,
@@ -244,7 +243,6 @@ def from_keras_nlp(backbone, *, vocab_file=None, do_lower_case=True, dtype=None,
         ignored=lambda name: False,
         vocab_file=vocab_file,
         do_lower_case=do_lower_case,
-        dtype=dtype,
     )
 
 

@@ -1,4 +1,4 @@
-"""Shared pieces of the converters: errors, summaries, weight plans and vocabularies."""
+"""Shared pieces of the readers: errors, summaries, what a reader returns, weight plans and vocabularies."""
 
 import dataclasses
 import json
@@ -8,7 +8,7 @@ import re
 
 import numpy as np
 
-from bert_keras.checkpoints import tables
+from bert_keras.formats import tables
 from bert_keras.text.tokenizer import load_vocabulary
 
 logger = logging.getLogger("bert_keras.checkpoints")
@@ -85,30 +85,50 @@ def _listing(names, limit=12):
 
 
 @dataclasses.dataclass
-class LoadedCheckpoint:
-    """The result of a conversion.
+class CheckpointWeights:
+    """What a reader returns: our encoder's arguments and the weights under our names. No model.
+
+    Models are built from it by whoever holds their classes (`build_and_load`):
+    `BertEncoder.from_checkpoint`, and `bert_keras.checkpoints` for the heads.
 
     Attributes:
-        encoder: `BertEncoder` holding the converted weights.
-        heads: dict of converted heads: `"mlm"` (`MaskedLMHead`, tied to the
-            encoder's word embeddings) and/or `"nsp"` (`NextSentenceHead`).
-        pretrainer: `BertPretrainer` or None. Built when both heads are present;
-            its `.encoder`, `.mlm_head` and `.nsp_head` are the objects above.
+        encoder_configs: list of dict of `BertEncoder` arguments. One, except
+            for a Hub module, whose files leave the head count and the
+            activation open: its candidates, most likely first.
+        arrays: dict. Target path (`encoder.pooler.kernel`, `mlm.output_bias`:
+            see `tables.py`) -> numpy array in the layout of our variable.
+        origins: dict. Target path -> `(file, tensor)` it was read from.
+        heads: list of str. The heads whose weights are in `arrays` (`"mlm"`, `"nsp"`).
+        mlm_activation: the activation of the masked-LM transform.
         vocab_file: str or None. Path of the WordPiece vocabulary.
         do_lower_case: bool. Whether the vocabulary expects lower-cased text.
         summary: `ConversionSummary`.
+        difference: optional callable `encoder -> float`: how far a built
+            encoder's outputs are from the checkpoint's own (a Hub module's),
+            relative to their largest value; None where the files fix the
+            architecture.
+        tolerance: float. The largest `difference` accepted.
     """
 
-    encoder: object
-    heads: dict
-    pretrainer: object
+    encoder_configs: list
+    arrays: dict
+    origins: dict
+    heads: list
+    mlm_activation: object
     vocab_file: object
     do_lower_case: bool
     summary: ConversionSummary
+    difference: object = None
+    tolerance: float = 0.0
+
+    @property
+    def encoder_config(self):
+        """The most likely encoder arguments (the only ones, unless this is a Hub module)."""
+        return self.encoder_configs[0]
 
 
 # ---------------------------------------------------------------------------
-# Weight plans: tables expanded, checked against the built model, then assigned.
+# Weight plans: tables expanded, tensors read and turned into our layout, then assigned.
 # ---------------------------------------------------------------------------
 
 
@@ -196,52 +216,66 @@ def read_tensors(source, names):
     return arrays
 
 
-def load_plan(source, entries, roots, hint="", arrays=None):
-    """Reads and checks every tensor of a plan; assigns nothing.
+def assign_arrays(weights, roots):
+    """Assigns `weights.arrays` to the variables of `roots` (e.g. `{"encoder": BertEncoder}`).
+
+    Targets under roots that are not given (a head's, for an encoder alone) are skipped.
+
+    Raises:
+        CheckpointError: a built variable's shape is not the array's, naming
+            the file and the tensor.
+    """
+    for target, array in weights.arrays.items():
+        if target.split(".", 1)[0] not in roots:
+            continue
+        variable = resolve_target(roots, target)
+        if tuple(variable.shape) != array.shape:
+            file, name = weights.origins[target]
+            raise CheckpointError(file, name, f"has shape {array.shape} in our layout, expected "
+                                  f"{tuple(variable.shape)} for {target}.")
+        variable.assign(array.astype(variable.dtype))
+
+
+def build_and_load(weights, make_roots):
+    """Builds models with `make_roots(encoder_config)` and assigns the checkpoint's weights to them.
+
+    The checkpoint is read and checked before (`read_checkpoint`); this only
+    builds and assigns. Where `weights` lists several encoder configs (a Hub
+    module), each is built in turn and the first whose encoder reproduces
+    the module's outputs is kept.
 
     Args:
-        source: a tensor source (see `sources.py`).
-        entries: list of `(target, source_name, transform)`.
-        roots: dict of the objects that targets start from.
-        hint: str. Appended to shape errors (e.g. which config to check).
-        arrays: optional dict of tensors already read by `read_tensors`;
-            the others are read from `source`.
+        weights: `CheckpointWeights`.
+        make_roots: callable `encoder_config -> dict` of the models the
+            targets start from: `"encoder"`, and optionally `"mlm"`, `"nsp"`.
+            The caller holds the classes; readers import no model.
 
     Returns:
-        A list of `(variable, array, source_name, target)`, ready to assign.
+        The dict `make_roots` returned, with the weights assigned.
+
+    Raises:
+        CheckpointError: no candidate reproduces the module's outputs.
     """
-    arrays = arrays or {}
-    plan = []
-    for target, name, transform in entries:
-        variable = resolve_target(roots, target)
-        target_shape = tuple(variable.shape)
-        if not source.has(name):
-            raise CheckpointError(
-                source.file_of(name),
-                name,
-                f"missing from the checkpoint; it is needed for {target} (shape "
-                f"{target_shape}). The checkpoint may be incomplete, or of another model.",
-            )
-        stored_shape = tuple(source.shape(name))
-        if not shape_fits(transform, stored_shape, target_shape):
-            expected = expected_source_shape(transform, target_shape)
-            if transform == tables.RESHAPE:
-                expected = f"{int(np.prod(target_shape))} values reshaped to {expected}"
-            raise CheckpointError(
-                source.file_of(name),
-                name,
-                f"has shape {stored_shape}, expected {expected} for {target}.{hint}",
-            )
-        array = arrays[name] if name in arrays else read_tensors(source, [name])[name]
-        plan.append((variable, apply_transform(array, transform, target_shape), name, target))
-    return plan
-
-
-def assign_plan(plan):
-    """Assigns a checked plan. Returns the `(source_name, target)` pairs."""
-    for variable, array, _, _ in plan:
-        variable.assign(array.astype(variable.dtype))
-    return [(name, target) for _, _, name, target in plan]
+    best = None
+    for config in weights.encoder_configs:
+        roots = make_roots(config)
+        assign_arrays(weights, roots)
+        if weights.difference is None:
+            return roots
+        difference = weights.difference(roots["encoder"])
+        logger.info("%s: num_heads=%d, activation=%s: max difference %.3g", weights.summary.files[0],
+                    config["num_heads"], config["activation"], difference)
+        if difference <= weights.tolerance:
+            return roots
+        if best is None or difference < best[0]:
+            best = (difference, config)
+    raise CheckpointError(
+        weights.summary.files[0],
+        None,
+        f"no BertEncoder reproduces this module's outputs (closest: num_heads={best[1]['num_heads']}, "
+        f"activation={best[1]['activation']!r}, relative difference {best[0]:.3g}). It may be a BERT variant "
+        "this package does not build (pre-LayerNorm, an embedding projection, another activation).",
+    )
 
 
 # ---------------------------------------------------------------------------

@@ -12,7 +12,7 @@ import struct
 
 import numpy as np
 
-from bert_keras.checkpoints._common import CheckpointError, read_json
+from bert_keras.formats._common import CheckpointError, read_json
 
 _SAFETENSORS_DTYPE_SIZES = {
     "F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I16": 2, "I8": 1,

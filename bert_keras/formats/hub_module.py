@@ -1,4 +1,4 @@
-"""TF Hub / Model Garden BERT encoder modules (SavedModels) -> BertEncoder.
+"""TF Hub / Model Garden BERT encoder modules (SavedModels) -> our encoder config and weights.
 
 A module in the format of Model Garden's `export_tfhub_lib.py` (the published
 `bert_en_uncased_L-12_H-768_A-12` and its kin) keeps no config: the
@@ -7,29 +7,29 @@ of its graph (`Erf`: exact GELU), and the vocabulary from its `vocab_file`
 asset or from the preprocess module next to it. Modules written by this
 package's own exporter are read too (their attention kernels are 2-D, so the
 head count is found by trying the divisors of `hidden_size`). Either way the
-converted encoder is run next to the module on a probe batch and must give
-its outputs: a module that is not a post-LayerNorm BERT is refused, not
+reader lists the candidate configs, and each encoder built from them is run
+next to the module on a probe batch (`build_and_load`) until one gives its
+outputs: a module that is not a post-LayerNorm BERT is refused, not
 silently misread.
 """
 
-import logging
+import dataclasses
 import os
 
 import numpy as np
 
+from bert_keras._contract import INPUT_KEYS
 from bert_keras._files import MARKER
-from bert_keras.checkpoints import tables
-from bert_keras.checkpoints._build import convert
-from bert_keras.checkpoints._common import (
+from bert_keras.formats import tables
+from bert_keras.formats._common import (
     CheckpointError,
     check_vocabulary,
     guess_do_lower_case,
     read_vocabulary,
 )
-from bert_keras.checkpoints.sources import _Source
-from bert_keras.encoder import INPUT_KEYS
-
-logger = logging.getLogger("bert_keras.checkpoints")
+from bert_keras.formats._read import read_weights
+from bert_keras.formats.sources import _Source
+from bert_keras.hub.loader import load, resolve, unpack_archive
 
 ENCODER_DIR = "encoder"
 PREPROCESS_DIR = "preprocess"
@@ -171,31 +171,27 @@ class ModuleSource(_Source):
         return self._variables[name].numpy()
 
 
-def load_hub_module(path, *, with_heads=True, do_lower_case=None, dtype=None):
-    """Converts a TF Hub BERT encoder module into a `BertEncoder`.
+def read_hub_module(path, *, do_lower_case=None):
+    """Reads a TF Hub BERT encoder module: the candidate encoder configs, the weights, the vocabulary.
 
     Args:
         path: str. An encoder SavedModel directory, a directory holding
             `encoder/` and `preprocess/` (as `bert-keras convert` writes), a
             `.tar.gz` of a module, or an http(s) handle (fetched once into
             `$TFHUB_CACHE_DIR`).
-        with_heads: bool. Ignored: the `mlm` sub-object of a module is not
-            converted (its encoder is).
         do_lower_case: optional bool. Overrides the module's `do_lower_case`.
-        dtype: optional dtype policy of the built encoder.
 
     Returns:
-        `LoadedCheckpoint` with format `"hub_module"`; `vocab_file` is the
-        module's vocabulary (or the preprocess module's).
+        `CheckpointWeights` with format `"hub_module"`, the candidate configs
+        most likely first, and the module's outputs on a probe batch to
+        compare a built encoder with (`difference`); `vocab_file` is the
+        module's vocabulary (or the preprocess module's). The `mlm`
+        sub-object of a module is not read (its encoder is).
 
     Raises:
         CheckpointError: the module is not a BERT encoder this package can
-            rebuild, has no WordPiece vocabulary, or the rebuilt encoder does
-            not give the module's outputs.
+            rebuild, or has no WordPiece vocabulary.
     """
-    # Imported here: loading SavedModels needs tensorflow-text's ops registered (bert_keras.hub does it).
-    from bert_keras.hub.loader import load, resolve
-
     directory, preprocess_dir = _module_dirs(resolve(os.fspath(path)))
     try:
         module = load(directory)
@@ -210,30 +206,21 @@ def load_hub_module(path, *, with_heads=True, do_lower_case=None, dtype=None):
     if do_lower_case is None:
         do_lower_case = _do_lower_case(module, preprocess_dir, vocab_file)
 
+    candidates = list(_candidates(config, layout, _graph_ops(directory)))
+    weights = read_weights(
+        format="hub_module", source=source, table=table,
+        part_prefixes={tables.POOLER: pooler_prefix}, encoder_config=candidates[0],
+        mlm_activation=candidates[0]["activation"], with_heads=False, ignored=_is_bookkeeping,
+        hint=f" Is {directory} a BERT encoder module?", vocab_file=vocab_file, do_lower_case=bool(do_lower_case),
+    )
     probe_inputs = _probe_inputs(config)
     expected = module(probe_inputs, training=False)
-    best = None
-    for candidate in _candidates(config, layout, _graph_ops(directory)):
-        loaded = convert(
-            format="hub_module", source=source, table=table,
-            part_prefixes={tables.POOLER: pooler_prefix}, encoder_config=candidate,
-            mlm_activation=candidate["activation"], with_heads=False, ignored=_is_bookkeeping,
-            hint=f" Is {directory} a BERT encoder module?", vocab_file=vocab_file, do_lower_case=bool(do_lower_case),
-            dtype=dtype,
-        )
-        difference = _difference(loaded.encoder, probe_inputs, expected)
-        logger.info("%s: num_heads=%d, activation=%s: max difference %.3g", directory,
-                    candidate["num_heads"], candidate["activation"], difference)
-        if difference <= TOLERANCE:
-            return loaded
-        if best is None or difference < best[0]:
-            best = (difference, candidate)
-    raise CheckpointError(
-        directory,
-        None,
-        f"no BertEncoder reproduces this module's outputs (closest: num_heads={best[1]['num_heads']}, "
-        f"activation={best[1]['activation']!r}, relative difference {best[0]:.3g}). It may be a BERT variant "
-        "this package does not build (pre-LayerNorm, an embedding projection, another activation).",
+    # The candidates differ in the head count and the activation, on which no weight's shape in our layout depends.
+    return dataclasses.replace(
+        weights,
+        encoder_configs=candidates,
+        difference=lambda encoder: _difference(encoder, probe_inputs, expected),
+        tolerance=TOLERANCE,
     )
 
 
@@ -253,9 +240,6 @@ def _module_dirs(path):
 
 def _extract(archive):
     """The module in a `.tar.gz` archive, unpacked into the private Hub cache (`hub.loader.unpack_archive`)."""
-    # Imported here: bert_keras.hub registers tensorflow-text's ops, which loading a module needs anyway.
-    from bert_keras.hub.loader import unpack_archive
-
     try:
         target = unpack_archive(archive)
     except (ValueError, OSError) as error:

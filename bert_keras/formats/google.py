@@ -1,11 +1,10 @@
-"""Original Google BERT checkpoints (google-research/bert, TF1) -> BertEncoder and heads."""
+"""Original Google BERT checkpoints (google-research/bert, TF1) -> our encoder config and weights."""
 
 import glob
 import os
 
-from bert_keras.checkpoints import tables
-from bert_keras.checkpoints._build import convert
-from bert_keras.checkpoints._common import (
+from bert_keras.formats import tables
+from bert_keras.formats._common import (
     CheckpointError,
     check_vocabulary,
     encoder_kwargs,
@@ -15,7 +14,8 @@ from bert_keras.checkpoints._common import (
     read_vocabulary,
     translate_activation,
 )
-from bert_keras.checkpoints.sources import TFCheckpointSource
+from bert_keras.formats._read import read_weights
+from bert_keras.formats.sources import TFCheckpointSource
 
 CONFIG_FILE = "bert_config.json"
 VOCAB_FILE = "vocab.txt"
@@ -55,21 +55,20 @@ def find_checkpoint_prefix(path):
     )
 
 
-def load_google(path, *, with_heads=True, do_lower_case=None, dtype=None):
-    """Converts an original Google BERT checkpoint to a `BertEncoder` (and heads).
+def read_google(path, *, with_heads=True, do_lower_case=None):
+    """Reads an original Google BERT checkpoint: our encoder config and its weights (and the heads').
 
     Args:
         path: str. Directory with `bert_config.json`, `bert_model.ckpt.*` and
             `vocab.txt`, or the checkpoint prefix itself.
-        with_heads: bool. Also convert `cls/predictions/*` (masked LM) and
+        with_heads: bool. Also read `cls/predictions/*` (masked LM) and
             `cls/seq_relationship/*` (next sentence) when present. Defaults to `True`.
         do_lower_case: optional bool. Defaults to what the directory name says
             (`uncased_...` / `cased_...`), else to what the vocabulary suggests.
-        dtype: optional dtype policy of the built models.
 
     Returns:
-        `LoadedCheckpoint`. Google's `gelu` is the tanh approximation, so the
-        encoder gets `activation="gelu_approximate"`.
+        `CheckpointWeights`. Google's `gelu` is the tanh approximation, so the
+        encoder config says `activation="gelu_approximate"`.
     """
     prefix = find_checkpoint_prefix(path)
     directory = os.path.dirname(prefix)
@@ -87,7 +86,7 @@ def load_google(path, *, with_heads=True, do_lower_case=None, dtype=None):
                          source.shape(embeddings_name)[0])
     if do_lower_case is None:
         do_lower_case = _guess_do_lower_case(directory, tokens)
-    return convert(
+    return read_weights(
         format="google",
         source=source,
         table=tables.GOOGLE_WEIGHTS,
@@ -99,7 +98,6 @@ def load_google(path, *, with_heads=True, do_lower_case=None, dtype=None):
         hint=f" Check {config_file}.",
         vocab_file=vocab_file,
         do_lower_case=do_lower_case,
-        dtype=dtype,
     )
 
 

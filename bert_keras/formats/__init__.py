@@ -1,0 +1,148 @@
+"""Checkpoint formats: Hugging Face, original Google BERT (TF1), keras-nlp and TF Hub / Model Garden modules.
+
+`read_checkpoint(path)` detects the format and returns `CheckpointWeights`:
+our encoder's arguments, the weights under our names (in our layout), the
+vocabulary and a summary. Readers import no model: `BertEncoder.from_checkpoint`
+builds itself from what they return, and `bert_keras.checkpoints` adds the
+heads (`build_and_load`). Name tables are data (`tables.py`); every other
+project's names stay here.
+"""
+
+import logging
+import os
+
+from bert_keras.formats._common import (
+    CheckpointError,
+    CheckpointWeights,
+    ConfigError,
+    ConversionSummary,
+    build_and_load,
+    read_json,
+)
+from bert_keras.formats.google import read_google
+from bert_keras.formats.hub_module import is_hub_module, read_hub_module
+from bert_keras.formats.huggingface import read_huggingface
+from bert_keras.formats.keras_nlp import (
+    is_backbone,
+    is_preset_config,
+    read_keras_nlp,
+    read_keras_nlp_preset,
+    to_keras_nlp,
+)
+
+logger = logging.getLogger("bert_keras.checkpoints")
+
+FORMATS = ("huggingface", "google", "keras_nlp", "hub_module")
+
+
+def holds_weights(path):
+    """Whether `path` is a checkpoint of weights and a config, which is read without running any code.
+
+    Google BERT (`bert_config.json`, or a TF checkpoint prefix), a keras-nlp
+    preset or a Hugging Face folder (`config.json`).
+    """
+    path = os.fspath(path)
+    if os.path.exists(path + ".index"):
+        return True
+    return os.path.isdir(path) and any(os.path.isfile(os.path.join(path, name)) for name in ("bert_config.json", "config.json"))
+
+
+def detect_format(path):
+    """Returns `"huggingface"`, `"google"`, `"keras_nlp"` or `"hub_module"` for a checkpoint.
+
+    - `bert_config.json` (or a TF checkpoint prefix): original Google BERT.
+    - `config.json` of a serialized Keras object (`class_name`, `registered_name`): keras-nlp.
+    - any other `config.json`: Hugging Face.
+    - only when none of those is there: `saved_model.pb` (or
+      `encoder/saved_model.pb`), a `.tar.gz` or an http(s) handle: a TF Hub /
+      Model Garden encoder module.
+
+    Weights are asked for first: reading them never runs code, while loading
+    a SavedModel runs its graph. A folder that holds weights and also a
+    `saved_model.pb` is read as weights (the SavedModel is ignored, with a
+    warning); a module is loaded only where the path is a module and nothing else.
+    """
+    if is_backbone(path):
+        return "keras_nlp"
+    path = os.fspath(path)
+    if holds_weights(path):
+        if os.path.exists(path + ".index") or os.path.exists(os.path.join(path, "bert_config.json")):
+            found = "google"
+        else:
+            found = "keras_nlp" if is_preset_config(read_json(os.path.join(path, "config.json"))) else "huggingface"
+        if os.path.isdir(path) and is_hub_module(path):
+            logger.warning("%s holds a %s checkpoint and a SavedModel; reading the weights, not running the SavedModel "
+                           "(pass format=\"hub_module\" or --modules to load the module).", path, found)
+        return found
+    if is_hub_module(path):
+        return "hub_module"
+    if not os.path.isdir(path):
+        raise CheckpointError(path, None, "is not a checkpoint directory (it does not exist or is a file).")
+    raise CheckpointError(
+        path,
+        None,
+        "holds no checkpoint this package knows: expected config.json (Hugging Face or a "
+        "keras-nlp preset) or bert_config.json with bert_model.ckpt.* (Google BERT).",
+    )
+
+
+def read_checkpoint(path, *, format=None, with_heads=True, do_lower_case=None):
+    """Reads a BERT checkpoint of any supported format, without building a model.
+
+    Args:
+        path: str, a checkpoint directory (or TF checkpoint prefix), or a
+            `keras_nlp.models.BertBackbone` object.
+        format: optional str, one of `"huggingface"`, `"google"`, `"keras_nlp"`, `"hub_module"`.
+            Detected when omitted (see `detect_format`).
+        with_heads: bool. Read pre-training heads when present. Defaults to `True`.
+        do_lower_case: optional bool. Overrides what the checkpoint says.
+
+    Returns:
+        `CheckpointWeights`.
+
+    Raises:
+        CheckpointError: naming the file and the tensor (or config field) at
+            fault: a missing tensor, a wrong shape, a config of another model,
+            a vocabulary that disagrees with the embeddings, a truncated file.
+
+    Example:
+    >>> from bert_keras.text.corpora import minilm_vocab_path  # the MiniLM checkpoint of the test extra
+    >>> weights = read_checkpoint(os.path.dirname(minilm_vocab_path()))
+    >>> weights.encoder_config["num_layers"], weights.arrays["encoder.pooler.kernel"].shape
+    (6, (384, 384))
+    """
+    if format is None:
+        format = detect_format(path)
+    if format not in FORMATS:
+        raise ValueError(
+            f"Received an invalid value for argument `format`, expected one of {list(FORMATS)}. "
+            f"Received: format={format!r}"
+        )
+    if format == "huggingface":
+        return read_huggingface(os.fspath(path), with_heads=with_heads, do_lower_case=do_lower_case)
+    if format == "hub_module":
+        return read_hub_module(os.fspath(path), do_lower_case=do_lower_case)
+    if format == "google":
+        return read_google(os.fspath(path), with_heads=with_heads, do_lower_case=do_lower_case)
+    if is_backbone(path):
+        return read_keras_nlp(path, do_lower_case=True if do_lower_case is None else do_lower_case)
+    return read_keras_nlp_preset(os.fspath(path), do_lower_case=do_lower_case)
+
+
+__all__ = [
+    "FORMATS",
+    "CheckpointError",
+    "CheckpointWeights",
+    "ConfigError",
+    "ConversionSummary",
+    "build_and_load",
+    "detect_format",
+    "holds_weights",
+    "read_checkpoint",
+    "read_google",
+    "read_hub_module",
+    "read_huggingface",
+    "read_keras_nlp",
+    "read_keras_nlp_preset",
+    "to_keras_nlp",
+]
