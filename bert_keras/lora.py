@@ -1,28 +1,25 @@
 """LoRA (low-rank adaptation, Hu et al., 2021) for the native `BertEncoder`.
 
-`enable_lora` turns on Keras' own `Dense.enable_lora` on chosen projections
-of every Transformer block: the layer then computes
-`x @ (kernel + alpha / rank * A @ B)` with `A` `(in, rank)` (He-uniform) and
-`B` `(rank, out)` (zeros, so the encoder starts out unchanged). Every other
-encoder variable is frozen for good: Keras' `layer.trainable = True` sets
-every variable a layer tracks as trainable back to trainable (the kernel
-Keras froze in `enable_lora` included), so the frozen variables are moved to
-their layers' non-trainable lists, which that setter leaves alone. Fine-tuning's
-phase 2 (`encoder.trainable = True`) then trains the adapters (and the
-head) only, and phase 1 (`encoder.trainable = False`) trains the head alone.
+`enable_lora` gives chosen projections of every Transformer block LoRA
+adapters. Each projection is a `bert_keras.layers.LoraDense` (a Keras
+`Dense` with Keras' own `enable_lora`), which then computes
+`x @ (kernel + alpha / rank * A @ B)` with `A` `(in, rank)` (He-uniform)
+and `B` `(rank, out)` (zeros, so the encoder starts out unchanged). Every
+other encoder variable is frozen for good (`_keras_compat.freeze_for_good`:
+Keras has no public freeze that outlasts `layer.trainable = True`), so that
+fine-tuning's phase 2 (`encoder.trainable = True`) trains the adapters (and
+the head) only, and phase 1 (`encoder.trainable = False`) the head alone.
 
-A LoRA layer's `save_own_variables` / `load_own_variables` are replaced on the
-instance: Keras saves a LoRA `Dense` as its merged kernel and zeroes both
-adapters on load, so a training backup restored into the same model would
-train no further (with `A = B = 0` both gradients are zero). Here a weights
-file (`save_weights`, `BackupAndRestore`) keeps the base kernel, the bias and
-both adapters exactly, and a resumed run continues as an uninterrupted one.
-Such a file loads only into a model with the same LoRA layers: save an
-ordinary model with `merge_lora` first.
+The adapters are weights of their layers: a weights file (`save_weights`,
+a `.keras` file, the training backups) keeps the kernels, the biases and
+the adapters exactly, and a resumed run continues as an uninterrupted one.
+Such a file loads as it was into a model with the same LoRA; into a model
+without LoRA it loads as the merged model (so does a `.keras` file through
+`keras.saving.load_model`: the encoder's config does not record LoRA).
 
 `merge_lora` folds the adapters into the kernels and removes every trace of
-LoRA (variables, config, the frozen lists): the model is then an ordinary
-one, of the ordinary speed, and exports as one (`saved_model.export_classifier`).
+LoRA (variables, config, the freeze): the model is then an ordinary one, of
+the ordinary speed, and exports as one (`saved_model.export_classifier`).
 `save_adapters` / `load_adapters` keep the adapters alone (a small
 safetensors file, addressed by name, with the rank, alpha and targets
 recorded and checked).
@@ -33,7 +30,6 @@ import json
 import logging
 import math
 import os
-import types
 
 import keras
 import numpy as np
@@ -43,12 +39,13 @@ from safetensors.numpy import load_file, save_file
 from bert_keras import hub
 from bert_keras._checks import check_choice, check_int, check_positive_float, check_positive_int
 from bert_keras._files import read_marker, staged_directory
-from bert_keras.checkpoints.sources import read_safetensors_header
+from bert_keras._keras_compat import freeze_for_good, thaw
+from bert_keras.formats.sources import read_safetensors_header
 from bert_keras.encoder import BertEncoder
 
 logger = logging.getLogger(__name__)
 
-# Target name -> where its `keras.layers.Dense` sits in a `TransformerEncoderBlock` (attribute names).
+# Target name -> where its `LoraDense` sits in a `TransformerEncoderBlock` (attribute names).
 LORA_TARGETS = {
     "query": ("attention", "query_dense"),
     "key": ("attention", "key_dense"),
@@ -64,8 +61,6 @@ FORMAT = "bert_keras.lora"
 # What an adapter config records (all required), and the tensor dtypes an adapters file may hold.
 CONFIG_FIELDS = ("format", "rank", "alpha", "targets", "num_layers", "hidden_size", "intermediate_size")
 ADAPTER_DTYPES = ("F16", "F32", "F64")
-_STATE = "_bert_keras_lora"  # the encoder attribute holding `_LoraState` (set past Keras' tracking)
-_TRAINABLE, _NON_TRAINABLE = "trainable_variables", "non_trainable_variables"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -75,7 +70,7 @@ class LoraSummary:
     Attributes:
         rank: int. The adapters' rank.
         alpha: float. Their scale is `alpha / rank`.
-        targets: tuple of str. The target names (see `LORA_TARGETS`).
+        targets: tuple of str. The target names, in `LORA_TARGETS` order.
         num_layers: int. Dense layers with adapters (`len(targets)` per block).
         adapter_parameters: int. Trainable adapter parameters.
         encoder_parameters: int. The encoder's parameters without adapters.
@@ -92,13 +87,6 @@ class LoraSummary:
     def share(self):
         """Adapter parameters per encoder parameter (e.g. 0.0032 for 0.32%)."""
         return self.adapter_parameters / self.encoder_parameters
-
-
-@dataclasses.dataclass
-class _LoraState:
-    summary: LoraSummary
-    layers: dict  # adapter name prefix ("transformer_layer_0/query") -> Dense
-    tracked: list  # (layer, [(variable, store_name)]) as before `enable_lora`, for `merge_lora`
 
 
 def check_lora_targets(targets):
@@ -139,9 +127,8 @@ def find_encoder(model):
     found = getattr(model, "encoder", None)
     if found is not None and found is not model:
         return find_encoder(found)
-    layers = model._flatten_layers(include_self=False) if isinstance(model, keras.layers.Layer) else []
     encoders, hub_layers = [], []
-    for layer in layers:
+    for layer in _inner_layers(model):
         if isinstance(layer, BertEncoder):
             encoders.append(layer)
         elif isinstance(layer, hub.KerasLayer):
@@ -156,6 +143,14 @@ def find_encoder(model):
     )
 
 
+def _inner_layers(model):
+    """The layers inside `model`, depth first, as far as `keras.Model.layers` shows them (not inside an encoder)."""
+    for layer in model.layers if isinstance(model, keras.Model) else ():
+        yield layer
+        if not isinstance(layer, BertEncoder):
+            yield from _inner_layers(layer)
+
+
 def _refuse_hub_layer(layer):
     handle = layer.handle if isinstance(layer.handle, (str, os.PathLike)) else "<encoder module dir>"
     raise ValueError(
@@ -167,90 +162,48 @@ def _refuse_hub_layer(layer):
     )
 
 
-def _blocks(encoder):
-    return [(block.name, block) for block in encoder.transformer_layers]
-
-
 def _target_layer(block, target):
     parent, attribute = LORA_TARGETS[target]
     return getattr(getattr(block, parent), attribute)
 
 
-def _own_variables(layer):
-    """`(variable, store_name)` of what `layer` itself tracks, in Keras' order (trainable, then not)."""
-    trainable = [(v, _TRAINABLE) for v in layer._trainable_variables]
-    return trainable + [(v, _NON_TRAINABLE) for v in layer._non_trainable_variables]
+def _lora_layers(encoder):
+    """`{"<block>/<target>": LoraDense}` of the projections with LoRA, block by block, in `LORA_TARGETS` order."""
+    layers = {}
+    for block in encoder.transformer_layers:
+        for target in LORA_TARGETS:
+            layer = _target_layer(block, target)
+            if layer.lora_enabled:
+                layers[f"{block.name}/{target}"] = layer
+    return layers
 
 
-def _retrack(layer, entries):
-    """Tracks `layer`'s own variables as `entries` `(variable, store_name)` say, in that order."""
-    tracker = layer._tracker
-    locked = tracker.locked
-    tracker.unlock()
-    for variable, _ in _own_variables(layer):
-        tracker.untrack(variable)
-    for variable, store in entries:
-        tracker.add_to_store(store, variable)
-    if locked:
-        tracker.lock()
-
-
-def _freeze_for_good(layer, keep):
-    """Makes every own variable of `layer` not in `keep` non-trainable, out of reach of `layer.trainable = True`."""
-    entries = _own_variables(layer)
-    for variable, _ in entries:
-        if id(variable) not in keep:
-            variable.trainable = False
-    kept = [(v, s) for v, s in entries if s == _TRAINABLE and id(v) in keep]
-    frozen = [(v, _NON_TRAINABLE) for v, s in entries if s == _TRAINABLE and id(v) not in keep]
-    _retrack(layer, kept + frozen + [(v, s) for v, s in entries if s == _NON_TRAINABLE])
-
-
-def _adapters(layer):
-    return [layer.lora_kernel_a, layer.lora_kernel_b]
-
-
-def _lora_variables(layer):
-    bias = [layer.bias] if layer.bias is not None else []
-    return [layer._kernel] + bias + [layer.lora_kernel_a, layer.lora_kernel_b]
-
-
-def _save_lora_dense(layer, store):
-    """A LoRA `Dense`'s exact state: base kernel, bias, A, B (Keras would save the merged kernel alone)."""
-    for index, variable in enumerate(_lora_variables(layer)):
-        store[str(index)] = variable
-
-
-def _load_lora_dense(layer, store):
-    """Loads `_save_lora_dense`'s four entries exactly; from an ordinary file (kernel, bias), the kernel
-    and bias with `B = 0` and `A` kept, so the layer computes the loaded kernel and its adapters still train."""
-    variables = _lora_variables(layer)
-    if len(store.keys()) == len(variables):
-        for index, variable in enumerate(variables):
-            variable.assign(store[str(index)])
-        return
-    ordinary = variables[:-2]
-    if len(store.keys()) != len(ordinary):
-        raise ValueError(
-            f"LoRA layer {layer.name!r} expected {len(variables)} variables (kernel, bias, lora_kernel_a, "
-            f"lora_kernel_b) or {len(ordinary)} (kernel, bias) in the weights file; received {len(store.keys())}."
-        )
-    for index, variable in enumerate(ordinary):
-        variable.assign(store[str(index)])
-    layer.lora_kernel_b.assign(ops.zeros(layer.lora_kernel_b.shape))
+def _summary(encoder, layers):
+    """The `LoraSummary` of `layers` (`_lora_layers(encoder)`, not empty): the layers are the record."""
+    first = next(iter(layers.values()))
+    adapter_parameters = sum(int(np.prod(w.shape)) for layer in layers.values() for w in layer.lora_weights)
+    return LoraSummary(
+        rank=int(first.lora_rank),
+        alpha=float(first.lora_alpha),
+        targets=tuple(dict.fromkeys(name.split("/")[-1] for name in layers)),
+        num_layers=len(layers),
+        adapter_parameters=adapter_parameters,
+        encoder_parameters=encoder.count_params() - adapter_parameters,
+    )
 
 
 def lora_summary(model):
     """The `LoraSummary` of the LoRA enabled on `model`'s encoder, or None without LoRA."""
-    state = getattr(find_encoder(model), _STATE, None)
-    return None if state is None else state.summary
+    encoder = find_encoder(model)
+    layers = _lora_layers(encoder)
+    return _summary(encoder, layers) if layers else None
 
 
 def enable_lora(model, rank=8, targets=DEFAULT_TARGETS, alpha=None, seed=None):
     """Adds LoRA adapters to the encoder of `model` and freezes every other encoder variable.
 
-    On each block's target `keras.layers.Dense` layers, `Dense.enable_lora`
-    adds `lora_kernel_a` `(in, rank)` and `lora_kernel_b` `(rank, out)` (zeros:
+    On each block's target `LoraDense` layers, `enable_lora` adds
+    `lora_kernel_a` `(in, rank)` and `lora_kernel_b` `(rank, out)` (zeros:
     the outputs are unchanged until training moves them). All other encoder
     variables (embeddings, LayerNorms, biases, the pooler, the kernels) are
     frozen so that `encoder.trainable = True` leaves only the adapters
@@ -290,86 +243,58 @@ def enable_lora(model, rank=8, targets=DEFAULT_TARGETS, alpha=None, seed=None):
     rank = check_positive_int("lora_rank", rank)
     alpha = float(rank) if alpha is None else check_positive_float("lora_alpha", alpha)
     targets = check_lora_targets(targets)
+    targets = tuple(target for target in LORA_TARGETS if target in targets)
     if seed is not None:
         seed = check_int("seed", seed)
     encoder = find_encoder(model)
-    state = getattr(encoder, _STATE, None)
-    if state is not None:
+    enabled = lora_summary(encoder)
+    if enabled is not None:
         raise ValueError(
-            f"LoRA is already enabled on encoder {encoder.name!r} (rank {state.summary.rank} on "
-            f"{', '.join(state.summary.targets)}). Call merge_lora(model) first, or build a new model."
+            f"LoRA is already enabled on encoder {encoder.name!r} (rank {enabled.rank} on "
+            f"{', '.join(enabled.targets)}). Call merge_lora(model) first, or build a new model."
         )
-    encoder_parameters = encoder.count_params()
-    lora_layers = {}
-    for block_name, block in _blocks(encoder):
-        for target in targets:
-            layer = _target_layer(block, target)
-            if layer.quantization_mode is not None:
-                raise ValueError(
-                    f"LoRA on a quantized encoder ({layer.path}: {layer.quantization_mode}) is not supported. "
-                    "Train the adapters on the float encoder, merge_lora(model), then quantize."
-                )
-            lora_layers[f"{block_name}/{target}"] = layer
-    tracked = [(layer, _own_variables(layer)) for layer in encoder._flatten_layers(include_self=True)]
-    for index, layer in enumerate(lora_layers.values()):
+    layers = [_target_layer(block, target) for block in encoder.transformer_layers for target in targets]
+    for layer in layers:
+        if layer.quantization_mode is not None:
+            raise ValueError(
+                f"LoRA on a quantized encoder ({layer.path}: {layer.quantization_mode}) is not supported. "
+                "Train the adapters on the float encoder, merge_lora(model), then quantize."
+            )
+    for index, layer in enumerate(layers):
         a_initializer = keras.initializers.HeUniform(seed=None if seed is None else seed + index)
         layer.enable_lora(rank, lora_alpha=alpha, a_initializer=a_initializer, b_initializer="zeros")
-        layer.save_own_variables = types.MethodType(_save_lora_dense, layer)
-        layer.load_own_variables = types.MethodType(_load_lora_dense, layer)
-    adapters = {id(v) for layer in lora_layers.values() for v in _adapters(layer)}
-    for layer in encoder._flatten_layers(include_self=True):
-        _freeze_for_good(layer, adapters)
-    summary = LoraSummary(
-        rank=rank,
-        alpha=alpha,
-        targets=targets,
-        num_layers=len(lora_layers),
-        adapter_parameters=sum(int(np.prod(v.shape)) for layer in lora_layers.values() for v in _adapters(layer)),
-        encoder_parameters=encoder_parameters,
-    )
-    # Set past Keras' and TensorFlow's attribute tracking: bookkeeping, not state to save.
-    object.__setattr__(encoder, _STATE, _LoraState(summary, lora_layers, tracked))
+    freeze_for_good(encoder, keep=[weight for layer in layers for weight in layer.lora_weights])
+    summary = lora_summary(encoder)
     logger.info(
         "LoRA rank %d (alpha %g) on %s of %d blocks: %s trainable adapter parameters, %.2f%% of the encoder's %s",
         rank, alpha, ", ".join(targets), len(encoder.transformer_layers),
-        f"{summary.adapter_parameters:,}", 100 * summary.share, f"{encoder_parameters:,}",
+        f"{summary.adapter_parameters:,}", 100 * summary.share, f"{summary.encoder_parameters:,}",
     )
     return summary
 
 
 def _lora_state(model, action):
+    """`(encoder, its _lora_layers)`, or a ValueError saying that `action` needs LoRA enabled."""
     encoder = find_encoder(model)
-    state = getattr(encoder, _STATE, None)
-    if state is None:
+    layers = _lora_layers(encoder)
+    if not layers:
         raise ValueError(
             f"Cannot {action}: LoRA is not enabled on encoder {encoder.name!r}. Call enable_lora(model) first."
         )
-    return encoder, state
-
-
-def _drop_variable(layer, name):
-    """Deletes the variable attribute `name` of `layer` and untracks it, as `del layer.<name>` does.
-
-    Without the full garbage collection Keras' `Layer.__delattr__` runs after
-    each deleted variable: in a process holding a TensorFlow model that takes
-    0.1-1 s per call (measured: ~0.6 s in the test suite), i.e. minutes for
-    the 144 adapters of BERT-Base with every target.
-    """
-    layer._untrack_variable(getattr(layer, name))
-    super(keras.layers.Layer, layer).__delattr__(name)
+    return encoder, layers
 
 
 def merge_lora(model):
     """Folds the adapters into the kernels, in place, and removes LoRA from `model`; returns `model`.
 
     Each target kernel becomes `kernel + alpha / rank * A @ B` (computed in
-    float32 as Keras' LoRA layer does, stored in the kernel's dtype); the
-    adapter variables, the LoRA config entries (`lora_rank`, `lora_alpha`),
-    the exact-state weight saving and the permanent freeze are removed, so
-    the model has the variables, config, weights-file format and speed of
-    one that never had LoRA, and every variable trains again with its
-    layer's `trainable` flag. Outputs equal the unmerged model's to float
-    rounding.
+    float32 as Keras' LoRA layer does, stored in the kernel's dtype; see
+    `LoraDense.merge_lora`); the adapter variables, the LoRA config entries
+    (`lora_rank`, `lora_alpha`), the exact-state weight saving and the
+    permanent freeze are removed, so the model has the variables, config,
+    weights-file format and speed of one that never had LoRA, and every
+    variable trains again with its layer's `trainable` flag. Outputs equal
+    the unmerged model's to float rounding.
 
     In place rather than a new model: merging is the step before export, a
     copy would hold the encoder twice in memory and need every layer of the
@@ -384,25 +309,11 @@ def merge_lora(model):
     Returns:
         `model`, merged.
     """
-    encoder, state = _lora_state(model, "merge the adapters")
-    for layer in state.layers.values():
-        kernel = layer._kernel
-        scale = layer.lora_alpha / layer.lora_rank
-        merged = ops.add(ops.cast(kernel, "float32"), scale * ops.matmul(layer.lora_kernel_a, layer.lora_kernel_b))
-        kernel.assign(ops.cast(merged, kernel.dtype))
-        for name in ("lora_kernel_a", "lora_kernel_b"):
-            _drop_variable(layer, name)
-        del layer.save_own_variables  # back to Dense's own
-        del layer.load_own_variables
-        layer.lora_enabled = False
-        layer.lora_rank = None
-        layer.lora_alpha = None
-    for layer, entries in state.tracked:
-        _retrack(layer, entries)
-        for variable, store in entries:
-            variable.trainable = store == _TRAINABLE and layer.trainable
-    object.__delattr__(encoder, _STATE)
-    logger.info("Merged the LoRA adapters of %d layers into their kernels", state.summary.num_layers)
+    encoder, layers = _lora_state(model, "merge the adapters")
+    for layer in layers.values():
+        layer.merge_lora()
+    thaw(encoder)
+    logger.info("Merged the LoRA adapters of %d layers into their kernels", len(layers))
     return model
 
 
@@ -423,10 +334,10 @@ def save_adapters(model, path, overwrite=False):
     Returns:
         `path`.
     """
-    encoder, state = _lora_state(model, "save adapters")
-    summary = state.summary
+    encoder, layers = _lora_state(model, "save adapters")
+    summary = _summary(encoder, layers)
     tensors = {}
-    for prefix, layer in state.layers.items():
+    for prefix, layer in layers.items():
         tensors[f"{prefix}/lora_kernel_a"] = ops.convert_to_numpy(layer.lora_kernel_a)
         tensors[f"{prefix}/lora_kernel_b"] = ops.convert_to_numpy(layer.lora_kernel_b)
     config = {
@@ -503,7 +414,7 @@ def _read_adapter_config(path):
 def _kernel_shapes(encoder, targets):
     """`{target: (inputs, outputs)}` of the target kernels (every block has the same)."""
     block = encoder.transformer_layers[0]
-    return {target: tuple(int(n) for n in _target_layer(block, target)._kernel.shape) for target in targets}
+    return {target: tuple(int(n) for n in _target_layer(block, target).base_kernel.shape) for target in targets}
 
 
 def _check_rank(config, config_file, kernels):
@@ -603,19 +514,19 @@ def load_adapters(model, path):
     kernels = _kernel_shapes(encoder, targets)
     rank = _check_rank(config, config_file, kernels)
     tensors = _read_adapter_tensors(path, encoder, targets, rank, kernels)
-    state = getattr(encoder, _STATE, None)
-    if state is None:
+    if not _lora_layers(encoder):
         enable_lora(encoder, rank=rank, targets=targets, alpha=config["alpha"])
-        state = getattr(encoder, _STATE)
-    recorded = {"rank": rank, "alpha": config["alpha"], "targets": list(targets)}
-    enabled = {"rank": state.summary.rank, "alpha": state.summary.alpha, "targets": list(state.summary.targets)}
+    layers = _lora_layers(encoder)
+    summary = _summary(encoder, layers)
+    recorded = {"rank": rank, "alpha": config["alpha"], "targets": [t for t in LORA_TARGETS if t in targets]}
+    enabled = {"rank": summary.rank, "alpha": summary.alpha, "targets": list(summary.targets)}
     if recorded != enabled:
         raise ValueError(
             f"The adapters in {path!r} have {recorded}; the model's LoRA has {enabled}. "
             "Load them into a model without LoRA (load_adapters enables it as recorded), or enable_lora alike."
         )
-    for prefix, layer in state.layers.items():  # names and shapes were checked against these layers
+    for prefix, layer in layers.items():  # names and shapes were checked against these layers
         layer.lora_kernel_a.assign(tensors[f"{prefix}/lora_kernel_a"])
         layer.lora_kernel_b.assign(tensors[f"{prefix}/lora_kernel_b"])
-    logger.info("Loaded %d adapter tensors from %s", 2 * len(state.layers), path)
-    return state.summary
+    logger.info("Loaded %d adapter tensors from %s", 2 * len(layers), path)
+    return summary

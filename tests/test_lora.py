@@ -1,6 +1,8 @@
 """LoRA on the native encoder: targets, freezing, merging, exports, adapter files, errors."""
 
+import ast
 import gc
+import inspect
 import json
 import os
 
@@ -10,6 +12,8 @@ import pytest
 import tensorflow as tf
 
 from bert_keras import BertEncoder, hub, lora
+from bert_keras.export import export_encoder
+from bert_keras.layers import lora_dense
 from bert_keras.saved_model import export_classifier, load_classifier
 from bert_keras.tasks import BertClassifier
 from bert_keras.text import BertPreprocessor
@@ -314,7 +318,7 @@ def test_hub_module_is_refused_with_the_way_to_a_native_encoder(tmp_path):
     native = BertEncoder(**TINY)
     vocab_file = tmp_path / "vocab.txt"
     vocab_file.write_text("\n".join(VOCAB) + "\n")
-    module_dir = hub.export_encoder(native, str(tmp_path / "encoder"), str(vocab_file), do_lower_case=True)
+    module_dir = export_encoder(native, str(tmp_path / "encoder"), str(vocab_file), do_lower_case=True)
     layer = hub.KerasLayer(module_dir, trainable=True, name="encoder")
     expected = f"Import the module into a BertEncoder first: `encoder = BertEncoder.from_checkpoint({module_dir!r})`"
     with pytest.raises(ValueError, match="LoRA needs the native bert_keras.BertEncoder") as error:
@@ -354,3 +358,101 @@ def test_finetune_trains_only_adapters_and_head_and_resumes_them_exactly(tmp_pat
     finetune(resumed, data, head_epochs=1, epochs=2, learning_rate=1e-2, verbose=0, backup_dir=backup)
     for path, value in _snapshot(resumed).items():
         np.testing.assert_array_equal(value, after[path], err_msg=path)
+
+
+# Ways around an object's own attribute handling (Keras' tracking among them).
+BYPASSES = ("__delattr__", "__setattr__", "__dict__")
+
+
+def _private_uses(source):
+    """`(line, what)` of each private-API use in the code of `source`: `obj._name` on anything but `self`/`cls`, a
+    bypass (`x.__delattr__`, `object.__setattr__`), `getattr`-style access to a `_name`, `keras.src` /
+    `tensorflow.python`."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Attribute) and node.attr.startswith("_"):
+            dunder = node.attr.startswith("__") and node.attr.endswith("__")
+            own = isinstance(node.value, ast.Name) and node.value.id in ("self", "cls")
+            if node.attr in BYPASSES or not (dunder or own):  # `type(x).__name__` is public Python
+                found.append((node.lineno, f".{node.attr}"))
+        elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+              and node.func.id in ("getattr", "setattr", "delattr", "hasattr") and len(node.args) > 1
+              and isinstance(node.args[1], ast.Constant) and str(node.args[1].value).startswith("_")):
+            found.append((node.lineno, f"{node.func.id}(..., {node.args[1].value!r})"))
+        elif isinstance(node, ast.Attribute) and node.attr in ("src", "python") and isinstance(node.value, ast.Name):
+            if (node.value.id, node.attr) in (("keras", "src"), ("tf", "python"), ("tensorflow", "python")):
+                found.append((node.lineno, f"{node.value.id}.{node.attr}"))
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            modules = [node.module or ""] if isinstance(node, ast.ImportFrom) else [a.name for a in node.names]
+            found += [(node.lineno, f"import {m}") for m in modules if m.startswith(("keras.src", "tensorflow.python"))]
+    return sorted(found)
+
+
+@pytest.mark.parametrize("module", [lora, lora_dense])
+def test_lora_uses_public_keras_api_only(module):
+    """The private API LoRA needs (a freeze `trainable = True` cannot undo) lives in `_keras_compat`, nowhere else."""
+    assert _private_uses(inspect.getsource(module)) == []
+
+
+def test_the_private_api_check_finds_what_it_looks_for():
+    sample = (
+        "import keras.src.saving\n"
+        "x = layer._tracker\n"
+        "y = getattr(layer, '_kernel')\n"
+        "super(keras.layers.Layer, layer).__delattr__(name)\n"
+        "object.__setattr__(encoder, 'state', 1)\n"
+        "z = self._own  # the layer's own; a comment naming __delattr__ or keras.src is no use\n"
+        "keras.src.utils.python_utils.remove_by_id(a, b)\n"
+    )
+    assert _private_uses(sample) == [(1, "import keras.src.saving"), (2, "._tracker"), (3, "getattr(..., '_kernel')"),
+                                     (4, ".__delattr__"), (5, ".__setattr__"), (7, "keras.src")]
+
+
+def test_a_lora_model_round_trips_through_weights_and_keras_files(tmp_path):
+    model = _classifier()
+    _scale_head(model)
+    lora.enable_lora(model, rank=4, targets=("query", "value", "output"), alpha=8)
+    _randomize_adapters(model)
+    inputs = _inputs()
+    expected = model(inputs, training=False)
+    # Weights files (and the training backups, which are weights files) into a model with the same LoRA: exact.
+    weights_path = str(tmp_path / "lora.weights.h5")
+    model.save_weights(weights_path)
+    resumed = _classifier()
+    lora.enable_lora(resumed, rank=4, targets=("query", "value", "output"), alpha=8)
+    resumed.load_weights(weights_path)
+    np.testing.assert_array_equal(resumed(inputs, training=False), expected)
+    assert lora.lora_summary(resumed) == lora.lora_summary(model)
+    # A .keras file: load_model rebuilds the encoder from its config, which does not record LoRA, so the
+    # adapters load merged into the kernels; into a model with the same LoRA, load_weights restores them exactly.
+    keras_path = str(tmp_path / "lora.keras")
+    model.save(keras_path)
+    loaded = keras.saving.load_model(keras_path)
+    assert_close(loaded(inputs, training=False), expected, atol=1e-5)
+    assert lora.lora_summary(loaded) is None
+    assert [w.path for w in loaded.weights if "lora" in w.path] == []
+    exact = _classifier()
+    lora.enable_lora(exact, rank=4, targets=("query", "value", "output"), alpha=8)
+    exact.load_weights(keras_path)
+    for a, b in zip(model.weights, exact.weights):
+        np.testing.assert_array_equal(a.numpy(), b.numpy(), err_msg=a.path)
+    np.testing.assert_array_equal(exact(inputs, training=False), expected)
+
+
+def test_merging_every_target_of_twelve_blocks_runs_no_full_collection(monkeypatch):
+    """144 adapter variables are deleted; Keras collects garbage after each (0.5-1 s over a TensorFlow process)."""
+    encoder = BertEncoder(**dict(TINY, num_layers=12))
+    lora.enable_lora(encoder, rank=2, targets=tuple(lora.LORA_TARGETS))
+    frozen_counts = []
+    collect = gc.collect
+
+    def recording_collect(*args):
+        frozen_counts.append(gc.get_freeze_count())
+        return collect(*args)
+
+    monkeypatch.setattr(gc, "collect", recording_collect)
+    lora.merge_lora(encoder)
+    assert len(frozen_counts) == 12 * 6 * 2
+    assert min(frozen_counts) > 1000  # every collection left the process's existing objects aside
+    assert gc.get_freeze_count() == 0
+    assert len(encoder.trainable_weights) == len(encoder.weights) == 12 * 16 + 7

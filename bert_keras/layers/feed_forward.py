@@ -4,6 +4,7 @@ import keras
 
 from bert_keras._checks import check_positive_int
 from bert_keras.layers._utils import clone_initializer, get_activation, serialize_activation
+from bert_keras.layers.lora_dense import LoraDense
 
 
 @keras.saving.register_keras_serializable(package="bert_keras")
@@ -12,7 +13,8 @@ class FeedForward(keras.layers.Layer):
 
     Applied to every position independently: `intermediate` maps the hidden
     size to `intermediate_size`, the activation follows, and `output` maps
-    back to the hidden size of the input.
+    back to the hidden size of the input. Both are `LoraDense` layers, which
+    `bert_keras.lora.enable_lora` can give LoRA adapters.
 
     Args:
         intermediate_size: int. Width of the inner layer (3072 in BERT-Base).
@@ -51,7 +53,7 @@ class FeedForward(keras.layers.Layer):
 
     def build(self, input_shape):
         hidden_size = input_shape[-1]
-        self.intermediate_dense = keras.layers.Dense(
+        self.intermediate_dense = LoraDense(
             self.intermediate_size,
             kernel_initializer=clone_initializer(self.kernel_initializer),
             bias_initializer=clone_initializer(self.bias_initializer),
@@ -59,7 +61,7 @@ class FeedForward(keras.layers.Layer):
             name="intermediate",
         )
         self.intermediate_dense.build(input_shape)
-        self.output_dense = keras.layers.Dense(
+        self.output_dense = LoraDense(
             hidden_size,
             kernel_initializer=clone_initializer(self.kernel_initializer),
             bias_initializer=clone_initializer(self.bias_initializer),
