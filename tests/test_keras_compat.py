@@ -28,9 +28,6 @@ KERAS_BASES = (keras.Model, keras.layers.Layer, keras.optimizers.Optimizer, kera
 ALLOWED = {
     # Being moved into the compat module by the developers who own these files this session.
     "dtypes.py": {"attribute ._flatten_layers"},
-    "lora.py": {"attribute ._tracker", "attribute ._flatten_layers", "attribute ._untrack_variable", "attribute ._kernel",
-                "attribute ._trainable_variables", "attribute ._non_trainable_variables"},
-}
 
 
 def _modules():

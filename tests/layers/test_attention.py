@@ -180,13 +180,14 @@ def test_weights_and_sublayers_keep_their_names_and_shapes():
 
 def test_bfloat16_softmax_runs_in_bfloat16_only_where_as_exact_as_float32():
     import tensorflow as tf
-    from bert_keras.layers.attention import _onednn_enabled, _softmax_dtype
+    from bert_keras._keras_compat import onednn_enabled
+    from bert_keras.layers.attention import _softmax_dtype
 
     assert _softmax_dtype("float32") == "float32"
     assert _softmax_dtype("bfloat16") == "float32"  # eager ops: Eigen's bfloat16 softmax sums in bfloat16
     assert _softmax_dtype("float16") == "float32"
     traced = tf.function(lambda: tf.constant(_softmax_dtype("bfloat16")))().numpy().decode()
-    assert traced == ("bfloat16" if _onednn_enabled() else "float32")
+    assert traced == ("bfloat16" if onednn_enabled() else "float32")
 
 
 def test_mixed_bfloat16_graph_call_is_close_to_float32_and_masks_padding():

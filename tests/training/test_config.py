@@ -1,0 +1,27 @@
+"""The recipes' settings: one dataclass each, with defaults, field overrides by name, and clear errors."""
+
+import dataclasses
+
+import pytest
+
+from bert_keras.training import FineTuneConfig, PretrainConfig
+
+
+def test_options_replace_the_configs_fields():
+    base = FineTuneConfig(seq_length=64, learning_rate=5e-5)
+    config = FineTuneConfig.of(base, epochs=3)
+    assert (config.seq_length, config.learning_rate, config.epochs) == (64, 5e-5, 3)
+    assert base.epochs == 2  # the base is left as it was
+    assert PretrainConfig.of(seed=7) == PretrainConfig(seed=7)
+
+
+@pytest.mark.parametrize("cls, wrong", [(FineTuneConfig, "epoch"), (PretrainConfig, "lr")])
+def test_an_unknown_option_names_the_fields(cls, wrong):
+    with pytest.raises(TypeError, match=rf"Unknown option\(s\) \['{wrong}'\] of {cls.__name__}; its fields are \["):
+        cls.of(**{wrong: 1})
+
+
+def test_the_run_record_leaves_out_only_the_export_dtype():
+    record = FineTuneConfig(lora_rank=4).record()
+    assert set(record) == {field.name for field in dataclasses.fields(FineTuneConfig)} - {"export_dtype"}
+    assert record["lora_targets"] == ["query", "value"] and record["lora_rank"] == 4  # JSON-ready
