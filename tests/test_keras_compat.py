@@ -28,6 +28,7 @@ KERAS_BASES = (keras.Model, keras.layers.Layer, keras.optimizers.Optimizer, kera
 ALLOWED = {
     # Being moved into the compat module by the developers who own these files this session.
     "dtypes.py": {"attribute ._flatten_layers"},
+}
 
 
 def _modules():
