@@ -361,7 +361,7 @@ def op_profile(texts, runs, log):
     import tensorflow as tf
     from tensorflow.python.framework.convert_to_constants import convert_variables_to_constants_v2
 
-    from bert_keras.saved_model import _serving_function
+    from bert_keras.export.classifier import _serving_function
     from bert_keras.tasks import BertClassifier
 
     model = BertClassifier.from_checkpoint(minilm_dir(), num_classes=len(LABELS), seq_length=64)
@@ -453,7 +453,7 @@ def main(argv=None):
         print("\n".join(op_profile(tweet_sample(), args.op_profile, lambda lines: None)))
         return 0
 
-    from bert_keras.hub.export import cpu_supports_bfloat16
+    from bert_keras.dtypes import cpu_supports_bfloat16
 
     bf16 = not args.no_bf16 and cpu_supports_bfloat16()
     with tempfile.TemporaryDirectory() as scratch:

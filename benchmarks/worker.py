@@ -286,7 +286,7 @@ def bench_savedmodel(args):
 
 def export_module(args):
     from bert_keras.checkpoints import load_checkpoint
-    from bert_keras.hub import export_encoder
+    from bert_keras.export import export_encoder
 
     loaded = load_checkpoint(minilm_dir(), with_heads=False)
     export_encoder(loaded.encoder, args.path, loaded.vocab_file, loaded.do_lower_case, overwrite=True)

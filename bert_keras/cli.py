@@ -186,7 +186,7 @@ class _UsageError(Exception):
 
 def _warn_emulated_bfloat16(args, command):
     if getattr(args, "dtype", None) == "mixed_bfloat16":
-        from bert_keras.hub.export import cpu_supports_bfloat16
+        from bert_keras.dtypes import cpu_supports_bfloat16  # no TensorFlow import
 
         if not cpu_supports_bfloat16():
             print(f"bert-keras {command}: warning: this CPU has no bfloat16 arithmetic (avx512_bf16 or amx_bf16): "
@@ -209,13 +209,13 @@ def _finetune(args):
     except (OSError, ValueError) as error:
         return _fail("finetune", str(error))
     columns = dict(text_column=args.text_column, label_column=args.label_column, text_pair_column=args.text_pair_column,
-                   delimiter=args.delimiter)
+                   delimiter=args.delimiter, arguments=_READER_ARGUMENTS)
     try:
         train = read_labelled_file(args.train, **columns)
         validation = read_labelled_file(args.validation, label_names=train.label_names, **columns) if args.validation else None
         test = read_labelled_file(args.test, label_names=train.label_names, **columns) if args.test else None
     except (FileNotFoundError, DataError, ValueError) as error:
-        return _fail("finetune", str(error).replace("argument `delimiter`", "--delimiter"))
+        return _fail("finetune", str(error))
     if len(train.label_names) < 2:
         return _fail("finetune", f"{args.train}: found a single label {train.label_names}; a classifier needs two or more.")
     from bert_keras._files import OutputLockedError
@@ -255,6 +255,10 @@ class _InputError(Exception):
     """Bad input found while streaming: the message for the user (exit status 2)."""
 
 
+# How the readers of bert_keras.datasets name our arguments in their messages.
+_READER_ARGUMENTS = {"delimiter": "--delimiter", "text_column": "--text-column", "text_pair_column": "--text-pair-column"}
+
+
 def _argument_texts(texts):
     """TEXT arguments as records; an argument that is not valid UTF-8 (a surrogate escape) is refused."""
     for number, text in enumerate(texts, start=1):
@@ -266,143 +270,25 @@ def _argument_texts(texts):
         yield number, text
 
 
-def _decoded_lines(stream, name):
-    """`(line number, str)` of a binary stream, read one line at a time; invalid UTF-8 names its line."""
-    for number, raw in enumerate(stream, start=1):
-        try:
-            line = raw.decode("utf-8")
-        except UnicodeDecodeError as error:
-            raise _InputError(f"{name} line {number} is not valid UTF-8 (byte 0x{raw[error.start]:02x} at column "
-                              f"{error.start + 1}); re-encode it as UTF-8.") from None
-        yield number, line.lstrip("\ufeff") if number == 1 else line
-
-
-def _text_lines(lines):
-    for number, line in lines:
-        yield number, line.rstrip("\r\n")
-
-
-def _delimited_records(lines, name, fmt, delimiter, columns):
-    import csv
-
-    from bert_keras.datasets import delimited_records  # the reader of `evaluate` too: the same files are accepted
-
-    numbered = iter(lines)
-    current = [0]
-
-    def physical():
-        for number, line in numbered:
-            current[0] = number
-            yield line
-
-    reader = (row for _, row in delimited_records(physical(), fmt, delimiter))
-    try:
-        header = next(reader, None)
-        if header is None:
-            return
-        missing = [column for column in columns if column not in header]
-        if missing:
-            raise _InputError(f"{name}: missing column(s) {missing}. Columns found: {header}")
-        positions = [header.index(column) for column in columns]
-        for row in reader:
-            if not row:
-                yield current[0], [""] * len(columns)
-                continue
-            if len(row) != len(header):
-                raise _InputError(f"{name}: the record ending at line {current[0]} has {len(row)} fields; "
-                                  f"the header has {len(header)} (check --delimiter and quoting).")
-            yield current[0], [row[i] for i in positions]
-    except csv.Error as error:
-        raise _InputError(f"{name}: line {current[0]}: {error}") from None
-
-
-def _json_records(lines, name, columns):
-    import json
-
-    for number, line in lines:
-        if not line.strip():
-            yield number, [""] * len(columns)
-            continue
-        try:
-            record = json.loads(line)
-        except ValueError as error:
-            raise _InputError(f"{name}: line {number} is not JSON ({error}).") from None
-        yield number, _json_fields(record, f"{name}: line {number}", columns)
-
-
-def _json_fields(record, where, columns):
-    if not isinstance(record, dict):
-        raise _InputError(f"{where} is not a JSON object (found {type(record).__name__}).")
-    missing = [column for column in columns if column not in record]
-    if missing:
-        raise _InputError(f"{where} has no key(s) {missing}. Keys found: {sorted(record)}")
-    values = [record[column] for column in columns]
-    if any(value is not None and not isinstance(value, (str, int, float)) for value in values):
-        raise _InputError(f"{where}: {columns} must hold text.")
-    return ["" if value is None else str(value) for value in values]
-
-
-INPUT_FORMATS = {".csv": "csv", ".tsv": "tsv", ".jsonl": "jsonl", ".json": "json"}
-
-
 def _input_records(args, pairs):
-    """`(line number, [text] or [text, pair])` from TEXT arguments, --input or standard input, streamed."""
+    """`(line number, [text] or [text, pair])` from TEXT arguments, --input or standard input, streamed.
+
+    Files and standard input are read by `bert_keras.datasets.read_texts`, the reader of every command.
+    """
+    from bert_keras.datasets import read_texts, split_pair
+
     if args.texts:
         if args.input:
             raise _InputError("pass TEXT arguments or --input FILE, not both.")
-        records = ((n, [t]) for n, t in _argument_texts(args.texts))
-        return _split_pairs(records, "TEXT argument", pairs)
-    name = args.input or "standard input"
-    fmt = INPUT_FORMATS.get(os.path.splitext(args.input)[1].lower(), "lines") if args.input else "lines"
-    if fmt in ("lines", "json") and args.delimiter:
-        raise _InputError(f"--delimiter applies to .csv and .tsv input, not to {name}.")
-    if fmt == "lines":
-        if args.text_column or args.text_pair_column:
-            raise _InputError(f"--text-column applies to .csv, .tsv, .json and .jsonl input; {name} is read as one "
-                              "text per line.")
-        stream = _open_input(args.input) if args.input else sys.stdin.buffer
-        records = ((n, [line]) for n, line in _text_lines(_decoded_lines(stream, name)))
-        return _split_pairs(records, f"{name} line", pairs)
-    columns = [args.text_column or "text"] + ([args.text_pair_column or "text_pair"] if pairs else [])
-    if fmt == "json":  # a JSON array cannot be streamed: read whole (use JSONL for large inputs)
-        return _json_array(args.input, columns)
-    lines = _decoded_lines(_open_input(args.input), name)
-    if fmt == "jsonl":
-        return _json_records(lines, name, columns)
-    return _delimited_records(lines, name, fmt, args.delimiter or {"csv": ",", "tsv": "\t"}[fmt], columns)
-
-
-def _open_input(path):
+        return ((n, split_pair(t, f"TEXT argument {n}") if pairs else [t]) for n, t in _argument_texts(args.texts))
     try:
-        return open(path, "rb")
-    except OSError as error:
-        raise _InputError(f"cannot read --input {path}: {error.strerror}.") from None
-
-
-def _json_array(path, columns):
-    import json
-
-    with _open_input(path) as f:
-        text = "".join(line for _, line in _decoded_lines(f.read().splitlines(keepends=True), path))
-    try:
-        records = json.loads(text)
-    except ValueError as error:
-        raise _InputError(f"{path} is not JSON ({error}); give a JSON array of objects or JSONL.") from None
-    if not isinstance(records, list):
-        raise _InputError(f"{path} holds a JSON {type(records).__name__}; expected an array of objects (or use JSONL).")
-    for index, record in enumerate(records, start=1):
-        yield index, _json_fields(record, f"{path}: item {index}", columns)
-
-
-def _split_pairs(records, where, pairs):
-    for number, (text,) in records:
-        if not pairs or not text.strip():
-            yield number, [text] if not pairs else [text, ""]
-            continue
-        parts = text.split("\t", 1)
-        if len(parts) != 2:
-            raise _InputError(f"{where} {number}: this classifier takes text pairs: give each input as TEXT<TAB>TEXT_PAIR.")
-        yield number, parts
+        return read_texts(args.input or sys.stdin.buffer, text_column=args.text_column,
+                          text_pair_column=args.text_pair_column, pairs=pairs, delimiter=args.delimiter,
+                          arguments=_READER_ARGUMENTS)
+    except FileNotFoundError as error:
+        raise _InputError(f"cannot read --input {error}") from None
+    except ValueError as error:  # an argument that does not apply to the input, or a file that cannot be read
+        raise _InputError(str(error)) from None
 
 
 # Control characters (C0, DEL, C1: terminal escape sequences among them) as visible escapes.
@@ -476,7 +362,7 @@ def _predict(args):
         texts = list(_argument_texts(args.texts))  # checked before the model loads
     except _InputError as error:
         return _fail("predict", str(error))
-    from bert_keras.saved_model import load_classifier
+    from bert_keras.export import load_classifier
 
     try:
         classifier = load_classifier(args.model)
@@ -487,6 +373,8 @@ def _predict(args):
     pairs = len(classifier.inputs) == 2
     if not texts and not args.input and sys.stdin.isatty():
         print("Reading texts from standard input, one per line (end with Ctrl-D).", file=sys.stderr)
+    from bert_keras.datasets import DataError
+
     writer = _Writer(args.format, args.top_k, sys.stdout)
     seen = skipped = 0
     try:
@@ -502,7 +390,7 @@ def _predict(args):
                     continue
                 writer.write(fields, None if is_blank else next(predictions))
             sys.stdout.flush()
-    except _InputError as error:
+    except (_InputError, DataError) as error:
         writer.close()
         return _fail("predict", str(error))
     writer.close()
@@ -517,7 +405,7 @@ def _evaluate(args):
     from bert_keras._files import OutputLockedError, check_target
     from bert_keras.datasets import DataError, read_labelled_file
     from bert_keras.evaluate import classification_report, format_report, write_report
-    from bert_keras.saved_model import load_classifier
+    from bert_keras.export import load_classifier
 
     try:  # before any work: never evaluate for an output that cannot be written
         if args.out:
@@ -534,7 +422,7 @@ def _evaluate(args):
     try:
         data = read_labelled_file(args.data, text_column=args.text_column, label_column=args.label_column,
                                   text_pair_column=args.text_pair_column, label_names=classifier.label_names,
-                                  delimiter=args.delimiter)
+                                  delimiter=args.delimiter, arguments=_READER_ARGUMENTS)
     except (FileNotFoundError, DataError, ValueError) as error:
         return _fail("evaluate", f"{error} (the classifier's labels: {classifier.label_names})")
     probabilities = classifier.predict_proba(data.texts, data.text_pairs, batch_size=args.batch_size)
@@ -641,7 +529,7 @@ def _probe(args):
     try:
         check_target(args.out, args.force, argument="--out")
         data = read_labelled_file(args.data, text_column=args.text_column, label_column=args.label_column,
-                                  text_pair_column=args.text_pair_column)
+                                  text_pair_column=args.text_pair_column, arguments=_READER_ARGUMENTS)
     except (FileNotFoundError, FileExistsError, DataError, ValueError) as error:
         return _fail("probe", str(error))
     if len(data.label_names) < 2:
@@ -831,8 +719,8 @@ def _build_parser():
     predict.add_argument("--model", required=True, help="a classifier exported by bert-keras finetune or demo, "
                          "by export_classifier, or by model.export() of a classifier built with bert_keras")
     predict.add_argument("texts", nargs="*", metavar="TEXT", help="texts to classify (default: --input, else standard input)")
-    predict.add_argument("--input", help="a file of texts: .csv, .tsv, .jsonl, .json (an array, read whole) with "
-                         "--text-column; any other file: one text per line")
+    predict.add_argument("--input", help="a file of texts: .csv, .tsv, .jsonl or .json (one object per line, or an "
+                         "array, read whole) with --text-column; any other file: one text per line")
     predict.add_argument("--text-column", help="column (or JSON key) of the text in --input (default: text)")
     predict.add_argument("--text-pair-column", help="column of the second text, for classifiers of text pairs (default: text_pair)")
     predict.add_argument("--delimiter", help="field separator of a .csv or .tsv --input (default: , or tab)")

@@ -1,13 +1,23 @@
-"""Labelled text from users' files (CSV, TSV, JSON, JSONL), and stratified splits.
+"""Users' text files, read one record at a time: CSV, TSV, JSON, JSONL, or one text per line.
 
-Departure from the layout in DESIGN.md: reading labelled files is shared by
-`finetune` and the CLI, so it lives in its own module rather than in `cli.py`.
+One reader serves every command that reads users' files: `read_texts`
+streams the texts of a file or of standard input (`bert-keras predict`), and
+`read_labelled_file` reads labelled examples (fine-tuning, `bert-keras
+evaluate` and `probe`) through the same record reader, so the same files are
+accepted and bad ones are refused with the same messages, each naming the
+file (or standard input) and the line where the record starts. The caller
+names its own arguments in those messages (`arguments=`, e.g. the command
+line's `--delimiter`). `stratified_split` splits labelled examples.
+
+Departure from the layout in DESIGN.md (text/: readers of users' files):
+this module imports no TensorFlow, so the command line reads and checks its
+input before TensorFlow loads; `bert_keras.text` imports it.
 """
 
 import contextlib
 import csv
 import dataclasses
-import io
+import itertools
 import json
 import math
 import os
@@ -17,11 +27,17 @@ import threading
 import numpy as np
 
 FORMATS = {".csv": "csv", ".tsv": "tsv", ".jsonl": "jsonl", ".json": "json"}
+# How messages name each format; "lines" is one text per line (any other file, standard input).
+_FORMAT_NAMES = {"csv": "CSV", "tsv": "TSV", "json": "JSON", "jsonl": "JSONL", "lines": "one text per line"}
 _DELIMITERS = {"csv": ",", "tsv": "\t"}
+STANDARD_INPUT = "standard input"
+# The arguments whose names messages mention; a caller passes its own names for them (`arguments=`).
+_ARGUMENTS = ("delimiter", "text_column", "text_pair_column")
 # Tried on the header when columns are missing, to suggest the `delimiter` argument.
 _LIKELY_DELIMITERS = (",", ";", "\t", "|")
-# The line breaks `csv` counts (it reads lines through `io.StringIO(newline="")`).
+# The line breaks `csv` counts (a lone carriage return ends a line too).
 _LINE_BREAK = re.compile(r"\r\n|\r|\n")
+_AFTER_LONE_CR = re.compile(rb"(?<=\r)(?!\n)")
 _JSON_SPACE = re.compile(r"[ \t\n\r]*")
 _NUMBER = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?")
 # `csv.field_size_limit` is process-wide: raised and restored under a lock.
@@ -29,7 +45,7 @@ _FIELD_LIMIT_LOCK = threading.RLock()
 
 
 class DataError(ValueError):
-    """A labelled-text file that cannot be used; the message names the file and the place."""
+    """A user's file that cannot be used; the message names the file (or standard input) and the place."""
 
 
 @dataclasses.dataclass
@@ -54,25 +70,75 @@ class LabelledText:
         )
 
 
-def _decode(path, data):
-    try:
-        return data.decode("utf-8-sig")
-    except UnicodeDecodeError as error:
-        line = data[: error.start].count(b"\n") + 1
-        raise DataError(
-            f"{path}: line {line} is not valid UTF-8 (byte 0x{data[error.start]:02x} at offset {error.start}). "
-            "Re-encode the file as UTF-8."
-        ) from None
-
-
 def _plural(count, word):
     return f"{count} {word}{'' if count == 1 else 's'}"
 
 
-def _check_columns(path, columns, wanted, hint=""):
-    missing = [c for c in wanted if c not in columns]
-    if missing:
-        raise DataError(f"{path}: missing column(s) {missing}. Columns found: {columns}.{hint}")
+def _line(name, number):
+    """Where a message points: `data.csv: line 3`, or `standard input line 3` (no path, so no colon)."""
+    return f"{name} line {number}" if name == STANDARD_INPUT else f"{name}: line {number}"
+
+
+def _argument_names(arguments):
+    names = {key: key for key in _ARGUMENTS}
+    unknown = sorted(set(arguments or {}) - set(names))
+    if unknown:
+        raise ValueError(
+            f"Received an invalid value for argument `arguments`, expected names for some of {list(_ARGUMENTS)}. "
+            f"Received unknown keys: {unknown}"
+        )
+    names.update(arguments or {})
+    return names
+
+
+# ---------------------------------------------------------------------------
+# Lines: a binary stream, decoded one line at a time.
+# ---------------------------------------------------------------------------
+
+
+def _open(path):
+    try:
+        return open(path, "rb")
+    except FileNotFoundError:
+        raise FileNotFoundError(f"{path}: no such file.") from None
+    except OSError as error:
+        raise DataError(f"{path} cannot be read: {error.strerror}.") from None
+
+
+def _decoded_lines(stream, name, lone_cr_ends_lines=False):
+    """`(number, line)` of a binary stream, line breaks kept, read one line at a time.
+
+    A line ends at a line feed (and, with `lone_cr_ends_lines`, at a carriage
+    return that no line feed follows, as `csv` counts lines). A byte-order
+    mark at the start is dropped. Invalid UTF-8 is a `DataError` naming the
+    line and the column of the byte.
+    """
+    number = 0
+    for chunk in stream:
+        pieces = _AFTER_LONE_CR.split(chunk) if lone_cr_ends_lines and b"\r" in chunk else (chunk,)
+        for raw in pieces:
+            if not raw:
+                continue
+            number += 1
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as error:
+                raise DataError(
+                    f"{_line(name, number)} is not valid UTF-8 (byte 0x{raw[error.start]:02x} at column "
+                    f"{error.start + 1}); re-encode it as UTF-8."
+                ) from None
+            yield number, (line[1:] if number == 1 and line.startswith("\ufeff") else line)
+
+
+def _with_text(lines, name, fmt):
+    """`(blank lines, first line with text, the lines after it)`; a `DataError` when no line holds text."""
+    blank = []
+    for number, line in lines:
+        if line.strip():
+            return blank, (number, line), lines
+        blank.append((number, line))
+    expected = "a header and one record per line" if fmt in _DELIMITERS else "one JSON object per line, or an array"
+    raise DataError(f"{name} is empty: expected {expected}.")
 
 
 # ---------------------------------------------------------------------------
@@ -106,14 +172,13 @@ def _reader(lines, fmt, delimiter):
 
 
 def delimited_records(lines, fmt, delimiter):
-    """The one CSV / TSV reader of the package: yields the cells of each record, read lazily from `lines`.
+    """The one CSV / TSV parser of the package: yields the cells of each record, read lazily from `lines`.
 
-    Both `read_labelled_file` and `bert-keras predict` (which streams) read
-    through it, so they accept the same files: CSV quoting is strict (a quoted
-    field may span lines and must close), TSV has no quoting, and a field may
-    be of any length (`csv`'s limit of 131,072 characters is lifted while a
-    record is read, and restored between records, so nothing else in the
-    process sees it changed).
+    Every reader of CSV and TSV (`read_texts`, `read_labelled_file`) parses
+    through it: CSV quoting is strict (a quoted field may span lines and must
+    close), TSV has no quoting, and a field may be of any length (`csv`'s
+    limit of 131,072 characters is lifted while a record is read, and
+    restored between records, so nothing else in the process sees it changed).
 
     Args:
         lines: an iterable of str, the physical lines with their line breaks.
@@ -145,9 +210,13 @@ def _parse_line(line, fmt, delimiter):
         return None
 
 
-def _csv_records(path, text, fmt, delimiter):
-    """Yields `(line, cells)` per record; `line` is the physical line where the record starts."""
-    records = delimited_records(io.StringIO(text, newline=""), fmt, delimiter)
+def _csv_records(name, lines, fmt, delimiter, last_line):
+    """Yields `(line, cells)` per record; `line` is the physical line where the record starts.
+
+    `last_line()` is the last line that is not empty, read so far (for the
+    message of a quote that is never closed).
+    """
+    records = delimited_records(lines, fmt, delimiter)
     start = 1
     while True:
         try:
@@ -157,98 +226,83 @@ def _csv_records(path, text, fmt, delimiter):
         except csv.Error as error:
             if str(error) == "unexpected end of data":
                 raise DataError(
-                    f"{path}: line {start}: a quote opened in this record is never closed; the field runs "
-                    f"to the end of the file (line {len(_LINE_BREAK.split(text))}). Close the quote, or write a "
-                    'quote inside a quoted field as "".'
+                    f"{_line(name, start)}: a quote opened in this record is never closed; the field runs "
+                    f"to the end of the file (line {last_line()}). Close the quote, or write a quote inside a "
+                    'quoted field as "".'
                 ) from None
             raise DataError(
-                f"{path}: line {start}: malformed quoting ({error}). A quoted field must end with a quote "
+                f"{_line(name, start)}: malformed quoting ({error}). A quoted field must end with a quote "
                 'followed by the delimiter or the end of the line; write a quote inside it as "".'
             ) from None
         yield start, cells
         start = end + 1
 
 
-def _delimiter_hint(text, wanted, delimiter):
-    header = _LINE_BREAK.split(text, maxsplit=1)[0]
+def _delimiter_hint(header_line, wanted, delimiter, argument):
     for candidate in _LIKELY_DELIMITERS:
-        cells = _parse_line(header, "csv", candidate) if candidate != delimiter else None
+        cells = _parse_line(header_line, "csv", candidate) if candidate != delimiter else None
         if cells and all(column in cells for column in wanted):
-            return (
-                f" The header looks {candidate!r}-separated: pass delimiter={candidate!r} "
-                f"(bert-keras finetune --delimiter {candidate!r})."
-            )
+            if argument == "delimiter":
+                advice = f"delimiter={candidate!r} (bert-keras finetune --delimiter {candidate!r})"
+            else:
+                advice = f"{argument} {candidate!r}"
+            return f" The header looks {candidate!r}-separated: pass {advice}."
     return ""
 
 
-def _check_header(path, header, wanted, text, delimiter):
+def _check_header(name, line, header, wanted, hint):
     first = {}
-    for number, name in enumerate(header, start=1):
-        if name in first:
+    for number, column in enumerate(header, start=1):
+        if column in first:
             raise DataError(
-                f"{path}: line 1: column {name!r} appears twice in the header (columns {first[name]} and {number})."
+                f"{_line(name, line)}: column {column!r} appears twice in the header "
+                f"(columns {first[column]} and {number})."
             )
-        first[name] = number
-    _check_columns(path, header, wanted, _delimiter_hint(text, wanted, delimiter))
+        first[column] = number
+    missing = [column for column in wanted if column not in header]
+    if missing:
+        raise DataError(f"{name}: missing column(s) {missing}. Columns found: {header}.{hint()}")
 
 
-def _check_multi_line_fields(path, header, records, label_column, fmt, delimiter):
-    """Refuses records whose quoted fields swallowed what look like other records.
+def _table_rows(name, lines, fmt, delimiter, columns, names):
+    """`(line, row)` per record after the header: `row` maps every column to its cell; None for an empty record.
 
-    The rule: a quoted field may span lines (multi-line text is valid CSV),
-    but a label may not, and no line inside a field may read, on its own, as a
-    complete record (as many fields as the header) whose label is one that the
-    file uses. Both are what an unbalanced quote does to the rows after it.
+    An empty record is an empty line, or one whose cells are all blank. The
+    header's names must be distinct and hold `columns`; every other record
+    has as many cells as the header.
     """
-    label_at = header.index(label_column)
-    labels = {cells[label_at].strip() for _, cells in records}
-    for start, cells in records:
-        label = cells[label_at]
-        if _LINE_BREAK.search(label):
-            raise DataError(
-                f"{path}: line {start}: the `{label_column}` spans "
-                f"{len(_LINE_BREAK.split(label))} lines ({label!r}). A label cannot span lines; check "
-                "the quotes in this record."
-            )
-        line = start  # where the current field starts
-        for column, value in zip(header, cells):
-            pieces = _LINE_BREAK.split(value)
-            if len(pieces) > 1 and column != label_column:
-                for offset, piece in enumerate(pieces):
-                    inner = _parse_line(piece, fmt, delimiter)
-                    if inner and len(inner) == len(header) and inner[label_at].strip() in labels:
-                        raise DataError(
-                            f"{path}: line {start}: the quoted field `{column}` that starts in this record "
-                            f"spans {len(pieces)} lines, and line {line + offset} inside it ({piece!r}) looks "
-                            f"like a record of its own ({len(inner)} fields, label {inner[label_at].strip()!r}). "
-                            'Check the quotes: a quote inside a quoted field is written "".'
-                        )
-            line += len(pieces) - 1
+    header_line, last = [""], [0]
 
+    def physical():
+        for number, line in lines:
+            if number == 1:
+                header_line[0] = line
+            if line.rstrip("\r\n"):
+                last[0] = number
+            yield line
 
-def _delimited_rows(path, text, fmt, delimiter, wanted, label_column):
-    """`(line, row dict)` of every record of a CSV or TSV text, checked."""
-    records = _csv_records(path, text, fmt, delimiter)
+    def hint():
+        return _delimiter_hint(header_line[0], columns, delimiter, names["delimiter"])
+
+    records = _csv_records(name, physical(), fmt, delimiter, lambda: last[0])
     try:
-        _, header = next(records)
+        start, header = next(records)
     except DataError as error:
-        raise DataError(f"{error}{_delimiter_hint(text, wanted, delimiter)}") from None
-    _check_header(path, header, wanted, text, delimiter)
-    checked = []
-    for line, cells in records:
-        if not cells or all(not cell.strip() for cell in cells):
-            raise DataError(f"{path}: line {line} is empty. Remove empty lines from the file.")
+        raise DataError(f"{error}{hint()}") from None
+    _check_header(name, start, header, columns, hint)
+    for start, cells in records:
+        if all(not cell.strip() for cell in cells):
+            yield start, None
+            continue
         if len(cells) != len(header):
-            hint = ""
+            extra = ""
             if len(cells) > len(header) and fmt == "csv":
-                hint = f" Quote a field that contains the delimiter {delimiter!r}."
+                extra = f" Quote a field that contains the delimiter {delimiter!r}."
             raise DataError(
-                f"{path}: line {line} has {_plural(len(cells), 'field')}, expected {len(header)} "
-                f"(as the header).{hint}"
+                f"{_line(name, start)} has {_plural(len(cells), 'field')}, expected {len(header)} "
+                f"(as the header).{extra}"
             )
-        checked.append((line, cells))
-    _check_multi_line_fields(path, header, checked, label_column, fmt, delimiter)
-    return [(line, dict(zip(header, cells))) for line, cells in checked]
+        yield start, dict(zip(header, cells))
 
 
 # ---------------------------------------------------------------------------
@@ -260,66 +314,219 @@ def _line_at(text, position):
     return text.count("\n", 0, position) + 1
 
 
-def _json_object(path, line, value):
+def _json_kind(value):
+    return {dict: "object", list: "array"}.get(type(value), type(value).__name__)
+
+
+def _json_row(name, line, value, columns):
+    """The `columns` of a JSON object as text (null: empty); a `DataError` for anything else."""
+    where = _line(name, line)
     if not isinstance(value, dict):
-        raise DataError(f"{path}: line {line} is not a JSON object.")
-    return value
+        raise DataError(f"{where} is not a JSON object.")
+    missing = [column for column in columns if column not in value]
+    if missing:
+        raise DataError(f"{where} has no key(s) {missing}. Keys found: {sorted(value)}")
+    row = {}
+    for column in columns:
+        field = value[column]
+        if field is not None and not isinstance(field, (str, int, float)):
+            raise DataError(
+                f"{where}: `{column}` holds a JSON {_json_kind(field)}; expected text (a string or a number)."
+            )
+        row[column] = "" if field is None else str(field)
+    return row
 
 
-def _json_lines(path, text):
-    for number, line in enumerate(text.split("\n"), start=1):
+def _json_lines(name, lines):
+    """`(line, value)` per line of JSONL; None for an empty line."""
+    for number, line in lines:
         if not line.strip():
-            raise DataError(f"{path}: line {number} is empty. Remove empty lines from the file.")
+            yield number, None
+            continue
         try:
-            value = json.loads(line)
+            yield number, json.loads(line)
         except json.JSONDecodeError as error:
-            raise DataError(f"{path}: line {number} is not valid JSON ({error.msg}).") from None
+            raise DataError(f"{_line(name, number)} is not valid JSON ({error.msg}).") from None
         except (ValueError, RecursionError) as error:  # e.g. an integer of more than 4,300 digits
-            raise DataError(f"{path}: line {number} is not usable JSON ({error}).") from None
-        yield number, _json_object(path, number, value)
+            raise DataError(f"{_line(name, number)} is not usable JSON ({error}).") from None
 
 
-def _json_array(path, text):
-    """Yields `(line, object)` per item of a JSON array; `line` is where the item starts."""
+def _json_array(name, text):
+    """Yields `(line, value)` per item of a JSON array; `line` is where the item starts."""
     decoder = json.JSONDecoder()
     position = _JSON_SPACE.match(text, text.index("[") + 1).end()
     closed = position < len(text) and text[position] == "]"
+    if closed and not text[position + 1 :].strip():
+        raise DataError(f"{name} holds an empty JSON array: expected one object per example.")
     while not closed:
         line = _line_at(text, position)
         try:
             value, position = decoder.raw_decode(text, position)
         except json.JSONDecodeError as error:
             raise DataError(
-                f"{path}: line {line} is not valid JSON ({error.msg} at line {error.lineno}, column {error.colno})."
+                f"{_line(name, line)} is not valid JSON ({error.msg} at line {error.lineno}, column {error.colno})."
             ) from None
         except (ValueError, RecursionError) as error:
-            raise DataError(f"{path}: line {line} is not usable JSON ({error}).") from None
-        yield line, _json_object(path, line, value)
+            raise DataError(f"{_line(name, line)} is not usable JSON ({error}).") from None
+        yield line, value
         position = _JSON_SPACE.match(text, position).end()
         separator = text[position : position + 1]
         if separator not in (",", "]"):
             found = repr(separator) if separator else "the end of the file"
             raise DataError(
-                f"{path}: line {_line_at(text, position)} is not valid JSON (expected ',' or ']' "
+                f"{_line(name, _line_at(text, position))} is not valid JSON (expected ',' or ']' "
                 f"after an item of the array, found {found})."
             )
         position = _JSON_SPACE.match(text, position + 1).end()
         closed = separator == "]"
     if position < len(text):
         raise DataError(
-            f"{path}: line {_line_at(text, position)} is not valid JSON (text after the array's closing ']')."
+            f"{_line(name, _line_at(text, position))} is not valid JSON (text after the array's closing ']')."
         )
 
 
-def _json_rows(path, text, wanted):
-    """`(line, object)` of every example of a JSON array or a JSONL text, checked."""
-    is_array = text.lstrip().startswith("[")
-    rows = _json_array(path, text) if is_array else _json_lines(path, text)
-    first = next(rows, None)
-    if first is None:
-        raise DataError(f"{path} holds an empty JSON array: expected one object per example.")
-    _check_columns(path, list(first[1]), wanted)
-    return [first, *rows]
+def _json_rows(name, blank, first, rest, columns):
+    """`(line, row)` per object: `row` holds `columns` as text; None for an empty line of JSONL.
+
+    A text whose first character is `[` is an array of objects (read whole);
+    any other, one object per line (read a line at a time).
+    """
+    if first[1].lstrip().startswith("["):
+        text = "".join(line for _, line in itertools.chain(blank, [first], rest))
+        values = _json_array(name, text.rstrip("\r\n"))  # an error at the end points at the last line
+    else:
+        values = _json_lines(name, itertools.chain(blank, [first], rest))
+    for line, value in values:
+        yield line, None if value is None else _json_row(name, line, value, columns)
+
+
+# ---------------------------------------------------------------------------
+# Records: the one reader.
+# ---------------------------------------------------------------------------
+
+
+def _check_delimiter(delimiter, fmt, name, argument):
+    if delimiter is None:
+        return
+    if not isinstance(delimiter, str) or len(delimiter) != 1 or delimiter in "\"\r\n":
+        raise ValueError(
+            f"Received an invalid value for argument `{argument}`, expected one character other than a "
+            f"quote or a line break. Received: {argument}={delimiter!r}"
+        )
+    if fmt not in _DELIMITERS:
+        raise ValueError(
+            f"Received an invalid value for argument `{argument}`: it applies to CSV and TSV files, not to "
+            f"{name} ({_FORMAT_NAMES[fmt]}). Received: {argument}={delimiter!r}"
+        )
+
+
+def _rows(stream, name, fmt, columns, delimiter, names):
+    """`(line, row)` per record of a CSV, TSV, JSON or JSONL stream (see `_table_rows`, `_json_rows`)."""
+    lines = _decoded_lines(stream, name, lone_cr_ends_lines=fmt in _DELIMITERS)
+    blank, first, rest = _with_text(lines, name, fmt)
+    if fmt in _DELIMITERS:
+        lines = itertools.chain(blank, [first], rest)
+        return _table_rows(name, lines, fmt, delimiter or _DELIMITERS[fmt], columns, names)
+    return _json_rows(name, blank, first, rest, columns)
+
+
+def split_pair(text, where):
+    """`[text, text_pair]` of a line written `TEXT<TAB>TEXT_PAIR`; a blank line gives `[text, ""]`.
+
+    >>> split_pair("a question\\tits answer", "line 1")
+    ['a question', 'its answer']
+    """
+    if not text.strip():
+        return [text, ""]
+    parts = text.split("\t", 1)
+    if len(parts) != 2:
+        raise DataError(f"{where} is not a text pair: give each as TEXT<TAB>TEXT_PAIR (a tab between the two texts).")
+    return parts
+
+
+def _closing(stream, records):
+    with contextlib.closing(stream):
+        yield from records
+
+
+def read_texts(source, text_column=None, text_pair_column=None, *, pairs=False, fmt=None, delimiter=None, name=None,
+               arguments=None):
+    """Streams the texts of a file or of standard input, one record at a time.
+
+    The formats, from the file's extension: `.csv`, `.tsv` (a header line
+    names the columns; CSV quoting as in `read_labelled_file`), `.jsonl` and
+    `.json` (one object per line, or an array of objects, read whole); any
+    other file, or a stream, is read as one text per line (for text pairs:
+    `TEXT<TAB>TEXT_PAIR`). Empty lines are records of empty texts, kept so
+    that outputs line up with inputs; whether to classify them is the
+    caller's choice. Anything else that is wrong (invalid UTF-8, bad quoting,
+    a missing column or key, a record of the wrong width) is a `DataError`
+    naming the file and the line, raised when that record is read.
+
+    Args:
+        source: str or path of a file, or a binary stream (any iterable of
+            lines of bytes, e.g. `sys.stdin.buffer`), read as one text per
+            line unless `fmt` says otherwise.
+        text_column: optional str. The column (or JSON key) of the text.
+            Defaults to `"text"`. Not for one text per line.
+        text_pair_column: optional str. The column of the second text, read
+            with `pairs`. Defaults to `"text_pair"`. Not for one text per line.
+        pairs: bool. Read text pairs. Defaults to `False`.
+        fmt: optional str. `"csv"`, `"tsv"`, `"json"`, `"jsonl"` or
+            `"lines"`; by default from the extension.
+        delimiter: optional str, one character. The field separator of CSV
+            or TSV. Defaults to `","` for CSV and a tab for TSV.
+        name: optional str. How messages name the source. Defaults to the
+            path, or `"standard input"` for a stream.
+        arguments: optional dict. How the caller names `delimiter`,
+            `text_column` and `text_pair_column` in messages (e.g.
+            `{"delimiter": "--delimiter"}`). Defaults to those names.
+
+    Returns:
+        An iterator of `(line, texts)`: the line where the record starts and
+        `[text]` (`[text, text_pair]` with `pairs`). The arguments are
+        checked, and the file opened, by this call.
+
+    Raises:
+        FileNotFoundError: no such file.
+        ValueError: an argument that does not apply (e.g. `delimiter` for
+            JSON, `text_column` for one text per line).
+
+    Example:
+    >>> import io
+    >>> list(read_texts(io.BytesIO(b"good movie\\n\\nbad plot\\n")))
+    [(1, ['good movie']), (2, ['']), (3, ['bad plot'])]
+    """
+    names = _argument_names(arguments)
+    path = os.fspath(source) if isinstance(source, (str, bytes, os.PathLike)) else None
+    name = name or (STANDARD_INPUT if path is None else path)
+    fmt = fmt or ("lines" if path is None else FORMATS.get(os.path.splitext(path)[1].lower(), "lines"))
+    if fmt not in _FORMAT_NAMES:
+        raise ValueError(
+            f"Received an invalid value for argument `fmt`, expected one of {list(_FORMAT_NAMES)}. "
+            f"Received: fmt={fmt!r}"
+        )
+    _check_delimiter(delimiter, fmt, name, names["delimiter"])
+    if fmt == "lines":
+        for key, value in (("text_column", text_column), ("text_pair_column", text_pair_column)):
+            if value is not None:
+                raise ValueError(
+                    f"Received an invalid value for argument `{names[key]}`: it applies to CSV, TSV, JSON and JSONL "
+                    f"files; {name} is read as one text per line. Received: {names[key]}={value!r}"
+                )
+    stream = source if path is None else _open(path)
+    if fmt == "lines":
+        records = (
+            (number, split_pair(text, _line(name, number)) if pairs else [text])
+            for number, text in ((n, line.rstrip("\r\n")) for n, line in _decoded_lines(stream, name))
+        )
+    else:
+        columns = [text_column or "text"] + ([text_pair_column or "text_pair"] if pairs else [])
+        records = (
+            (line, [""] * len(columns) if row is None else [row[column] for column in columns])
+            for line, row in _rows(stream, name, fmt, columns, delimiter, names)
+        )
+    return records if path is None else _closing(stream, records)
 
 
 # ---------------------------------------------------------------------------
@@ -366,34 +573,70 @@ def _index_labels(path, raw_labels, label_names):
     return np.array([index[key] for key in keys], dtype="int32"), names
 
 
-def _check_delimiter(delimiter, fmt):
-    if delimiter is None:
-        return
-    if not isinstance(delimiter, str) or len(delimiter) != 1 or delimiter in "\"\r\n":
-        raise ValueError(
-            "Received an invalid value for argument `delimiter`, expected one character other than a "
-            f"quote or a line break. Received: delimiter={delimiter!r}"
-        )
-    if fmt not in _DELIMITERS:
-        raise ValueError(
-            f"Received an invalid value for argument `delimiter`: it applies to CSV and TSV files, "
-            f"not to {fmt.upper()}. Received: delimiter={delimiter!r}"
-        )
+def _labelled_rows(path, rows):
+    """The rows, every one holding text; an empty line between records is refused, empty lines at the end dropped."""
+    kept, empty = [], None
+    for line, row in rows:
+        if row is None:
+            empty = empty or line
+            continue
+        if empty is not None:
+            raise DataError(f"{_line(path, empty)} is empty. Remove empty lines from the file.")
+        kept.append((line, row))
+    return kept
+
+
+def _check_multi_line_fields(path, rows, label_column, fmt, delimiter):
+    """Refuses records whose quoted fields swallowed what look like other records.
+
+    The rule: a quoted field may span lines (multi-line text is valid CSV),
+    but a label may not, and no line inside a field may read, on its own, as a
+    complete record (as many fields as the header) whose label is one that the
+    file uses. Both are what an unbalanced quote does to the rows after it.
+    """
+    header = list(rows[0][1])
+    label_at = header.index(label_column)
+    labels = {row[label_column].strip() for _, row in rows}
+    for start, row in rows:
+        label = row[label_column]
+        if _LINE_BREAK.search(label):
+            raise DataError(
+                f"{_line(path, start)}: the `{label_column}` spans "
+                f"{len(_LINE_BREAK.split(label))} lines ({label!r}). A label cannot span lines; check "
+                "the quotes in this record."
+            )
+        line = start  # where the current field starts
+        for column, value in row.items():
+            pieces = _LINE_BREAK.split(value)
+            if len(pieces) > 1 and column != label_column:
+                for offset, piece in enumerate(pieces):
+                    inner = _parse_line(piece, fmt, delimiter)
+                    if inner and len(inner) == len(header) and inner[label_at].strip() in labels:
+                        raise DataError(
+                            f"{_line(path, start)}: the quoted field `{column}` that starts in this record "
+                            f"spans {len(pieces)} lines, and line {line + offset} inside it ({piece!r}) looks "
+                            f"like a record of its own ({len(inner)} fields, label {inner[label_at].strip()!r}). "
+                            'Check the quotes: a quote inside a quoted field is written "".'
+                        )
+            line += len(pieces) - 1
 
 
 def read_labelled_file(
-    path, text_column="text", label_column="label", text_pair_column=None, label_names=None, fmt=None, delimiter=None
+    path, text_column="text", label_column="label", text_pair_column=None, label_names=None, fmt=None, delimiter=None,
+    arguments=None,
 ):
     """Reads labelled examples from a CSV, TSV, JSON or JSONL file.
 
-    CSV is read strictly: a quoted field may span lines, but it must close,
-    with the quote followed by the delimiter or a line break (a quote inside
-    it is written `""`); every record has as many fields as the header, whose
+    Read through the same record reader as `read_texts`. CSV is read
+    strictly: a quoted field may span lines, but it must close, with the
+    quote followed by the delimiter or a line break (a quote inside it is
+    written `""`); every record has as many fields as the header, whose
     column names are distinct. An unbalanced quote that swallows the rows
     after it is refused: a label may not span lines, and no line inside a
     quoted field may read as a complete record with a label the file uses.
-    TSV has no quoting: quotes are kept as text. Errors name the line where
-    the record starts.
+    TSV has no quoting: quotes are kept as text. An empty line between
+    records is refused (empty lines at the end are ignored). Errors name the
+    line where the record starts.
 
     Labels that are all decimal numbers are classes by value: `1`, `1.0` and
     `01` are one class named `"1"`, and classes are ordered by value (1, 2,
@@ -411,6 +654,8 @@ def read_labelled_file(
             is an array of objects or one object per line; so is JSONL.
         delimiter: optional str, one character. The field separator of a CSV
             or TSV file. Defaults to `","` for CSV and a tab for TSV.
+        arguments: optional dict. How the caller names `delimiter` in
+            messages (e.g. `{"delimiter": "--delimiter"}`). Defaults to its name.
 
     Returns:
         `LabelledText`.
@@ -423,37 +668,33 @@ def read_labelled_file(
         ValueError: an invalid `delimiter`.
     """
     path = os.fspath(path)
+    argument_names = _argument_names(arguments)
     if not os.path.isfile(path):
         raise FileNotFoundError(f"{path}: no such file.")
     fmt = fmt or FORMATS.get(os.path.splitext(path)[1].lower())
     if fmt not in ("csv", "tsv", "json", "jsonl"):
         raise DataError(f"{path}: unknown format; use a .csv, .tsv, .json or .jsonl file (or pass the format).")
-    _check_delimiter(delimiter, fmt)
-    with open(path, "rb") as f:
-        text = _decode(path, f.read())
-    if not text.strip():
-        raise DataError(f"{path} is empty: expected one labelled example per line.")
-    text = text.rstrip("\r\n")
-    wanted = [c for c in (text_column, label_column, text_pair_column) if c is not None]
+    _check_delimiter(delimiter, fmt, path, argument_names["delimiter"])
+    wanted = list(dict.fromkeys(c for c in (text_column, label_column, text_pair_column) if c is not None))
+    with _open(path) as stream:
+        rows = _labelled_rows(path, _rows(stream, path, fmt, wanted, delimiter, argument_names))
+    if not rows:
+        raise DataError(f"{path} holds a header but no examples.")
     if fmt in _DELIMITERS:
-        rows = _delimited_rows(path, text, fmt, delimiter or _DELIMITERS[fmt], wanted, label_column)
-    else:
-        rows = _json_rows(path, text, wanted)
+        _check_multi_line_fields(path, rows, label_column, fmt, delimiter or _DELIMITERS[fmt])
 
     texts, pairs, raw_labels = [], [], []
     for number, row in rows:
         value = row.get(text_column)
         if value is None or not str(value).strip():
-            raise DataError(f"{path}: line {number} has an empty `{text_column}`.")
+            raise DataError(f"{_line(path, number)} has an empty `{text_column}`.")
         label = row.get(label_column)
         if label is None or str(label).strip() == "":
-            raise DataError(f"{path}: line {number} has an empty `{label_column}`.")
+            raise DataError(f"{_line(path, number)} has an empty `{label_column}`.")
         texts.append(str(value))
         raw_labels.append(str(label).strip())
         if text_pair_column is not None:
             pairs.append(str(row.get(text_pair_column) or ""))
-    if not texts:
-        raise DataError(f"{path} holds a header but no examples.")
     labels, names = _index_labels(path, raw_labels, label_names)
     return LabelledText(
         texts=texts,

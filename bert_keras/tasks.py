@@ -11,6 +11,7 @@ reads, or a Hub module pair written by `bert-keras convert` (loaded as Hub
 layers).
 """
 
+import collections.abc
 import os
 
 import keras
@@ -20,6 +21,8 @@ from bert_keras import hub
 from bert_keras._checks import check_choice, check_int, check_positive_int, check_rate
 from bert_keras._task import Task, call_encoder, check_encoder, head_dtype, head_initializer, model_inputs
 from bert_keras.checkpoints import holds_weights, load_checkpoint
+from bert_keras.encoder import BertEncoder
+from bert_keras.export import read_module_pair
 from bert_keras.heads import ClassificationHead, SpanHead, TokenClassificationHead
 from bert_keras.pretrainer import MLM_LOGITS, NSP_LOGITS, BertPretrainer, pretraining_losses, pretraining_metrics
 from bert_keras.text import BertPreprocessor
@@ -51,7 +54,7 @@ def _module_pair(path):
     """
     if holds_weights(path):
         return None
-    pair = hub.read_module_pair(path)
+    pair = read_module_pair(path)
     if pair is not None:
         return pair
     encoder_dir, preprocess_dir = os.path.join(path, "encoder"), os.path.join(path, "preprocess")
@@ -209,6 +212,114 @@ class BertClassifier(_PretrainedTask):
         self.activation = activation
         self.dropout = dropout
         self.text_pairs = bool(text_pairs)
+
+    def serving_outputs(self, inputs, first_token_only=True):
+        """The model's outputs as served: the `[CLS]` token's path through the encoder, then the head.
+
+        Equal to `self(inputs, training=False)` up to float rounding: the
+        preprocessor (if any) packs the texts, the encoder gives the pooled
+        output, the head the logits, and `activation="softmax"` makes them
+        probabilities (in float32). `bert_keras.export.export_classifier`
+        traces this method on packed inputs, trimmed of their padding.
+
+        Args:
+            inputs: strings when the model has a preprocessor: a `(batch,)`
+                string tensor or a list of str (for text pairs, a list of two
+                of them); or the Hub input dict of int32 `(batch, seq)`
+                tensors `input_word_ids`, `input_mask`, `input_type_ids`.
+            first_token_only: bool. With a `BertEncoder`, compute the last
+                block for the first token only (`BertEncoder.pooled_output`:
+                the padded layout, for a few texts, e.g. one under XLA); else
+                run the whole encoder (token packing: for batches). A Hub
+                encoder layer runs its module's graph either way. Defaults
+                to `True`.
+
+        Returns:
+            `(batch, num_classes)`: logits, or probabilities with
+            `activation="softmax"`.
+
+        Example:
+        >>> encoder = BertEncoder(vocab_size=100, num_layers=2, hidden_size=16,
+        ...                       num_heads=2, intermediate_size=32)
+        >>> vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "good", "bad"] + [f"w{i}" for i in range(93)]
+        >>> classifier = BertClassifier(encoder, num_classes=2, preprocessor=BertPreprocessor(vocab, seq_length=8))
+        >>> texts = ["good", "bad bad"]
+        >>> bool(np.allclose(classifier.serving_outputs(texts), classifier(tf.constant(texts)), atol=1e-6))
+        True
+        """
+        packed = self._packed(inputs)
+        if first_token_only and isinstance(self.encoder, BertEncoder):
+            pooled = self.encoder.pooled_output(packed, training=False)  # (batch, hidden)
+        else:
+            pooled = self.encoder(packed, training=False)["pooled_output"]  # (batch, hidden)
+        outputs = self.classifier_head(pooled, training=False)  # (batch, num_classes)
+        if self.activation == "softmax":
+            outputs = ops.softmax(ops.cast(outputs, "float32"), axis=-1)
+        return outputs
+
+    def _packed(self, inputs):
+        """The Hub input dict of `inputs`: itself, or the preprocessor's packing of the strings."""
+        if isinstance(inputs, collections.abc.Mapping):
+            return inputs
+        if self.preprocessor is None:
+            raise ValueError(
+                "Received strings, but this classifier has no preprocessor: pass the Hub input dict "
+                "(`input_word_ids`, `input_mask`, `input_type_ids`), or build it with `preprocessor=`."
+            )
+        if self.text_pairs:
+            return self.preprocessor([ops.convert_to_tensor(segment, dtype="string") for segment in inputs])
+        return self.preprocessor(ops.convert_to_tensor(inputs, dtype="string"))
+
+    def with_native_encoder(self):
+        """This classifier, or for a Hub encoder layer a copy on the equal `BertEncoder`.
+
+        The copy has the same preprocessor (shared) and head weights, and an
+        encoder with the Hub layer's current weights (e.g. fine-tuned), so it
+        gives the same outputs; its layers, unlike a SavedModel's graph, can
+        compute in another dtype (`bert_keras.dtypes.compute_dtype`) and
+        compute the last block for `[CLS]` only (`serving_outputs`). A
+        loaded module keeps no config: its architecture is read from the
+        module's directory (`bert_keras.checkpoints.load_checkpoint`), its
+        weights are the layer's variables, matched by name.
+
+        Returns:
+            A `BertClassifier` on a `BertEncoder`.
+
+        Raises:
+            ValueError: the encoder is neither a `BertEncoder` nor a Hub
+                layer around a module written by bert_keras (whose variable
+                names are the `BertEncoder`'s).
+        """
+        if isinstance(self.encoder, BertEncoder):
+            return self
+        copy = BertClassifier(
+            _native_encoder(self.encoder),
+            num_classes=self.num_classes,
+            preprocessor=self.preprocessor,
+            activation=self.activation,
+            dropout=self.dropout,
+            text_pairs=self.text_pairs,
+            name=self.name,
+        )
+        copy.classifier_head.set_weights(self.classifier_head.get_weights())
+        return copy
+
+
+def _native_encoder(layer):
+    """A `BertEncoder` with the current weights of a Hub layer around an encoder module written by bert_keras."""
+    handle = getattr(layer, "handle", None)
+    if isinstance(layer, hub.KerasLayer) and isinstance(handle, str):
+        native = load_checkpoint(handle, with_heads=False).encoder
+        variables = {v.name.rsplit(":", 1)[0]: v for v in layer.resolved_object.variables}
+        if all(weight.path in variables for weight in native.weights):
+            for weight in native.weights:
+                weight.assign(variables[weight.path])
+            return native
+    raise ValueError(
+        f"Cannot rebuild the encoder {layer.name!r} ({type(layer).__name__}) as a BertEncoder: a BertEncoder, or a "
+        "Hub encoder module written by bert_keras, is needed. Convert the module first (`bert-keras convert`), or "
+        "build the classifier with BertClassifier.from_checkpoint on a checkpoint."
+    )
 
 
 @keras.saving.register_keras_serializable(package="bert_keras")

@@ -7,6 +7,7 @@ import pytest
 import tensorflow as tf
 
 from bert_keras import cli, hub
+from bert_keras.export import read_module_pair
 from tests.checkpoints._models import hf_pretraining_model, random_inputs, save_hf_directory, torch_outputs
 
 
@@ -26,7 +27,7 @@ def test_convert_writes_encoder_with_mlm_and_preprocess(hf_pretraining_dir, tmp_
     assert "[1/3] read the checkpoint" in printed and "[3/3] write the preprocess module" in printed
     assert "with the mlm sub-object" in printed
     assert sorted(os.listdir(out)) == [".bert_keras_output.json", "encoder", "preprocess"]
-    assert hub.read_module_pair(out) == (os.path.join(out, "encoder"), os.path.join(out, "preprocess"))
+    assert read_module_pair(out) == (os.path.join(out, "encoder"), os.path.join(out, "preprocess"))
 
     encoder = hub.load(os.path.join(out, "encoder"))
     inputs, positions = random_inputs()
@@ -128,9 +129,9 @@ def test_a_vocabulary_without_cls_stops_convert_before_anything_is_written(hf_pr
 
 
 def test_convert_bfloat16_on_a_cpu_without_it_is_refused(hf_pretraining_dir, tmp_path, capsys, monkeypatch):
-    from bert_keras.hub import export as hub_export
+    from bert_keras import dtypes
 
-    monkeypatch.setattr(hub_export, "cpu_supports_bfloat16", lambda: False)
+    monkeypatch.setattr(dtypes, "cpu_supports_bfloat16", lambda: False)
     out = tmp_path / "modules"
     assert cli.main(["convert", str(hf_pretraining_dir), "--out", str(out), "--dtype", "bfloat16"]) == 2
     assert "avx512_bf16" in capsys.readouterr().err

@@ -8,7 +8,8 @@ import sys
 import keras
 import pytest
 
-from bert_keras import BertEncoder, cli, hub
+from bert_keras import BertEncoder, cli
+from bert_keras.export import export_encoder, export_preprocessor
 
 WORDS = ["good", "great", "fun", "bad", "awful", "boring", "movie", "the", "was", "a", "plot", "?"]
 VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + WORDS
@@ -21,8 +22,8 @@ def modules(tmp_path_factory):
     vocab.write_text("\n".join(VOCAB) + "\n")
     keras.utils.set_random_seed(3)
     encoder = BertEncoder(vocab_size=len(VOCAB), num_layers=1, hidden_size=8, num_heads=2, intermediate_size=16, max_sequence_length=32)
-    hub.export_encoder(encoder, str(root / "encoder"), str(vocab), do_lower_case=True)
-    hub.export_preprocessor(str(root / "preprocess"), str(vocab), do_lower_case=True, seq_length=16)
+    export_encoder(encoder, str(root / "encoder"), str(vocab), do_lower_case=True)
+    export_preprocessor(str(root / "preprocess"), str(vocab), do_lower_case=True, seq_length=16)
     return str(root)
 
 
@@ -211,7 +212,7 @@ def test_finetune_lora_exports_an_ordinary_classifier(modules, tmp_path, capsys)
             "--out", out, "--seq-length", "16", "--epochs", "1", "--batch-size", "8", "--head-epochs", "0",
             "--lora-rank", "2", "--lora-targets", "query,value", "--learning-rate", "1e-2"]
     assert cli.main(argv) == 0, capsys.readouterr().err
-    from bert_keras.saved_model import load_classifier
+    from bert_keras.export import load_classifier
 
     classifier = load_classifier(out)
     names = [variable.name for variable in classifier._saved.variables]  # the export holds no adapter weights
@@ -220,9 +221,9 @@ def test_finetune_lora_exports_an_ordinary_classifier(modules, tmp_path, capsys)
 
 
 def test_finetune_bfloat16_export_on_a_cpu_without_it_stops_before_training(modules, tmp_path, capsys, monkeypatch):
-    from bert_keras.hub import export as hub_export
+    from bert_keras import dtypes
 
-    monkeypatch.setattr(hub_export, "cpu_supports_bfloat16", lambda: False)
+    monkeypatch.setattr(dtypes, "cpu_supports_bfloat16", lambda: False)
     out = str(tmp_path / "out")
     assert _finetune(modules, _csv(tmp_path / "train.csv", ROWS), out, "--export-dtype", "bfloat16") == 2
     captured = capsys.readouterr()

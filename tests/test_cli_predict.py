@@ -17,7 +17,7 @@ import pytest
 import tensorflow as tf
 
 from bert_keras import BertEncoder, cli, hub
-from bert_keras.saved_model import export_classifier, load_classifier
+from bert_keras.export import export_classifier, export_module_pair, load_classifier
 from bert_keras.tasks import BertClassifier
 
 VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "good", "great", "bad", "movie", "the", "plot"]
@@ -39,7 +39,7 @@ def exports(tmp_path_factory):
     keras.utils.set_random_seed(5)
     encoder = BertEncoder(vocab_size=len(VOCAB), num_layers=1, hidden_size=8, num_heads=2, intermediate_size=16,
                           max_sequence_length=32)
-    hub.export_module_pair(str(root / "modules"), encoder, str(root / "vocab.txt"), do_lower_case=True, seq_length=16)
+    export_module_pair(str(root / "modules"), encoder, str(root / "vocab.txt"), do_lower_case=True, seq_length=16)
     dirs = {}
     for pairs in (False, True):
         classifier = BertClassifier.from_checkpoint(str(root / "modules"), num_classes=3, seq_length=16, text_pairs=pairs)
@@ -249,3 +249,22 @@ def test_evaluate_report(exports, tmp_path, capsys):
     data.write_text("text,label\ngood,great\n")
     code, _, err = _run(["evaluate", "--model", exports["single"], "--data", str(data)], capsys)
     assert code == 2 and "['great'] do not occur" in err and "the classifier's labels: ['neg', 'neu', 'pos']" in err
+
+
+def test_predict_reads_files_with_the_reader_and_messages_of_finetune(exports, tmp_path, capsys, monkeypatch):
+    model = exports["single"]
+    bad = tmp_path / "bad.csv"
+    bad.write_text('text,label\ngood,pos\n"bad "quote" here",neg\n')
+    code, out, err = _run(["predict", "--model", model, "--input", str(bad)], capsys)
+    assert code == 2 and out == "pos\t0.5000\tgood\n"  # what came before the bad record is printed
+    assert f"bert-keras predict: {bad}: line 3: malformed quoting (',' expected after '\"')" in err
+    lines_json = tmp_path / "lines.json"  # .json holding one object per line, as read_labelled_file reads it
+    lines_json.write_text('{"text": "good"}\n{"text": "bad movie"}\n')
+    code, out, _ = _run(["predict", "--model", model, "--input", str(lines_json)], capsys)
+    assert code == 0 and out == "pos\t0.5000\tgood\npos\t0.5000\tbad movie\n"
+    code, _, err = _run(["predict", "--model", model, "--input", str(lines_json), "--delimiter", ";"], capsys)
+    assert code == 2 and f"argument `--delimiter`: it applies to CSV and TSV files, not to {lines_json} (JSON)" in err
+    code, _, err = _run(["predict", "--model", model, "--text-column", "review"], capsys, b"good\n", monkeypatch)
+    assert code == 2 and "argument `--text-column`: it applies to CSV, TSV, JSON and JSONL files; standard input" in err
+    code, _, err = _run(["predict", "--model", exports["pairs"]], capsys, b"good\tbad\nno pair\n", monkeypatch)
+    assert code == 2 and "standard input line 2 is not a text pair: give each as TEXT<TAB>TEXT_PAIR" in err

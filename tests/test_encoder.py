@@ -274,7 +274,8 @@ def test_xla_compiled_call_matches_eager():
 
 
 def test_exported_hub_module_equals_the_in_memory_encoder(tmp_path):
-    from bert_keras.hub import export_encoder, load
+    from bert_keras.export import export_encoder
+    from bert_keras.hub import load
 
     encoder = BertEncoder(**TINY)
     vocab = tmp_path / "vocab.txt"

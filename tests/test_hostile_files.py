@@ -214,7 +214,8 @@ def test_export_under_ulimit_f_exits_2_and_keeps_the_old_output(tmp_path):
     script = textwrap.dedent(f"""
         import os, resource, sys
         os.environ["TF_CPP_MIN_LOG_LEVEL"] = "2"
-        from bert_keras import BertEncoder, hub
+        from bert_keras import BertEncoder
+        from bert_keras.export import export_encoder
         vocab = {str(tmp_path / "vocab.txt")!r}
         encoder = BertEncoder(vocab_size=40, num_layers=1, hidden_size=128, num_heads=2, intermediate_size=256,
                               max_sequence_length=64)
@@ -222,7 +223,7 @@ def test_export_under_ulimit_f_exits_2_and_keeps_the_old_output(tmp_path):
         if overwrite:
             resource.setrlimit(resource.RLIMIT_FSIZE, (64 * 1024, resource.RLIM_INFINITY))
         try:
-            hub.export_encoder(encoder, {str(out)!r}, vocab, True, overwrite=overwrite)
+            export_encoder(encoder, {str(out)!r}, vocab, True, overwrite=overwrite)
         except OSError as error:
             print("OSError", error.errno, error, file=sys.stderr)
             sys.exit(2)

@@ -8,11 +8,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from bert_keras import BertEncoder, hub
-from bert_keras import saved_model
-from bert_keras.hub import export as hub_export
-from bert_keras.saved_model import export_classifier, load_classifier
-from bert_keras.saved_model import with_native_encoder as saved_model_native
+from bert_keras import BertEncoder, dtypes, hub, tasks
+from bert_keras.export import classifier as saved_model
+from bert_keras.export import export_classifier, export_module_pair, load_classifier
 from bert_keras.tasks import BertClassifier
 from bert_keras.text import BertPreprocessor
 
@@ -75,31 +73,32 @@ def test_padding_is_cut_after_the_longest_row_and_buckets_round_up():
 
 
 def test_float32_and_bfloat16_exports_of_a_classifier_on_hub_layers(tmp_path, monkeypatch):
-    monkeypatch.setattr(hub_export, "cpu_supports_bfloat16", lambda: True)
+    monkeypatch.setattr(dtypes, "cpu_supports_bfloat16", lambda: True)
     vocab = tmp_path / "vocab.txt"
     vocab.write_text("\n".join(VOCAB) + "\n")
     keras.utils.set_random_seed(4)
     encoder = BertEncoder(**dict(TINY, max_sequence_length=24), dropout=0.0, attention_dropout=0.0)
-    hub.export_module_pair(str(tmp_path / "modules"), encoder, str(vocab), do_lower_case=True, seq_length=12)
+    export_module_pair(str(tmp_path / "modules"), encoder, str(vocab), do_lower_case=True, seq_length=12)
     on_hub = BertClassifier.from_checkpoint(str(tmp_path / "modules"), num_classes=3, seq_length=12, dropout=0.0)
     for variable in on_hub.encoder.trainable_weights[:3]:  # as fine-tuning does: the layer's weights move
         variable.assign(variable + 0.01)
     expected = tf.nn.softmax(on_hub(tf.constant(TEXTS))).numpy()
-    native = saved_model.with_native_encoder(on_hub)
+    native = on_hub.with_native_encoder()
     assert isinstance(native.encoder, BertEncoder) and native.preprocessor is on_hub.preprocessor
     np.testing.assert_allclose(tf.nn.softmax(native(tf.constant(TEXTS))).numpy(), expected, atol=1e-6)
 
     # float32: served on the equal BertEncoder (single texts under XLA, the last block for [CLS] only).
     rebuilt = []
     with monkeypatch.context() as patch:
-        patch.setattr(saved_model, "with_native_encoder", lambda m: rebuilt.append(saved_model_native(m)) or rebuilt[-1])
+        native_copy = BertClassifier.with_native_encoder
+        patch.setattr(BertClassifier, "with_native_encoder", lambda m: rebuilt.append(native_copy(m)) or rebuilt[-1])
         fp32 = load_classifier(export_classifier(on_hub, str(tmp_path / "fp32"), LABELS))
     assert len(rebuilt) == 1 and isinstance(rebuilt[0].encoder, BertEncoder)
     np.testing.assert_allclose(np.concatenate([fp32.predict_proba([text]) for text in TEXTS]), expected, atol=1e-6)
     np.testing.assert_allclose(fp32.predict_proba(TEXTS), expected, atol=1e-6)
     # A module that cannot be rebuilt (here: its checkpoint unreadable) is served through its own graph.
     with monkeypatch.context() as patch:
-        patch.setattr(saved_model, "load_checkpoint", lambda *a, **k: (_ for _ in ()).throw(ValueError("unreadable")))
+        patch.setattr(tasks, "load_checkpoint", lambda *a, **k: (_ for _ in ()).throw(ValueError("unreadable")))
         own = load_classifier(export_classifier(on_hub, str(tmp_path / "own_graph"), LABELS))
     np.testing.assert_allclose(np.concatenate([own.predict_proba([text]) for text in TEXTS]), expected, atol=1e-6)
 
@@ -116,10 +115,10 @@ def test_float32_and_bfloat16_exports_of_a_classifier_on_hub_layers(tmp_path, mo
 
 
 def test_bfloat16_export_refusals(classifier, tmp_path, monkeypatch):
-    monkeypatch.setattr(hub_export, "cpu_supports_bfloat16", lambda: False)
+    monkeypatch.setattr(dtypes, "cpu_supports_bfloat16", lambda: False)
     with pytest.raises(ValueError, match=r"dtype='bfloat16', but this CPU has no bfloat16 arithmetic"):
         export_classifier(classifier, str(tmp_path / "refused"), LABELS, dtype="bfloat16")
-    monkeypatch.setattr(hub_export, "cpu_supports_bfloat16", lambda: True)
+    monkeypatch.setattr(dtypes, "cpu_supports_bfloat16", lambda: True)
     text = keras.Input(shape=(4,))
     plain = keras.Model(text, keras.layers.Dense(3)(text))
     with pytest.raises(ValueError, match=r"type Functional; only a BertClassifier can be exported in bfloat16"):

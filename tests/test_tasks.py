@@ -276,14 +276,14 @@ def test_pretrainer_default_compile_ignores_padded_predictions():
 # ---------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def encoder_module(tmp_path_factory):
-    from bert_keras import hub
+    from bert_keras.export import export_encoder
 
     directory = tmp_path_factory.mktemp("hub")
     vocab = directory / "vocab.txt"
     vocab.write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + [f"w{i}" for i in range(35)]) + "\n")
     keras.utils.set_random_seed(3)
     encoder = BertEncoder(**TINY, dropout=0.0, attention_dropout=0.0)
-    return encoder, hub.export_encoder(encoder, str(directory / "encoder"), str(vocab), do_lower_case=True)
+    return encoder, export_encoder(encoder, str(directory / "encoder"), str(vocab), do_lower_case=True)
 
 
 def test_classifier_on_a_hub_encoder_trains_and_round_trips(encoder_module, tmp_path):
@@ -379,7 +379,7 @@ def test_classifier_from_the_minilm_checkpoint_takes_raw_strings_and_matches_tra
 
 @pytest.fixture(scope="module")
 def module_pair(tmp_path_factory):
-    from bert_keras import hub
+    from bert_keras.export import export_module_pair
 
     directory = tmp_path_factory.mktemp("pair")
     vocab = directory / "vocab.txt"
@@ -387,14 +387,14 @@ def module_pair(tmp_path_factory):
     vocab.write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + words + [f"w{i}" for i in range(25)]) + "\n")
     keras.utils.set_random_seed(5)
     encoder = BertEncoder(**TINY, dropout=0.0, attention_dropout=0.0)
-    hub.export_module_pair(str(directory / "modules"), encoder, str(vocab), do_lower_case=True, seq_length=12)
+    export_module_pair(str(directory / "modules"), encoder, str(vocab), do_lower_case=True, seq_length=12)
     return encoder, str(vocab), str(directory / "modules")
 
 
 def test_the_same_classifier_on_hub_layers_and_on_the_native_encoder(module_pair, tmp_path):
     from bert_keras import hub
     from bert_keras.training import finetune
-    from bert_keras.saved_model import export_classifier, load_classifier
+    from bert_keras.export import export_classifier, load_classifier
     from bert_keras.text import BertPreprocessor
 
     encoder, vocab, modules = module_pair
@@ -450,3 +450,57 @@ def test_from_checkpoint_errors(module_pair, tmp_path):
         BertClassifier.from_checkpoint(("a", "b", "c"), num_classes=2)
     with pytest.raises(ValueError, match=r"`preprocessor`, expected a BertPreprocessor"):
         BertClassifier(BertEncoder(**TINY), num_classes=2, preprocessor="vocab.txt")
+
+
+# ---------------------------------------------------------------------------
+# The classifier's serving computation (what bert_keras.export traces).
+# ---------------------------------------------------------------------------
+@pytest.mark.parametrize("activation", [None, "softmax"])
+@pytest.mark.parametrize("text_pairs", [False, True], ids=["single", "pairs"])
+def test_serving_outputs_equal_the_forward_pass(module_pair, activation, text_pairs):
+    from bert_keras.text import BertPreprocessor
+
+    encoder, vocab, _ = module_pair
+    keras.utils.set_random_seed(7)
+    classifier = BertClassifier(encoder, num_classes=3, preprocessor=BertPreprocessor(vocab, seq_length=12),
+                                activation=activation, text_pairs=text_pairs)
+    texts = ["the movie was good", "awful plot", "", "great fun w3 w7 w9 w1 w2 w4 w5"]
+    pairs = ["bad", "", "boring boring", "the plot"]
+    as_lists = [texts, pairs] if text_pairs else texts  # Python lists of str
+    as_tensors = [tf.constant(texts), tf.constant(pairs)] if text_pairs else tf.constant(texts)
+    expected = np.asarray(classifier(as_tensors, training=False))
+    for first_token_only in (True, False):
+        for inputs in (as_lists, as_tensors):
+            served = np.asarray(classifier.serving_outputs(inputs, first_token_only=first_token_only))
+            assert served.shape == (4, 3) and served.dtype == np.float32
+            np.testing.assert_allclose(served, expected, atol=1e-6)
+    packed = classifier.preprocessor(as_tensors)  # the Hub input dict, as the export passes it
+    np.testing.assert_allclose(np.asarray(classifier.serving_outputs(packed)), expected, atol=1e-6)
+    if activation == "softmax":
+        np.testing.assert_allclose(expected.sum(-1), 1.0, atol=1e-6)
+    assert classifier.with_native_encoder() is classifier  # a BertEncoder already
+
+
+def test_serving_outputs_without_a_preprocessor_and_on_hub_layers(module_pair):
+    from bert_keras import hub
+
+    encoder, _, modules = module_pair
+    plain = BertClassifier(encoder, num_classes=2)
+    inputs = _inputs(batch=3, seq=10)
+    np.testing.assert_allclose(np.asarray(plain.serving_outputs(inputs)), np.asarray(plain(inputs)), atol=1e-6)
+    with pytest.raises(ValueError, match="this classifier has no preprocessor"):
+        plain.serving_outputs(["good movie"])
+
+    on_hub = BertClassifier.from_checkpoint(modules, num_classes=2, seq_length=12, dropout=0.0, activation="softmax")
+    texts = ["the movie was good", "awful plot"]
+    expected = np.asarray(on_hub(tf.constant(texts)))
+    for first_token_only in (True, False):  # the module's graph either way
+        np.testing.assert_allclose(np.asarray(on_hub.serving_outputs(texts, first_token_only=first_token_only)),
+                                   expected, atol=1e-6)
+    native = on_hub.with_native_encoder()
+    assert isinstance(native.encoder, BertEncoder) and native.preprocessor is on_hub.preprocessor
+    np.testing.assert_allclose(np.asarray(native.serving_outputs(texts)), expected, atol=1e-6)
+    odd = BertClassifier(hub.KerasLayer(os.path.join(modules, "encoder"), name="plain"), num_classes=2)
+    odd.encoder.handle = None  # as a layer built from a callable: no module directory to read the architecture from
+    with pytest.raises(ValueError, match=r"Cannot rebuild the encoder 'plain' \(KerasLayer\) as a BertEncoder"):
+        odd.with_native_encoder()

@@ -1,12 +1,16 @@
-"""Any checkpoint the converters read -> a pair of TF Hub modules (encoder, preprocess)."""
+"""Any checkpoint the converters read -> a pair of TF Hub modules (encoder, preprocess).
+
+A recipe of two steps: read the checkpoint (`load_checkpoint`), write the
+pair (`bert_keras.export.export_module_pair`, where every export lives).
+"""
 
 import logging
 import os
 
 from bert_keras._files import check_target
 from bert_keras.checkpoints import load_checkpoint
-from bert_keras.hub import export_module_pair
-from bert_keras.hub.export import check_compute_dtype
+from bert_keras.dtypes import check_compute_dtype
+from bert_keras.export import export_module_pair
 
 logger = logging.getLogger(__name__)
 
@@ -17,7 +21,7 @@ def convert_to_hub(source, out_dir, seq_length=None, overwrite=False, progress=N
     """Converts a checkpoint into `out_dir/encoder` and `out_dir/preprocess`, written as one output.
 
     The pair is staged next to `out_dir` and moved into place in one step
-    (`bert_keras.hub.export_module_pair`), so a failed or killed run leaves
+    (`bert_keras.export.export_module_pair`), so a failed or killed run leaves
     the earlier `out_dir` (or none) and never half a pair.
 
     Args:

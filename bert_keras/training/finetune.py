@@ -31,10 +31,10 @@ from sklearn.utils.class_weight import compute_class_weight
 from bert_keras import distribute, lora
 from bert_keras._files import check_target, fault_point
 from bert_keras.datasets import stratified_split
+from bert_keras.dtypes import check_compute_dtype
 from bert_keras.evaluate import classification_report, format_report, report_files
-from bert_keras.hub.export import check_compute_dtype
+from bert_keras.export import export_classifier, outputs_probabilities
 from bert_keras.optimization import bert_optimizer
-from bert_keras.saved_model import export_classifier, outputs_probabilities
 from bert_keras.tasks import BertClassifier
 from bert_keras.training.backup import check_run_record, fingerprint, held_backup, remove_backup
 from bert_keras.training.data import text_dataset

@@ -4,7 +4,7 @@ import os
 
 import pytest
 
-from bert_keras import hub
+from bert_keras.export import read_module_pair
 from bert_keras._files import MARKER
 from tests.fault_injection._harness import (
     KILLED,
@@ -55,7 +55,7 @@ def test_killed_pretraining_keeps_its_backup_and_the_rerun_only_exports(index, p
     # The run's directory: still marked as a run in progress, with its whole backup, and no module of the pair.
     assert entries(kept) == [MARKER, "backup"]
     assert marker(kept)["kind"] == "pretraining_run" and marker(kept)["complete"] is False
-    assert hub.read_module_pair(kept) is None
+    assert read_module_pair(kept) is None
     assert backup_epoch(os.path.join(kept, "backup")) == 2
     # The first run trained all 4 steps; every run after it resumed after the last epoch and trained none.
     assert ("step 4/4" in kill.killed.stdout) == (index == 0) and ("step " in kill.killed.stdout) == (index == 0)

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from bert_keras import BertEncoder
-from bert_keras import hub
+from bert_keras.export import export_encoder, export_preprocessor
 from tests.helpers import hub_inputs
 
 WORDS = ["the", "movie", "was", "great", "bad", "good", "terrible", "fun", "boring", "i", "loved", "hated", "it", "!", "."]
@@ -35,12 +35,12 @@ def tiny_encoder():
 
 @pytest.fixture(scope="session")
 def encoder_dir(hub_dir, vocab_file, tiny_encoder):
-    return hub.export_encoder(tiny_encoder, os.path.join(hub_dir, "encoder"), vocab_file, do_lower_case=True)
+    return export_encoder(tiny_encoder, os.path.join(hub_dir, "encoder"), vocab_file, do_lower_case=True)
 
 
 @pytest.fixture(scope="session")
 def preprocess_dir(hub_dir, vocab_file):
-    return hub.export_preprocessor(os.path.join(hub_dir, "preprocess"), vocab_file, do_lower_case=True, seq_length=16)
+    return export_preprocessor(os.path.join(hub_dir, "preprocess"), vocab_file, do_lower_case=True, seq_length=16)
 
 
 def encoder_inputs(batch=4, seq=10, seed=0):

@@ -4,6 +4,7 @@ import numpy as np
 import tensorflow as tf
 
 from bert_keras import hub
+from bert_keras.export import export_encoder, export_module_pair
 from tests.helpers import assert_close
 from tests.hub.conftest import VOCAB, encoder_inputs
 
@@ -56,7 +57,7 @@ def test_export_refuses_to_overwrite(encoder_dir, tiny_encoder, vocab_file):
     import pytest
 
     with pytest.raises(FileExistsError, match="already exists; pass overwrite=True"):
-        hub.export_encoder(tiny_encoder, encoder_dir, vocab_file, do_lower_case=True)
+        export_encoder(tiny_encoder, encoder_dir, vocab_file, do_lower_case=True)
 
 
 def test_failed_export_leaves_nothing(tmp_path, tiny_encoder):
@@ -64,7 +65,7 @@ def test_failed_export_leaves_nothing(tmp_path, tiny_encoder):
     import pytest
 
     with pytest.raises(FileNotFoundError, match="vocab_file"):
-        hub.export_encoder(tiny_encoder, str(tmp_path / "out"), str(tmp_path / "missing.txt"), do_lower_case=True)
+        export_encoder(tiny_encoder, str(tmp_path / "out"), str(tmp_path / "missing.txt"), do_lower_case=True)
     assert os.listdir(tmp_path) == []
 
 
@@ -75,7 +76,7 @@ def test_encoder_module_with_mlm_sub_object(tmp_path, vocab_file):
 
     encoder = BertEncoder(**TINY)
     pretrainer = BertPretrainer(encoder)
-    path = hub.export_encoder(encoder, str(tmp_path / "with_mlm"), vocab_file, do_lower_case=True, pretrainer=pretrainer)
+    path = export_encoder(encoder, str(tmp_path / "with_mlm"), vocab_file, do_lower_case=True, pretrainer=pretrainer)
     module = hub.load(path)
     inputs = encoder_inputs()
     inputs["masked_lm_positions"] = np.array([[1, 2, 0]] * 4, "int32")
@@ -127,10 +128,10 @@ def test_every_weight_is_stored_once(encoder_dir, tiny_encoder):
 
 
 def test_bfloat16_encoder_module_keeps_float32_inputs_outputs_and_variables(tmp_path, vocab_file, tiny_encoder, monkeypatch):
-    from bert_keras.hub import export as hub_export
+    from bert_keras import dtypes
 
-    monkeypatch.setattr(hub_export, "cpu_supports_bfloat16", lambda: True)
-    path = hub.export_encoder(tiny_encoder, str(tmp_path / "bf16"), vocab_file, do_lower_case=True, dtype="bfloat16")
+    monkeypatch.setattr(dtypes, "cpu_supports_bfloat16", lambda: True)
+    path = export_encoder(tiny_encoder, str(tmp_path / "bf16"), vocab_file, do_lower_case=True, dtype="bfloat16")
     module = hub.load(path)
     inputs = {k: tf.constant(v) for k, v in encoder_inputs().items()}
     outputs = module(inputs, training=False)
@@ -151,13 +152,13 @@ def test_bfloat16_is_refused_on_a_cpu_without_it_before_anything_is_written(tmp_
     import pytest
 
     from bert_keras.checkpoints.to_hub import convert_to_hub
-    from bert_keras.hub import export as hub_export
+    from bert_keras import dtypes
 
-    monkeypatch.setattr(hub_export, "cpu_supports_bfloat16", lambda: False)
+    monkeypatch.setattr(dtypes, "cpu_supports_bfloat16", lambda: False)
     with pytest.raises(ValueError, match=r"dtype='bfloat16', but this CPU has no bfloat16 arithmetic \(neither `avx512_bf16`"):
-        hub.export_module_pair(str(tmp_path / "pair"), tiny_encoder, vocab_file, do_lower_case=True, seq_length=16, dtype="bfloat16")
+        export_module_pair(str(tmp_path / "pair"), tiny_encoder, vocab_file, do_lower_case=True, seq_length=16, dtype="bfloat16")
     with pytest.raises(ValueError, match=r"`dtype`, expected one of \['float32', 'bfloat16'\]. Received: dtype='float16'"):
-        hub.export_encoder(tiny_encoder, str(tmp_path / "enc"), vocab_file, do_lower_case=True, dtype="float16")
+        export_encoder(tiny_encoder, str(tmp_path / "enc"), vocab_file, do_lower_case=True, dtype="float16")
     with pytest.raises(ValueError, match="no bfloat16 arithmetic"):
         convert_to_hub(str(tmp_path / "no-checkpoint-is-read"), str(tmp_path / "converted"), dtype="bfloat16")
     assert os.listdir(tmp_path) == []
@@ -166,7 +167,7 @@ def test_bfloat16_is_refused_on_a_cpu_without_it_before_anything_is_written(tmp_
 def test_cpu_bfloat16_detection_reads_the_cpu_flags(tmp_path, monkeypatch):
     import builtins
 
-    from bert_keras.hub.export import cpu_supports_bfloat16
+    from bert_keras.dtypes import cpu_supports_bfloat16
 
     real_open = builtins.open
 

@@ -35,7 +35,7 @@ def module_pair(tmp_path_factory):
 
     The preprocess module is left out: the encoder carries the vocabulary, and writing one takes seconds.
     """
-    from bert_keras.hub import export_encoder
+    from bert_keras.export import export_encoder
 
     directory = tmp_path_factory.mktemp("pair")
     vocab = directory / "vocab.txt"

@@ -1,0 +1,49 @@
+"""Every export of the package, one file per kind, and the readers of what they write.
+
+- `hub_modules`: TF Hub encoder and preprocess modules (Model Garden's
+  format) and module pairs: `export_encoder`, `export_preprocessor`,
+  `export_module_pair`, `read_module_pair`.
+- `classifier`: a text classifier as a SavedModel serving raw strings
+  (`export_classifier`) and its loader (`load_classifier`).
+
+This package ranks below `bert_keras.checkpoints` (whose `to_hub.convert_to_hub`
+reads a checkpoint and writes a pair through `export_module_pair`) and below
+`bert_keras.tasks` (which reads pairs with `read_module_pair`), so it imports
+no checkpoint reader and no task class: a model is served through its own
+`serving_outputs` and rebuilt on a native encoder by its own
+`with_native_encoder` where it has them (`BertClassifier` does).
+`bert_keras.saved_model` keeps the classifier's names where the README
+shows them.
+"""
+
+from bert_keras.export.classifier import (
+    LABELS_FILE,
+    TextClassifier,
+    export_classifier,
+    load_classifier,
+    outputs_probabilities,
+)
+from bert_keras.export.hub_modules import (
+    ENCODER_DIR,
+    PREPROCESS_DIR,
+    build_encoder_module,
+    export_encoder,
+    export_module_pair,
+    export_preprocessor,
+    read_module_pair,
+)
+
+__all__ = [
+    "ENCODER_DIR",
+    "LABELS_FILE",
+    "PREPROCESS_DIR",
+    "TextClassifier",
+    "build_encoder_module",
+    "export_classifier",
+    "export_encoder",
+    "export_module_pair",
+    "export_preprocessor",
+    "load_classifier",
+    "outputs_probabilities",
+    "read_module_pair",
+]

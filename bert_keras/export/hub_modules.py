@@ -1,0 +1,287 @@
+"""TF Hub modules in the format of TF Model Garden's `export_tfhub_lib.py`: encoder, preprocessor, the pair.
+
+The pair's reader (`read_module_pair`) lives here too: it reads the marker
+that `export_module_pair` writes.
+"""
+
+import logging
+import os
+
+import tensorflow as tf
+
+from bert_keras._files import fault_point, read_marker, staged_directory
+from bert_keras.dtypes import check_compute_dtype, compute_dtype
+from bert_keras.encoder import INPUT_KEYS
+from bert_keras.text import BertPreprocessor
+
+logger = logging.getLogger(__name__)
+
+
+def _encoder_input_spec():
+    return {key: tf.TensorSpec([None, None], tf.int32, name=key) for key in INPUT_KEYS}
+
+
+class _CallableModule(tf.train.Checkpoint):
+    """A reusable SavedModel object: `__call__(inputs, training=False)` runs a Keras model.
+
+    Carries `variables`, `trainable_variables` and `regularization_losses` as
+    TF Hub's reusable SavedModel API asks.
+    """
+
+    def __init__(self, model, output_fn):
+        super().__init__()
+        # The model is reached through a closure, not an attribute: as an attribute its Keras
+        # variables would be saved a second time next to `variables` (twice the size on disk).
+        self._run = lambda inputs, training: output_fn(model, inputs, training)
+        self.variables = [getattr(v, "value", v) for v in model.weights]
+        self.trainable_variables = [getattr(v, "value", v) for v in model.trainable_weights]
+        self.regularization_losses = []
+        # Random-seed state of dropout layers: read by the training=True function, not a weight.
+        weight_ids = {id(v) for v in model.weights}
+        self._keras_state = [getattr(v, "value", v) for v in model.variables if id(v) not in weight_ids]
+
+    @tf.function
+    def __call__(self, inputs, training=False):
+        return self._run(inputs, training)
+
+
+def _float32(x):
+    # The module's outputs are float32 whatever it computes in (the signatures do not change).
+    return tf.cast(x, tf.float32) if x.dtype != tf.float32 else x
+
+
+def _encoder_outputs(encoder, inputs, training):
+    outputs = encoder(inputs, training=training)
+    return {
+        "sequence_output": _float32(outputs["sequence_output"]),
+        "pooled_output": _float32(outputs["pooled_output"]),
+        "encoder_outputs": [_float32(x) for x in outputs["encoder_outputs"]],
+        "default": _float32(outputs["pooled_output"]),
+    }
+
+
+def _mlm_outputs(pretrainer, inputs, training):
+    outputs = pretrainer(inputs, training=training)
+    encoder_outputs = _encoder_outputs(pretrainer.encoder, {k: inputs[k] for k in INPUT_KEYS}, training)
+    encoder_outputs["mlm_logits"] = _float32(outputs["mlm_logits"])
+    return encoder_outputs
+
+
+def _trace(module, spec):
+    for training in (False, True):
+        module.__call__.get_concrete_function(spec, training=training)
+
+
+def build_encoder_module(encoder, vocab_file, do_lower_case, pretrainer=None):
+    """Returns the `tf.Module` that `export_encoder` saves (see there)."""
+    if not os.path.isfile(vocab_file):
+        raise FileNotFoundError(f"vocab_file {vocab_file!r} does not exist.")
+    root = _CallableModule(encoder, _encoder_outputs)
+    _trace(root, _encoder_input_spec())
+    root.vocab_file = tf.saved_model.Asset(vocab_file)
+    root.do_lower_case = tf.Variable(bool(do_lower_case), trainable=False, name="do_lower_case")
+    if pretrainer is not None:
+        if pretrainer.encoder is not encoder:
+            raise ValueError("`pretrainer.encoder` must be the encoder being exported.")
+        mlm = _CallableModule(pretrainer, _mlm_outputs)
+        spec = dict(_encoder_input_spec(), masked_lm_positions=tf.TensorSpec([None, None], tf.int32, name="masked_lm_positions"))
+        _trace(mlm, spec)
+        root.mlm = mlm
+    return root
+
+
+def export_encoder(encoder, export_dir, vocab_file, do_lower_case, pretrainer=None, overwrite=False, dtype="float32"):
+    """Writes `encoder` as a TF Hub encoder SavedModel (Model Garden's format).
+
+    The module is called as `obj(inputs, training=False)` with the dict of
+    int32 `(batch, seq)` tensors `input_word_ids`, `input_mask`,
+    `input_type_ids`, and returns `pooled_output`, `sequence_output`,
+    `encoder_outputs` and `default`. It carries `variables`,
+    `trainable_variables`, `regularization_losses`, the `vocab_file` asset and
+    the `do_lower_case` variable. With `pretrainer` (a model with an MLM head
+    on this encoder), an `mlm` sub-object also takes `masked_lm_positions`
+    `(batch, num_predictions)` and adds `mlm_logits`.
+
+    Args:
+        encoder: a `BertEncoder` (or any model with the same inputs/outputs).
+        export_dir: str. The directory to write; written to a temporary
+            sibling first and moved into place.
+        vocab_file: str. The WordPiece vocabulary, stored as an asset.
+        do_lower_case: bool. How the vocabulary expects text to be cased.
+        pretrainer: optional model with `encoder` and an `mlm_logits` output.
+        overwrite: bool. Replace an existing `export_dir`. Defaults to `False`.
+        dtype: str. What the module computes in: `"float32"`, or
+            `"bfloat16"` (see `bert_keras.dtypes.compute_dtype`; needs a CPU
+            with bfloat16 arithmetic, see `check_compute_dtype` there). Its
+            inputs, outputs (float32), variables (float32) and signatures are
+            the same either way. Defaults to `"float32"`.
+    """
+    check_compute_dtype(dtype)
+    with staged_directory(export_dir, overwrite, kind="encoder") as staging:
+        _save_encoder(staging, encoder, vocab_file, do_lower_case, pretrainer, dtype)
+    logger.info("Wrote the encoder module to %s", export_dir)
+    return export_dir
+
+
+def _save_encoder(directory, encoder, vocab_file, do_lower_case, pretrainer, dtype="float32"):
+    with compute_dtype(pretrainer if pretrainer is not None else encoder, dtype):
+        root = build_encoder_module(encoder, vocab_file, do_lower_case, pretrainer)
+        tf.saved_model.save(root, directory, signatures=_encoder_signatures(root))
+
+
+def _encoder_signatures(root):
+    # Signatures take flat outputs: encoder_outputs becomes encoder_outputs_0, _1, ...
+    @tf.function(input_signature=[_encoder_input_spec()])
+    def serve(inputs):
+        outputs = root(inputs, training=False)
+        flat = {key: value for key, value in outputs.items() if key != "encoder_outputs"}
+        for i, layer_output in enumerate(outputs["encoder_outputs"]):
+            flat[f"encoder_outputs_{i}"] = layer_output
+        return flat
+
+    return {"serving_default": serve}
+
+
+class _TokenizeModule(tf.train.Checkpoint):
+    """`preprocess.tokenize`: strings `(batch,)` -> int32 ragged `(batch, words, word_pieces)`."""
+
+    def __init__(self, preprocessor):
+        super().__init__()
+        self._preprocessor = preprocessor
+        special = {key: int(value) for key, value in preprocessor.get_special_tokens_dict().items()}
+        self.get_special_tokens_dict = tf.train.Checkpoint()
+        self.get_special_tokens_dict.__call__ = tf.function(
+            lambda: {key: tf.constant(value, tf.int32) for key, value in special.items()},
+            input_signature=[],
+        )
+
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
+    def __call__(self, sentences):
+        return self._preprocessor.tokenize(sentences)
+
+
+class _PackModule(tf.train.Checkpoint):
+    """`preprocess.bert_pack_inputs(segments, seq_length=...)`, traced for 1-2 segments of ragged rank 1-2."""
+
+    def __init__(self, preprocessor):
+        super().__init__()
+        self._preprocessor = preprocessor
+        default_seq_length = int(preprocessor.seq_length)
+
+        @tf.function(autograph=False)
+        def call(inputs, seq_length=default_seq_length):
+            return preprocessor.bert_pack_inputs(list(inputs), seq_length=seq_length)
+
+        self.__call__ = call
+        for ragged_rank in (1, 2):
+            for num_segments in (1, 2):
+                segments = [tf.RaggedTensorSpec([None] * (ragged_rank + 1), tf.int32) for _ in range(num_segments)]
+                call.get_concrete_function(segments, seq_length=tf.TensorSpec([], tf.int32))
+
+
+class _PreprocessModule(tf.train.Checkpoint):
+    def __init__(self, preprocessor, vocab_file, do_lower_case):
+        super().__init__()
+        self._preprocessor = preprocessor
+        self.tokenize = _TokenizeModule(preprocessor)
+        self.bert_pack_inputs = _PackModule(preprocessor)
+        self.vocab_file = tf.saved_model.Asset(vocab_file)
+        self.do_lower_case = tf.Variable(bool(do_lower_case), trainable=False, name="do_lower_case")
+
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
+    def __call__(self, sentences):
+        return self._preprocessor(sentences)
+
+
+def export_preprocessor(export_dir, vocab_file, do_lower_case, seq_length=128, overwrite=False):
+    """Writes a TF Hub preprocessing SavedModel (Model Garden's format).
+
+    The module maps `(batch,)` strings to the encoder's input dict at
+    `seq_length`; `.tokenize` maps strings to int32 ragged
+    `(batch, words, word_pieces)`; `.tokenize.get_special_tokens_dict()`
+    returns `vocab_size`, `start_of_sequence_id`, `end_of_segment_id`,
+    `padding_id` and `mask_id`; `.bert_pack_inputs(segments, seq_length=...)`
+    packs a list of 1 or 2 ragged tensors (ragged rank 1 or 2). The vocabulary
+    travels as the `vocab_file` asset, with `do_lower_case`. Loading it needs
+    `import tensorflow_text` first (`bert_keras.hub.load` does that).
+
+    Args:
+        export_dir: str. Directory to write; written to a temporary sibling
+            first and moved into place.
+        vocab_file: str. The WordPiece `vocab.txt`.
+        do_lower_case: bool. Uncased (`True`) or cased (`False`) tokenization.
+        seq_length: int. The default sequence length. Defaults to `128`.
+        overwrite: bool. Replace an existing `export_dir`. Defaults to `False`.
+    """
+    with staged_directory(export_dir, overwrite, kind="preprocess") as staging:
+        _save_preprocessor(staging, vocab_file, do_lower_case, seq_length)
+    logger.info("Wrote the preprocessing module to %s", export_dir)
+    return export_dir
+
+
+def _save_preprocessor(directory, vocab_file, do_lower_case, seq_length):
+    if not os.path.isfile(vocab_file):
+        raise FileNotFoundError(f"vocab_file {vocab_file!r} does not exist.")
+    preprocessor = BertPreprocessor(vocab_file, lower_case=bool(do_lower_case), seq_length=seq_length)
+    root = _PreprocessModule(preprocessor, vocab_file, do_lower_case)
+    tf.saved_model.save(root, directory, signatures={"serving_default": root.__call__.get_concrete_function()})
+
+
+ENCODER_DIR = "encoder"
+PREPROCESS_DIR = "preprocess"
+
+
+def export_module_pair(
+    out_dir, encoder, vocab_file, do_lower_case, seq_length=128, pretrainer=None, overwrite=False, info=None, progress=None,
+    dtype="float32",
+):
+    """Writes `out_dir/encoder` and `out_dir/preprocess` as one output, in one atomic step.
+
+    The pair is staged as one directory and moved into place at once (see
+    `bert_keras._files.staged_directory`), so a reader finds both modules or
+    neither, and `read_module_pair` tells a whole pair from anything else.
+
+    Args:
+        out_dir: str. The pair's directory.
+        encoder: the `BertEncoder` to export (see `export_encoder`).
+        vocab_file: str. The WordPiece vocabulary of both modules.
+        do_lower_case: bool.
+        seq_length: int. The preprocess module's default length; at most the
+            encoder's `max_sequence_length`. Defaults to `128`.
+        pretrainer: optional model with an MLM head on `encoder` (the `mlm` sub-object).
+        overwrite: bool. Replace an earlier output of this package. Defaults to `False`.
+        info: optional dict recorded in the pair's marker (e.g. the source checkpoint).
+        progress: optional callable `progress(text)` told before each module is written.
+        dtype: str. What the encoder module computes in, `"float32"` or
+            `"bfloat16"` (see `export_encoder`). Defaults to `"float32"`.
+
+    Returns:
+        `(encoder_dir, preprocess_dir)`.
+    """
+    max_length = getattr(encoder, "max_sequence_length", None)
+    if max_length is not None and seq_length > max_length:
+        raise ValueError(
+            f"Received an invalid value for argument `seq_length`, expected at most the encoder's "
+            f"max_sequence_length={max_length}. Received: seq_length={seq_length}"
+        )
+    check_compute_dtype(dtype)
+    BertPreprocessor(vocab_file, lower_case=bool(do_lower_case), seq_length=seq_length)  # a bad vocabulary fails here, before any writing
+    report = progress or (lambda text: None)
+    info = dict(info or {}, seq_length=int(seq_length), do_lower_case=bool(do_lower_case), dtype=dtype)
+    with staged_directory(out_dir, overwrite, kind="module_pair", info=info, argument="out_dir") as staging:
+        report("write the encoder module" + (" (with the mlm sub-object)" if pretrainer is not None else "")
+               + (f", computing in {dtype}" if dtype != "float32" else ""))
+        _save_encoder(os.path.join(staging, ENCODER_DIR), encoder, vocab_file, do_lower_case, pretrainer, dtype)
+        fault_point("between-modules")
+        report(f"write the preprocess module (seq_length={seq_length}, do_lower_case={bool(do_lower_case)})")
+        _save_preprocessor(os.path.join(staging, PREPROCESS_DIR), vocab_file, do_lower_case, seq_length)
+    logger.info("Wrote the module pair to %s", out_dir)
+    return os.path.join(out_dir, ENCODER_DIR), os.path.join(out_dir, PREPROCESS_DIR)
+
+
+def read_module_pair(out_dir):
+    """`(encoder_dir, preprocess_dir)` of a whole pair written by `export_module_pair`, else None."""
+    marker = read_marker(out_dir)
+    if marker is None or marker.get("kind") != "module_pair":
+        return None
+    return os.path.join(out_dir, ENCODER_DIR), os.path.join(out_dir, PREPROCESS_DIR)

@@ -1,0 +1,42 @@
+"""bert_keras.export: every export in one package, its names where the README shows them, and what it reads of a
+model (its last layer's activation, its own serving computation)."""
+
+import subprocess
+import sys
+
+import keras
+import pytest
+
+from bert_keras import BertEncoder, export
+from bert_keras.tasks import BertClassifier
+
+TINY = dict(vocab_size=40, num_layers=1, hidden_size=8, num_heads=2, intermediate_size=16, max_sequence_length=16)
+
+
+def test_the_names_the_readme_shows_in_saved_model_are_those_of_bert_keras_export():
+    from bert_keras import saved_model
+
+    for name in ("export_classifier", "load_classifier", "outputs_probabilities", "TextClassifier", "LABELS_FILE"):
+        assert getattr(saved_model, name) is getattr(export, name), name
+
+
+def test_dtype_helpers_import_no_tensorflow():
+    code = "import sys, bert_keras.dtypes as d; d.check_compute_dtype('float32'); print('tensorflow' in sys.modules)"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and done.stdout.strip() == "False", done.stderr
+
+
+@pytest.mark.parametrize("activation, expected", [(None, False), ("softmax", True)])
+def test_outputs_probabilities_of_a_classifier_is_its_activation(activation, expected):
+    classifier = BertClassifier(BertEncoder(**TINY), num_classes=3, activation=activation)
+    assert export.outputs_probabilities(classifier) is expected
+
+
+def test_a_model_without_its_own_serving_computation_is_called_as_it_is():
+    text = keras.Input(shape=(4,))
+    plain = keras.Model(text, keras.layers.Dense(3)(text))
+    assert export.classifier._on_native_encoder(plain, "float32") is plain
+    assert not export.classifier._serves_its_own_outputs(plain)
+    classifier = BertClassifier(BertEncoder(**TINY), num_classes=3)  # no preprocessor: its own graph serves
+    assert export.classifier._on_native_encoder(classifier, "float32") is classifier
+    assert not export.classifier._serves_its_own_outputs(classifier)
