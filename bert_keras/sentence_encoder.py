@@ -1,0 +1,677 @@
+"""Sentence embeddings: the `SentenceEncoder` task, sentence-transformers folders read as data, the export.
+
+`SentenceEncoder` is our `BertEncoder` (or a Hub encoder layer) and
+`BertPreprocessor` followed by `SentencePooling`: raw strings in, one vector
+per text out. `SentenceEncoder.from_checkpoint(folder)` reproduces a
+sentence-transformers folder (`modules.json`: Transformer -> Pooling ->
+Normalize, `1_Pooling/config.json`, `sentence_bert_config.json` and the
+tokenizer's `model_max_length`), reading its files as data; the BERT weights
+come through `bert_keras.checkpoints.load_checkpoint`.
+`export_sentence_encoder` writes a SavedModel that maps a batch of strings
+to their embeddings (`tf.saved_model.load(d)(tf.constant(["..."]))`, as the
+Universal Sentence Encoder), and `load_sentence_encoder` reads it back.
+
+Departure from DESIGN.md's layout (tasks/, export.py): the tasks module and
+the exports are being reorganised, so the task, its folder reader and its
+export live here for now; they move to `tasks/` and `export/` with the rest.
+"""
+
+import collections.abc
+import dataclasses
+import json
+import logging
+import os
+
+import keras
+import numpy as np
+import tensorflow as tf
+from keras import ops
+
+from bert_keras._checks import check_int, check_positive_int
+from bert_keras._files import staged_directory
+from bert_keras._task import Task, call_encoder, check_encoder, model_inputs
+from bert_keras.checkpoints import load_checkpoint
+from bert_keras.heads import POOLING_MODES, SentencePooling
+from bert_keras.hub.loader import load
+from bert_keras.text import BertPreprocessor
+
+logger = logging.getLogger(__name__)
+
+__all__ = [
+    "ExportedSentenceEncoder",
+    "SentenceEncoder",
+    "SentenceTransformersConfig",
+    "cosine_similarity",
+    "export_sentence_encoder",
+    "load_sentence_encoder",
+    "read_sentence_transformers_folder",
+]
+
+EXPORT_INFO_FILE = "sentence_encoder.json"
+EXPORT_KIND = "sentence_encoder"
+
+# sentence-transformers' names of the pooling modes (`pooling_mode` in 6.x, the legacy `pooling_mode_*_token(s)`
+# booleans before), in the order its Pooling module concatenates the legacy ones.
+_ST_MODES = {
+    "cls": "cls",
+    "max": "max",
+    "mean": "mean",
+    "mean_sqrt_len_tokens": "mean_sqrt_len",
+    "weightedmean": "weighted_mean",
+    "lasttoken": "last_token",
+}
+_ST_LEGACY_KEYS = {
+    "pooling_mode_cls_token": "cls",
+    "pooling_mode_max_tokens": "max",
+    "pooling_mode_mean_tokens": "mean",
+    "pooling_mode_mean_sqrt_len_tokens": "mean_sqrt_len_tokens",
+    "pooling_mode_weightedmean_tokens": "weightedmean",
+    "pooling_mode_lasttoken": "lasttoken",
+}
+_ST_MODULES = ("Transformer", "Pooling", "Normalize")
+
+
+# === sentence-transformers folders, read as data ===
+
+
+@dataclasses.dataclass(frozen=True)
+class SentenceTransformersConfig:
+    """What a sentence-transformers folder says about embedding a text.
+
+    Attributes:
+        transformer_path: str. The folder of the BERT checkpoint (the
+            Transformer module's path: the folder itself, or e.g.
+            `0_Transformer/` in older folders).
+        pooling: tuple of str. Our names (`SentencePooling`) of the pooling
+            modes, in the order their vectors are concatenated.
+        normalize: bool. Whether a Normalize module follows the pooling.
+        max_seq_length: int or None. `sentence_bert_config.json`'s
+            `max_seq_length` (older folders); None when it is not set.
+        do_lower_case: bool. `sentence_bert_config.json`'s `do_lower_case`.
+        dimension: int or None. The Pooling module's embedding dimension.
+    """
+
+    transformer_path: str
+    pooling: tuple
+    normalize: bool
+    max_seq_length: object
+    do_lower_case: bool
+    dimension: object
+
+
+def _read_json(path, what):
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except FileNotFoundError:
+        raise ValueError(f"{path} is missing: the sentence-transformers folder's {what} is needed.") from None
+    except (OSError, UnicodeDecodeError, ValueError) as error:
+        raise ValueError(f"{path} cannot be read as JSON ({error}): the sentence-transformers folder's {what}.") from None
+
+
+def _module_kind(entry, path):
+    """`"Transformer"`, `"Pooling"` or `"Normalize"` for an entry of `modules.json`; anything else is refused."""
+    kind = entry.get("type") if isinstance(entry, dict) else None
+    name = kind.rsplit(".", 1)[-1] if isinstance(kind, str) else None
+    if not isinstance(kind, str) or not kind.startswith("sentence_transformers.") or name not in _ST_MODULES:
+        raise ValueError(
+            f"{path} lists the module {kind or entry!r}: SentenceEncoder reproduces Transformer -> Pooling "
+            "[-> Normalize] only (sentence-transformers' own modules)."
+        )
+    if not isinstance(entry.get("path", ""), str):
+        raise ValueError(f"{path}: the {name} module's `path` must be a string. Received: {entry.get('path')!r}")
+    return name
+
+
+def _pooling_modes(config, path):
+    """Our pooling mode names from a Pooling module's config (`pooling_mode`, or the legacy booleans)."""
+    if "pooling_mode" in config:
+        given = config["pooling_mode"]
+        names = [given] if isinstance(given, str) else given if isinstance(given, list) else None
+        key = "pooling_mode"
+    else:
+        names = [mode for legacy, mode in _ST_LEGACY_KEYS.items() if config.get(legacy) is True] or ["mean"]
+        key = "pooling_mode_*"
+    unknown = [name for name in names or [None] if name not in _ST_MODES]
+    if unknown or not names:
+        raise ValueError(
+            f"{path}: `{key}` names the pooling mode(s) {unknown or names!r}, which do not exist. sentence-transformers' "
+            f"modes are {list(_ST_MODES)}."
+        )
+    return tuple(_ST_MODES[name] for name in names)
+
+
+def read_sentence_transformers_folder(path):
+    """Reads the description of a sentence-transformers folder; None when `path` has no `modules.json`.
+
+    Only the files are read (JSON), nothing is imported or run:
+    `modules.json` (a Transformer module, then Pooling, then optionally
+    Normalize), the Pooling module's `config.json` (`pooling_mode`, or the
+    older `pooling_mode_*_token(s)` booleans: none set means mean, as
+    sentence-transformers reads it) and `sentence_bert_config.json`
+    (`max_seq_length`, `do_lower_case`; optional).
+
+    Args:
+        path: str. The folder.
+
+    Returns:
+        A `SentenceTransformersConfig`, or None.
+
+    Raises:
+        ValueError: naming the file and what is wrong in it: a module other
+            than Transformer / Pooling / Normalize (e.g. a Dense layer), a
+            missing Pooling module or config, a pooling mode that does not
+            exist, JSON that cannot be read.
+
+    Example:
+    >>> from bert_keras.text.corpora import minilm_vocab_path  # all-MiniLM-L6-v2, from the test extra
+    >>> config = read_sentence_transformers_folder(os.path.dirname(minilm_vocab_path()))
+    >>> config.pooling, config.normalize, config.max_seq_length
+    (('mean',), True, 256)
+    """
+    path = os.fspath(path)
+    modules_file = os.path.join(path, "modules.json")
+    if not os.path.isfile(modules_file):
+        return None
+    modules = _read_json(modules_file, "list of modules")
+    if not isinstance(modules, list):
+        raise ValueError(f"{modules_file} must hold a list of modules. Received: {type(modules).__name__}")
+    kinds = [_module_kind(entry, modules_file) for entry in modules]
+    if kinds not in (["Transformer", "Pooling"], ["Transformer", "Pooling", "Normalize"]):
+        raise ValueError(
+            f"{modules_file} lists the modules {kinds}: SentenceEncoder reproduces Transformer -> Pooling [-> Normalize]."
+        )
+    transformer_path = os.path.join(path, modules[0].get("path", ""))
+    pooling_file = os.path.join(path, modules[1].get("path", ""), "config.json")
+    pooling = _read_json(pooling_file, "pooling configuration")
+    if not isinstance(pooling, dict):
+        raise ValueError(f"{pooling_file} must hold a JSON object. Received: {type(pooling).__name__}")
+    if len(modules) == 3:
+        normalize_file = os.path.join(path, modules[2].get("path", ""), "config.json")
+        if os.path.isfile(normalize_file):
+            normalized = _read_json(normalize_file, "Normalize configuration")
+            if not isinstance(normalized, dict) or normalized.get("module_input_name", "sentence_embedding") != "sentence_embedding":
+                raise ValueError(f"{normalize_file}: only the normalisation of the sentence embedding is reproduced.")
+    bert_config_file = os.path.join(transformer_path, "sentence_bert_config.json")
+    bert_config = _read_json(bert_config_file, "Transformer configuration") if os.path.isfile(bert_config_file) else {}
+    max_seq_length = bert_config.get("max_seq_length") if isinstance(bert_config, dict) else None
+    if max_seq_length is not None:
+        check_int(f"max_seq_length ({bert_config_file})", max_seq_length, minimum=3)
+    dimension = pooling.get("embedding_dimension", pooling.get("word_embedding_dimension"))
+    return SentenceTransformersConfig(
+        transformer_path=transformer_path,
+        pooling=_pooling_modes(pooling, pooling_file),
+        normalize=len(modules) == 3,
+        max_seq_length=max_seq_length,
+        do_lower_case=bool(bert_config.get("do_lower_case", False)) if isinstance(bert_config, dict) else False,
+        dimension=dimension,
+    )
+
+
+def _tokenizer_max_length(folder):
+    """`model_max_length` of a Hugging Face folder's `tokenizer_config.json`, or None."""
+    path = os.path.join(folder, "tokenizer_config.json")
+    if not os.path.isfile(path):
+        return None
+    try:
+        with open(path, encoding="utf-8") as f:
+            value = json.load(f).get("model_max_length")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 3 else None
+
+
+def _tokenizer_json_vocabulary(folder):
+    """`(tokens, lower_case)` of a BERT WordPiece `tokenizer.json` (transformers 5 saves no vocab.txt), or None.
+
+    Only BERT's own tokenizer is taken: a `BertNormalizer` that strips
+    accents exactly when it lower-cases (uncased or cased BERT), the
+    `BertPreTokenizer` and a WordPiece model with `##` pieces and ids
+    0..n-1; anything else is refused with a `ValueError`.
+    """
+    path = os.path.join(folder, "tokenizer.json")
+    if not os.path.isfile(path):
+        return None
+    tokenizer = _read_json(path, "tokenizer")
+    model = tokenizer.get("model") if isinstance(tokenizer, dict) else None
+    normalizer = tokenizer.get("normalizer") if isinstance(tokenizer, dict) else None
+    pre_tokenizer = tokenizer.get("pre_tokenizer") if isinstance(tokenizer, dict) else None
+    vocab = model.get("vocab") if isinstance(model, dict) else None
+    lower_case = normalizer.get("lowercase") if isinstance(normalizer, dict) else None
+    strip_accents = normalizer.get("strip_accents") if isinstance(normalizer, dict) else None
+    ids = sorted(vocab.values()) if isinstance(vocab, dict) else None
+    if (
+        not isinstance(model, dict) or model.get("type") != "WordPiece" or model.get("continuing_subword_prefix", "##") != "##"
+        or not isinstance(normalizer, dict) or normalizer.get("type") != "BertNormalizer" or not isinstance(lower_case, bool)
+        or strip_accents not in (None, lower_case)
+        or not isinstance(pre_tokenizer, dict) or pre_tokenizer.get("type") != "BertPreTokenizer"
+        or ids != list(range(len(ids or [])))
+    ):
+        raise ValueError(
+            f"{path} is not BERT's WordPiece tokenizer (BertNormalizer, BertPreTokenizer, WordPiece with '##' "
+            "pieces and ids 0..n-1), and the folder has no vocab.txt: put the model's vocab.txt next to its weights."
+        )
+    tokens = [None] * len(ids)
+    for token, index in vocab.items():
+        tokens[index] = token
+    return tokens, lower_case
+
+
+# === The task ===
+
+
+@keras.saving.register_keras_serializable(package="bert_keras")
+class TrimPadding(keras.layers.Layer):
+    """The Hub input dict cut after the batch's longest row: padding columns change no real token's output.
+
+    A preprocessor packs every text to its full length (e.g. 256 tokens);
+    tweets fill a sixth of that. Attention ignores padding exactly (its
+    weights are zero), so cutting it gives the same outputs for less work,
+    as sentence-transformers pads each batch to its longest text only.
+
+    Call arguments:
+        inputs: the Hub input dict of int32 `(batch, seq)` tensors.
+
+    Returns:
+        The same dict, `(batch, longest)`, at least one column.
+    """
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self._convert_input_args = False
+        self._allow_non_tensor_positional_args = True
+        self.built = True
+
+    def call(self, inputs):
+        lengths = ops.sum(ops.cast(ops.not_equal(inputs["input_mask"], 0), "int32"), axis=1)  # (batch,)
+        longest = ops.max(ops.concatenate([lengths, ops.ones((1,), "int32")]))  # at least 1, for an empty batch too
+        return {key: value[:, :longest] for key, value in inputs.items()}  # (batch, longest)
+
+    def compute_output_spec(self, inputs):
+        return {key: keras.KerasTensor((value.shape[0], None), dtype=value.dtype) for key, value in inputs.items()}
+
+
+def _string_batch(texts, argument="texts"):
+    """`(list_of_str_or_bytes, single)` from a str, a list / tuple of str, or a 1-D numpy array of strings."""
+    if isinstance(texts, (str, bytes)):
+        return [texts], True
+    if isinstance(texts, np.ndarray):
+        if texts.ndim != 1 or texts.dtype.kind not in "USO":
+            raise ValueError(
+                f"Received an invalid value for argument `{argument}`, expected a 1-D array of strings. "
+                f"Received: an array of shape {texts.shape} and dtype {texts.dtype}"
+            )
+        texts = texts.tolist()
+    elif tf.is_tensor(texts):
+        if texts.dtype != tf.string or texts.shape.rank != 1:
+            raise ValueError(
+                f"Received an invalid value for argument `{argument}`, expected a (batch,) string tensor. "
+                f"Received: dtype={texts.dtype.name}, shape={texts.shape}"
+            )
+        texts = texts.numpy().tolist()
+    elif isinstance(texts, collections.abc.Iterable) and not isinstance(texts, collections.abc.Mapping):
+        texts = list(texts)
+    else:
+        raise TypeError(f"Expected `{argument}` to be a str or a list of str. Received: {type(texts).__name__}")
+    for index, text in enumerate(texts):
+        if not isinstance(text, (str, bytes)):
+            raise TypeError(
+                f"Expected `{argument}` to hold strings. Received an item of type {type(text).__name__} at index {index}: {text!r}"
+            )
+    return texts, False
+
+
+def cosine_similarity(a, b):
+    """Cosine similarities of every row of `a` with every row of `b`, by one matrix product.
+
+    Args:
+        a: array `(n, dim)` or `(dim,)`.
+        b: array `(m, dim)` or `(dim,)`.
+
+    Returns:
+        float32 numpy array `(n, m)`.
+
+    Example:
+    >>> cosine_similarity([[1.0, 0.0], [1.0, 1.0]], [[2.0, 0.0], [0.0, 3.0]]).round(4)
+    array([[1.    , 0.    ],
+           [0.7071, 0.7071]], dtype=float32)
+    """
+    a, b = (np.atleast_2d(np.asarray(x, dtype="float32")) for x in (a, b))
+    if a.ndim != 2 or b.ndim != 2 or a.shape[1] != b.shape[1]:
+        raise ValueError(f"Expected embeddings of one dimension, (n, dim) and (m, dim). Received: {a.shape} and {b.shape}")
+    a = a / np.maximum(np.linalg.norm(a, axis=1, keepdims=True), 1e-12)  # (n, dim)
+    b = b / np.maximum(np.linalg.norm(b, axis=1, keepdims=True), 1e-12)  # (m, dim)
+    return a @ b.T  # (n, m)
+
+
+class _Encodes:
+    """`encode_query`, `encode_documents` and `similarity` (keras-hub's text embedder names) over `encode`."""
+
+    def encode_query(self, queries, batch_size=32):
+        """Embeddings of queries, `(n, dim)` (a single str is one query). The model has no query prompt."""
+        return self.encode([queries] if isinstance(queries, str) else queries, batch_size=batch_size)
+
+    def encode_documents(self, documents, batch_size=32):
+        """Embeddings of documents, `(n, dim)` (a single str is one document)."""
+        return self.encode([documents] if isinstance(documents, str) else documents, batch_size=batch_size)
+
+    def similarity(self, query_embeddings, document_embeddings):
+        """Cosine similarities `(num_queries, num_documents)` (`cosine_similarity`): dot products when normalised."""
+        return cosine_similarity(query_embeddings, document_embeddings)
+
+
+def _encode_in_batches(texts, batch_size, dimension, embed):
+    """`embed` over `texts` in batches of similar lengths (longest first), rows put back in input order."""
+    texts, single = _string_batch(texts)
+    check_positive_int("batch_size", batch_size)
+    output = np.zeros((len(texts), dimension), dtype="float32")
+    order = sorted(range(len(texts)), key=lambda i: -len(texts[i]))  # less padding per batch, as sentence-transformers
+    for start in range(0, len(texts), batch_size):
+        rows = order[start : start + batch_size]
+        output[rows] = embed(tf.constant([texts[i] for i in rows], dtype=tf.string))
+    return output[0] if single else output
+
+
+@keras.saving.register_keras_serializable(package="bert_keras")
+class SentenceEncoder(_Encodes, Task):
+    """Sentence embeddings: an encoder, its preprocessor, and `SentencePooling` over the token vectors.
+
+    Texts are packed by the preprocessor (at its `seq_length`: longer texts
+    are cut there, `[CLS]` and `[SEP]` included, as sentence-transformers
+    cuts at `max_seq_length`), the padding after a batch's longest text is
+    cut, the encoder gives the token vectors (`sequence_output`) and the
+    pooling one vector per text (mean over the real tokens, `[CLS]`, max,
+    ...; optionally L2-normalised). The embedding is float32 whatever the
+    encoder computes in.
+
+    Args:
+        encoder: `BertEncoder` or a layer with the Hub dict in and out (e.g.
+            `bert_keras.hub.KerasLayer`). Reachable as `.encoder`.
+        preprocessor: optional `BertPreprocessor` or Hub preprocess layer;
+            the model then takes raw strings. Its `seq_length` is the maximum
+            length of a text in tokens. Defaults to `None` (the Hub input dict).
+        pooling: str or list of str. A mode of `SentencePooling` (`"mean"`,
+            `"cls"`, `"max"`, `"mean_sqrt_len"`, `"weighted_mean"`,
+            `"last_token"`), or several, concatenated. Defaults to `"mean"`.
+        normalize: bool. L2-normalise the embeddings. Defaults to `False`.
+        **kwargs: other `keras.Model` arguments (`name`, ...).
+
+    Call arguments:
+        inputs: strings with a preprocessor (a `(batch,)` string tensor, a
+            list of str or a numpy array of them: Keras' `predict`, `fit` and
+            `__call__` take each); else the Hub input dict.
+
+    Returns:
+        float32 embeddings `(batch, dim)`: `dim` is the encoder's hidden size
+        times the number of pooling modes.
+
+    Example:
+    >>> vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "good", "bad", "day"] + [f"w{i}" for i in range(92)]
+    >>> encoder = BertEncoder(vocab_size=100, num_layers=2, hidden_size=16, num_heads=2, intermediate_size=32)
+    >>> model = SentenceEncoder(encoder, BertPreprocessor(vocab, seq_length=16), pooling="mean", normalize=True)
+    >>> vectors = model.encode(["good day", "bad day", ""])
+    >>> vectors.shape, vectors.dtype
+    ((3, 16), dtype('float32'))
+    >>> model.similarity(vectors[:1], vectors).shape
+    (1, 3)
+    >>> bool(np.allclose(model.predict(["good day", "bad day", ""], verbose=0), vectors, atol=1e-6))
+    True
+    """
+
+    _own_args = ("pooling", "normalize")
+
+    def __init__(self, encoder, preprocessor=None, pooling="mean", normalize=False, **kwargs):
+        check_encoder(encoder)
+        # === Layers ===
+        trim = TrimPadding(name="trim_padding")
+        # float32: the means and norms of a bfloat16 encoder's vectors are taken in float32.
+        pooling_layer = SentencePooling(pooling, normalize=normalize, dtype="float32", name="pooling")
+        # === Functional model ===
+        inputs, packed = model_inputs(preprocessor)
+        packed = trim(packed)
+        sequence_output = call_encoder(encoder, packed, "sequence_output")["sequence_output"]  # (batch, seq, hidden)
+        outputs = pooling_layer(sequence_output, packed["input_mask"])  # (batch, dim)
+        super().__init__(inputs=inputs, outputs=outputs, **kwargs)
+        # === Config ===
+        self.encoder = encoder
+        self.preprocessor = preprocessor
+        self.pooling_layer = pooling_layer
+        self.pooling = pooling if isinstance(pooling, str) else list(pooling)
+        self.normalize = normalize
+        self.source = None  # the checkpoint `from_checkpoint` read (not part of the config)
+        self._embed_batch = None
+
+    @property
+    def embedding_dim(self):
+        """The length of an embedding."""
+        return int(self.outputs[0].shape[-1])
+
+    @property
+    def max_seq_length(self):
+        """The longest text in tokens (`[CLS]` and `[SEP]` included); None without a preprocessor."""
+        return getattr(self.preprocessor, "seq_length", None)
+
+    @classmethod
+    def from_checkpoint(cls, path, *, pooling=None, normalize=None, max_seq_length=None, dtype=None, **kwargs):
+        """A sentence encoder as a sentence-transformers folder describes it, or a BERT checkpoint with a pooling.
+
+        A sentence-transformers folder (`modules.json`: Transformer ->
+        Pooling [-> Normalize]) is reproduced exactly: its pooling modes, its
+        normalisation, and its maximum length (`sentence_bert_config.json`'s
+        `max_seq_length`, else the tokenizer's `model_max_length`, at most the
+        encoder's positions; as sentence-transformers reads them). Any other
+        checkpoint `bert_keras.checkpoints.load_checkpoint` reads needs
+        `pooling=`. Arguments given here override what the folder says.
+
+        Args:
+            path: str. A sentence-transformers folder or a BERT checkpoint.
+            pooling: optional str or list of str. The pooling mode(s)
+                (`SentencePooling`). Required without a sentence-transformers
+                configuration.
+            normalize: optional bool. Defaults to whether the folder lists a
+                Normalize module (False for a plain checkpoint).
+            max_seq_length: optional int. The longest text in tokens.
+            dtype: optional dtype policy of the encoder (e.g. `"mixed_bfloat16"`).
+            **kwargs: other `keras.Model` arguments (`name`, ...).
+
+        Returns:
+            A `SentenceEncoder` taking raw strings; `.source` is `path`.
+
+        Raises:
+            ValueError: a folder without pooling configuration and no
+                `pooling=`, a pooling mode that does not exist, a module
+                other than Transformer / Pooling / Normalize, an embedding
+                dimension other than the encoder's, a length beyond the
+                encoder's positions.
+            CheckpointError: from `load_checkpoint`, for the weights.
+
+        Example:
+        >>> from bert_keras.text.corpora import minilm_vocab_path  # all-MiniLM-L6-v2, from the test extra
+        >>> model = SentenceEncoder.from_checkpoint(os.path.dirname(minilm_vocab_path()))
+        >>> model.pooling, model.normalize, model.max_seq_length, model.embedding_dim
+        ('mean', True, 256, 384)
+        """
+        path = os.fspath(path)
+        folder = read_sentence_transformers_folder(path)
+        if folder is None and pooling is None:
+            raise ValueError(
+                f"{path!r} has no sentence-transformers configuration (modules.json with a Pooling module and its "
+                f"1_Pooling/config.json), so how to pool its token vectors is unknown. Pass `pooling=` (one of "
+                f"{list(POOLING_MODES)}; sentence-transformers' default is 'mean'), e.g. "
+                "SentenceEncoder.from_checkpoint(path, pooling='mean'); on the command line: --pooling mean."
+            )
+        if pooling is None:
+            pooling = folder.pooling[0] if len(folder.pooling) == 1 else list(folder.pooling)
+        SentencePooling(pooling)  # checks the mode(s) before the weights are read
+        if normalize is None:
+            normalize = folder.normalize if folder is not None else False
+        loaded = load_checkpoint(folder.transformer_path if folder else path, with_heads=False, dtype=dtype)
+        encoder = loaded.encoder
+        vocabulary, lower_case = loaded.vocab_file, loaded.do_lower_case
+        if vocabulary is None:
+            from_json = _tokenizer_json_vocabulary(folder.transformer_path if folder else path)
+            if from_json is None:
+                raise ValueError(f"The checkpoint at {path!r} has no vocabulary (vocab.txt or tokenizer.json): put the "
+                                 "model's vocab.txt next to its weights.")
+            vocabulary, lower_case = from_json
+            if len(vocabulary) != encoder.vocab_size:
+                raise ValueError(f"The tokenizer.json of {path!r} has {len(vocabulary)} tokens, but the encoder's "
+                                 f"word embeddings have {encoder.vocab_size} rows: they do not belong together.")
+        if folder is not None and folder.do_lower_case and not lower_case:
+            raise ValueError(
+                f"{os.path.join(folder.transformer_path, 'sentence_bert_config.json')} sets do_lower_case for a cased "
+                "vocabulary; lower-casing the text before a cased tokenizer is not reproduced."
+            )
+        if folder is not None and folder.dimension is not None and folder.dimension != encoder.hidden_size:
+            raise ValueError(
+                f"The pooling configuration of {path!r} says embedding_dimension={folder.dimension}, but the encoder's "
+                f"hidden size is {encoder.hidden_size}: the folder's modules do not belong together."
+            )
+        if max_seq_length is None:
+            max_seq_length = folder.max_seq_length if folder is not None else None
+        if max_seq_length is None:
+            tokenizer_max = _tokenizer_max_length(folder.transformer_path if folder else path)
+            max_seq_length = min(encoder.max_sequence_length, tokenizer_max or encoder.max_sequence_length)
+        check_int("max_seq_length", max_seq_length, minimum=3)
+        if max_seq_length > encoder.max_sequence_length:
+            raise ValueError(
+                f"Received an invalid value for argument `max_seq_length`, expected at most the encoder's "
+                f"max_sequence_length={encoder.max_sequence_length}. Received: max_seq_length={max_seq_length}"
+            )
+        preprocessor = BertPreprocessor(vocabulary, lower_case=lower_case, seq_length=max_seq_length, name="preprocessor")
+        model = cls(encoder, preprocessor=preprocessor, pooling=pooling, normalize=normalize, **kwargs)
+        model.source = path
+        return model
+
+    def encode(self, texts, batch_size=32):
+        """Embeddings of texts, as `SentenceTransformer.encode` gives them.
+
+        Args:
+            texts: a str, a list of str, or a 1-D numpy array of strings.
+            batch_size: int. Texts per model call; texts of similar lengths
+                are batched together (longest first) and the rows are put
+                back in input order. Defaults to `32`.
+
+        Returns:
+            float32 numpy array `(len(texts), dim)` in input order;
+            `(dim,)` for a single str.
+        """
+        if self.preprocessor is None:
+            raise ValueError(
+                "This SentenceEncoder has no preprocessor, so it cannot take text: build it with `preprocessor=`, "
+                "or call it on the Hub input dict."
+            )
+        if self._embed_batch is None:
+            self._embed_batch = tf.function(
+                lambda texts: tf.cast(self(texts, training=False), tf.float32),
+                input_signature=[tf.TensorSpec([None], tf.string)],
+            )
+        return _encode_in_batches(texts, batch_size, self.embedding_dim, self._embed_batch)
+
+    def predict(self, x, *args, **kwargs):
+        """Keras' `predict`; an empty list of texts gives a `(0, dim)` array (Keras fails on no batch)."""
+        if isinstance(x, (list, tuple, np.ndarray)) and len(x) == 0:
+            return np.zeros((0, self.embedding_dim), dtype="float32")
+        return super().predict(x, *args, **kwargs)
+
+
+# === Export ===
+
+
+def export_sentence_encoder(model, export_dir, overwrite=False):
+    """Exports a sentence encoder as a SavedModel that maps raw strings to embeddings (as the Universal Sentence Encoder).
+
+    `tf.saved_model.load(export_dir)(tf.constant(["a text"]))` gives the
+    float32 `(batch, dim)` embeddings; the `serving_default` signature takes
+    `text` (a `(batch,)` string tensor) and returns `embeddings`.
+    `bert_keras.hub.KerasLayer(export_dir)` puts it into a Keras model
+    (string in, vector out). The variables travel with it (`variables`,
+    `trainable_variables`); `assets.extra/sentence_encoder.json` records
+    the dimension, pooling, normalisation, maximum length and source. The
+    directory is written whole or not at all (`_files.staged_directory`).
+
+    Args:
+        model: a `SentenceEncoder` with a preprocessor.
+        export_dir: str. Written to a temporary sibling and moved into place.
+        overwrite: bool. Replace an earlier export of this package. Defaults to `False`.
+
+    Returns:
+        `export_dir`.
+    """
+    if not isinstance(model, SentenceEncoder) or model.preprocessor is None:
+        raise ValueError(
+            "Received an invalid value for argument `model`, expected a SentenceEncoder with a preprocessor (it "
+            f"serves raw strings). Received: {type(model).__name__}"
+        )
+    export_dir = os.fspath(export_dir)
+    info = describe_model(model)
+
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="text")])
+    def embed(text):
+        return tf.cast(model(text, training=False), tf.float32)  # (batch, dim)
+
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="text")])
+    def serving_default(text):
+        return {"embeddings": embed(text)}
+
+    archive = keras.export.ExportArchive()
+    archive.track(model)
+    archive.add_endpoint("__call__", embed)
+    archive.add_endpoint("serving_default", serving_default)
+    with staged_directory(export_dir, overwrite, kind=EXPORT_KIND, info={"dimension": info["dimension"]}) as staging:
+        archive.write_out(staging, verbose=False)
+        os.makedirs(os.path.join(staging, "assets.extra"), exist_ok=True)
+        with open(os.path.join(staging, "assets.extra", EXPORT_INFO_FILE), "w") as f:
+            json.dump(info, f, indent=2)
+    logger.info("Exported the sentence encoder to %s", export_dir)
+    return export_dir
+
+
+def describe_model(model):
+    """What names an embedding model: its source, pooling, normalisation, maximum length and dimension."""
+    return {
+        "source": None if model.source is None else os.path.abspath(model.source),
+        "pooling": model.pooling,
+        "normalize": model.normalize,
+        "max_seq_length": model.max_seq_length,
+        "dimension": model.embedding_dim,
+    }
+
+
+class ExportedSentenceEncoder(_Encodes):
+    """A sentence encoder loaded from `export_sentence_encoder`'s directory: `encode` as `SentenceEncoder.encode`.
+
+    Args:
+        export_dir: str. The SavedModel directory.
+
+    Attributes:
+        embedding_dim: int. The length of an embedding.
+        info: dict. `assets.extra/sentence_encoder.json` (source, pooling,
+            normalize, max_seq_length, dimension).
+    """
+
+    def __init__(self, export_dir):
+        self.export_dir = os.fspath(export_dir)
+        info_file = os.path.join(self.export_dir, "assets.extra", EXPORT_INFO_FILE)
+        if not os.path.isfile(os.path.join(self.export_dir, "saved_model.pb")) or not os.path.isfile(info_file):
+            raise ValueError(
+                f"{self.export_dir!r} is not a sentence encoder written by export_sentence_encoder (it needs "
+                f"saved_model.pb and assets.extra/{EXPORT_INFO_FILE})."
+            )
+        with open(info_file, encoding="utf-8") as f:
+            self.info = json.load(f)
+        self._saved = load(self.export_dir)
+        self.embedding_dim = int(self.info["dimension"])
+
+    def __call__(self, texts):
+        """`(batch,)` strings -> `(batch, dim)` float32 tensor."""
+        return self._saved(texts)
+
+    def encode(self, texts, batch_size=32):
+        """Embeddings of texts, float32 `(len(texts), dim)` in input order (`(dim,)` for a single str)."""
+        return _encode_in_batches(texts, batch_size, self.embedding_dim, lambda batch: self._saved(batch).numpy())
+
+
+def load_sentence_encoder(export_dir):
+    """Loads `export_sentence_encoder`'s directory (tensorflow-text's ops registered first): an `ExportedSentenceEncoder`."""
+    return ExportedSentenceEncoder(export_dir)

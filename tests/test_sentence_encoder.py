@@ -1,0 +1,272 @@
+"""SentenceEncoder: sentence-transformers folders reproduced, parity with sentence-transformers, encode, the export."""
+
+import json
+import os
+import shutil
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from bert_keras import BertEncoder, hub
+from bert_keras.heads import SentencePooling
+from bert_keras.sentence_encoder import (
+    SentenceEncoder,
+    cosine_similarity,
+    export_sentence_encoder,
+    load_sentence_encoder,
+    read_sentence_transformers_folder,
+)
+from bert_keras.text import BertPreprocessor
+from tests import sentence_models
+from tests.helpers import assert_close, run_model_test
+
+pytest.importorskip("sentence_transformers", reason="sentence-transformers (test extra) is the reference")
+
+# sentence-transformers' pooling names -> ours
+ST_MODES = {"mean": "mean", "cls": "cls", "max": "max", "mean_sqrt_len_tokens": "mean_sqrt_len",
+            "weightedmean": "weighted_mean", "lasttoken": "last_token"}
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    """A tiny random BERT folder, and the same model saved by sentence-transformers 6 (max pooling, Normalize)."""
+    root = tmp_path_factory.mktemp("sentence")
+    bert = sentence_models.write_tiny_bert(str(root / "bert"))
+    reference = sentence_models.sentence_transformer(bert, pooling="max", normalize=True)
+    reference.save(str(root / "st"))
+    return {"root": root, "bert": bert, "st": str(root / "st"), "reference": reference}
+
+
+@pytest.fixture(scope="module")
+def tiny_model(tiny):
+    return SentenceEncoder.from_checkpoint(tiny["st"])
+
+
+def test_pooling_layer_matches_sentence_transformers_pooling_module():
+    import torch
+    from sentence_transformers.sentence_transformer.modules import Pooling
+
+    rng = np.random.default_rng(0)
+    tokens = rng.normal(size=(3, 7, 8)).astype("float32")
+    mask = (np.arange(7)[None, :] < np.array([[7], [4], [2]])).astype("int64")
+    features = {"token_embeddings": torch.tensor(tokens), "attention_mask": torch.tensor(mask)}
+    for theirs, ours in list(ST_MODES.items()) + [(("cls", "max", "mean"), ["cls", "max", "mean"])]:
+        expected = Pooling(8, pooling_mode=theirs)(dict(features))["sentence_embedding"].numpy()
+        assert_close(SentencePooling(ours)(tokens, mask), expected, atol=1e-6)
+
+
+def test_a_sentence_transformers_6_folder_is_read_and_reproduced(tiny, tiny_model):
+    config = read_sentence_transformers_folder(tiny["st"])
+    assert (config.pooling, config.normalize, config.max_seq_length, config.dimension) == (("max",), True, None, 16)
+    # sentence-transformers 6 keeps the length in the tokenizer's model_max_length (12), under the 40 positions.
+    model = tiny_model
+    assert (model.pooling, model.normalize, model.max_seq_length, model.embedding_dim) == ("max", True, 12, 16)
+    assert model.source == tiny["st"]
+    expected = tiny["reference"].encode(sentence_models.TINY_TEXTS)
+    assert_close(model.encode(sentence_models.TINY_TEXTS), expected, atol=1e-5)
+
+
+@pytest.mark.parametrize("normalize", [False, True])
+def test_every_pooling_matches_sentence_transformers(tiny, tiny_model, normalize):
+    """All six modes at once, concatenated in one order on both sides (each mode alone: the test above)."""
+    reference = sentence_models.sentence_transformer(tiny["bert"], pooling=tuple(ST_MODES), normalize=normalize)
+    model = SentenceEncoder(tiny_model.encoder, tiny_model.preprocessor, pooling=list(ST_MODES.values()), normalize=normalize)
+    assert model.embedding_dim == 6 * 16
+    texts = sentence_models.TINY_TEXTS
+    assert_close(model.encode(texts, batch_size=3), reference.encode(texts), atol=1e-5)
+
+
+def test_a_legacy_folder_is_reproduced(tiny):
+    """Older folders: the BERT in 0_Transformer/, `pooling_mode_*` booleans (two modes: concatenated in
+    sentence-transformers' order, cls before mean), max_seq_length in sentence_bert_config.json, no Normalize."""
+    from sentence_transformers import SentenceTransformer
+
+    folder = sentence_models.write_legacy_folder(
+        tiny["bert"], str(tiny["root"] / "legacy"), {"pooling_mode_mean_tokens": True, "pooling_mode_cls_token": True}
+    )
+    config = read_sentence_transformers_folder(folder)
+    assert config.pooling == ("cls", "mean") and not config.normalize and config.max_seq_length == 10
+    assert config.transformer_path == os.path.join(folder, "0_Transformer")
+    model = SentenceEncoder.from_checkpoint(folder)
+    assert (model.pooling, model.normalize, model.max_seq_length, model.embedding_dim) == (["cls", "mean"], False, 10, 32)
+    texts = sentence_models.TINY_TEXTS
+    assert_close(model.encode(texts), SentenceTransformer(folder, device="cpu").encode(texts), atol=1e-5)
+
+    # No mode set: sentence-transformers reads mean.
+    with open(os.path.join(folder, "1_Pooling", "config.json"), "w") as f:
+        json.dump({"word_embedding_dimension": 16, "pooling_mode_mean_tokens": False}, f)
+    assert read_sentence_transformers_folder(folder).pooling == ("mean",)
+
+
+def _copy(tiny, name):
+    folder = str(tiny["root"] / name)
+    shutil.rmtree(folder, ignore_errors=True)
+    shutil.copytree(tiny["st"], folder)
+    return folder
+
+
+def _write(folder, name, value):
+    with open(os.path.join(folder, name), "w") as f:
+        f.write(value if isinstance(value, str) else json.dumps(value))
+
+
+def test_refusals_name_the_file_and_what_to_do(tiny):
+    # A plain BERT folder: pooling= is needed, and works.
+    with pytest.raises(ValueError, match=r"has no sentence-transformers configuration \(modules.json.*Pass `pooling=`"):
+        SentenceEncoder.from_checkpoint(tiny["bert"])
+    plain = SentenceEncoder.from_checkpoint(tiny["bert"], pooling="cls", max_seq_length=12)
+    assert (plain.pooling, plain.normalize, plain.max_seq_length) == ("cls", False, 12)
+    # Without a length: the tokenizer's (none here) and the 40 positions.
+    assert SentenceEncoder.from_checkpoint(tiny["bert"], pooling="mean").max_seq_length == 40
+
+    with pytest.raises(ValueError, match=r"argument `mode`, expected one of \['mean', 'cls'.*Received: mode='average'"):
+        SentenceEncoder.from_checkpoint(tiny["bert"], pooling="average")
+    with pytest.raises(ValueError, match=r"argument `max_seq_length`, expected at most the encoder's max_sequence_length=40"):
+        SentenceEncoder.from_checkpoint(tiny["st"], max_seq_length=64)
+
+    folder = _copy(tiny, "bad_mode")
+    _write(folder, "1_Pooling/config.json", {"embedding_dimension": 16, "pooling_mode": "median"})
+    with pytest.raises(ValueError, match=r"1_Pooling/config.json: `pooling_mode` names the pooling mode\(s\) \['median'\], "
+                       r"which do not exist. sentence-transformers' modes are \['cls', 'max', 'mean'"):
+        SentenceEncoder.from_checkpoint(folder)
+
+    _write(folder, "1_Pooling/config.json", "{not json")
+    with pytest.raises(ValueError, match=r"1_Pooling/config.json cannot be read as JSON"):
+        SentenceEncoder.from_checkpoint(folder)
+
+    os.remove(os.path.join(folder, "1_Pooling", "config.json"))
+    with pytest.raises(ValueError, match=r"1_Pooling/config.json is missing"):
+        SentenceEncoder.from_checkpoint(folder)
+
+    folder = _copy(tiny, "dense")
+    modules = json.load(open(os.path.join(folder, "modules.json")))
+    modules.insert(2, {"idx": 2, "name": "2", "path": "2_Dense", "type": "sentence_transformers.models.Dense"})
+    _write(folder, "modules.json", modules)
+    with pytest.raises(ValueError, match=r"lists the module 'sentence_transformers.models.Dense': SentenceEncoder "
+                       r"reproduces Transformer -> Pooling \[-> Normalize\] only"):
+        SentenceEncoder.from_checkpoint(folder)
+
+    folder = _copy(tiny, "dimension")
+    _write(folder, "1_Pooling/config.json", {"embedding_dimension": 384, "pooling_mode": "mean"})
+    with pytest.raises(ValueError, match="embedding_dimension=384, but the encoder's hidden size is 16"):
+        SentenceEncoder.from_checkpoint(folder)
+
+
+def test_encode_takes_lists_arrays_and_tensors_in_order(tiny_model):
+    model = tiny_model
+    texts = sentence_models.TINY_TEXTS
+    vectors = model.encode(texts)
+    assert vectors.shape == (len(texts), 16) and vectors.dtype == np.float32
+    # Each row is its own text's, whatever the batching and the sorting by length.
+    one_by_one = np.stack([model.encode(text) for text in texts])
+    assert_close(model.encode(texts, batch_size=1), one_by_one, atol=1e-6)
+    assert_close(vectors, one_by_one, atol=1e-6)
+    assert model.encode("the good day").shape == (16,)
+    for same in (np.array(texts), np.array(texts, dtype=object), tf.constant(texts), tuple(texts)):
+        assert_close(model.encode(same), vectors, atol=1e-6)
+    assert model.encode([]).shape == (0, 16)
+    # Keras' predict and __call__ on a Python list, and keras-hub's names.
+    assert_close(model.predict(texts, verbose=0), vectors, atol=1e-6)
+    assert_close(model(texts), vectors, atol=1e-6)
+    assert model.predict([], verbose=0).shape == (0, 16)
+    assert_close(model.encode_documents(texts), vectors, atol=1e-6)
+    assert_close(model.encode_query("the good day"), vectors[:1], atol=1e-6)
+    similarity = model.similarity(vectors[:2], vectors)
+    assert similarity.shape == (2, len(texts))
+    assert_close(similarity, vectors[:2] @ vectors.T, atol=1e-6)  # normalised: cosine is the dot product
+    assert abs(float(similarity[0, 0]) - 1.0) < 1e-6
+
+    with pytest.raises(TypeError, match=r"Expected `texts` to hold strings. Received an item of type int at index 1: 3"):
+        model.encode(["ok", 3])
+    with pytest.raises(ValueError, match="argument `batch_size`, expected a positive integer. Received: batch_size=0"):
+        model.encode(texts, batch_size=0)
+    with pytest.raises(ValueError, match=r"expected a 1-D array of strings. Received: an array of shape \(2, 1\)"):
+        model.encode(np.array([["a"], ["b"]]))
+
+
+def test_cosine_similarity():
+    assert_close(cosine_similarity([3.0, 4.0], [[4.0, 3.0], [-3.0, -4.0]]), [[0.96, -1.0]], atol=1e-6)
+    with pytest.raises(ValueError, match=r"Received: \(1, 2\) and \(1, 3\)"):
+        cosine_similarity([1.0, 0.0], [1.0, 0.0, 0.0])
+
+
+def test_keras_round_trip_and_a_fit_step_on_a_list(tiny_model, tmp_path):
+    model = SentenceEncoder(tiny_model.encoder, tiny_model.preprocessor, pooling=["cls", "mean"], normalize=False)
+    texts = tf.constant(sentence_models.TINY_TEXTS)
+    expected, restored = run_model_test(model, texts, tmp_path)
+    assert (restored.pooling, restored.normalize, restored.max_seq_length) == (["cls", "mean"], False, 12)
+    assert_close(restored.encode(sentence_models.TINY_TEXTS), expected, atol=1e-6)
+
+    # fit on a Python list of str (e.g. towards given vectors): the encoder's weights move.
+    encoder = BertEncoder(vocab_size=len(sentence_models.VOCAB), num_layers=1, hidden_size=8, num_heads=2,
+                          intermediate_size=16, max_sequence_length=16)
+    trainee = SentenceEncoder(encoder, BertPreprocessor(sentence_models.VOCAB, seq_length=12))
+    trainee.compile(optimizer=keras.optimizers.SGD(0.5), loss="mse")
+    before = [w.copy() for w in trainee.encoder.get_weights()]
+    targets = np.random.default_rng(0).normal(size=(4, 8)).astype("float32")
+    history = trainee.fit(["the good day", "a bad day", "ok", ""], targets, epochs=1, batch_size=4, verbose=0)
+    assert np.isfinite(history.history["loss"][0])
+    assert any(np.abs(a - b).max() > 0 for a, b in zip(trainee.encoder.get_weights(), before))
+
+
+def test_hub_dict_inputs_without_a_preprocessor(tiny_model):
+    model = SentenceEncoder(tiny_model.encoder, pooling="max", normalize=True)
+    packed = tiny_model.preprocessor(tf.constant(sentence_models.TINY_TEXTS))  # padded to 12: trimmed inside
+    assert_close(model(packed), tiny_model.encode(sentence_models.TINY_TEXTS), atol=1e-6)
+    with pytest.raises(ValueError, match="has no preprocessor, so it cannot take text"):
+        model.encode(["a"])
+
+
+def test_export_serves_strings_as_the_universal_sentence_encoder(tiny_model, tmp_path):
+    texts = sentence_models.TINY_TEXTS
+    expected = tiny_model.encode(texts)
+    export_dir = str(tmp_path / "embedder")
+    assert export_sentence_encoder(tiny_model, export_dir) == export_dir
+    with pytest.raises(FileExistsError, match="already exists; pass overwrite=True"):
+        export_sentence_encoder(tiny_model, export_dir)
+
+    loaded = tf.saved_model.load(export_dir)
+    vectors = loaded(tf.constant(texts))
+    assert vectors.dtype == tf.float32 and tuple(vectors.shape) == (len(texts), 16)
+    assert_close(vectors, expected, atol=1e-5)
+    served = loaded.signatures["serving_default"](text=tf.constant(texts))
+    assert sorted(served) == ["embeddings"]
+    assert_close(served["embeddings"], expected, atol=1e-5)
+
+    exported = load_sentence_encoder(export_dir)
+    assert exported.embedding_dim == 16
+    assert exported.info == {"source": os.path.abspath(tiny_model.source), "pooling": "max", "normalize": True,
+                             "max_seq_length": 12, "dimension": 16}
+    assert_close(exported.encode(texts, batch_size=3), expected, atol=1e-5)
+
+    # hub.KerasLayer puts it into a Keras model: string in, vector out; a Dense head trains on top.
+    text = keras.Input(shape=(), dtype="string")
+    embedding = hub.KerasLayer(export_dir)(text)
+    assert tuple(embedding.shape) == (None, 16)
+    classifier = keras.Model(text, keras.layers.Dense(2, name="head")(embedding))
+    classifier.compile(optimizer=keras.optimizers.SGD(0.1),
+                       loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    assert [w.path for w in classifier.trainable_weights] == ["head/kernel", "head/bias"]
+    before = classifier.get_layer("head").get_weights()[0].copy()
+    classifier.fit(tf.constant(texts), np.arange(len(texts)) % 2, epochs=1, batch_size=len(texts), verbose=0)
+    assert np.abs(classifier.get_layer("head").get_weights()[0] - before).max() > 0
+
+    with pytest.raises(ValueError, match="expected a SentenceEncoder with a preprocessor"):
+        export_sentence_encoder(SentenceEncoder(tiny_model.encoder), str(tmp_path / "no_strings"))
+    with pytest.raises(ValueError, match="is not a sentence encoder written by export_sentence_encoder"):
+        load_sentence_encoder(str(tmp_path))
+
+
+@pytest.mark.slow
+def test_minilm_matches_sentence_transformers_on_2000_tweets(tmp_path):
+    """all-MiniLM-L6-v2 over 2,000 tweets (an empty text, a blank one, non-ASCII, ~1,000 tokens cut at 256):
+    encode and the exported SavedModel within 1e-5 of SentenceTransformer.encode."""
+    folder, texts, reference = sentence_models.minilm_reference()
+    model = SentenceEncoder.from_checkpoint(folder)
+    assert (model.pooling, model.normalize, model.max_seq_length, model.embedding_dim) == ("mean", True, 256, 384)
+    vectors = model.encode(texts, batch_size=32)
+    assert_close(vectors, reference, atol=1e-5)
+    export_dir = export_sentence_encoder(model, str(tmp_path / "minilm"))
+    assert_close(load_sentence_encoder(export_dir).encode(texts, batch_size=32), reference, atol=1e-5)
