@@ -9,9 +9,10 @@
 
 from bert_keras.training.backup import EpochBackup, claim_backup
 from bert_keras.training.data import text_dataset
-from bert_keras.training.finetune import FineTuneConfig, FineTuneHistory, FineTuneResult, finetune, finetune_classifier
+from bert_keras.training.config import FineTuneConfig, PretrainConfig
+from bert_keras.training.finetune import FineTuneHistory, FineTuneResult, finetune, finetune_classifier
 from bert_keras.training.harness import Harness
-from bert_keras.training.pretrain import PretrainConfig, PretrainingResult, ProgressCallback, run_pretraining
+from bert_keras.training.pretrain import PretrainingResult, ProgressCallback, run_pretraining
 
 __all__ = [
     "EpochBackup",

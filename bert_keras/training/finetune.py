@@ -36,72 +36,12 @@ from bert_keras.evaluate import classification_report, format_report, report_fil
 from bert_keras.export import export_classifier, outputs_probabilities
 from bert_keras.optimization import bert_optimizer
 from bert_keras.tasks import BertClassifier
+from bert_keras.training.config import FineTuneConfig
 from bert_keras.training.backup import check_run_record, fingerprint, held_backup, remove_backup
 from bert_keras.training.data import text_dataset
 from bert_keras.training.harness import Harness
 
 logger = logging.getLogger(__name__)
-
-
-@dataclasses.dataclass
-class FineTuneConfig:
-    """What a fine-tune trains: the recipe's settings, recorded in the backup's run record.
-
-    Attributes:
-        seq_length: int. Packing length of the classifier's preprocessor. Defaults to `128`.
-        batch_size: int. The global batch size (a multiple of the replicas). Defaults to `32`.
-        head_epochs: int. Epochs of phase 1, encoder frozen (0 skips it). Defaults to `1`.
-        head_learning_rate: float. Adam's rate in phase 1. Defaults to `1e-3`.
-        epochs: int. Epochs of phase 2, encoder unfrozen. Defaults to `2`.
-        learning_rate: float. Peak AdamW rate of phase 2. Defaults to `2e-5`.
-        warmup_fraction, weight_decay, clipnorm: BERT's recipe (0.1, 0.01, 1.0).
-        dropout: float. Dropout on the pooled output. Defaults to `0.1`.
-        seed: int. Seeds the split, the shuffling and the head's initialisation. Defaults to `0`.
-        validation_fraction: float. Held out of `train` when no validation data is given. Defaults to `0.1`.
-        dtype: optional Keras dtype policy of the model (e.g. `"mixed_bfloat16"`).
-        early_stopping: optional int. Patience in epochs on the validation
-            loss; the best weights are kept (`keras.callbacks.EarlyStopping`).
-        class_weights: optional `"balanced"` (scikit-learn's rule) or a dict of class id -> weight.
-        lora_rank: optional int. Train LoRA adapters of this rank in phase 2
-            instead of the whole encoder (`bert_keras.lora`); merged after training.
-        lora_targets: the projections that get adapters. Defaults to query and value.
-        export_dtype: `"float32"` or `"bfloat16"`: compute dtype of the exported classifier.
-    """
-
-    seq_length: int = 128
-    batch_size: int = 32
-    head_epochs: int = 1
-    head_learning_rate: float = 1e-3
-    epochs: int = 2
-    learning_rate: float = 2e-5
-    warmup_fraction: float = 0.1
-    weight_decay: float = 0.01
-    clipnorm: float = 1.0
-    dropout: float = 0.1
-    seed: int = 0
-    validation_fraction: float = 0.1
-    dtype: str | None = None
-    early_stopping: int | None = None
-    class_weights: str | dict | None = None
-    lora_rank: int | None = None
-    lora_targets: tuple = lora.DEFAULT_TARGETS
-    export_dtype: str = "float32"
-
-    @classmethod
-    def of(cls, config=None, **options):
-        """`config` (or the defaults) with `options` replaced; an unknown option is a clear error."""
-        names = {field.name for field in dataclasses.fields(cls)}
-        unknown = sorted(set(options) - names)
-        if unknown:
-            raise TypeError(f"Unknown fine-tuning option(s) {unknown}; the options are the fields of FineTuneConfig: {sorted(names)}")
-        return dataclasses.replace(config or cls(), **options)
-
-    def record(self):
-        """The settings that decide the trained weights (the run record's part of them)."""
-        record = dataclasses.asdict(self)
-        record.pop("export_dtype")
-        record["lora_targets"] = list(self.lora_targets)
-        return record
 
 
 @dataclasses.dataclass

@@ -35,6 +35,7 @@ from bert_keras.presets import get_preset
 from bert_keras.pretrainer import MLM_LOGITS, BertPretrainer, pretraining_losses, pretraining_metrics
 from bert_keras.text.pretraining import pretraining_dataset
 from bert_keras.text.tokenizer import WordPieceTokenizer
+from bert_keras.training.config import PretrainConfig
 from bert_keras.training.backup import check_run_record, held_backup, remove_backup
 from bert_keras.training.harness import Harness
 
@@ -137,41 +138,6 @@ def _globally_normalised(dataset):
     return dataset.map(normalise)
 
 
-@dataclasses.dataclass
-class PretrainConfig:
-    """What a pre-training run trains (see `run_pretraining` for each field); recorded in the backup's run record."""
-
-    seq_length: int = 128
-    batch_size: int = 32
-    epochs: int = 1
-    steps_per_epoch: int | None = None
-    learning_rate: float = 1e-4
-    warmup_steps: int | None = None
-    weight_decay: float = 0.01
-    max_predictions_per_seq: int = 20
-    masked_lm_prob: float = 0.15
-    short_seq_prob: float = 0.1
-    whole_word_masking: bool = False
-    dupe_factor: int = 1
-    seed: int = 0
-    dtype: str | None = None
-
-    @classmethod
-    def of(cls, config=None, **options):
-        """`config` (or the defaults) with `options` replaced; an unknown option is a clear error."""
-        names = {field.name for field in dataclasses.fields(cls)}
-        unknown = sorted(set(options) - names)
-        if unknown:
-            raise TypeError(f"Unknown pre-training option(s) {unknown}; the options are the fields of PretrainConfig: {sorted(names)}")
-        return dataclasses.replace(config or cls(), **options)
-
-    def data_args(self):
-        """The arguments of `text.pretraining.pretraining_dataset` this config sets."""
-        return dict(seq_length=self.seq_length, batch_size=self.batch_size, max_predictions_per_seq=self.max_predictions_per_seq,
-                    masked_lm_prob=self.masked_lm_prob, short_seq_prob=self.short_seq_prob,
-                    whole_word_masking=self.whole_word_masking)
-
-
 def run_pretraining(corpus, out_dir, vocab_file, do_lower_case=True, *, config=None, preset=None, training=None,
                     validation_corpus=None, progress=None, progress_every=50, callbacks=None, verbose=0, overwrite=False,
                     export=True, strategy=None, **options):
@@ -188,8 +154,8 @@ def run_pretraining(corpus, out_dir, vocab_file, do_lower_case=True, *, config=N
     `bert_keras.hub.export_module_pair`; the backup goes with that step, so
     a run killed at any point before it resumes (or only exports) on rerun.
 
-    Args (the settings of the recipe, `seq_length` to `dtype`, are the fields
-    of `PretrainConfig`: pass one as `training=`, or any of them by name):
+    Args (the recipe's settings are the fields of `PretrainConfig`: pass one
+    as `training=`, or any of them by name, e.g. `epochs=3`):
         corpus: str or list of str. Text files, one sentence per line, a blank
             line between documents; at least two documents. Lines longer than
             `seq_length - 3` tokens are cut into consecutive parts.
@@ -199,23 +165,8 @@ def run_pretraining(corpus, out_dir, vocab_file, do_lower_case=True, *, config=N
         config: dict of `BertEncoder` arguments (`vocab_size` may be left
             out). Exactly one of `config` and `preset`.
         preset: str. A name from `bert_keras.preset_names()`.
-        seq_length: int. Defaults to `128`.
-        batch_size: int. Global batch size. Defaults to `32`.
-        epochs: int. Defaults to `1`.
-        steps_per_epoch: int. Steps between checkpoints. Defaults to one pass
-            over the instances (`num_instances // batch_size`).
-        learning_rate: float. Peak learning rate. Defaults to `1e-4`.
-        warmup_steps: int. Defaults to 10% of all steps.
-        weight_decay: float. AdamW weight decay. Defaults to `0.01`.
-        max_predictions_per_seq: int. Defaults to `20`.
-        masked_lm_prob: float. Defaults to `0.15`.
-        short_seq_prob: float. Defaults to `0.1`.
-        whole_word_masking: bool. Defaults to `False`.
-        dupe_factor: int. Differently cut passes over the corpus. Defaults to `1`.
         validation_corpus: optional str or list of str. Held-out text in the
             same format, evaluated at the end of every epoch (`val_*` logs).
-        seed: int. Seeds data, masking and initialisation (through
-            `keras.utils.set_random_seed`). Defaults to `0`.
         progress: optional callable `(step, total_steps, logs)`; see
             `ProgressCallback`.
         progress_every: int. Steps between `progress` calls. Defaults to `50`.
@@ -230,8 +181,6 @@ def run_pretraining(corpus, out_dir, vocab_file, do_lower_case=True, *, config=N
             one. `batch_size` is the global batch: a multiple of the
             replicas. On workers other than the chief nothing is exported
             (`encoder_dir` is None) and progress is not reported.
-        dtype: optional Keras dtype policy of the model (e.g.
-            `"mixed_bfloat16"`: bfloat16 compute, float32 weights and losses).
 
     Returns:
         `PretrainingResult`.
@@ -308,19 +257,18 @@ def _train(harness, settings, encoder_config, dataset, steps_per_epoch, tokenize
                 raise ValueError(f"The validation corpus has {validation.num_instances} instances, fewer than one "
                                  f"global batch ({settings.batch_size}), which a distributed run needs.")
             validation = _globally_normalised(validation)
+    num_instances = dataset.num_instances
     if replicas > 1:
         dataset = _globally_normalised(dataset)
     with harness.building(settings.dtype):
         pretrainer = BertPretrainer(BertEncoder(**encoder_config))
     total_steps = settings.epochs * steps_per_epoch
     warmup_steps = total_steps // 10 if settings.warmup_steps is None else settings.warmup_steps
-    optimizer = bert_optimizer(settings.learning_rate, total_steps, warmup_steps=warmup_steps, decay="cosine",
-                               weight_decay=settings.weight_decay)
     losses = dict(loss=pretraining_losses(mlm_reduction="sum"), weighted_metrics=pretraining_metrics()) if replicas > 1 else {}
     harness.compile(pretrainer, lambda: bert_optimizer(settings.learning_rate, total_steps, warmup_steps=warmup_steps,
                                                        decay="cosine", weight_decay=settings.weight_decay), **losses)
     logger.info("Pre-training %s parameters for %d steps (%d epochs of %d) on %d instances per pass.",
-                f"{pretrainer.count_params():,}", total_steps, settings.epochs, steps_per_epoch, dataset.num_instances)
+                f"{pretrainer.count_params():,}", total_steps, settings.epochs, steps_per_epoch, num_instances)
     all_callbacks = [ProgressCallback(progress, total_steps, progress_every)] if progress is not None else []
     history, _ = harness.fit(pretrainer, dataset, epochs=settings.epochs, steps_per_epoch=steps_per_epoch,
                              validation_data=validation, validation_steps=validation_steps,

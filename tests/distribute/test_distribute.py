@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from bert_keras import distribute
+from bert_keras.training.backup import resumed_epoch
 from tests.distribute.conftest import ROOT, check, driver, environment, finish, run_cluster, start, wait_for
 
 pytestmark = pytest.mark.distributed
@@ -63,11 +64,10 @@ def test_a_worker_killed_in_phase_two_resumes_from_the_backups(inputs, single, t
     worker = start(argv, TF_CONFIG=configs[1], BERT_KERAS_FAULT_POINT="epoch-end:full:1")
     returncode, _, stderr = finish(worker)
     assert returncode == -signal.SIGKILL, stderr[-3000:]
-    metadata = backup / "chief" / "full" / "training_metadata.json"
-    wait_for(lambda: metadata.exists() and json.loads(metadata.read_text())["epoch"] >= 1, 120, "the chief's backup")
+    wait_for(lambda: resumed_epoch(str(backup / "chief" / "full")) >= 1, 120, "the chief's backup")
     chief.send_signal(signal.SIGKILL)  # the cluster is restarted as a whole
     finish(chief)
-    assert json.loads((backup / "worker-1" / "full" / "training_metadata.json").read_text())["epoch"] == 1
+    assert resumed_epoch(str(backup / "worker-1" / "full")) == 1
     assert not (tmp_path / "finetune.npz").exists()
     # nothing half-written where the classifier goes: no output, no staged leftovers of one
     assert not [name for name in os.listdir(tmp_path) if "classifier" in name]
