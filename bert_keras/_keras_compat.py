@@ -16,6 +16,7 @@ with its name, rather than somewhere else).
 | `MultiWorkerFit` | `Model._maybe_symbolic_build`, `_symbolic_build`, `_distribute_strategy` | Keras 3's `fit` fails under `MultiWorkerMirroredStrategy` (keras#20585): before training it averages a whole data batch across workers to learn its shapes (a collective on a `PerReplica` of data; also a mean of strings under `MirroredStrategy`), and each step it reduces scalar logs with `reduce(..., axis=0)` |
 | `is_functional` | `Model._is_graph_network`, `_nodes_by_depth` | Keras 3 has no public test for a functional model (its class is private) |
 | `configure_coordination_service` | `tensorflow.python.eager.context.context().configure_coordination_service` and its config | `MultiWorkerMirroredStrategy()` waits for every worker's server without end (tensorflow/tensorflow#46931); only the coordination service's registration barrier bounds it, and it has no public setter |
+| `all_layers` | `Layer._flatten_layers` | Keras 3 lists a model's direct layers (`model.layers`) but has no public walk over every nested layer, sublayers of custom layers included |
 | `GlobalClipAdamW` | `AdamW._use_weight_decay`, `_clip_gradients`, `_all_reduce_sum_gradients` | weight decay by rank (nanoGPT's rule) has no public hook (`exclude_from_weight_decay` takes names); Keras clips each replica's gradient before its all-reduce, so `global_clipnorm` under several replicas clips a part of the batch's gradient, not the batch's |
 """
 
@@ -72,6 +73,11 @@ class ExistingVariable(keras.Variable):
 
     def _initialize_with_initializer(self, initializer):
         self._initialize(self._existing_variable)
+
+
+def all_layers(layer):
+    """`layer` and every layer nested in it, at any depth (sublayers of custom layers included)."""
+    return list(layer._flatten_layers(include_self=True, recursive=True))
 
 
 def track_variable(layer, variable):

@@ -6,6 +6,8 @@ before TensorFlow loads.
 
 import contextlib
 
+from bert_keras._keras_compat import all_layers
+
 COMPUTE_DTYPES = ("float32", "bfloat16")
 
 
@@ -61,7 +63,7 @@ def compute_dtype(model, dtype):
     if check_compute_dtype(dtype) == "float32":
         yield model
         return
-    layers = list(model._flatten_layers(include_self=True, recursive=True))
+    layers = all_layers(model)
     policies = [layer.dtype_policy for layer in layers]
     try:
         for layer in layers:
