@@ -6,8 +6,6 @@ before TensorFlow loads.
 
 import contextlib
 
-from bert_keras._keras_compat import all_layers
-
 COMPUTE_DTYPES = ("float32", "bfloat16")
 
 
@@ -63,6 +61,9 @@ def compute_dtype(model, dtype):
     if check_compute_dtype(dtype) == "float32":
         yield model
         return
+    # Imported here: _keras_compat loads TensorFlow, which importing this module must not (see the docstring).
+    from bert_keras._keras_compat import all_layers
+
     layers = all_layers(model)
     policies = [layer.dtype_policy for layer in layers]
     try:
