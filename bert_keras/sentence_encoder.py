@@ -7,16 +7,13 @@ sentence-transformers folder (`modules.json`: Transformer -> Pooling ->
 Normalize, `1_Pooling/config.json`, `sentence_bert_config.json` and the
 tokenizer's `model_max_length`), reading its files as data; the BERT weights
 come through `bert_keras.checkpoints.load_checkpoint`.
-`export_sentence_encoder` writes a SavedModel that maps a batch of strings
-to their embeddings (`tf.saved_model.load(d)(tf.constant(["..."]))`, as the
-Universal Sentence Encoder), and `load_sentence_encoder` reads it back.
+Its export, a SavedModel from strings to embeddings, is
+`bert_keras.export.export_sentence_encoder`.
 
-Departure from DESIGN.md's layout (tasks/, export.py): the tasks module and
-the exports are being reorganised, so the task, its folder reader and its
-export live here for now; they move to `tasks/` and `export/` with the rest.
+Departure from DESIGN.md's layout (tasks/): the tasks module is being
+reorganised, so the task and its folder reader live here for now.
 """
 
-import collections.abc
 import dataclasses
 import json
 import logging
@@ -27,28 +24,16 @@ import numpy as np
 import tensorflow as tf
 from keras import ops
 
-from bert_keras._checks import check_int, check_positive_int
-from bert_keras._files import staged_directory
+from bert_keras._checks import check_int
 from bert_keras._task import Task, call_encoder, check_encoder, model_inputs
 from bert_keras.checkpoints import load_checkpoint
+from bert_keras.export.sentence_encoder import EmbeddingMethods, encode_in_batches
 from bert_keras.heads import POOLING_MODES, SentencePooling
-from bert_keras.hub.loader import load
 from bert_keras.text import BertPreprocessor
 
 logger = logging.getLogger(__name__)
 
-__all__ = [
-    "ExportedSentenceEncoder",
-    "SentenceEncoder",
-    "SentenceTransformersConfig",
-    "cosine_similarity",
-    "export_sentence_encoder",
-    "load_sentence_encoder",
-    "read_sentence_transformers_folder",
-]
-
-EXPORT_INFO_FILE = "sentence_encoder.json"
-EXPORT_KIND = "sentence_encoder"
+__all__ = ["SentenceEncoder", "SentenceTransformersConfig", "read_sentence_transformers_folder"]
 
 # sentence-transformers' names of the pooling modes (`pooling_mode` in 6.x, the legacy `pooling_mode_*_token(s)`
 # booleans before), in the order its Pooling module concatenates the legacy ones.
@@ -291,89 +276,8 @@ class TrimPadding(keras.layers.Layer):
         return {key: keras.KerasTensor((value.shape[0], None), dtype=value.dtype) for key, value in inputs.items()}
 
 
-def _string_batch(texts, argument="texts"):
-    """`(list_of_str_or_bytes, single)` from a str, a list / tuple of str, or a 1-D numpy array of strings."""
-    if isinstance(texts, (str, bytes)):
-        return [texts], True
-    if isinstance(texts, np.ndarray):
-        if texts.ndim != 1 or texts.dtype.kind not in "USO":
-            raise ValueError(
-                f"Received an invalid value for argument `{argument}`, expected a 1-D array of strings. "
-                f"Received: an array of shape {texts.shape} and dtype {texts.dtype}"
-            )
-        texts = texts.tolist()
-    elif tf.is_tensor(texts):
-        if texts.dtype != tf.string or texts.shape.rank != 1:
-            raise ValueError(
-                f"Received an invalid value for argument `{argument}`, expected a (batch,) string tensor. "
-                f"Received: dtype={texts.dtype.name}, shape={texts.shape}"
-            )
-        texts = texts.numpy().tolist()
-    elif isinstance(texts, collections.abc.Iterable) and not isinstance(texts, collections.abc.Mapping):
-        texts = list(texts)
-    else:
-        raise TypeError(f"Expected `{argument}` to be a str or a list of str. Received: {type(texts).__name__}")
-    for index, text in enumerate(texts):
-        if not isinstance(text, (str, bytes)):
-            raise TypeError(
-                f"Expected `{argument}` to hold strings. Received an item of type {type(text).__name__} at index {index}: {text!r}"
-            )
-    return texts, False
-
-
-def cosine_similarity(a, b):
-    """Cosine similarities of every row of `a` with every row of `b`, by one matrix product.
-
-    Args:
-        a: array `(n, dim)` or `(dim,)`.
-        b: array `(m, dim)` or `(dim,)`.
-
-    Returns:
-        float32 numpy array `(n, m)`.
-
-    Example:
-    >>> cosine_similarity([[1.0, 0.0], [1.0, 1.0]], [[2.0, 0.0], [0.0, 3.0]]).round(4)
-    array([[1.    , 0.    ],
-           [0.7071, 0.7071]], dtype=float32)
-    """
-    a, b = (np.atleast_2d(np.asarray(x, dtype="float32")) for x in (a, b))
-    if a.ndim != 2 or b.ndim != 2 or a.shape[1] != b.shape[1]:
-        raise ValueError(f"Expected embeddings of one dimension, (n, dim) and (m, dim). Received: {a.shape} and {b.shape}")
-    a = a / np.maximum(np.linalg.norm(a, axis=1, keepdims=True), 1e-12)  # (n, dim)
-    b = b / np.maximum(np.linalg.norm(b, axis=1, keepdims=True), 1e-12)  # (m, dim)
-    return a @ b.T  # (n, m)
-
-
-class _Encodes:
-    """`encode_query`, `encode_documents` and `similarity` (keras-hub's text embedder names) over `encode`."""
-
-    def encode_query(self, queries, batch_size=32):
-        """Embeddings of queries, `(n, dim)` (a single str is one query). The model has no query prompt."""
-        return self.encode([queries] if isinstance(queries, str) else queries, batch_size=batch_size)
-
-    def encode_documents(self, documents, batch_size=32):
-        """Embeddings of documents, `(n, dim)` (a single str is one document)."""
-        return self.encode([documents] if isinstance(documents, str) else documents, batch_size=batch_size)
-
-    def similarity(self, query_embeddings, document_embeddings):
-        """Cosine similarities `(num_queries, num_documents)` (`cosine_similarity`): dot products when normalised."""
-        return cosine_similarity(query_embeddings, document_embeddings)
-
-
-def _encode_in_batches(texts, batch_size, dimension, embed):
-    """`embed` over `texts` in batches of similar lengths (longest first), rows put back in input order."""
-    texts, single = _string_batch(texts)
-    check_positive_int("batch_size", batch_size)
-    output = np.zeros((len(texts), dimension), dtype="float32")
-    order = sorted(range(len(texts)), key=lambda i: -len(texts[i]))  # less padding per batch, as sentence-transformers
-    for start in range(0, len(texts), batch_size):
-        rows = order[start : start + batch_size]
-        output[rows] = embed(tf.constant([texts[i] for i in rows], dtype=tf.string))
-    return output[0] if single else output
-
-
 @keras.saving.register_keras_serializable(package="bert_keras")
-class SentenceEncoder(_Encodes, Task):
+class SentenceEncoder(EmbeddingMethods, Task):
     """Sentence embeddings: an encoder, its preprocessor, and `SentencePooling` over the token vectors.
 
     Texts are packed by the preprocessor (at its `seq_length`: longer texts
@@ -566,112 +470,10 @@ class SentenceEncoder(_Encodes, Task):
                 lambda texts: tf.cast(self(texts, training=False), tf.float32),
                 input_signature=[tf.TensorSpec([None], tf.string)],
             )
-        return _encode_in_batches(texts, batch_size, self.embedding_dim, self._embed_batch)
+        return encode_in_batches(texts, batch_size, self.embedding_dim, self._embed_batch)
 
     def predict(self, x, *args, **kwargs):
         """Keras' `predict`; an empty list of texts gives a `(0, dim)` array (Keras fails on no batch)."""
         if isinstance(x, (list, tuple, np.ndarray)) and len(x) == 0:
             return np.zeros((0, self.embedding_dim), dtype="float32")
         return super().predict(x, *args, **kwargs)
-
-
-# === Export ===
-
-
-def export_sentence_encoder(model, export_dir, overwrite=False):
-    """Exports a sentence encoder as a SavedModel that maps raw strings to embeddings (as the Universal Sentence Encoder).
-
-    `tf.saved_model.load(export_dir)(tf.constant(["a text"]))` gives the
-    float32 `(batch, dim)` embeddings; the `serving_default` signature takes
-    `text` (a `(batch,)` string tensor) and returns `embeddings`.
-    `bert_keras.hub.KerasLayer(export_dir)` puts it into a Keras model
-    (string in, vector out). The variables travel with it (`variables`,
-    `trainable_variables`); `assets.extra/sentence_encoder.json` records
-    the dimension, pooling, normalisation, maximum length and source. The
-    directory is written whole or not at all (`_files.staged_directory`).
-
-    Args:
-        model: a `SentenceEncoder` with a preprocessor.
-        export_dir: str. Written to a temporary sibling and moved into place.
-        overwrite: bool. Replace an earlier export of this package. Defaults to `False`.
-
-    Returns:
-        `export_dir`.
-    """
-    if not isinstance(model, SentenceEncoder) or model.preprocessor is None:
-        raise ValueError(
-            "Received an invalid value for argument `model`, expected a SentenceEncoder with a preprocessor (it "
-            f"serves raw strings). Received: {type(model).__name__}"
-        )
-    export_dir = os.fspath(export_dir)
-    info = describe_model(model)
-
-    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="text")])
-    def embed(text):
-        return tf.cast(model(text, training=False), tf.float32)  # (batch, dim)
-
-    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="text")])
-    def serving_default(text):
-        return {"embeddings": embed(text)}
-
-    archive = keras.export.ExportArchive()
-    archive.track(model)
-    archive.add_endpoint("__call__", embed)
-    archive.add_endpoint("serving_default", serving_default)
-    with staged_directory(export_dir, overwrite, kind=EXPORT_KIND, info={"dimension": info["dimension"]}) as staging:
-        archive.write_out(staging, verbose=False)
-        os.makedirs(os.path.join(staging, "assets.extra"), exist_ok=True)
-        with open(os.path.join(staging, "assets.extra", EXPORT_INFO_FILE), "w") as f:
-            json.dump(info, f, indent=2)
-    logger.info("Exported the sentence encoder to %s", export_dir)
-    return export_dir
-
-
-def describe_model(model):
-    """What names an embedding model: its source, pooling, normalisation, maximum length and dimension."""
-    return {
-        "source": None if model.source is None else os.path.abspath(model.source),
-        "pooling": model.pooling,
-        "normalize": model.normalize,
-        "max_seq_length": model.max_seq_length,
-        "dimension": model.embedding_dim,
-    }
-
-
-class ExportedSentenceEncoder(_Encodes):
-    """A sentence encoder loaded from `export_sentence_encoder`'s directory: `encode` as `SentenceEncoder.encode`.
-
-    Args:
-        export_dir: str. The SavedModel directory.
-
-    Attributes:
-        embedding_dim: int. The length of an embedding.
-        info: dict. `assets.extra/sentence_encoder.json` (source, pooling,
-            normalize, max_seq_length, dimension).
-    """
-
-    def __init__(self, export_dir):
-        self.export_dir = os.fspath(export_dir)
-        info_file = os.path.join(self.export_dir, "assets.extra", EXPORT_INFO_FILE)
-        if not os.path.isfile(os.path.join(self.export_dir, "saved_model.pb")) or not os.path.isfile(info_file):
-            raise ValueError(
-                f"{self.export_dir!r} is not a sentence encoder written by export_sentence_encoder (it needs "
-                f"saved_model.pb and assets.extra/{EXPORT_INFO_FILE})."
-            )
-        with open(info_file, encoding="utf-8") as f:
-            self.info = json.load(f)
-        self._saved = load(self.export_dir)
-        self.embedding_dim = int(self.info["dimension"])
-
-    def __call__(self, texts):
-        """`(batch,)` strings -> `(batch, dim)` float32 tensor."""
-        return self._saved(texts)
-
-    def encode(self, texts, batch_size=32):
-        """Embeddings of texts, float32 `(len(texts), dim)` in input order (`(dim,)` for a single str)."""
-        return _encode_in_batches(texts, batch_size, self.embedding_dim, lambda batch: self._saved(batch).numpy())
-
-
-def load_sentence_encoder(export_dir):
-    """Loads `export_sentence_encoder`'s directory (tensorflow-text's ops registered first): an `ExportedSentenceEncoder`."""
-    return ExportedSentenceEncoder(export_dir)

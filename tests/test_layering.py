@@ -21,7 +21,7 @@ LAYERS = [
     ["_task", "pretrainer"],
     ["export"],
     ["checkpoints"],
-    ["tasks"],
+    ["tasks", "sentence_encoder"],
     ["lora"],
     ["saved_model"],
     ["datasets", "optimization", "evaluate"],

@@ -11,13 +11,9 @@ import tensorflow as tf
 
 from bert_keras import BertEncoder, hub
 from bert_keras.heads import SentencePooling
-from bert_keras.sentence_encoder import (
-    SentenceEncoder,
-    cosine_similarity,
-    export_sentence_encoder,
-    load_sentence_encoder,
-    read_sentence_transformers_folder,
-)
+from bert_keras.export import export_sentence_encoder, load_sentence_encoder
+from bert_keras.export.sentence_encoder import cosine_similarity
+from bert_keras.sentence_encoder import SentenceEncoder, read_sentence_transformers_folder
 from bert_keras.text import BertPreprocessor
 from tests import sentence_models
 from tests.helpers import assert_close, run_model_test
@@ -253,7 +249,7 @@ def test_export_serves_strings_as_the_universal_sentence_encoder(tiny_model, tmp
     classifier.fit(tf.constant(texts), np.arange(len(texts)) % 2, epochs=1, batch_size=len(texts), verbose=0)
     assert np.abs(classifier.get_layer("head").get_weights()[0] - before).max() > 0
 
-    with pytest.raises(ValueError, match="expected a SentenceEncoder with a preprocessor"):
+    with pytest.raises(ValueError, match=r"expected a model from a \(batch,\) string input to \(batch, dim\) embeddings"):
         export_sentence_encoder(SentenceEncoder(tiny_model.encoder), str(tmp_path / "no_strings"))
     with pytest.raises(ValueError, match="is not a sentence encoder written by export_sentence_encoder"):
         load_sentence_encoder(str(tmp_path))

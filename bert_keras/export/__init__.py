@@ -5,6 +5,8 @@
   `export_module_pair`, `read_module_pair`.
 - `classifier`: a text classifier as a SavedModel serving raw strings
   (`export_classifier`) and its loader (`load_classifier`).
+- `sentence_encoder`: a sentence encoder as a SavedModel from raw strings to
+  embeddings (`export_sentence_encoder`) and its loader (`load_sentence_encoder`).
 
 This package ranks below `bert_keras.checkpoints` (whose `to_hub.convert_to_hub`
 reads a checkpoint and writes a pair through `export_module_pair`) and below
@@ -32,9 +34,11 @@ from bert_keras.export.hub_modules import (
     export_preprocessor,
     read_module_pair,
 )
+from bert_keras.export.sentence_encoder import ExportedSentenceEncoder, export_sentence_encoder, load_sentence_encoder
 
 __all__ = [
     "ENCODER_DIR",
+    "ExportedSentenceEncoder",
     "LABELS_FILE",
     "PREPROCESS_DIR",
     "TextClassifier",
@@ -43,7 +47,9 @@ __all__ = [
     "export_encoder",
     "export_module_pair",
     "export_preprocessor",
+    "export_sentence_encoder",
     "load_classifier",
+    "load_sentence_encoder",
     "outputs_probabilities",
     "read_module_pair",
 ]
