@@ -559,10 +559,145 @@ def _probe(args):
     return 0
 
 
+def _progress(command):
+    """On a terminal, a callable that shows how many texts are done (on standard error); else None."""
+    if not sys.stderr.isatty():
+        return None
+    return lambda done: print(f"\rbert-keras {command}: {done} texts", end="", file=sys.stderr, flush=True)
+
+
+def _embedding_model(args, command):
+    """The sentence encoder of --checkpoint (with --pooling, --normalize, --max-seq-length) or of --model (an export)."""
+    if args.model and (args.pooling or args.normalize or args.max_seq_length):
+        raise _UsageError(command, "--pooling, --normalize and --max-seq-length go with --checkpoint; an export keeps its own")
+    from bert_keras.export import load_sentence_encoder
+    from bert_keras.heads import POOLING_MODES
+    from bert_keras.sentence_encoder import SentenceEncoder
+
+    pooling = args.pooling.split(",") if args.pooling else None
+    unknown = [mode for mode in pooling or [] if mode not in POOLING_MODES]
+    if unknown:
+        raise _UsageError(command, f"--pooling {args.pooling}: no pooling mode {unknown[0]!r}; expected one of "
+                          f"{', '.join(POOLING_MODES)} (several: separated by commas)")
+    try:
+        if args.model:
+            return load_sentence_encoder(args.model)
+        return SentenceEncoder.from_checkpoint(args.checkpoint, pooling=pooling[0] if pooling and len(pooling) == 1 else pooling,
+                                               normalize=True if args.normalize else None, max_seq_length=args.max_seq_length)
+    except (OSError, ValueError) as error:
+        raise _UsageError(command, f"cannot load a sentence encoder from {args.model or args.checkpoint}: {error}") from None
+
+
+def _embedding_inputs(args):
+    """The texts to embed, streamed (TEXT arguments, --input, or standard input); at least one, checked first."""
+    import itertools
+
+    records = _input_records(args, pairs=False)
+    first = next(records, None)
+    if first is None:
+        raise _InputError("no text given: pass TEXT arguments, --input FILE, or lines on standard input.")
+    return (fields[0] for _, fields in itertools.chain([first], records))
+
+
+def _embed(args):
+    from bert_keras.datasets import DataError
+
+    if os.path.splitext(args.out)[1].lower() not in (".npy", ".jsonl"):
+        return _fail("embed", f"--out must name a .npy or .jsonl file. Received: {args.out}")
+    if os.path.lexists(args.out):
+        return _fail("embed", f"--out {args.out} exists; it is never replaced. Pick another name, or remove it yourself.")
+    try:
+        list(_argument_texts(args.texts))  # checked before the model loads
+    except _InputError as error:
+        return _fail("embed", str(error))
+    model = _embedding_model(args, "embed")
+    from bert_keras.sentence_encoder import write_embeddings
+
+    if not args.texts and not args.input and sys.stdin.isatty():
+        print("Reading texts from standard input, one per line (end with Ctrl-D).", file=sys.stderr)
+    try:
+        count = write_embeddings(model, _embedding_inputs(args), args.out, batch_size=args.batch_size,
+                                 progress=_progress("embed"))
+    except (_InputError, DataError, OSError, ValueError) as error:
+        return _fail("embed", str(error))
+    _say(f"Wrote {count} embeddings of dimension {model.embedding_dim} to {args.out}")
+    return 0
+
+
+def _index(args):
+    from bert_keras._files import OutputLockedError, check_target
+    from bert_keras.datasets import DataError
+
+    try:  # before any work: never embed for an index that cannot be written
+        check_target(args.out, args.force, argument="--out")
+    except (OSError, ValueError) as error:
+        return _fail("index", str(error))
+    model = _embedding_model(args, "index")
+    from bert_keras.sentence_encoder import build_index
+
+    try:
+        index = build_index(model, _embedding_inputs(args), args.out, batch_size=args.batch_size,
+                            overwrite=args.force, input_name=args.input or "standard input", progress=_progress("index"))
+    except (_InputError, DataError, OSError, ValueError, OutputLockedError) as error:
+        return _fail("index", str(error))
+    _say(f"Indexed {index.count} texts ({index.dimension}-dimensional vectors) in {args.out}")
+    return 0
+
+
+def _search(args):
+    try:
+        queries = [text for _, text in _argument_texts(args.queries)]
+    except _InputError as error:
+        return _fail("search", str(error))
+    from bert_keras.sentence_encoder import load_embedding_model, load_index
+
+    try:
+        index = load_index(args.index)
+    except ValueError as error:
+        return _fail("search", str(error))
+    if args.checkpoint or args.model:
+        model = _embedding_model(args, "search")
+    else:
+        try:
+            model = load_embedding_model(index.model)
+        except (OSError, ValueError) as error:
+            return _fail("search", f"cannot load the model that wrote {args.index} ({error}); pass --checkpoint or --model.")
+    try:
+        index.check_model(model)
+    except ValueError as error:
+        return _fail("search", str(error))
+    indices, scores = index.search(model.encode(queries, batch_size=args.batch_size), top_k=args.top_k)
+    results = [{"query": query, "results": [{"rank": rank, "index": int(i), "score": round(float(score), 6), "text": index.texts[i]}
+                                            for rank, (i, score) in enumerate(zip(row, row_scores), start=1)]}
+               for query, row, row_scores in zip(queries, indices, scores)]
+    if args.format == "json":
+        print(_json_text(results))
+        return 0
+    for number, result in enumerate(results):
+        print(("\n" if number else "") + f"query: {_tsv_field(result['query'])}")
+        for hit in result["results"]:
+            print(f"{hit['rank']}\t{hit['score']:.4f}\t{_tsv_field(hit['text'])}")
+    return 0
+
+
 def _verbosity_arguments(parser, default):
     parser.add_argument("-v", "--verbose", action="count", default=default,
                         help="show the library's log lines (-v: info, -vv: debug, with TensorFlow's)")
     parser.add_argument("-q", "--quiet", action="count", default=default, help="errors only")
+
+
+def _sentence_model_arguments(command, required):
+    source = command.add_mutually_exclusive_group(required=required)
+    source.add_argument("--checkpoint", help="a sentence-transformers folder (e.g. all-MiniLM-L6-v2), or a BERT checkpoint "
+                        "folder with --pooling")
+    source.add_argument("--model", help="a sentence encoder exported by export_sentence_encoder")
+    command.add_argument("--pooling", metavar="MODE", help="with --checkpoint: mean, cls, max, mean_sqrt_len, weighted_mean "
+                         "or last_token (several: separated by commas); default: the folder's pooling configuration")
+    command.add_argument("--normalize", action="store_true", help="with --checkpoint: L2-normalise the embeddings "
+                         "(default: as the folder says)")
+    command.add_argument("--max-seq-length", type=_at_least(3), metavar="N", help="with --checkpoint: the longest text in "
+                         "tokens (default: as the folder says)")
+    command.add_argument("--batch-size", type=_at_least(1), default=32, help="texts per model call (default: 32)")
 
 
 def _build_parser():
@@ -771,6 +906,46 @@ def _build_parser():
             command.add_argument("--batch-size", type=_at_least(1), default=32)
             command.add_argument("--seed", type=int, default=0)
             command.set_defaults(func=_probe)
+
+    for name, help_text in (
+        ("embed", "embed texts with a sentence encoder into a .npy or .jsonl file"),
+        ("index", "embed a text file (or a CSV / JSONL column) into an index directory for search"),
+    ):
+        command = commands.add_parser(name, parents=[common], help=help_text, description=help_text[0].upper() + help_text[1:] + (
+            ". Texts come from TEXT arguments, --input FILE, or the lines of standard input, streamed in batches (memory "
+            "does not grow with their number); a blank line is embedded too, so that rows line up with the input. The "
+            "output is written whole or not at all." if name == "embed" else
+            ": vectors.npy (the embeddings), texts.jsonl and index.json (the model that wrote it, the dimension). "
+            "Texts come from --input FILE or standard input; the directory is written whole or not at all."))
+        _sentence_model_arguments(command, required=True)
+        if name == "embed":
+            command.add_argument("texts", nargs="*", metavar="TEXT", help="texts to embed (default: --input, else standard input)")
+            command.add_argument("--out", required=True, help="FILE.npy (a float32 array, one row per text) or FILE.jsonl "
+                                 "(one {\"text\", \"embedding\"} per line); an existing file is never replaced")
+            command.set_defaults(func=_embed)
+        else:
+            command.set_defaults(func=_index, texts=[])
+            command.add_argument("--out", required=True, help="the index directory")
+            command.add_argument("--force", action="store_true", help="replace an earlier index of bert-keras in --out")
+        command.add_argument("--input", help="a file of texts: .csv, .tsv, .jsonl or .json with --text-column; any other "
+                             "file: one text per line")
+        command.add_argument("--text-column", help="column (or JSON key) of the text in --input (default: text)")
+        command.add_argument("--delimiter", help="field separator of a .csv or .tsv --input (default: , or tab)")
+        command.set_defaults(text_pair_column=None)
+
+    search = commands.add_parser(
+        "search", parents=[common], help="the texts of an index nearest to queries (exact cosine similarity)",
+        description="Embeds each QUERY with the model that wrote INDEX (or --checkpoint / --model, which must be the same "
+        "model: its dimension and its embedding of a probe text are checked) and prints the --top-k texts of highest "
+        "cosine similarity, computed exactly by matrix products over every vector. text: QUERY, then RANK<TAB>SCORE<TAB>TEXT "
+        "lines; json: one array of {query, results: [{rank, index, score, text}]}.",
+    )
+    search.add_argument("index", help="an index directory written by bert-keras index")
+    search.add_argument("queries", nargs="+", metavar="QUERY", help="texts to search for")
+    search.add_argument("--top-k", type=_at_least(1), default=10, help="results per query (default: 10)")
+    search.add_argument("--format", choices=("text", "json"), default="text", help="output format (default: text)")
+    _sentence_model_arguments(search, required=False)
+    search.set_defaults(func=_search)
     return parser
 
 

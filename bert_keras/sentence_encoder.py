@@ -1,4 +1,4 @@
-"""Sentence embeddings: the `SentenceEncoder` task, sentence-transformers folders read as data, the export.
+"""Sentence embeddings: the `SentenceEncoder` task, sentence-transformers folders read as data, semantic search.
 
 `SentenceEncoder` is our `BertEncoder` (or a Hub encoder layer) and
 `BertPreprocessor` followed by `SentencePooling`: raw strings in, one vector
@@ -8,32 +8,53 @@ Normalize, `1_Pooling/config.json`, `sentence_bert_config.json` and the
 tokenizer's `model_max_length`), reading its files as data; the BERT weights
 come through `bert_keras.checkpoints.load_checkpoint`.
 Its export, a SavedModel from strings to embeddings, is
-`bert_keras.export.export_sentence_encoder`.
+`bert_keras.export.export_sentence_encoder`. `write_embeddings` streams the
+embeddings of a stream of texts into a `.npy` or `.jsonl` file,
+`build_index` into an index directory, and `load_index(...).search` finds
+the nearest texts of queries by exact cosine similarity.
 
 Departure from DESIGN.md's layout (tasks/): the tasks module is being
 reorganised, so the task and its folder reader live here for now.
 """
 
+import contextlib
 import dataclasses
 import json
 import logging
 import os
+import tempfile
 
 import keras
 import numpy as np
 import tensorflow as tf
 from keras import ops
 
-from bert_keras._checks import check_int
+from bert_keras._checks import check_int, check_positive_int
+from bert_keras._files import staged_directory
 from bert_keras._task import Task, call_encoder, check_encoder, model_inputs
 from bert_keras.checkpoints import load_checkpoint
-from bert_keras.export.sentence_encoder import EmbeddingMethods, encode_in_batches
+from bert_keras.export.sentence_encoder import (
+    EmbeddingMethods,
+    ExportedSentenceEncoder,
+    describe_model,
+    encode_in_batches,
+    load_sentence_encoder,
+)
 from bert_keras.heads import POOLING_MODES, SentencePooling
 from bert_keras.text import BertPreprocessor
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["SentenceEncoder", "SentenceTransformersConfig", "read_sentence_transformers_folder"]
+__all__ = [
+    "SentenceEncoder",
+    "SentenceIndex",
+    "SentenceTransformersConfig",
+    "build_index",
+    "load_index",
+    "model_identity",
+    "read_sentence_transformers_folder",
+    "write_embeddings",
+]
 
 # sentence-transformers' names of the pooling modes (`pooling_mode` in 6.x, the legacy `pooling_mode_*_token(s)`
 # booleans before), in the order its Pooling module concatenates the legacy ones.
@@ -477,3 +498,294 @@ class SentenceEncoder(EmbeddingMethods, Task):
         if isinstance(x, (list, tuple, np.ndarray)) and len(x) == 0:
             return np.zeros((0, self.embedding_dim), dtype="float32")
         return super().predict(x, *args, **kwargs)
+
+
+# === Embedding files and the index: streamed, bounded memory, whole or not at all ===
+
+INDEX_FORMAT = "bert_keras.sentence_index"
+INDEX_KIND = "sentence_index"
+INDEX_FILE = "index.json"
+VECTORS_FILE = "vectors.npy"
+TEXTS_FILE = "texts.jsonl"
+# Embedded with every index: a query model that gives another vector for it is another model.
+PROBE_TEXT = "bert-keras index probe: is this the model that wrote the index?"
+_PROBE_TOLERANCE = 1e-4
+_ROWS_PER_CHUNK = 65536  # rows of the vectors read at a time (searching, copying, checking): 100 MB at dim 384
+
+
+def model_identity(model):
+    """What an index records of the model that wrote it: a `SentenceEncoder`'s source, pooling, normalisation,
+    maximum length and dimension, or for a loaded export its directory (`export`) and its recorded description."""
+    if isinstance(model, ExportedSentenceEncoder):
+        return dict(model.info, export=os.path.abspath(model.export_dir))
+    return describe_model(model)
+
+
+def load_embedding_model(identity):
+    """The model an index names (`model_identity`): its export, else its checkpoint as it was configured."""
+    if identity.get("export"):
+        return load_sentence_encoder(identity["export"])
+    if not identity.get("source"):
+        raise ValueError("The index names no model it could load (it was written by a model built in Python).")
+    return SentenceEncoder.from_checkpoint(
+        identity["source"], pooling=identity["pooling"], normalize=identity["normalize"],
+        max_seq_length=identity["max_seq_length"],
+    )
+
+
+def _chunks(texts, size):
+    chunk = []
+    for text in texts:
+        chunk.append(text)
+        if len(chunk) == size:
+            yield chunk
+            chunk = []
+    if chunk:
+        yield chunk
+
+
+def _embed_stream(model, texts, batch_size, progress):
+    """`(texts, vectors)` per chunk of a stream of texts: sixteen batches at a time, sorted by length within."""
+    check_positive_int("batch_size", batch_size)
+    done = 0
+    for chunk in _chunks(texts, 16 * batch_size):
+        vectors = np.asarray(model.encode(chunk, batch_size=batch_size), dtype="float32")
+        done += len(chunk)
+        if progress is not None:
+            progress(done)
+        yield chunk, vectors
+
+
+def _npy_from_raw(raw_path, npy_path, rows, dimension):
+    """Writes `rows x dimension` float32 values of a raw file as a `.npy` file, a chunk at a time."""
+    target = np.lib.format.open_memmap(npy_path, mode="w+", dtype="float32", shape=(rows, dimension))
+    if rows:
+        source = np.memmap(raw_path, dtype="float32", mode="r", shape=(rows, dimension))
+        for start in range(0, rows, _ROWS_PER_CHUNK):
+            target[start : start + _ROWS_PER_CHUNK] = source[start : start + _ROWS_PER_CHUNK]
+        del source
+    target.flush()
+    del target
+
+
+def _write_stream(model, texts, directory, name, kind, batch_size, progress):
+    """Streams the embeddings of `texts` into `directory/name` (`.npy` or `.jsonl`), and the texts into
+    `directory/texts.jsonl` for an index; returns the number of texts."""
+    path = os.path.join(directory, name)
+    raw = path + ".raw"
+    count = 0
+    with open(path if kind == "jsonl" else raw, "wb") as out, (
+        open(os.path.join(directory, TEXTS_FILE), "w", encoding="utf-8") if kind == "index" else contextlib.nullcontext()
+    ) as text_out:
+        for chunk, vectors in _embed_stream(model, texts, batch_size, progress):
+            if kind == "jsonl":
+                out.write("".join(json.dumps({"text": t, "embedding": v.tolist()}, ensure_ascii=False) + "\n"
+                                  for t, v in zip(chunk, vectors)).encode("utf-8"))
+            else:
+                out.write(vectors.tobytes())
+            if text_out is not None:
+                text_out.write("".join(json.dumps(t, ensure_ascii=False) + "\n" for t in chunk))
+            count += len(chunk)
+    if kind != "jsonl":
+        _npy_from_raw(raw, path, count, model.embedding_dim)
+        os.remove(raw)
+    return count
+
+
+def write_embeddings(model, texts, out, batch_size=32, progress=None):
+    """Writes the embeddings of a stream of texts to a new `.npy` or `.jsonl` file, whole or not at all.
+
+    The texts are read and embedded a few batches at a time (memory does not
+    grow with their number); the file is written under a hidden temporary
+    name next to `out` and linked into place at the end: nothing appears at
+    `out` if anything fails (a bad input record, a full disk), and an
+    existing file is never replaced.
+
+    Args:
+        model: a `SentenceEncoder` or a loaded export (anything with
+            `encode(texts, batch_size)` and `embedding_dim`).
+        texts: an iterable of str, read once, in order (a blank text is
+            embedded too, so that rows line up with the input).
+        out: str. `FILE.npy` (a float32 `(n, dim)` array) or `FILE.jsonl`
+            (one `{"text": ..., "embedding": [...]}` per line).
+        batch_size: int. Texts per model call. Defaults to `32`.
+        progress: optional callable, called with the number of texts done.
+
+    Returns:
+        The number of texts embedded.
+
+    Raises:
+        FileExistsError: `out` exists (checked first, and again at the end).
+        ValueError: `out` ends neither in `.npy` nor in `.jsonl`.
+    """
+    out = os.fspath(out)
+    kind = os.path.splitext(out)[1].lower().lstrip(".")
+    if kind not in ("npy", "jsonl"):
+        raise ValueError(f"Received an invalid value for `out`, expected a .npy or .jsonl file. Received: out={out!r}")
+    if os.path.lexists(out):
+        raise FileExistsError(f"{out!r} exists; it is never replaced. Pick another name, or remove it yourself.")
+    parent = os.path.dirname(os.path.abspath(out))
+    staging = tempfile.mkdtemp(prefix=f".{os.path.basename(out)}.partial-", dir=parent)
+    try:
+        count = _write_stream(model, texts, staging, os.path.basename(out), kind, batch_size, progress)
+        os.link(os.path.join(staging, os.path.basename(out)), out)  # fails, replacing nothing, if `out` appeared
+    finally:
+        for name in os.listdir(staging):
+            os.remove(os.path.join(staging, name))
+        os.rmdir(staging)
+    return count
+
+
+def build_index(model, texts, index_dir, batch_size=32, overwrite=False, input_name=None, progress=None):
+    """Embeds a stream of texts into an index directory for `load_index(...).search`, whole or not at all.
+
+    The directory holds `vectors.npy` (float32 `(n, dim)`, the model's
+    embeddings as `encode` gives them), `texts.jsonl` (one JSON string per
+    line, in order) and `index.json` (count, dimension, the model that wrote
+    it (`model_identity`), and the embedding of a probe text, by which a
+    query model is checked to be the same model). It is written through
+    `bert_keras._files.staged_directory`: a failure leaves `index_dir` as
+    it was.
+
+    Args:
+        model: a `SentenceEncoder` or a loaded export.
+        texts: an iterable of str, read once, in order.
+        index_dir: str. The index directory.
+        batch_size: int. Texts per model call. Defaults to `32`.
+        overwrite: bool. Replace an earlier index (or output) of this package. Defaults to `False`.
+        input_name: optional str. What the texts came from, recorded in `index.json`.
+        progress: optional callable, called with the number of texts done.
+
+    Returns:
+        The `SentenceIndex`.
+    """
+    index_dir = os.fspath(index_dir)
+    identity = model_identity(model)
+    probe = np.asarray(model.encode([PROBE_TEXT]), dtype="float32")[0]
+    with staged_directory(index_dir, overwrite, kind=INDEX_KIND, argument="index directory") as staging:
+        count = _write_stream(model, texts, staging, VECTORS_FILE, "index", batch_size, progress)
+        with open(os.path.join(staging, INDEX_FILE), "w", encoding="utf-8") as f:
+            json.dump({
+                "format": INDEX_FORMAT, "version": 1, "count": count, "dimension": model.embedding_dim,
+                "model": identity, "input": input_name, "probe": {"text": PROBE_TEXT, "embedding": probe.tolist()},
+            }, f, indent=2, ensure_ascii=False)
+    return load_index(index_dir)
+
+
+class SentenceIndex:
+    """An index directory written by `build_index`, checked as it is opened; exact cosine search over it.
+
+    Args:
+        index_dir: str.
+
+    Attributes:
+        count: int. The number of texts.
+        dimension: int. The length of an embedding.
+        model: dict. The model that wrote it (`model_identity`).
+        texts: list of str, in index order.
+        vectors: float32 `(count, dimension)` array, read from disk as needed (a memory map).
+
+    Raises:
+        ValueError: naming the file and what is wrong: no `index.json` of
+            this format, a vectors file that cannot be read, of another
+            shape or dtype, or with values that are not finite, a texts file
+            of another length.
+    """
+
+    def __init__(self, index_dir):
+        self.index_dir = os.fspath(index_dir)
+        info_path = os.path.join(self.index_dir, INDEX_FILE)
+        try:
+            with open(info_path, encoding="utf-8") as f:
+                info = json.load(f)
+            if not isinstance(info, dict) or info.get("format") != INDEX_FORMAT:
+                raise ValueError(f"it is not a {INDEX_FORMAT} description")
+            self.count = check_int("count", info["count"], minimum=0)
+            self.dimension = check_positive_int("dimension", info["dimension"])
+            self.model = dict(info["model"])
+            self._probe = np.asarray(info["probe"]["embedding"], dtype="float32")
+        except FileNotFoundError:
+            raise ValueError(f"{self.index_dir!r} is not an index written by bert-keras index (no {INDEX_FILE}).") from None
+        except (OSError, ValueError, TypeError, KeyError) as error:
+            raise ValueError(f"{info_path} cannot be read as an index description ({error}).") from None
+        self.vectors = self._read_vectors()
+        self.texts = self._read_texts()
+
+    def _read_vectors(self):
+        path = os.path.join(self.index_dir, VECTORS_FILE)
+        try:
+            vectors = np.load(path, mmap_mode="r", allow_pickle=False)
+        except (OSError, ValueError, EOFError) as error:
+            raise ValueError(f"{path} cannot be read as a .npy array ({error}): the index is damaged; build it again.") from None
+        if vectors.dtype != np.float32 or vectors.shape != (self.count, self.dimension):
+            raise ValueError(
+                f"{path} holds a {vectors.dtype} array of shape {vectors.shape}, but {INDEX_FILE} describes "
+                f"float32 ({self.count}, {self.dimension}): the index is damaged; build it again."
+            )
+        for start in range(0, self.count, _ROWS_PER_CHUNK):
+            if not np.isfinite(vectors[start : start + _ROWS_PER_CHUNK]).all():
+                raise ValueError(f"{path} holds values that are not finite: the index is damaged; build it again.")
+        return vectors
+
+    def _read_texts(self):
+        path = os.path.join(self.index_dir, TEXTS_FILE)
+        try:
+            with open(path, encoding="utf-8") as f:
+                texts = [json.loads(line) for line in f]
+        except (OSError, ValueError) as error:
+            raise ValueError(f"{path} cannot be read ({error}): the index is damaged; build it again.") from None
+        if len(texts) != self.count or not all(isinstance(text, str) for text in texts):
+            raise ValueError(f"{path} holds {len(texts)} lines for {self.count} vectors: the index is damaged; build it again.")
+        return texts
+
+    def check_model(self, model):
+        """Raises a `ValueError` unless `model` is the model that wrote the index (its dimension, then its probe vector)."""
+        dimension = int(model.embedding_dim)
+        written_by = self.model.get("export") or self.model.get("source") or "a model built in Python"
+        if dimension != self.dimension:
+            raise ValueError(
+                f"Dimension mismatch: the index {self.index_dir!r} holds {self.dimension}-dimensional vectors (written by "
+                f"{written_by}), but the query model gives {dimension}. Search with the model that wrote the index."
+            )
+        probe = np.asarray(model.encode([PROBE_TEXT]), dtype="float32")[0]
+        difference = float(np.max(np.abs(probe - self._probe)))
+        if difference > _PROBE_TOLERANCE:
+            raise ValueError(
+                f"The index {self.index_dir!r} was written by another model ({written_by}, pooling "
+                f"{self.model.get('pooling')!r}): the query model embeds its probe text differently (max difference "
+                f"{difference:.3g}). Search with the model that wrote the index, or build the index again."
+            )
+
+    def search(self, query_vectors, top_k=10):
+        """The `top_k` texts of highest cosine similarity to each query, exactly (matrix products over all rows).
+
+        Args:
+            query_vectors: float array `(q, dim)` (or `(dim,)`).
+            top_k: int. Results per query (at most `count`). Defaults to `10`.
+
+        Returns:
+            `(indices, scores)`: int64 and float32 arrays `(q, k)`, best first
+            (ties: the earlier text first).
+        """
+        check_positive_int("top_k", top_k)
+        queries = np.atleast_2d(np.asarray(query_vectors, dtype="float32"))  # (q, dim)
+        if queries.shape[1] != self.dimension:
+            raise ValueError(f"Expected queries of dimension {self.dimension}. Received: shape {queries.shape}")
+        queries = queries / np.maximum(np.linalg.norm(queries, axis=1, keepdims=True), 1e-12)
+        k = min(top_k, self.count)
+        best_scores = np.full((len(queries), 0), -np.inf, dtype="float32")
+        best_indices = np.zeros((len(queries), 0), dtype="int64")
+        for start in range(0, self.count, _ROWS_PER_CHUNK):
+            rows = np.asarray(self.vectors[start : start + _ROWS_PER_CHUNK])  # (chunk, dim)
+            rows = rows / np.maximum(np.linalg.norm(rows, axis=1, keepdims=True), 1e-12)
+            scores = np.concatenate([best_scores, queries @ rows.T], axis=1)  # (q, kept + chunk)
+            indices = np.concatenate([best_indices, np.broadcast_to(np.arange(start, start + len(rows)), (len(queries), len(rows)))], axis=1)
+            order = np.lexsort((indices, -scores), axis=1)[:, :k]  # best score first, then the earlier text
+            best_scores = np.take_along_axis(scores, order, axis=1)
+            best_indices = np.take_along_axis(indices, order, axis=1)
+        return best_indices, best_scores
+
+
+def load_index(index_dir):
+    """Opens an index written by `build_index` (see `SentenceIndex`)."""
+    return SentenceIndex(index_dir)

@@ -1,0 +1,224 @@
+"""`bert-keras embed`, `index` and `search` on tiny random models: outputs equal to `encode`, streamed in order,
+refusals with exit status 2 and nothing half-written; one real-MiniLM parity test of `embed` (slow)."""
+
+import io
+import json
+import os
+import shutil
+import sys
+
+import numpy as np
+import pytest
+
+from bert_keras import cli
+from bert_keras.export import export_sentence_encoder
+from bert_keras.sentence_encoder import SentenceEncoder
+from tests import sentence_models
+from tests.helpers import assert_close
+
+pytest.importorskip("sentence_transformers", reason="sentence-transformers (test extra) writes the tiny folders")
+
+TEXTS = ["the good day", "", "a bad day, not ok?", "Naïve café — OK!", "   ", " ".join(["very good day"] * 10)]
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    """Tiny sentence-transformers folders (mean + Normalize; another seed; two modes: dimension 32), a plain BERT
+    folder, an export, and the reference vectors of TEXTS."""
+    root = tmp_path_factory.mktemp("embed")
+    bert = sentence_models.write_tiny_bert(str(root / "bert"))
+    other_bert = sentence_models.write_tiny_bert(str(root / "other_bert"), seed=1)
+    folders = {"bert": bert, "root": root}
+    for name, source, pooling in (("st", bert, "mean"), ("other", other_bert, "mean"), ("wide", bert, ("cls", "mean"))):
+        sentence_models.sentence_transformer(source, pooling=pooling).save(str(root / name))
+        folders[name] = str(root / name)
+    model = SentenceEncoder.from_checkpoint(folders["st"])
+    folders["export"] = export_sentence_encoder(model, str(root / "export"))
+    folders["expected"] = model.encode(TEXTS)
+    folders["model"] = model
+    return folders
+
+
+def _run(argv, capsys, stdin=None, monkeypatch=None):
+    if stdin is not None:
+        monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(stdin)))
+    code = cli.main(argv)
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def _leftovers(directory):
+    return sorted(name for name in os.listdir(directory) if name.startswith("."))
+
+
+def test_embed_texts_to_npy_equals_encode_and_sentence_transformers(models, tmp_path, capsys):
+    out = str(tmp_path / "vectors.npy")
+    code, stdout, err = _run(["embed", "--checkpoint", models["st"], "--out", out, *TEXTS], capsys)
+    assert code == 0, err
+    assert stdout.strip() == f"Wrote {len(TEXTS)} embeddings of dimension 16 to {out}"
+    vectors = np.load(out)
+    assert vectors.dtype == np.float32 and vectors.shape == (len(TEXTS), 16)
+    assert_close(vectors, models["expected"], atol=1e-6)
+    reference = sentence_models.sentence_transformer(models["bert"], pooling="mean").encode(TEXTS)
+    assert_close(vectors, reference, atol=1e-5)
+    assert _leftovers(tmp_path) == []
+
+
+def test_embed_streams_files_and_standard_input_in_order_blank_lines_kept(models, tmp_path, capsys, monkeypatch):
+    lines = [TEXTS[i % len(TEXTS)] if i % 7 else "" for i in range(40)]  # blank lines among them
+    source = tmp_path / "texts.txt"
+    source.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    expected = models["model"].encode(lines)
+
+    # --input, .jsonl out, batches of 1 (16 texts a chunk: three chunks).
+    out = str(tmp_path / "vectors.jsonl")
+    code, _, err = _run(["embed", "--model", models["export"], "--input", str(source), "--out", out, "--batch-size", "1"], capsys)
+    assert code == 0, err
+    records = [json.loads(line) for line in open(out, encoding="utf-8")]
+    assert [record["text"] for record in records] == lines
+    assert_close(np.array([record["embedding"] for record in records], dtype="float32"), expected, atol=1e-5)
+
+    # Standard input, .npy out.
+    out = str(tmp_path / "stdin.npy")
+    code, _, err = _run(["embed", "--checkpoint", models["st"], "--out", out, "--batch-size", "3"], capsys,
+                        stdin=("\n".join(lines) + "\n").encode(), monkeypatch=monkeypatch)
+    assert code == 0, err
+    assert_close(np.load(out), expected, atol=1e-6)
+
+    # A CSV column.
+    table = tmp_path / "tweets.csv"
+    table.write_text("id,tweet\n" + "".join(f'{i},"{text}"\n' for i, text in enumerate(TEXTS)), encoding="utf-8")
+    out = str(tmp_path / "csv.npy")
+    code, _, err = _run(["embed", "--checkpoint", models["st"], "--input", str(table), "--text-column", "tweet", "--out", out], capsys)
+    assert code == 0, err
+    assert_close(np.load(out), models["expected"], atol=1e-6)
+    assert _leftovers(tmp_path) == []
+
+
+def test_embed_refusals_exit_2_and_write_nothing(models, tmp_path, capsys, monkeypatch):
+    out = str(tmp_path / "out.npy")
+
+    def refused(argv, stdin=None):
+        code, _, err = _run(argv, capsys, stdin=stdin, monkeypatch=monkeypatch if stdin is not None else None)
+        assert code == 2, err
+        assert not os.path.exists(out) and _leftovers(tmp_path) == []
+        return err
+
+    err = refused(["embed", "--checkpoint", models["bert"], "--out", out, "ok"])
+    assert "has no sentence-transformers configuration" in err and "--pooling mean" in err
+    err = refused(["embed", "--checkpoint", models["bert"], "--pooling", "mean,median", "--out", out, "ok"])
+    assert "--pooling mean,median: no pooling mode 'median'; expected one of mean, cls, max" in err
+    folder = str(tmp_path / "bad_mode")
+    shutil.copytree(models["st"], folder)
+    with open(os.path.join(folder, "1_Pooling", "config.json"), "w") as f:
+        json.dump({"embedding_dimension": 16, "pooling_mode": "median"}, f)
+    err = refused(["embed", "--checkpoint", folder, "--out", out, "ok"])
+    assert "`pooling_mode` names the pooling mode(s) ['median'], which do not exist" in err
+    assert "--pooling, --normalize and --max-seq-length go with --checkpoint" in refused(
+        ["embed", "--model", models["export"], "--pooling", "cls", "--out", out, "ok"])
+    assert "--out must name a .npy or .jsonl file" in refused(["embed", "--model", models["export"], "--out", str(tmp_path / "x.txt"), "ok"])
+    assert "no text given" in refused(["embed", "--model", models["export"], "--out", out], stdin=b"")
+    # A bad record after good ones (invalid JSON on line 40): nothing at --out.
+    source = tmp_path / "texts.jsonl"
+    source.write_text("".join(json.dumps({"text": f"text {i}"}) + "\n" for i in range(39)) + "{not json\n")
+    err = refused(["embed", "--model", models["export"], "--input", str(source), "--out", out, "--batch-size", "4"])
+    assert "line 40" in err
+    source.unlink()
+    # An existing file is never replaced.
+    with open(out, "w") as f:
+        f.write("mine")
+    code, _, err = _run(["embed", "--model", models["export"], "--out", out, "ok"], capsys)
+    assert code == 2 and "exists; it is never replaced" in err
+    assert open(out).read() == "mine"
+
+
+def test_index_and_search(models, tmp_path, capsys):
+    corpus = ["the good day", "a bad day", "not ok", "very good", "cafe naive", "", "quick brown fox"]
+    source = tmp_path / "corpus.txt"
+    source.write_text("\n".join(corpus) + "\n", encoding="utf-8")
+    index = str(tmp_path / "index")
+    code, stdout, err = _run(["index", "--checkpoint", models["st"], "--input", str(source), "--out", index], capsys)
+    assert code == 0, err
+    assert stdout.strip() == f"Indexed {len(corpus)} texts (16-dimensional vectors) in {index}"
+    assert sorted(os.listdir(index)) == [".bert_keras_output.json", "index.json", "texts.jsonl", "vectors.npy"]
+    info = json.load(open(os.path.join(index, "index.json")))
+    assert (info["count"], info["dimension"], info["model"]["source"], info["model"]["pooling"]) == (
+        len(corpus), 16, os.path.abspath(models["st"]), "mean")
+    vectors = models["model"].encode(corpus)
+    assert_close(np.load(os.path.join(index, "vectors.npy")), vectors, atol=1e-6)
+
+    # Exact cosine top-k, as numpy computes it; the index's own model is loaded from what index.json names.
+    queries = ["good day", "fox"]
+    code, stdout, err = _run(["search", index, *queries, "--top-k", "3", "--format", "json"], capsys)
+    assert code == 0, err
+    results = json.loads(stdout)
+    scores = models["model"].encode(queries) @ vectors.T  # normalised vectors: cosine = dot product
+    for result, query, row in zip(results, queries, scores):
+        best = np.argsort(-row, kind="stable")[:3]
+        assert result["query"] == query
+        assert [hit["index"] for hit in result["results"]] == best.tolist()
+        assert [hit["text"] for hit in result["results"]] == [corpus[i] for i in best]
+        assert_close([hit["score"] for hit in result["results"]], row[best], atol=1e-5)
+        assert [hit["rank"] for hit in result["results"]] == [1, 2, 3]
+    code, stdout, _ = _run(["search", index, "the good day", "--top-k", "50", "--model", models["export"]], capsys)
+    assert code == 0
+    lines = stdout.splitlines()
+    assert lines[0] == "query: the good day" and len(lines) == 1 + len(corpus)  # top-k beyond the count: every text
+    assert lines[1].startswith("1\t1.0000\tthe good day")
+
+    # An existing index is replaced only with --force.
+    code, _, err = _run(["index", "--checkpoint", models["st"], "--input", str(source), "--out", index], capsys)
+    assert code == 2 and "already exists; pass overwrite=True (--force)" in err
+    source.write_text("one\ntwo\n")
+    assert _run(["index", "--checkpoint", models["st"], "--input", str(source), "--out", index, "--force"], capsys)[0] == 0
+    assert json.load(open(os.path.join(index, "index.json")))["count"] == 2
+
+
+def test_search_refuses_another_model_and_a_damaged_index(models, tmp_path, capsys):
+    source = tmp_path / "corpus.txt"
+    source.write_text("the good day\na bad day\n", encoding="utf-8")
+    index = str(tmp_path / "index")
+    assert _run(["index", "--model", models["export"], "--input", str(source), "--out", index], capsys)[0] == 0
+
+    code, _, err = _run(["search", index, "ok", "--checkpoint", models["wide"]], capsys)
+    assert code == 2 and "Dimension mismatch: the index" in err and "holds 16-dimensional vectors" in err and "gives 32" in err
+    code, _, err = _run(["search", index, "ok", "--checkpoint", models["other"]], capsys)
+    assert code == 2 and "was written by another model" in err and os.path.abspath(models["export"]) in err
+
+    def damaged(name, write):
+        copy = str(tmp_path / name)
+        shutil.copytree(index, copy)
+        write(os.path.join(copy, "vectors.npy"))
+        code, _, err = _run(["search", copy, "ok"], capsys)
+        assert code == 2
+        return err
+
+    def truncate(path):
+        with open(path, "r+b") as f:
+            f.truncate(100)
+
+    assert "vectors.npy cannot be read as a .npy array" in damaged("truncated", truncate)
+    assert "holds a float32 array of shape (3, 16), but index.json describes float32 (2, 16)" in damaged(
+        "shape", lambda path: np.save(path, np.zeros((3, 16), "float32")))
+    assert "holds values that are not finite" in damaged("nan", lambda path: np.save(path, np.full((2, 16), np.nan, "float32")))
+    code, _, err = _run(["search", str(tmp_path), "ok"], capsys)
+    assert code == 2 and "is not an index written by bert-keras index (no index.json)" in err
+
+    # A failure while indexing (a bad record) leaves no index.
+    source.write_bytes(b"good\n\xff\n")
+    code, _, err = _run(["index", "--model", models["export"], "--input", str(source), "--out", str(tmp_path / "new")], capsys)
+    assert code == 2 and "UTF-8" in err
+    assert not os.path.exists(tmp_path / "new") and not [n for n in os.listdir(tmp_path) if n.startswith(".partial")]
+
+
+@pytest.mark.slow
+def test_embed_minilm_matches_sentence_transformers_on_2000_tweets(tmp_path, capsys):
+    """`bert-keras embed` of all-MiniLM-L6-v2 over the 2,000 tweets of the parity test: within 1e-5 of
+    SentenceTransformer.encode (the texts go in as JSONL, so that empty, blank and multi-line texts stay whole)."""
+    folder, texts, reference = sentence_models.minilm_reference()
+    source = tmp_path / "tweets.jsonl"
+    source.write_text("".join(json.dumps({"text": text}) + "\n" for text in texts), encoding="utf-8")
+    out = str(tmp_path / "tweets.npy")
+    code, _, err = _run(["embed", "--checkpoint", folder, "--input", str(source), "--out", out], capsys)
+    assert code == 0, err
+    assert_close(np.load(out), reference, atol=1e-5)
