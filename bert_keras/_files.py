@@ -96,7 +96,7 @@ def read_marker(path):
     return marker if marker is not None and marker.get("complete") is True else None
 
 
-def remove_output(path, kinds):
+def remove_output(path, kinds, owned=None):
     """Removes the directory `path` if, and only if, this package wrote it as one of `kinds`.
 
     The one rule for deleting: a real directory (a symbolic link is never
@@ -106,6 +106,9 @@ def remove_output(path, kinds):
     Args:
         path: str. The directory.
         kinds: str or tuple of str. The marker kinds that may be removed.
+        owned: optional callable `name -> bool`: which entries of `path` this
+            package writes there. With it, a directory that also holds other
+            entries (a user's, added since) loses only the owned ones and stays.
 
     Returns:
         True when `path` was removed (or did not exist), False when it was left.
@@ -117,6 +120,14 @@ def remove_output(path, kinds):
     marker = _marker_of(path)
     if marker is None or marker.get("kind") not in kinds:
         logger.warning("Not removing %s: it is not a %s directory written by bert_keras.", path, " or ".join(kinds))
+        return False
+    foreign = sorted(name for name in os.listdir(path) if owned is not None and not owned(name))
+    if foreign:
+        for name in os.listdir(path):
+            if owned(name):  # the marker too: what is left is the user's
+                entry = os.path.join(path, name)
+                shutil.rmtree(entry, onerror=_ignore_missing) if os.path.isdir(entry) and not os.path.islink(entry) else os.unlink(entry)
+        logger.warning("Kept %s: it holds entries bert_keras did not write (%s); its own were removed.", path, foreign[:5])
         return False
     shutil.rmtree(path, onerror=_ignore_missing)  # removes links inside it as links; follows none
     return True
@@ -177,6 +188,13 @@ def check_target(target, overwrite=False, argument="export_dir"):
         )
     if not overwrite and os.listdir(target):
         raise FileExistsError(f"{target!r} ({argument}) already exists; pass overwrite=True (--force) to replace it.")
+    recorded = (_marker_of(target) or {}).get("entries")
+    added = sorted(set(os.listdir(target)) - set(recorded) - {MARKER}) if isinstance(recorded, list) else []
+    if added:
+        raise FileExistsError(
+            f"{target!r} ({argument}) is a bert_keras output, but holds entries it did not write ({added[:5]}); it is "
+            "not replaced, so that they are not lost. Move them out, or pick another directory."
+        )
 
 
 def _libc_renameat2():
@@ -246,6 +264,9 @@ def _open_lock_file(lock_path):
     try:
         fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
     except OSError as error:
+        if error.errno == errno.EISDIR:
+            raise OutputLockedError(f"The lock file {lock_path!r} is a directory; bert_keras writes only lock files it "
+                                    "made. Remove it if nobody else is writing there.") from None
         if error.errno == errno.ELOOP:
             raise OutputLockedError(
                 f"The lock file {lock_path!r} is a symbolic link, which bert_keras never follows. "
@@ -311,7 +332,9 @@ def _umask():
 
 
 def _write_marker(directory, kind, info):
-    marker = dict(info or {}, writer="bert_keras", kind=kind, complete=True)
+    # `entries`: what was written, so that a later overwrite can tell entries a user added since (never replaced).
+    entries = sorted(name for name in os.listdir(directory) if name != MARKER)
+    marker = dict(info or {}, writer="bert_keras", kind=kind, complete=True, entries=entries)
     with open(os.path.join(directory, MARKER), "w") as f:
         json.dump(marker, f, indent=2)
         f.flush()

@@ -32,7 +32,7 @@ from keras import ops
 from bert_keras._checks import check_int, check_positive_int
 from bert_keras._files import staged_directory
 from bert_keras._task import Task, call_encoder, check_encoder, model_inputs
-from bert_keras.checkpoints import load_checkpoint
+from bert_keras.checkpoints import holds_weights, load_checkpoint
 from bert_keras.export.sentence_encoder import (
     EmbeddingMethods,
     ExportedSentenceEncoder,
@@ -147,6 +147,17 @@ def _pooling_modes(config, path):
     return tuple(_ST_MODES[name] for name in names)
 
 
+def _inside(folder, relative, modules_file):
+    """`folder/relative`, refused unless it stays inside `folder` (no absolute path, no `..`, no link out)."""
+    if not isinstance(relative, str) or os.path.isabs(relative):
+        raise ValueError(f"{modules_file}: a module path must be relative to the folder. Received: {relative!r}")
+    target = os.path.join(folder, relative)
+    root = os.path.realpath(folder)
+    if os.path.realpath(target) != root and not os.path.realpath(target).startswith(root + os.sep):
+        raise ValueError(f"{modules_file}: the module path {relative!r} leads outside {folder!r}.")
+    return target
+
+
 def read_sentence_transformers_folder(path):
     """Reads the description of a sentence-transformers folder; None when `path` has no `modules.json`.
 
@@ -187,13 +198,17 @@ def read_sentence_transformers_folder(path):
         raise ValueError(
             f"{modules_file} lists the modules {kinds}: SentenceEncoder reproduces Transformer -> Pooling [-> Normalize]."
         )
-    transformer_path = os.path.join(path, modules[0].get("path", ""))
-    pooling_file = os.path.join(path, modules[1].get("path", ""), "config.json")
+    transformer_path = _inside(path, modules[0].get("path", ""), modules_file)
+    if not holds_weights(transformer_path):
+        # A folder read as data never runs a graph: its Transformer must be weights, not a SavedModel.
+        raise ValueError(f"{modules_file}: the Transformer module {transformer_path!r} holds no BERT weights (config.json "
+                         "with model.safetensors or pytorch_model.bin); a SavedModel there is never loaded.")
+    pooling_file = os.path.join(_inside(path, modules[1].get("path", ""), modules_file), "config.json")
     pooling = _read_json(pooling_file, "pooling configuration")
     if not isinstance(pooling, dict):
         raise ValueError(f"{pooling_file} must hold a JSON object. Received: {type(pooling).__name__}")
     if len(modules) == 3:
-        normalize_file = os.path.join(path, modules[2].get("path", ""), "config.json")
+        normalize_file = os.path.join(_inside(path, modules[2].get("path", ""), modules_file), "config.json")
         if os.path.isfile(normalize_file):
             normalized = _read_json(normalize_file, "Normalize configuration")
             if not isinstance(normalized, dict) or normalized.get("module_input_name", "sentence_embedding") != "sentence_embedding":

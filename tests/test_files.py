@@ -23,7 +23,7 @@ def test_output_is_marked_whole_and_replaced(tmp_path):
     target = str(tmp_path / "out")
     _write(target, "one")
     assert sorted(os.listdir(target)) == [MARKER, "data.txt"]
-    assert read_marker(target) == {"writer": "bert_keras", "kind": "test", "complete": True}
+    assert read_marker(target) == {"writer": "bert_keras", "kind": "test", "complete": True, "entries": ["data.txt"]}
     with pytest.raises(FileExistsError, match=r"already exists; pass overwrite=True \(--force\)"):
         _write(target, "two")
     _write(target, "two", overwrite=True)

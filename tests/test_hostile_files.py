@@ -238,3 +238,45 @@ def test_export_under_ulimit_f_exits_2_and_keeps_the_old_output(tmp_path):
     assert _tree(out) == before
     assert sorted(os.listdir(tmp_path)) == ["modules", "vocab.txt"]
     assert resource.getrlimit(resource.RLIMIT_FSIZE)[0] == resource.RLIM_INFINITY  # the limit stayed in the child
+
+
+# --- the second review: files a user added inside a marked directory, a directory planted as a lock ----------
+
+
+def test_force_never_replaces_an_output_holding_entries_it_did_not_write(tmp_path):
+    target = tmp_path / "clf"
+    with staged_directory(str(target), kind="classifier") as staging:
+        open(os.path.join(staging, "saved_model.pb"), "w").close()
+    (target / "notes.md").write_text("my notes")
+    with pytest.raises(FileExistsError, match=r"holds entries it did not write \(\['notes.md'\]\)"):
+        with staged_directory(str(target), overwrite=True, kind="classifier"):
+            pass
+    copy = tmp_path / "userfolder"  # a copied export: its marker says what was written, not what is there now
+    import shutil
+
+    shutil.copytree(target, copy)
+    (copy / "thesis.tex").write_text("years of work")
+    with pytest.raises(FileExistsError, match="thesis.tex"):
+        with staged_directory(str(copy), overwrite=True, kind="classifier"):
+            pass
+    assert (target / "notes.md").read_text() == "my notes" and (copy / "thesis.tex").read_text() == "years of work"
+
+
+def test_a_backup_keeps_what_a_user_put_in_it(tmp_path):
+    from bert_keras.training.backup import remove_backup
+
+    backup = tmp_path / "results"
+    backup.mkdir()  # an empty directory of the user's, given as the backup
+    claim_backup(str(backup))
+    (backup / "full").mkdir()
+    (backup / "run.json").write_text("{}")
+    (backup / "my_notes.txt").write_text("saved here during the run")
+    remove_backup(str(backup))
+    assert sorted(os.listdir(backup)) == ["my_notes.txt"]  # the backup's own entries went, the user's stayed
+
+
+def test_a_directory_planted_as_a_lock_is_refused(tmp_path):
+    (tmp_path / ".out.lock").mkdir()
+    with pytest.raises(OutputLockedError, match="is a directory"):
+        with staged_directory(str(tmp_path / "out")):
+            pass

@@ -35,16 +35,25 @@ logger = logging.getLogger("bert_keras.checkpoints")
 FORMATS = ("huggingface", "google", "keras_nlp", "hub_module")
 
 
-def holds_weights(path):
-    """Whether `path` is a checkpoint of weights and a config, which is read without running any code.
+# What a folder of weights holds: configs, and weight files of the formats read here. Any of them makes a folder
+# one of weights, never a module to load (`detect_format`); `lexists`, so that a dangling link (a Hugging Face
+# cache snapshot whose blob is missing) counts too.
+CONFIG_FILES = ("bert_config.json", "config.json")
+WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin", "pytorch_model.bin.index.json",
+                "model.weights.h5", "model.weights.json", "bert_model.ckpt.index")
 
-    Google BERT (`bert_config.json`, or a TF checkpoint prefix), a keras-nlp
-    preset or a Hugging Face folder (`config.json`).
+
+def holds_weights(path):
+    """Whether `path` is a checkpoint of weights (read without running any code), not a module.
+
+    Google BERT (`bert_config.json`, `bert_model.ckpt.*`, or a TF checkpoint
+    prefix), a keras-nlp preset or a Hugging Face folder (`config.json`,
+    `model.safetensors`, `pytorch_model.bin`, ...).
     """
     path = os.fspath(path)
     if os.path.exists(path + ".index"):
         return True
-    return os.path.isdir(path) and any(os.path.isfile(os.path.join(path, name)) for name in ("bert_config.json", "config.json"))
+    return os.path.isdir(path) and any(os.path.lexists(os.path.join(path, name)) for name in CONFIG_FILES + WEIGHT_FILES)
 
 
 def detect_format(path):
@@ -66,6 +75,11 @@ def detect_format(path):
         return "keras_nlp"
     path = os.fspath(path)
     if holds_weights(path):
+        if os.path.isdir(path) and not any(os.path.isfile(os.path.join(path, name)) for name in CONFIG_FILES):
+            present = sorted(name for name in WEIGHT_FILES + CONFIG_FILES if os.path.lexists(os.path.join(path, name)))
+            raise CheckpointError(path, None, f"holds weights ({', '.join(present)}) but no readable config.json or "
+                                  "bert_config.json; add the checkpoint's config. (A SavedModel in a folder of weights "
+                                  "is never loaded: pass it with --modules / format=\"hub_module\" if you trust it.)")
         if os.path.exists(path + ".index") or os.path.exists(os.path.join(path, "bert_config.json")):
             found = "google"
         else:

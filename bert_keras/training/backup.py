@@ -98,10 +98,18 @@ def held_backup(backup_dir, strategy=None):
         yield own
 
 
+_OWNED = re.compile(r"(\.bert_keras_output\.json|run\.json|\.lock|head|full|chief|worker-\d+|epoch-\d{4,}"
+                    r"|\.partial-epoch-\d{4,}-[a-z0-9_]{8}|\.epoch-\d{4,}\.lock|\.(head|full|chief|worker-\d+)\.lock)")
+
+
 def remove_backup(backup_dir):
-    """Removes a backup once what it protected is written (only a marked training backup: `_files.remove_output`)."""
+    """Removes a backup once what it protected is written (a marked training backup: `_files.remove_output`).
+
+    Only what a backup holds is removed: a directory in which a user put
+    files of their own keeps them (and stays).
+    """
     if backup_dir is not None:
-        remove_output(backup_dir, BACKUP_KIND)
+        remove_output(backup_dir, BACKUP_KIND, owned=lambda name: _OWNED.fullmatch(name) is not None)
 
 
 def fingerprint(*parts):

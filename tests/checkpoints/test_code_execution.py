@@ -126,3 +126,35 @@ def test_a_broken_archive_leaves_nothing_in_the_cache(tmp_path, monkeypatch):
     with pytest.raises(CheckpointError, match="cannot be unpacked as a .tar.gz module"):
         load_checkpoint(str(archive))
     assert os.listdir(cache) == []
+
+
+@pytest.mark.parametrize("config", ["missing", "dangling link"])
+def test_weights_without_a_config_never_load_the_saved_model_beside_them(hf_folder, tmp_path, config):
+    folder, flag = tmp_path / "ck", tmp_path / "ran.txt"
+    shutil.copytree(hf_folder, folder)
+    (folder / "config.json").unlink()
+    if config == "dangling link":
+        (folder / "config.json").symlink_to(tmp_path / "blob-that-is-gone")
+    planted = _planted_module(tmp_path / "planted", flag)
+    for name in ("saved_model.pb", "variables"):
+        os.replace(os.path.join(planted, name), folder / name)
+    with pytest.raises(CheckpointError, match="holds weights .* but no readable config.json"):
+        load_checkpoint(str(folder))
+    assert not flag.exists()
+
+
+def test_a_sentence_transformers_folder_never_loads_a_saved_model(tmp_path):
+    from bert_keras.sentence_encoder import SentenceEncoder
+
+    flag = tmp_path / "ran.txt"
+    folder = tmp_path / "st"
+    (folder / "1_Pooling").mkdir(parents=True)
+    _planted_module(folder / "0_Transformer", flag)
+    (folder / "1_Pooling" / "config.json").write_text('{"word_embedding_dimension": 8, "pooling_mode_mean_tokens": true}')
+    for transformer in ("0_Transformer", "../st/0_Transformer", str(folder / "0_Transformer"), "../../"):
+        (folder / "modules.json").write_text(
+            '[{"idx": 0, "name": "0", "path": "%s", "type": "sentence_transformers.models.Transformer"},'
+            ' {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"}]' % transformer)
+        with pytest.raises(ValueError, match="holds no BERT weights|must be relative|leads outside"):
+            SentenceEncoder.from_checkpoint(str(folder))
+    assert not flag.exists()
