@@ -55,6 +55,7 @@ LORA_TARGETS = {
     "output": ("feed_forward", "output_dense"),
 }
 DEFAULT_TARGETS = ("query", "value")
+MAX_SCALE = 1e3  # the largest adapter scale (alpha / rank) `load_adapters` accepts
 ADAPTERS_FILE = "adapters.safetensors"
 CONFIG_FILE = "adapter_config.json"
 FORMAT = "bert_keras.lora"
@@ -402,6 +403,9 @@ def _read_adapter_config(path):
     alpha = config["alpha"]
     if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not (math.isfinite(alpha) and alpha > 0):
         raise _invalid_field(config_file, "alpha", "a positive finite number", alpha)
+    if _is_count(config.get("rank")) and alpha / config["rank"] > MAX_SCALE:
+        # alpha / rank scales the adapters' product; papers use 0.5-16. Far beyond, float32 overflows to inf / NaN.
+        raise _invalid_field(config_file, "alpha", f"at most {MAX_SCALE:g} times the rank (the adapters' scale)", alpha)
     targets = config["targets"]
     if (not isinstance(targets, list) or not targets or len(set(map(str, targets))) != len(targets)
             or any(not isinstance(t, str) or t not in LORA_TARGETS for t in targets)):

@@ -124,6 +124,7 @@ def test_a_huge_rank_is_refused_before_allocating(adapters):
         ("alpha", -1.0, "a positive finite number"),
         ("alpha", 1e400, "a positive finite number"),  # json writes Infinity
         ("alpha", None, "a positive finite number"),
+        ("alpha", 1e300, "at most 1000 times the rank"),  # finite, but the logits overflow to NaN
         ("targets", "query", "a non-empty list of target names"),
         ("targets", [], "a non-empty list of target names"),
         ("targets", ["query", "queries"], "a non-empty list of target names"),
