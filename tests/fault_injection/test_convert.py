@@ -12,7 +12,8 @@ from tests.fault_injection.conftest import CONVERT_POINTS
 pytestmark = pytest.mark.fault_injection
 
 # What each kill leaves staged (`.partial-modules-*`): half a pair, or a whole one not yet in place.
-STAGED = {"between-modules": ["encoder"], "before-replace:modules": [MARKER, "encoder", "preprocess"]}
+# A staging directory carries the marker from its creation (`complete: false` until the write is whole).
+STAGED = {"between-modules": [MARKER, "encoder"], "before-replace:modules": [MARKER, "encoder", "preprocess"]}
 
 
 @pytest.fixture(scope="module")

@@ -22,7 +22,8 @@ from tests.fault_injection.conftest import PRETRAIN_BACKUP_POINTS, PRETRAIN_POIN
 pytestmark = pytest.mark.fault_injection
 
 # What each kill leaves staged (`.partial-pretrained-*`): nothing, half a pair, or a whole pair not in place.
-STAGED = {"before-export": None, "between-modules": ["encoder"], "before-replace:pretrained": [MARKER, "encoder", "preprocess"]}
+# A staging directory carries the marker from its creation (`complete: false` until the write is whole).
+STAGED = {"before-export": None, "between-modules": [MARKER, "encoder"], "before-replace:pretrained": [MARKER, "encoder", "preprocess"]}
 
 
 @pytest.fixture(scope="module")
