@@ -207,3 +207,17 @@ def test_pretraining_never_takes_over_a_foreign_directory(tiny_files, tmp_path):
     with pytest.raises(FileExistsError, match=r"was not written by bert_keras \(it holds \['todo.txt'\]\)"):
         _run(corpus, vocab, mine)
     assert os.listdir(mine) == ["todo.txt"]
+
+
+def test_the_modules_never_replace_a_users_files_added_to_the_run(tiny_files, tmp_path):
+    corpus, vocab = tiny_files
+    out = tmp_path / "run"
+
+    class AddNotes(keras.callbacks.Callback):
+        def on_train_end(self, logs=None):
+            (out / "notes.txt").write_text("written during the run")
+
+    with pytest.raises(FileExistsError, match=r"holds entries this run did not write \(\['notes.txt'\]\)"):
+        _run(corpus, vocab, out, epochs=1, callbacks=[AddNotes()])
+    assert (out / "notes.txt").read_text() == "written during the run"
+    assert sorted(os.listdir(out)) == [".bert_keras_output.json", BACKUP_DIR, "notes.txt"]  # the backup kept: a rerun resumes

@@ -27,7 +27,7 @@ import keras
 import tensorflow as tf
 
 from bert_keras._checks import check_positive_int
-from bert_keras._files import check_target, claim_directory, fault_point
+from bert_keras._files import MARKER, check_target, claim_directory, fault_point
 from bert_keras.encoder import BertEncoder
 from bert_keras.export import ENCODER_DIR, PREPROCESS_DIR, export_module_pair
 from bert_keras.optimization import bert_optimizer
@@ -231,6 +231,7 @@ def run_pretraining(corpus, out_dir, vocab_file, do_lower_case=True, *, config=N
         steps = int(pretrainer.optimizer.iterations.numpy())
         encoder_dir = preprocess_dir = None
         if harness.chief and export:
+            _check_only_the_runs(out_dir)
             fault_point("before-export")
             export_module_pair(out_dir, pretrainer.encoder, vocab_file, do_lower_case, seq_length=settings.seq_length,
                                pretrainer=pretrainer, overwrite=True, info={"steps": steps, "corpus": corpora})
@@ -241,6 +242,16 @@ def run_pretraining(corpus, out_dir, vocab_file, do_lower_case=True, *, config=N
             logger.info("Pre-training done after %d steps%s.", steps, "" if harness.chief else "; the chief writes the modules")
     return PretrainingResult(pretrainer=pretrainer, history=history, steps=steps, initial_epoch=initial_epoch,
                              encoder_dir=encoder_dir, preprocess_dir=preprocess_dir, num_instances=dataset.num_instances)
+
+
+def _check_only_the_runs(out_dir):
+    """Refuses to replace `out_dir` by the modules while it holds entries the run did not write (a user's, added since)."""
+    added = sorted(set(os.listdir(out_dir)) - {MARKER, BACKUP_DIR, ENCODER_DIR, PREPROCESS_DIR})
+    if added:
+        raise FileExistsError(
+            f"{out_dir!r} (out_dir) holds entries this run did not write ({added[:5]}); the modules replace the whole "
+            "directory, so they are not written. Move those entries out and rerun: training resumes from its backup."
+        )
 
 
 def _train(harness, settings, encoder_config, dataset, steps_per_epoch, tokenizer, validation_corpus, progress,
