@@ -1,11 +1,22 @@
-"""Runs the test suite as one pytest process per group of test files, and prints one total line.
+"""Runs the test suite as one pytest process per group of test files, two at a time, and prints one total line.
 
 TensorFlow keeps what a test builds (graphs, traced functions, loaded
 SavedModels) for the life of the process, so one pytest process over the
 whole suite grows past 20 GB. One process per group gives that memory back
-between groups; each group is one directory of tests/ or a few of the
-top-level test files. Arguments are passed to every pytest run (e.g.
-`-m "not slow"` for the fast loop, `-x`, `-k NAME`).
+between groups. A group is one test file, or one directory of small unit
+tests (GROUPED_DIRECTORIES). Groups run `--jobs` at a time (default: two,
+or one on a one-core machine): most of a test's time is Python tracing
+graphs on one core. Two groups marked heavy (HEAVY, measured) never run
+together, and a directory in ALONE runs with nothing beside it, so that the
+processes of the suite together stay under 6 GB.
+
+Each group's output is printed whole when it ends, with its time and the
+peak resident memory of its process tree (pytest and every process it
+started); the end gives the suite's time and the peak of all test processes
+together. Arguments are passed to every pytest run (e.g. `-m "not slow"` for
+the fast loop, `-x`, `-k NAME`). `--jobs N` before them sets the number of
+groups at a time. With BERT_KERAS_SUITE_XML=DIR each group also writes
+pytest's JUnit XML (every test's time) into DIR.
 
 Exit status: 0 when every group passed (a group that the arguments leave
 without tests counts as passed), 1 when any failed, 5 when no test ran at all.
@@ -13,27 +24,76 @@ The last line is the total over the groups, as `total: N passed, N failed, N ski
 
     python tests/run_suite.py                 # the whole suite (CI)
     python tests/run_suite.py -m "not slow"   # the fast loop
+    python tests/run_suite.py --jobs 1 -x     # one group at a time, stop each at its first failure
 """
 
+import collections
+import os
 import pathlib
 import re
 import subprocess
 import sys
+import threading
 import time
 
 ROOT = pathlib.Path(__file__).resolve().parent
-TOP_LEVEL_PER_GROUP = 6  # top-level test files per process
 NO_TESTS = 5  # pytest's exit status when nothing was collected (or all deselected)
 _COUNT = re.compile(r"(\d+) (passed|failed|errors?|skipped|deselected|xfailed|xpassed)")
 
+# Unit tests of tiny models: one process for the whole directory.
+GROUPED_DIRECTORIES = {"checkpoints", "layers", "text", "training"}
+# Each test starts two or three worker processes of its own (a cluster on 127.0.0.1): nothing runs beside them.
+ALONE = {"distribute"}
+# Groups whose process tree peaked above 2.5 GB (measured with this script); two of them never run together.
+# Listed longest first: the scheduler starts them first so that the short groups fill in around them.
+HEAVY = [
+    "tests/test_cli_predict.py",
+    "tests/test_cli_finetune.py",
+    "tests/test_cli_convert.py",
+    "tests/test_pretrain.py",
+    "tests/test_demo.py",
+    "tests/test_tasks.py",
+    "tests/test_notebooks.py",
+    "tests/test_readme.py",
+    "tests/test_encoder.py",
+    "tests/test_text_inputs.py",
+    "tests/test_sentence_encoder.py",
+    "tests/test_hostile_inputs.py",
+    "tests/test_saved_model.py",
+]
+# Other long groups (measured), started early for the same reason.
+LONG = [
+    "tests/fault_injection/test_pretrain.py",
+    "tests/fault_injection/test_random_kills.py",
+    "tests/fault_injection/test_finetune.py",
+    "tests/fault_injection/test_convert.py",
+    "tests/hub/test_keras_layer.py",
+    "tests/hub/test_workflow.py",
+    "tests/hub/test_export.py",
+    "tests/hub/test_legacy_consumer.py",
+    "tests/test_cli.py",
+    "tests/fault_injection/test_export.py",
+    "tests/hub/test_handles.py",
+    "tests/inspect/test_hub_module.py",
+]
+
 
 def groups():
-    """Lists of test paths, relative to the repository: each directory of tests/, then the top-level files."""
-    directories = sorted(path for path in ROOT.iterdir() if path.is_dir() and any(path.glob("test_*.py")))
-    files = sorted(ROOT.glob("test_*.py"))
-    chunks = [files[i:i + TOP_LEVEL_PER_GROUP] for i in range(0, len(files), TOP_LEVEL_PER_GROUP)]
+    """Test paths relative to the repository, one entry per pytest process, in the order they start."""
     relative = lambda path: str(path.relative_to(ROOT.parent))  # noqa: E731
-    return [[relative(directory)] for directory in directories] + [[relative(f) for f in chunk] for chunk in chunks]
+    found = []
+    for directory in sorted(path for path in ROOT.iterdir() if path.is_dir() and any(path.glob("test_*.py"))):
+        if directory.name in GROUPED_DIRECTORIES:
+            found.append(relative(directory))
+        else:
+            found.extend(relative(path) for path in sorted(directory.glob("test_*.py")))
+    found.extend(relative(path) for path in sorted(ROOT.glob("test_*.py")))
+    rank = {name: i for i, name in enumerate(HEAVY + LONG)}
+    return sorted(found, key=lambda group: rank.get(group, len(rank)))
+
+
+def is_alone(group):
+    return pathlib.PurePath(group).parts[1] in ALONE
 
 
 def summary_counts(output):
@@ -46,26 +106,106 @@ def summary_counts(output):
     return counts
 
 
+def tree_rss(root_pids):
+    """{root pid: resident bytes of it and all its descendants}, read from /proc ({} where there is no /proc)."""
+    parents, rss = {}, {}
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return {}
+    page = os.sysconf("SC_PAGE_SIZE")
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as stat:
+                fields = stat.read().rsplit(")", 1)[1].split()
+            with open(f"/proc/{entry}/statm") as statm:
+                rss[int(entry)] = int(statm.read().split()[1]) * page
+        except (OSError, IndexError, ValueError):
+            continue
+        parents[int(entry)] = int(fields[1])
+    children = collections.defaultdict(list)
+    for pid, parent in parents.items():
+        children[parent].append(pid)
+    totals = {}
+    for root in root_pids:
+        total, stack = 0, [root]
+        while stack:
+            pid = stack.pop()
+            total += rss.get(pid, 0)
+            stack.extend(children.get(pid, ()))
+        totals[root] = total
+    return totals
+
+
+class _Run:
+    """One group's pytest process, its output collected by a thread and its peak memory by the scheduler."""
+
+    def __init__(self, group, arguments, xml_directory):
+        self.group, self.started, self.peak = group, time.time(), 0
+        extra = []
+        if xml_directory:
+            extra = [f"--junitxml={pathlib.Path(xml_directory) / (group.replace('/', '_') + '.xml')}"]
+        self.process = subprocess.Popen([sys.executable, "-m", "pytest", group, *arguments, *extra], cwd=ROOT.parent,
+                                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        self.output = []
+        self.reader = threading.Thread(target=lambda: self.output.extend(self.process.stdout), daemon=True)
+        self.reader.start()
+
+
+def _gigabytes(size):
+    return f"{size / 2 ** 30:.2f} GB"
+
+
 def main(arguments):
-    totals, failed_groups, started = {}, [], time.time()
-    for group in groups():
-        print(f"=== pytest {' '.join(group)}", flush=True)
-        process = subprocess.Popen([sys.executable, "-m", "pytest", *group, *arguments], cwd=ROOT.parent,
-                                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        output = []
-        for line in process.stdout:
-            sys.stdout.write(line)
-            output.append(line)
-        status = process.wait()
-        counts = summary_counts("".join(output))
-        for word, number in counts.items():
-            totals[word] = totals.get(word, 0) + number
-        if status not in (0, NO_TESTS):
-            failed_groups.append((group, status))
+    jobs = 2 if (os.cpu_count() or 1) > 1 else 1
+    if arguments[:1] == ["--jobs"]:
+        jobs, arguments = max(1, int(arguments[1])), arguments[2:]
+    xml_directory = os.environ.get("BERT_KERAS_SUITE_XML")
+    if xml_directory:
+        os.makedirs(xml_directory, exist_ok=True)
+    waiting, running = groups(), []
+    totals, failed_groups, started, peak = {}, [], time.time(), 0
+    print(f"suite: {len(waiting)} pytest runs, up to {jobs} at a time", flush=True)
+
+    def may_start(group):
+        if not running:
+            return True
+        if len(running) >= jobs or is_alone(group) or any(is_alone(run.group) for run in running):
+            return False
+        return not (group in HEAVY and any(run.group in HEAVY for run in running))
+
+    while waiting or running:
+        for group in list(waiting):
+            if may_start(group):
+                waiting.remove(group)
+                running.append(_Run(group, arguments, xml_directory))
+            elif is_alone(group) or len(running) >= jobs:
+                break  # keep the order: a group that runs alone waits for the others to end, and nothing passes it
+        memory = tree_rss([run.process.pid for run in running])
+        peak = max(peak, sum(memory.values()))
+        for run in list(running):
+            run.peak = max(run.peak, memory.get(run.process.pid, 0))
+            status = run.process.poll()
+            if status is None:
+                continue
+            run.reader.join()
+            running.remove(run)
+            output = "".join(run.output)
+            print(f"=== pytest {run.group}\n{output}", end="" if output.endswith("\n") else "\n")
+            print(f"--- {run.group}: exit {status}, {time.time() - run.started:.0f} s, "
+                  f"peak {_gigabytes(run.peak)} (its process tree)", flush=True)
+            for word, number in summary_counts(output).items():
+                totals[word] = totals.get(word, 0) + number
+            if status not in (0, NO_TESTS):
+                failed_groups.append((run.group, status))
+        time.sleep(0.5)
     minutes, seconds = divmod(int(time.time() - started), 60)
     for group, status in failed_groups:
-        print(f"FAILED GROUP (exit {status}): {' '.join(group)}")
-    print(f"suite: {len(groups())} pytest runs in {minutes} min {seconds} s")
+        print(f"FAILED GROUP (exit {status}): {group}")
+    print(f"suite: {len(groups())} pytest runs, up to {jobs} at a time, in {minutes} min {seconds} s; "
+          f"peak {_gigabytes(peak)} resident in all test processes together")
     failed = totals.get("failed", 0) + totals.get("errors", 0)
     print(f"total: {totals.get('passed', 0)} passed, {failed} failed, {totals.get('skipped', 0)} skipped", flush=True)
     if failed_groups or failed:

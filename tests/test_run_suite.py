@@ -1,0 +1,49 @@
+"""The suite runner: every test file runs exactly once, its lists name real files, its total line reads pytest's."""
+
+import os
+import pathlib
+import subprocess
+import sys
+
+from tests import run_suite
+
+ROOT = pathlib.Path(run_suite.__file__).resolve().parent
+
+
+def test_every_test_file_is_in_exactly_one_group():
+    covered = []
+    for group in run_suite.groups():
+        path = ROOT.parent / group
+        covered.extend(sorted(path.glob("test_*.py")) if path.is_dir() else [path])
+    assert sorted(covered) == sorted(ROOT.rglob("test_*.py"))
+    assert len(set(covered)) == len(covered)
+
+
+def test_its_lists_name_groups_that_exist():
+    existing = set(run_suite.groups())
+    assert set(run_suite.HEAVY) <= existing and set(run_suite.LONG) <= existing
+    assert all((ROOT / name).is_dir() for name in run_suite.ALONE | run_suite.GROUPED_DIRECTORIES)
+    order = run_suite.groups()
+    assert order[: len(run_suite.HEAVY)] == run_suite.HEAVY  # the heavy ones start first
+
+
+def test_summary_counts_reads_the_last_summary_line():
+    output = "collected 9 items\n...\n====== 1 failed, 6 passed, 2 skipped, 1 error in 3.2s ======\n"
+    assert run_suite.summary_counts(output) == {"failed": 1, "passed": 6, "skipped": 2, "errors": 1}
+    assert run_suite.summary_counts("no tests ran in 0.01s") == {}
+
+
+def test_tree_rss_counts_the_children():
+    size = 200 * 2 ** 20
+    child = subprocess.Popen([sys.executable, "-c", f"import sys, time; b = bytearray({size}); b[::4096] = bytes(len(b[::4096])); "
+                              "print(1, flush=True); time.sleep(60)"], stdout=subprocess.PIPE)
+    try:
+        child.stdout.readline()  # its 200 MB are written (touched) and resident
+        child_alone = run_suite.tree_rss([child.pid])[child.pid]
+        ours = run_suite.tree_rss([os.getpid()])[os.getpid()]
+        assert child_alone > size
+        assert ours > child_alone + 20 * 2 ** 20  # the child and this (larger) pytest process
+        assert run_suite.tree_rss([2 ** 22 + 7]) == {2 ** 22 + 7: 0}  # no such process
+    finally:
+        child.kill()
+        child.wait()
