@@ -3,29 +3,34 @@
 - `Harness` (`harness.py`): a run's strategy, dtype scope, feeding, per-epoch
   snapshots and exact resume, and who writes.
 - `training.backup`: the atomic snapshots, the backup's lock and run record.
-- Recipes: `finetune` / `finetune_classifier` (`FineTuneConfig`) and
-  `run_pretraining` (`PretrainConfig`).
+- Recipes: `finetune` / `finetune_classifier` (`FineTuneConfig`),
+  `run_pretraining` (`PretrainConfig`) and `finetune_sentence_encoder`
+  (`ContrastiveConfig`: pairs, in-batch negatives gathered across replicas).
 """
 
 from bert_keras.training.backup import EpochBackup, claim_backup
 from bert_keras.training.data import text_dataset
-from bert_keras.training.config import FineTuneConfig, PretrainConfig
+from bert_keras.training.config import ContrastiveConfig, FineTuneConfig, PretrainConfig
+from bert_keras.training.contrastive import InBatchNegatives, finetune_sentence_encoder
 from bert_keras.training.finetune import FineTuneHistory, FineTuneResult, finetune, finetune_classifier
 from bert_keras.training.harness import Harness
 from bert_keras.training.pretrain import PretrainingResult, ProgressCallback, run_pretraining
 
 __all__ = [
+    "ContrastiveConfig",
     "EpochBackup",
     "FineTuneConfig",
     "FineTuneHistory",
     "FineTuneResult",
     "Harness",
+    "InBatchNegatives",
     "PretrainConfig",
     "PretrainingResult",
     "ProgressCallback",
     "claim_backup",
     "finetune",
     "finetune_classifier",
+    "finetune_sentence_encoder",
     "run_pretraining",
     "text_dataset",
 ]

@@ -119,3 +119,31 @@ class PretrainConfig(_Options):
         return dict(seq_length=self.seq_length, batch_size=self.batch_size, max_predictions_per_seq=self.max_predictions_per_seq,
                     masked_lm_prob=self.masked_lm_prob, short_seq_prob=self.short_seq_prob,
                     whole_word_masking=self.whole_word_masking)
+
+
+@dataclasses.dataclass
+class ContrastiveConfig(_Options):
+    """What a contrastive fine-tune of a sentence encoder trains (`finetune_sentence_encoder`).
+
+    Attributes:
+        batch_size: int. The global batch: each anchor's negatives are the
+            other `batch_size - 1` positives, whatever the replicas. Defaults to `32`.
+        epochs: int. Defaults to `1`.
+        learning_rate: float. Peak AdamW rate. Defaults to `2e-5`.
+        warmup_fraction, weight_decay, clipnorm: the optimizer's (0.1, 0.01, 1.0).
+        scale: float. Inverse temperature of the scaled cosines. Defaults to `20.0`.
+        seed: int. Seeds the order of the pairs. Defaults to `0`.
+    """
+
+    batch_size: int = 32
+    epochs: int = 1
+    learning_rate: float = 2e-5
+    warmup_fraction: float = 0.1
+    weight_decay: float = 0.01
+    clipnorm: float = 1.0
+    scale: float = 20.0
+    seed: int = 0
+
+    def record(self):
+        """The settings that decide the trained weights (the run record's part of them)."""
+        return dataclasses.asdict(self)
