@@ -1,12 +1,15 @@
 """The `bert-keras` command line: parse arguments, call the package, print results."""
 
 import argparse
+import contextlib
 import hashlib
 import json
 import logging
 import os
 import re
 import sys
+
+from bert_keras._native_log import NativeLogFilter
 
 
 def _at_least(minimum):
@@ -962,7 +965,15 @@ def _configure_logging(verbosity):
 def main(argv=None):
     """Runs the command line; returns its exit status (2: bad input or arguments, 1: an internal failure)."""
     args = _build_parser().parse_args(argv)
-    _configure_logging(args.verbose - args.quiet)
+    verbosity = args.verbose - args.quiet
+    _configure_logging(verbosity)
+    with contextlib.ExitStack() as stack:
+        if verbosity < 2:  # -vv shows TensorFlow's own log lines too
+            stack.enter_context(NativeLogFilter())
+        return _run(args, verbosity)
+
+
+def _run(args, verbosity):
     try:
         return args.func(args)
     except _UsageError as error:
@@ -974,7 +985,7 @@ def main(argv=None):
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
     except Exception as error:  # noqa: BLE001 - the last line of defence: a message, not a traceback
-        if args.verbose - args.quiet >= 1:
+        if verbosity >= 1:
             raise
         print(f"bert-keras {args.command}: internal error: {type(error).__name__}: {error} "
               "(rerun with -v for the traceback)", file=sys.stderr)

@@ -13,7 +13,7 @@ import textwrap
 import pytest
 
 README = pathlib.Path(__file__).resolve().parent.parent / "README.md"
-SECTIONS = ["## A classifier in one line", "## The workflow in Python", "## Predict and evaluate"]
+SECTIONS = ["## A classifier in one line", "## The workflow in Python", "## Predict and evaluate", "## Sentence embeddings and search"]
 
 
 def python_blocks(text, heading):
@@ -83,6 +83,16 @@ def test_readme_python_runs_as_written(tmp_path):
     assert many.count("'label'") == 2
     seconds = json.loads(done.stdout.split("SECONDS ")[-1])
     print("seconds per block:", seconds)
+    # The embedder's block: its printed cosines are those the README shows; the export serves raw strings.
+    shown = re.search(r"print\(model\.similarity\(.*\)\s+# (\[\[.*?\]\])", text).group(1)
+    assert shown in done.stdout, done.stdout[-2000:]
+    assert (tmp_path / "saved_models" / "embedder" / "saved_model.pb").exists()
+    # The index / search commands of "Command line", on that export, as written.
+    (commands,) = [block for block in re.findall(r"```bash\n(.*?)```", text, re.S) if "bert-keras index" in block]
+    ran = subprocess.run(["bash", "-e", "-c", commands], capture_output=True, text=True, cwd=tmp_path, env=env, timeout=600)
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    lines = ran.stdout.splitlines()
+    assert lines[0] == "query: my flight got cancelled" and lines[1].split("\t")[2] == "my flight got delayed", ran.stdout
 
 
 def test_a_missing_module_folder_says_how_to_make_it(tmp_path):

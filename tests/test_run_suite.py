@@ -21,10 +21,10 @@ def test_every_test_file_is_in_exactly_one_group():
 
 def test_its_lists_name_groups_that_exist():
     existing = set(run_suite.groups())
-    assert set(run_suite.HEAVY) <= existing and set(run_suite.LONG) <= existing
-    assert all((ROOT / name).is_dir() for name in run_suite.ALONE | run_suite.GROUPED_DIRECTORIES)
+    assert set(run_suite.PEAK_GB) <= existing and run_suite.ALONE <= existing
     order = run_suite.groups()
-    assert order[: len(run_suite.HEAVY)] == run_suite.HEAVY  # the heavy ones start first
+    assert order[: len(run_suite.PEAK_GB)] == list(run_suite.PEAK_GB)  # the measured heavy ones start first
+    assert all(peak <= run_suite.MEMORY_BUDGET_GB for peak in run_suite.PEAK_GB.values())  # each can start
 
 
 def test_summary_counts_reads_the_last_summary_line():

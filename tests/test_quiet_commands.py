@@ -1,0 +1,89 @@
+"""TensorFlow's C++ log lines never reach the command line's stderr at the default verbosity (-vv shows them)."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from bert_keras._native_log import is_native_log_line
+from tests import sentence_models
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# What TensorFlow 2.21 printed on this project's machines before any option could stop it (one line of each kind).
+NATIVE = [
+    b"WARNING: All log messages before absl::InitializeLog() is called are written to STDERR",
+    b"I0000 00:00:1796114202.754264   23708 port.cc:153] oneDNN custom operations are on.",
+    b"E0000 00:00:1796114206.188850   23708 cuda_platform.cc:52] failed call to cuInit: INTERNAL: CUDA error",
+    b"W1201 08:00:01.123456    1234 some_file.cc:7] a warning of another day",
+]
+
+
+def _environment():
+    env = dict(os.environ, PYTHONPATH=ROOT)
+    env.pop("TF_CPP_MIN_LOG_LEVEL", None)  # as a user's shell has it
+    return env
+
+
+def test_the_lines_recognised_are_those_of_tensorflow_and_no_others():
+    assert all(is_native_log_line(line) for line in NATIVE)
+    for line in [b"Indexed 3 texts", b"I0000 is not a date", b"Error: bad input", b"WARNING: something else", b"",
+                 b"bert-keras search: 'x' is not an index"]:
+        assert not is_native_log_line(line)
+
+
+CHILD = """
+import os, sys
+os.write(2, NATIVE[2] + b"\\nfrom a child\\n")
+"""
+PARENT = """
+import os, subprocess, sys
+from bert_keras._native_log import NativeLogFilter
+with NativeLogFilter():
+    os.write(2, NATIVE[0] + b"\\n" + NATIVE[1] + b"\\n")
+    print("kept 1", file=sys.stderr, flush=True)
+    os.write(2, b"\\rprogress 10%")
+    subprocess.run([sys.executable, "-c", "NATIVE = " + repr(NATIVE) + CHILD])
+    os.write(2, b"\\rprogress 100%\\n")
+    os.write(2, NATIVE[1][:20])  # a log line in two writes
+    os.write(2, NATIVE[1][20:] + b"\\n")
+print("after", file=sys.stderr)
+"""
+
+
+def test_the_filter_drops_native_lines_and_passes_the_rest_in_order():
+    script = f"NATIVE = {NATIVE!r}\nCHILD = {CHILD!r}\n" + PARENT
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, env=_environment(), timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == b"kept 1\n\rprogress 10%from a child\n\rprogress 100%\nafter\n"
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory):
+    root = tmp_path_factory.mktemp("quiet")
+    bert = sentence_models.write_tiny_bert(str(root / "bert"))
+    sentence_models.sentence_transformer(bert).save(str(root / "st"))
+    return root
+
+
+def _cli(*argv, cwd):
+    return subprocess.run([sys.executable, "-m", "bert_keras.cli", *map(str, argv)], capture_output=True, text=True,
+                          cwd=cwd, env=_environment(), timeout=300)
+
+
+def test_commands_print_their_own_lines_only(folder):
+    embedded = _cli("embed", "--checkpoint", folder / "st", "the good day", "bad", "--out", folder / "x.npy", cwd=folder)
+    assert embedded.returncode == 0, embedded.stderr
+    assert embedded.stderr == ""
+    assert embedded.stdout == f"Wrote 2 embeddings of dimension 16 to {folder / 'x.npy'}\n"
+    (folder / "texts.txt").write_text("the good day\nbad day\n")
+    indexed = _cli("index", "--checkpoint", folder / "st", "--input", "texts.txt", "--out", "index", "-q", cwd=folder)
+    assert (indexed.returncode, indexed.stderr) == (0, "")
+    found = _cli("search", "index", "good", "--top-k", "1", cwd=folder)
+    assert found.returncode == 0 and found.stderr == "", found.stderr
+    assert found.stdout.splitlines()[0] == "query: good"
+    refused = _cli("search", folder / "nothing", "good", cwd=folder)
+    assert refused.returncode == 2
+    assert refused.stderr == f"bert-keras search: {str(folder / 'nothing')!r} is not an index written by bert-keras index (no index.json).\n"
+    loud = _cli("search", "index", "good", "-vv", cwd=folder)
+    assert loud.returncode == 0 and any(is_native_log_line(line.encode()) for line in loud.stderr.splitlines())
