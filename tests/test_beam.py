@@ -43,6 +43,7 @@ def _read_shards(prefix):
     return rows
 
 
+@pytest.mark.slow
 def test_two_beam_workers_give_the_vectors_of_bert_keras_index(export, tmp_path):
     texts = _texts()
     (tmp_path / "in").mkdir()
@@ -60,6 +61,7 @@ def test_two_beam_workers_give_the_vectors_of_bert_keras_index(export, tmp_path)
     assert len(rows[0]["embedding"]) == 16
 
 
+@pytest.mark.slow
 def test_the_handler_embeds_a_batch_as_the_export_does(export):
     handler = beam.SentenceEncoderHandler(export, batch_size=4)
     model = handler.load_model()

@@ -19,6 +19,7 @@ def hf_pretraining_dir(tmp_path_factory):
     return save_hf_directory(model, directory), model
 
 
+@pytest.mark.slow
 def test_convert_writes_encoder_with_mlm_and_preprocess(hf_pretraining_dir, tmp_path, capsys):
     source, reference = hf_pretraining_dir
     out = str(tmp_path / "modules")
@@ -43,6 +44,7 @@ def test_convert_writes_encoder_with_mlm_and_preprocess(hf_pretraining_dir, tmp_
     assert int(preprocess.tokenize.get_special_tokens_dict()["vocab_size"]) == 40
 
 
+@pytest.mark.slow
 def test_convert_refuses_to_overwrite_and_force_replaces(hf_pretraining_dir, tmp_path, capsys):
     source, _ = hf_pretraining_dir
     out = str(tmp_path / "modules")

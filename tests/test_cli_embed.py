@@ -51,6 +51,7 @@ def _leftovers(directory):
     return sorted(name for name in os.listdir(directory) if name.startswith("."))
 
 
+@pytest.mark.slow
 def test_embed_texts_to_npy_equals_encode_and_sentence_transformers(models, tmp_path, capsys):
     out = str(tmp_path / "vectors.npy")
     code, stdout, err = _run(["embed", "--checkpoint", models["st"], "--out", out, *TEXTS], capsys)
@@ -64,6 +65,7 @@ def test_embed_texts_to_npy_equals_encode_and_sentence_transformers(models, tmp_
     assert _leftovers(tmp_path) == []
 
 
+@pytest.mark.slow
 def test_embed_streams_files_and_standard_input_in_order_blank_lines_kept(models, tmp_path, capsys, monkeypatch):
     lines = [TEXTS[i % len(TEXTS)] if i % 7 else "" for i in range(40)]  # blank lines among them
     source = tmp_path / "texts.txt"
@@ -95,6 +97,7 @@ def test_embed_streams_files_and_standard_input_in_order_blank_lines_kept(models
     assert _leftovers(tmp_path) == []
 
 
+@pytest.mark.slow
 def test_embed_refusals_exit_2_and_write_nothing(models, tmp_path, capsys, monkeypatch):
     out = str(tmp_path / "out.npy")
 
@@ -132,6 +135,7 @@ def test_embed_refusals_exit_2_and_write_nothing(models, tmp_path, capsys, monke
     assert open(out).read() == "mine"
 
 
+@pytest.mark.slow
 def test_index_and_search(models, tmp_path, capsys):
     corpus = ["the good day", "a bad day", "not ok", "very good", "cafe naive", "", "quick brown fox"]
     source = tmp_path / "corpus.txt"
@@ -174,6 +178,7 @@ def test_index_and_search(models, tmp_path, capsys):
     assert json.load(open(os.path.join(index, "index.json")))["count"] == 2
 
 
+@pytest.mark.slow
 def test_search_refuses_another_model_and_a_damaged_index(models, tmp_path, capsys):
     source = tmp_path / "corpus.txt"
     source.write_text("the good day\na bad day\n", encoding="utf-8")

@@ -41,6 +41,7 @@ def _finetune(modules, train, out, *extra):
                      "--epochs", "1", "--batch-size", "8", *extra])
 
 
+@pytest.mark.slow
 def test_finetune_then_predict(modules, tmp_path, capsys, monkeypatch):
     out = str(tmp_path / "classifier")
     test = _csv(tmp_path / "test.csv", ROWS[:8])
@@ -70,6 +71,7 @@ def test_finetune_then_predict(modules, tmp_path, capsys, monkeypatch):
     assert len(capsys.readouterr().out.strip().split("\n")) == 2
 
 
+@pytest.mark.slow
 def test_finetune_options_delimiter_class_weights_early_stopping_dtype(modules, tmp_path, capsys):
     train = tmp_path / "train.csv"
     rows = ROWS + [("awful awful", "neg")] * 8  # 20 neg, 12 pos
@@ -87,6 +89,7 @@ def test_finetune_options_delimiter_class_weights_early_stopping_dtype(modules, 
     assert "--delimiter" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_finetune_text_pairs(modules, tmp_path, capsys):
     rows = "\n".join(f"{a}\t{b}\t{l}" for a, b, l in [("good", "great", "same"), ("bad", "good", "diff"), ("awful", "bad", "same"), ("fun", "boring", "diff")] * 4)
     train = tmp_path / "pairs.tsv"
@@ -201,11 +204,13 @@ def test_finetune_lora_unknown_target_lists_the_valid_ones(modules, tmp_path, ca
     assert not os.path.exists(out)
 
 
+@pytest.mark.slow
 def test_finetune_lora_on_hub_layers_says_what_it_needs(modules, tmp_path, capsys):
     assert _finetune(modules, _csv(tmp_path / "train.csv", ROWS), str(tmp_path / "out"), "--lora-rank", "2") == 2
     assert "BertEncoder.from_checkpoint" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_finetune_lora_exports_an_ordinary_classifier(modules, tmp_path, capsys):
     out = str(tmp_path / "classifier")
     argv = ["finetune", "--train", _csv(tmp_path / "train.csv", ROWS), "--checkpoint", os.path.join(modules, "encoder"),

@@ -65,6 +65,7 @@ def exports(tmp_path_factory):
     return dirs
 
 
+@pytest.mark.slow
 def test_predict_one_text_a_list_top_k_and_pairs(exports):
     classifier = load_classifier(exports["single"])
     assert classifier.label_names == NAMES and classifier.label_source == "export" and classifier.inputs == ["text"]
@@ -90,6 +91,7 @@ def test_predict_one_text_a_list_top_k_and_pairs(exports):
         pairs.predict(["good"])
 
 
+@pytest.mark.slow
 def test_model_export_directories_are_read_with_numbered_labels(exports, caplog):
     for name in ("keras_softmax", "keras_logits"):  # probabilities kept; logits get a softmax
         with caplog.at_level(logging.WARNING):
@@ -108,6 +110,7 @@ def test_model_export_directories_are_read_with_numbered_labels(exports, caplog)
         load_classifier(exports["other"])
 
 
+@pytest.mark.slow
 def test_labels_json_without_its_keys_does_not_crash(exports, tmp_path, caplog):
     import shutil
 
@@ -128,6 +131,7 @@ def _run(argv, capsys, stdin=None, monkeypatch=None):
     return code, captured.out, captured.err
 
 
+@pytest.mark.slow
 def test_predict_formats(exports, capsys):
     model = exports["single"]
     code, out, _ = _run(["predict", "--model", model, "--format", "jsonl", "good movie", "bad"], capsys)
@@ -143,6 +147,7 @@ def test_predict_formats(exports, capsys):
     assert code == 2 and "--top-k 4 exceeds the classifier's 3 classes" in err
 
 
+@pytest.mark.slow
 def test_predict_escapes_control_characters(exports, capsys):
     text = "red \x1b[31mALERT\x1b[0m\ttab \\ back \x9b2J"
     code, out, _ = _run(["predict", "--model", exports["single"], text], capsys)
@@ -153,6 +158,7 @@ def test_predict_escapes_control_characters(exports, capsys):
     assert json.loads(out)["text"] == text
 
 
+@pytest.mark.slow
 def test_predict_blank_lines_kept_or_skipped(exports, capsys, monkeypatch):
     stdin = b"good\n\n   \nbad movie\n"
     code, out, err = _run(["predict", "--model", exports["single"]], capsys, stdin, monkeypatch)
@@ -163,6 +169,7 @@ def test_predict_blank_lines_kept_or_skipped(exports, capsys, monkeypatch):
     assert code == 0 and out.count("\n") == 2 and "skipped 2 blank input(s) of 4" in err
 
 
+@pytest.mark.slow
 def test_predict_input_files(exports, tmp_path, capsys):
     model = exports["single"]
     csv = tmp_path / "in.csv"
@@ -187,6 +194,7 @@ def test_predict_input_files(exports, tmp_path, capsys):
     assert code == 2 and "cannot read --input" in err
 
 
+@pytest.mark.slow
 def test_predict_bad_input_messages(exports, tmp_path, capsys, monkeypatch):
     code, _, err = _run(["predict", "--model", str(tmp_path / "nothing"), "hello"], capsys)
     assert code == 2 and "cannot load a classifier" in err
@@ -210,6 +218,7 @@ def test_predict_argument_with_invalid_utf8_exits_2_without_a_traceback(exports,
     assert b"Traceback" not in done.stderr
 
 
+@pytest.mark.slow
 def test_predict_streams_in_batches(exports, monkeypatch, capsys):
     """Each batch is printed before the next is read: output follows input, not the end of it."""
     printed_before = []
@@ -235,6 +244,7 @@ def test_predict_streams_in_batches(exports, monkeypatch, capsys):
     assert printed_before == [0, 0, 0, 3, 3, 3, 6]
 
 
+@pytest.mark.slow
 def test_evaluate_report(exports, tmp_path, capsys):
     data = tmp_path / "test.csv"
     data.write_text("text,label\ngood,pos\ngreat,pos\nbad,neg\nthe plot,neu\n")
@@ -251,6 +261,7 @@ def test_evaluate_report(exports, tmp_path, capsys):
     assert code == 2 and "['great'] do not occur" in err and "the classifier's labels: ['neg', 'neu', 'pos']" in err
 
 
+@pytest.mark.slow
 def test_predict_reads_files_with_the_reader_and_messages_of_finetune(exports, tmp_path, capsys, monkeypatch):
     model = exports["single"]
     bad = tmp_path / "bad.csv"

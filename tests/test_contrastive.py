@@ -84,6 +84,7 @@ def test_pair_batches_are_full_and_each_epoch_depends_on_its_index_alone():
     assert epochs[0][0][0]["anchor"].numpy().tolist() != epochs[1][0][0]["anchor"].numpy().tolist()  # reshuffled
 
 
+@pytest.mark.slow
 def test_training_on_lists_pulls_the_pairs_together(bert):
     model = _encoder(bert)
     before = model.encode(ANCHORS) @ model.encode(POSITIVES).T

@@ -18,6 +18,7 @@ def _modules():
     return sorted(name for name in names if not name.endswith("__main__"))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("module_name", _modules())
 def test_docstring_examples(module_name):
     module = importlib.import_module(module_name)

@@ -19,6 +19,7 @@ def _bert_param_count(vocab, layers, hidden, intermediate, positions=512, types=
     return embeddings + layers * block + hidden * hidden + hidden
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "preset, expected",
     [
@@ -131,6 +132,7 @@ def test_keras_save_and_load_reproduces_outputs(tmp_path):
     assert sorted(outputs) == ["default", "encoder_outputs", "pooled_output", "sequence_output"]
 
 
+@pytest.mark.slow
 def test_one_fit_step_lowers_the_loss():
     encoder = BertEncoder(**TINY)
     inputs = {k: keras.Input(shape=(None,), dtype="int32", name=k) for k in _inputs()}
@@ -273,6 +275,7 @@ def test_xla_compiled_call_matches_eager():
         assert_close(compiled[key], eager[key], atol=1e-5)
 
 
+@pytest.mark.slow
 def test_exported_hub_module_equals_the_in_memory_encoder(tmp_path):
     from bert_keras.export import export_encoder
     from bert_keras.hub import load
@@ -318,6 +321,7 @@ def test_packed_tokens_equal_the_padded_computation():
         assert_close(np.asarray(probs_a)[query_real], np.asarray(probs_b)[query_real], atol=1e-6)
 
 
+@pytest.mark.slow
 def test_packed_training_step_equals_the_padded_one():
     models = []
     for encoder in _twin_encoders(dropout=0.0, attention_dropout=0.0):

@@ -120,6 +120,7 @@ def test_replacement_without_the_atomic_exchange(tmp_path, monkeypatch):
     assert os.listdir(tmp_path) == ["out"]
 
 
+@pytest.mark.slow
 @pytest.mark.fault_injection
 def test_kill_before_the_replacement_keeps_the_old_output(tmp_path):
     target = str(tmp_path / "out")

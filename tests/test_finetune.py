@@ -55,6 +55,7 @@ class _PhaseProbe(keras.callbacks.Callback):
         )
 
 
+@pytest.mark.slow
 def test_phase_one_trains_only_the_head_and_phase_two_the_encoder():
     model, encoder = _classifier()
     probe = _PhaseProbe(encoder, model.get_layer("head"))
@@ -64,6 +65,7 @@ def test_phase_one_trains_only_the_head_and_phase_two_the_encoder():
     assert sorted(history.head) == ["accuracy", "loss"] and len(history.full["loss"]) == 1
 
 
+@pytest.mark.slow
 def test_learning_rate_follows_warmup_then_linear_decay():
     model, encoder = _classifier()
     rates = []
@@ -119,6 +121,7 @@ def test_missing_encoder_is_explained():
         finetune(model, _data(), verbose=0)
 
 
+@pytest.mark.slow
 def test_interrupted_run_resumes(tmp_path):
     backup = str(tmp_path / "backup")
 
@@ -147,6 +150,7 @@ def test_interrupted_run_resumes(tmp_path):
     assert len(history.head["loss"]) == 1
 
 
+@pytest.mark.slow
 def test_resumed_run_ends_with_the_weights_of_an_uninterrupted_one(tmp_path):
     def shuffled():  # passes in an order that depends on their index: a resumed run must skip the done ones
         features, labels = next(iter(_data(n=32, batch=32)))

@@ -132,6 +132,7 @@ def test_pretrainer_outputs_and_shared_weights():
     assert pretrainer.mlm_head.activation == "gelu"
 
 
+@pytest.mark.slow
 def test_pretrainer_keras_round_trip_and_fit(tmp_path):
     encoder = BertEncoder(**TINY, dropout=0.0, attention_dropout=0.0, activation="gelu_approximate")
     pretrainer = BertPretrainer(encoder, layer_norm_epsilon=1e-6)

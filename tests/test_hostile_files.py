@@ -208,6 +208,7 @@ def test_a_file_size_limit_is_reported_and_the_old_output_kept(tmp_path):
     assert sorted(os.listdir(tmp_path)) == ["out"]
 
 
+@pytest.mark.slow
 def test_export_under_ulimit_f_exits_2_and_keeps_the_old_output(tmp_path):
     """A real export (TensorFlow writes the variables) in a process whose file-size limit is 64 KiB."""
     out = tmp_path / "modules"

@@ -54,6 +54,7 @@ def test_tokenizer_refuses_a_duplicated_token_before_tensorflow_text_sees_it(tmp
         WordPieceTokenizer(_duplicated_vocab(tmp_path / "vocab.txt"))
 
 
+@pytest.mark.slow
 def test_checkpoint_with_a_duplicated_token_is_refused_on_reading(tmp_path, capsys):
     pytest.importorskip("transformers")
     from bert_keras.checkpoints import load_checkpoint
@@ -103,6 +104,7 @@ def _write_labels(directory, names):
     return path
 
 
+@pytest.mark.slow
 def test_edited_labels_json_is_refused_not_silently_used(export, tmp_path, capsys):
     directory = _copy(export, tmp_path)
     path = _write_labels(directory, ["pos", "neu", "neg"])  # flipped
@@ -119,6 +121,7 @@ def test_edited_labels_json_is_refused_not_silently_used(export, tmp_path, capsy
     assert code == 2 and message in err
 
 
+@pytest.mark.slow
 def test_the_savedmodel_names_are_the_truth(export, tmp_path):
     directory = _copy(export, tmp_path)
     loaded = load_classifier(directory)
@@ -131,6 +134,7 @@ def test_the_savedmodel_names_are_the_truth(export, tmp_path):
     assert named.label_names == ["x", "y", "z"] and named.label_source == "given"
 
 
+@pytest.mark.slow
 def test_given_names_override_an_edited_file(export, tmp_path):
     directory = _copy(export, tmp_path)
     _write_labels(directory, ["pos", "neu", "neg"])
@@ -147,6 +151,7 @@ def _long_text():
     return text
 
 
+@pytest.mark.slow
 def test_predict_and_evaluate_accept_the_same_long_field(export, tmp_path, capsys):
     data = tmp_path / "long.csv"
     data.write_text(f'text,label\n"{_long_text()}",pos\nbad,neg\n')
@@ -160,6 +165,7 @@ def test_predict_and_evaluate_accept_the_same_long_field(export, tmp_path, capsy
     assert "accuracy" in out.lower()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("suffix, delimiter", [(".tsv", "\t"), (".csv", ";")])
 def test_long_fields_of_tsv_and_other_delimiters(export, tmp_path, capsys, suffix, delimiter):
     data = tmp_path / f"long{suffix}"

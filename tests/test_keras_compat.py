@@ -144,6 +144,7 @@ def test_in_xla_context_is_true_only_when_traced_for_xla():
     assert seen == {"xla": True, "graph": False, "eager": False}
 
 
+@pytest.mark.slow
 def test_onednn_enabled_reads_tensorflows_switch():
     assert _keras_compat._is_mkl_enabled is not None  # this TensorFlow build has the switch
     script = "import os; from bert_keras._keras_compat import onednn_enabled; print(onednn_enabled())"

@@ -115,6 +115,7 @@ def test_unfreezing_the_encoder_leaves_the_base_weights_frozen():
     assert query.bias.trainable is False
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("phase", ["head", "full"])
 def test_a_fit_step_changes_only_the_adapters_and_the_head(phase):
     classifier = _classifier()
@@ -175,6 +176,7 @@ def test_merged_weights_file_loads_into_a_model_that_never_had_lora(tmp_path):
     assert_close(plain(inputs, training=False), expected, atol=1e-5)
 
 
+@pytest.mark.slow
 def test_merged_classifier_exports_an_ordinary_savedmodel(tmp_path):
     preprocessor = BertPreprocessor(VOCAB, seq_length=12)
     classifier = _classifier(preprocessor=preprocessor)
@@ -313,6 +315,7 @@ def test_quantized_encoder_is_refused(monkeypatch):
         lora.enable_lora(encoder)
 
 
+@pytest.mark.slow
 def test_hub_module_is_refused_with_the_way_to_a_native_encoder(tmp_path):
     keras.utils.set_random_seed(11)
     native = BertEncoder(**TINY)
@@ -334,6 +337,7 @@ def test_hub_module_is_refused_with_the_way_to_a_native_encoder(tmp_path):
     assert_close(imported(inputs)["pooled_output"], layer(inputs)["pooled_output"], atol=1e-5)
 
 
+@pytest.mark.slow
 def test_finetune_trains_only_adapters_and_head_and_resumes_them_exactly(tmp_path):
     """Through `bert_keras.training.finetune` (freeze -> adapt -> unfreeze, backups): the LoRA contract holds."""
     from bert_keras.training import finetune  # a later layer than lora; only this test needs it
@@ -408,6 +412,7 @@ def test_the_private_api_check_finds_what_it_looks_for():
                                      (4, ".__delattr__"), (5, ".__setattr__"), (7, "keras.src")]
 
 
+@pytest.mark.slow
 def test_a_lora_model_round_trips_through_weights_and_keras_files(tmp_path):
     model = _classifier()
     _scale_head(model)
@@ -439,6 +444,7 @@ def test_a_lora_model_round_trips_through_weights_and_keras_files(tmp_path):
     np.testing.assert_array_equal(exact(inputs, training=False), expected)
 
 
+@pytest.mark.slow
 def test_merging_every_target_of_twelve_blocks_runs_no_full_collection(monkeypatch):
     """144 adapter variables are deleted; Keras collects garbage after each (0.5-1 s over a TensorFlow process)."""
     encoder = BertEncoder(**dict(TINY, num_layers=12))

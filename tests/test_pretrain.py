@@ -60,6 +60,7 @@ def _run(corpus, vocab, out_dir, **kwargs):
     return run_pretraining(corpus, str(out_dir), vocab, **args)
 
 
+@pytest.mark.slow
 def test_interrupted_run_resumes_to_the_same_step_count(tiny_files, tmp_path):
     corpus, vocab = tiny_files
     out = tmp_path / "interrupted"
@@ -97,6 +98,7 @@ def test_interrupted_run_resumes_to_the_same_step_count(tiny_files, tmp_path):
     assert preprocess(["w1 w2"])["input_word_ids"].shape == (1, 16)
 
 
+@pytest.mark.slow
 def test_run_pretraining_errors(tiny_files, tmp_path):
     corpus, vocab = tiny_files
     with pytest.raises(ValueError, match="exactly one of `config`"):
@@ -184,6 +186,7 @@ def test_tiny_bert_pretrained_on_tweets_beats_the_unigram_baseline(tmp_path, rec
     assert accuracy >= 1.5 * unigram
 
 
+@pytest.mark.slow
 def test_a_backup_resumes_only_the_run_that_made_it(tiny_files, tmp_path):
     corpus, vocab = tiny_files
     out = tmp_path / "run"
@@ -209,6 +212,7 @@ def test_pretraining_never_takes_over_a_foreign_directory(tiny_files, tmp_path):
     assert os.listdir(mine) == ["todo.txt"]
 
 
+@pytest.mark.slow
 def test_the_modules_never_replace_a_users_files_added_to_the_run(tiny_files, tmp_path):
     corpus, vocab = tiny_files
     out = tmp_path / "run"

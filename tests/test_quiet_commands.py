@@ -71,6 +71,7 @@ def _cli(*argv, cwd):
                           cwd=cwd, env=_environment(), timeout=300)
 
 
+@pytest.mark.slow
 def test_commands_print_their_own_lines_only(folder):
     embedded = _cli("embed", "--checkpoint", folder / "st", "the good day", "bad", "--out", folder / "x.npy", cwd=folder)
     assert embedded.returncode == 0, embedded.stderr

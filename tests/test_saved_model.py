@@ -39,6 +39,7 @@ def fp32_export(classifier, tmp_path_factory):
     return export_classifier(classifier, str(tmp_path_factory.mktemp("fp32") / "classifier"), LABELS)
 
 
+@pytest.mark.slow
 def test_serving_equals_the_model_one_text_at_a_time_and_in_batches(fp32_export, expected):
     loaded = load_classifier(fp32_export)
     one_at_a_time = np.concatenate([loaded.predict_proba([text]) for text in TEXTS])
@@ -48,6 +49,7 @@ def test_serving_equals_the_model_one_text_at_a_time_and_in_batches(fp32_export,
     assert [p["label"] for p in loaded.predict(TEXTS)] == [LABELS[i] for i in expected.argmax(-1)]
 
 
+@pytest.mark.slow
 def test_single_texts_run_an_xla_compiled_function(fp32_export):
     from tensorflow.core.protobuf import saved_model_pb2
 
@@ -72,6 +74,7 @@ def test_padding_is_cut_after_the_longest_row_and_buckets_round_up():
     assert [int(saved_model._bucket(tf.constant(n))) for n in (1, 8, 9, 17, 33, 48, 49, 64)] == [8, 8, 16, 24, 40, 48, 56, 64]
 
 
+@pytest.mark.slow
 def test_float32_and_bfloat16_exports_of_a_classifier_on_hub_layers(tmp_path, monkeypatch):
     monkeypatch.setattr(dtypes, "cpu_supports_bfloat16", lambda: True)
     vocab = tmp_path / "vocab.txt"

@@ -53,6 +53,7 @@ def test_pooling_layer_matches_sentence_transformers_pooling_module():
         assert_close(SentencePooling(ours)(tokens, mask), expected, atol=1e-6)
 
 
+@pytest.mark.slow
 def test_a_sentence_transformers_6_folder_is_read_and_reproduced(tiny, tiny_model):
     config = read_sentence_transformers_folder(tiny["st"])
     assert (config.pooling, config.normalize, config.max_seq_length, config.dimension) == (("max",), True, None, 16)
@@ -64,6 +65,7 @@ def test_a_sentence_transformers_6_folder_is_read_and_reproduced(tiny, tiny_mode
     assert_close(model.encode(sentence_models.TINY_TEXTS), expected, atol=1e-5)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("normalize", [False, True])
 def test_every_pooling_matches_sentence_transformers(tiny, tiny_model, normalize):
     """All six modes at once, concatenated in one order on both sides (each mode alone: the test above)."""
@@ -74,6 +76,7 @@ def test_every_pooling_matches_sentence_transformers(tiny, tiny_model, normalize
     assert_close(model.encode(texts, batch_size=3), reference.encode(texts), atol=1e-5)
 
 
+@pytest.mark.slow
 def test_a_legacy_folder_is_reproduced(tiny):
     """Older folders: the BERT in 0_Transformer/, `pooling_mode_*` booleans (two modes: concatenated in
     sentence-transformers' order, cls before mean), max_seq_length in sentence_bert_config.json, no Normalize."""
@@ -150,6 +153,7 @@ def test_refusals_name_the_file_and_what_to_do(tiny):
         SentenceEncoder.from_checkpoint(folder)
 
 
+@pytest.mark.slow
 def test_encode_takes_lists_arrays_and_tensors_in_order(tiny_model):
     model = tiny_model
     texts = sentence_models.TINY_TEXTS
@@ -188,6 +192,7 @@ def test_cosine_similarity():
         cosine_similarity([1.0, 0.0], [1.0, 0.0, 0.0])
 
 
+@pytest.mark.slow
 def test_keras_round_trip_and_a_fit_step_on_a_list(tiny_model, tmp_path):
     model = SentenceEncoder(tiny_model.encoder, tiny_model.preprocessor, pooling=["cls", "mean"], normalize=False)
     texts = tf.constant(sentence_models.TINY_TEXTS)
@@ -215,6 +220,7 @@ def test_hub_dict_inputs_without_a_preprocessor(tiny_model):
         model.encode(["a"])
 
 
+@pytest.mark.slow
 def test_export_serves_strings_as_the_universal_sentence_encoder(tiny_model, tmp_path):
     texts = sentence_models.TINY_TEXTS
     expected = tiny_model.encode(texts)

@@ -53,6 +53,7 @@ def _load_head_weights(task, directory, table):
         getattr(owner, attribute).assign(value)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "architecture, build",
     [
@@ -244,6 +245,7 @@ def test_span_labeler_masks_everything_outside_the_context():
     assert_close(np.asarray(unmasked(inputs)["start_logits"])[context], np.asarray(outputs["start_logits"])[context])
 
 
+@pytest.mark.slow
 def test_pretrainer_default_compile_ignores_padded_predictions():
     encoder = BertEncoder(**TINY, dropout=0.0, attention_dropout=0.0)
     pretrainer = BertPretrainer(encoder)
@@ -286,6 +288,7 @@ def encoder_module(tmp_path_factory):
     return encoder, export_encoder(encoder, str(directory / "encoder"), str(vocab), do_lower_case=True)
 
 
+@pytest.mark.slow
 def test_classifier_on_a_hub_encoder_trains_and_round_trips(encoder_module, tmp_path):
     from bert_keras import hub
 
@@ -391,6 +394,7 @@ def module_pair(tmp_path_factory):
     return encoder, str(vocab), str(directory / "modules")
 
 
+@pytest.mark.slow
 def test_the_same_classifier_on_hub_layers_and_on_the_native_encoder(module_pair, tmp_path):
     from bert_keras import hub
     from bert_keras.training import finetune
@@ -423,6 +427,7 @@ def test_the_same_classifier_on_hub_layers_and_on_the_native_encoder(module_pair
     assert names == [["neg", "pos"][i] for i in logits.argmax(-1)]
 
 
+@pytest.mark.slow
 def test_classifier_with_a_preprocessor_round_trips_and_takes_pairs(module_pair, tmp_path):
     from bert_keras.text import BertPreprocessor
 
@@ -438,6 +443,7 @@ def test_classifier_with_a_preprocessor_round_trips_and_takes_pairs(module_pair,
     run_model_test(classifier, pairs, tmp_path)  # no Hub layer inside: safe mode loads it
 
 
+@pytest.mark.slow
 def test_from_checkpoint_errors(module_pair, tmp_path):
     _, _, modules = module_pair
     with pytest.raises(ValueError, match=r"`activation`, expected one of \[None, 'softmax'\]. Received: activation='relu'"):
@@ -481,6 +487,7 @@ def test_serving_outputs_equal_the_forward_pass(module_pair, activation, text_pa
     assert classifier.with_native_encoder() is classifier  # a BertEncoder already
 
 
+@pytest.mark.slow
 def test_serving_outputs_without_a_preprocessor_and_on_hub_layers(module_pair):
     from bert_keras import hub
 

@@ -35,6 +35,7 @@ def _classifier(vocab_file, text_pairs=False):
     return model
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["list", "numpy"])
 def test_a_classifier_takes_lists_and_numpy_strings(vocab_file, kind):
     model = _classifier(vocab_file)
@@ -51,6 +52,7 @@ def test_a_classifier_takes_lists_and_numpy_strings(vocab_file, kind):
     assert not np.array_equal(model.predict(texts, verbose=0), expected)  # it trained
 
 
+@pytest.mark.slow
 def test_object_arrays_and_bytes(vocab_file):
     model = _classifier(vocab_file)
     expected = model.predict(tf.constant(TEXTS), verbose=0)
@@ -58,6 +60,7 @@ def test_object_arrays_and_bytes(vocab_file):
     np.testing.assert_array_equal(model.predict([t.encode() for t in TEXTS], verbose=0), expected)
 
 
+@pytest.mark.slow
 def test_a_pair_classifier_takes_a_pair_of_lists(vocab_file):
     model = _classifier(vocab_file, text_pairs=True)
     expected = model.predict([tf.constant(TEXTS), tf.constant(PAIRS)], verbose=0)
@@ -66,6 +69,7 @@ def test_a_pair_classifier_takes_a_pair_of_lists(vocab_file):
     assert len(model.fit([TEXTS, PAIRS], LABELS, batch_size=2, verbose=0).history["loss"]) == 1
 
 
+@pytest.mark.slow
 def test_other_text_tasks_take_lists(vocab_file):
     preprocessor = BertPreprocessor(vocab_file, seq_length=8)
     tagger = BertTokenClassifier(_encoder(), num_classes=3, preprocessor=preprocessor)

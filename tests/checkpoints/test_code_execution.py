@@ -48,6 +48,7 @@ def hf_folder(tmp_path_factory):
     return save_hf_directory(hf_pretraining_model(), str(tmp_path_factory.mktemp("hf") / "ck"))
 
 
+@pytest.mark.slow
 def test_a_saved_model_in_a_hugging_face_folder_is_not_run(hf_folder, tmp_path):
     folder, flag = tmp_path / "ck", tmp_path / "ran.txt"
     shutil.copytree(hf_folder, folder)

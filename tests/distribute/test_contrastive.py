@@ -8,7 +8,7 @@ import pytest
 
 from tests.distribute.conftest import check, finish, run_cluster, start
 
-pytestmark = pytest.mark.distributed
+pytestmark = [pytest.mark.distributed, pytest.mark.slow]
 TOLERANCE = 1e-5
 
 

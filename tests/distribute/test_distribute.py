@@ -14,7 +14,7 @@ from bert_keras import distribute
 from bert_keras.training.backup import resumed_epoch
 from tests.distribute.conftest import ROOT, check, driver, environment, finish, run_cluster, start, wait_for
 
-pytestmark = pytest.mark.distributed
+pytestmark = [pytest.mark.distributed, pytest.mark.slow]
 TOLERANCE = 1e-5
 
 
@@ -32,6 +32,7 @@ def _assert_each_example_once(paths):
     return seen
 
 
+@pytest.mark.slow
 def test_mirrored_on_two_cpus_gives_the_weights_of_one_replica(inputs, single, tmp_path):
     check(finish(start(driver("mirrored", inputs, tmp_path))))
     assert _max_difference(tmp_path / "finetune.npz", single / "finetune.npz") <= TOLERANCE
@@ -41,6 +42,7 @@ def test_mirrored_on_two_cpus_gives_the_weights_of_one_replica(inputs, single, t
     assert len(seen[0][0]) == 27
 
 
+@pytest.mark.slow
 def test_two_workers_give_the_weights_of_one_replica(inputs, single, tmp_path):
     results = run_cluster([driver("multi-worker", inputs, tmp_path)] * 2)
     for result in results:
@@ -55,6 +57,7 @@ def test_two_workers_give_the_weights_of_one_replica(inputs, single, tmp_path):
     assert not os.path.exists(tmp_path / "pretrain-worker-1" / "encoder")
 
 
+@pytest.mark.slow
 def test_a_worker_killed_in_phase_two_resumes_from_the_backups(inputs, single, tmp_path):
     backup = tmp_path / "backup"
     argv = driver("multi-worker", inputs, tmp_path, "--backup", backup, "--only", "finetune")
@@ -122,6 +125,7 @@ def test_malformed_tf_config_is_a_clear_error(inputs, tmp_path, capsys, monkeypa
     assert "TF_CONFIG is not valid JSON" in stderr
 
 
+@pytest.mark.slow
 def test_an_unreachable_worker_is_a_clear_error_in_bounded_time(inputs, tmp_path, capsys, monkeypatch):
     config = distribute.local_tf_configs(2)[0]  # nobody listens on the second
     args = _finetune_args(inputs, tmp_path / "out", "--strategy", "multi-worker", "--connect-timeout", 3)
@@ -132,6 +136,7 @@ def test_an_unreachable_worker_is_a_clear_error_in_bounded_time(inputs, tmp_path
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.slow
 def test_a_global_batch_that_does_not_divide_among_replicas_is_refused(inputs, tmp_path):
     returncode, stderr, _ = _cli(*_finetune_args(inputs, tmp_path / "out", "--strategy", "mirrored", "--cpu-replicas", 2,
                                                  "--batch-size", 7))

@@ -264,6 +264,7 @@ def _wait_until_listening(port):
             time.sleep(0.1)
 
 
+@pytest.mark.slow
 @pytest.mark.distributed
 def test_an_http_server_as_the_other_worker_ends_the_command_with_status_2(tmp_path):
     configs = distribute.local_tf_configs(2)
@@ -285,6 +286,7 @@ def test_an_http_server_as_the_other_worker_ends_the_command_with_status_2(tmp_p
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.slow
 @pytest.mark.distributed
 @pytest.mark.parametrize("task", [0, 1], ids=["leader", "follower"])
 def test_a_worker_that_stops_after_the_rendezvous_ends_the_command_with_status_2(tmp_path, task):

@@ -9,7 +9,7 @@ from bert_keras._files import MARKER
 from tests.fault_injection._harness import KILLED, TEXTS, TOLERANCE, entries, max_difference, output_state, pair_outputs, staged_dir
 from tests.fault_injection.conftest import CONVERT_POINTS
 
-pytestmark = pytest.mark.fault_injection
+pytestmark = [pytest.mark.fault_injection, pytest.mark.slow]
 
 # What each kill leaves staged (`.partial-modules-*`): half a pair, or a whole one not yet in place.
 # A staging directory carries the marker from its creation (`complete: false` until the write is whole).

@@ -6,7 +6,7 @@ import pytest
 
 from tests.fault_injection._harness import KILLED, TOLERANCE, classifier_outputs, entries, marker, max_difference, output_state
 
-pytestmark = pytest.mark.fault_injection
+pytestmark = [pytest.mark.fault_injection, pytest.mark.slow]
 
 
 def test_kill_before_the_swap_keeps_the_earlier_export(export_runs, fault_table):

@@ -18,7 +18,7 @@ from tests.fault_injection._harness import (
 from bert_keras._files import MARKER
 from tests.fault_injection.conftest import FINETUNE_POINTS
 
-pytestmark = pytest.mark.fault_injection
+pytestmark = [pytest.mark.fault_injection, pytest.mark.slow]
 
 # What each kill leaves in the backup (.clf.backup): the epochs of phase 1's and phase 2's snapshots (phase 1
 # is finished when its snapshot is of its last epoch), and whether the export was staged (with a stale lock).

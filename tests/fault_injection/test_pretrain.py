@@ -19,7 +19,7 @@ from tests.fault_injection._harness import (
 )
 from tests.fault_injection.conftest import PRETRAIN_BACKUP_POINTS, PRETRAIN_POINTS
 
-pytestmark = pytest.mark.fault_injection
+pytestmark = [pytest.mark.fault_injection, pytest.mark.slow]
 
 # What each kill leaves staged (`.partial-pretrained-*`): nothing, half a pair, or a whole pair not in place.
 # A staging directory carries the marker from its creation (`complete: false` until the write is whole).

@@ -15,7 +15,7 @@ from tests.fault_injection._harness import (
 )
 from tests.fault_injection.conftest import RANDOM_FRACTIONS
 
-pytestmark = pytest.mark.fault_injection
+pytestmark = [pytest.mark.fault_injection, pytest.mark.slow]
 
 
 def landed(snapshot):

@@ -1,6 +1,7 @@
 import os
 
 import numpy as np
+import pytest
 import tensorflow as tf
 
 from bert_keras import hub
@@ -9,6 +10,7 @@ from tests.helpers import assert_close
 from tests.hub.conftest import VOCAB, encoder_inputs
 
 
+@pytest.mark.slow
 def test_encoder_module_matches_the_keras_encoder(encoder_dir, tiny_encoder):
     module = hub.load(encoder_dir)
     inputs = encoder_inputs()
@@ -69,6 +71,7 @@ def test_failed_export_leaves_nothing(tmp_path, tiny_encoder):
     assert os.listdir(tmp_path) == []
 
 
+@pytest.mark.slow
 def test_encoder_module_with_mlm_sub_object(tmp_path, vocab_file):
     from bert_keras import BertEncoder
     from bert_keras.pretrainer import BertPretrainer
@@ -93,6 +96,7 @@ def test_encoder_module_with_mlm_sub_object(tmp_path, vocab_file):
     assert len(module.mlm.variables) == len(pretrainer.weights) > len(encoder.weights)
 
 
+@pytest.mark.slow
 def test_preprocess_module_api(preprocess_dir):
     module = hub.load(preprocess_dir)
     sentences = tf.constant(["the movie was great", "i loved it !", "boring"])
@@ -127,6 +131,7 @@ def test_every_weight_is_stored_once(encoder_dir, tiny_encoder):
     assert sorted(others) == ["_CHECKPOINTABLE_OBJECT_GRAPH", "do_lower_case/.ATTRIBUTES/VARIABLE_VALUE", "save_counter/.ATTRIBUTES/VARIABLE_VALUE"]
 
 
+@pytest.mark.slow
 def test_bfloat16_encoder_module_keeps_float32_inputs_outputs_and_variables(tmp_path, vocab_file, tiny_encoder, monkeypatch):
     from bert_keras import dtypes
 

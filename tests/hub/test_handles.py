@@ -71,6 +71,7 @@ def cache(tmp_path, monkeypatch):
     return path
 
 
+@pytest.mark.slow
 def test_compressed_module_by_url_is_downloaded_once(encoder_dir, http_server, cache):
     served, base_url = http_server
     digest = _serve_module(served, encoder_dir)
@@ -152,6 +153,7 @@ def test_module_with_unregistered_ops(tmp_path):
 # The download cache: private, checked, complete entries only, pinned digests.
 
 
+@pytest.mark.slow
 def test_planted_directory_in_the_cache_is_not_used(encoder_dir, preprocess_dir, http_server, cache):
     served, base_url = http_server
     digest = _serve_module(served, encoder_dir)
@@ -290,6 +292,7 @@ def test_sha256_with_a_local_path(encoder_dir):
         hub.KerasLayer(encoder_dir, sha256="0" * 64)
 
 
+@pytest.mark.slow
 def test_sha256_round_trips_through_get_config(encoder_dir, preprocess_dir, http_server, cache):
     served, base_url = http_server
     encoder_digest = _serve_module(served, encoder_dir)

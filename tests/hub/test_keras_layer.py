@@ -41,6 +41,7 @@ def _changed(before, variables):
     return sum(not np.array_equal(a, v.numpy()) for a, v in zip(before, variables))
 
 
+@pytest.mark.slow
 def test_frozen_then_unfrozen_training_updates_the_modules_own_variables(encoder_dir):
     layer = hub.KerasLayer(encoder_dir, trainable=False)
     module_variables = list(layer.resolved_object.variables)
@@ -66,6 +67,7 @@ def test_frozen_then_unfrozen_training_updates_the_modules_own_variables(encoder
     assert_close(layer(inputs)["pooled_output"], eager, atol=1e-6)
 
 
+@pytest.mark.slow
 def test_training_reaches_the_module_only_when_trainable(encoder_dir):
     inputs = {k: tf.constant(v) for k, v in encoder_inputs().items()}
     frozen = hub.KerasLayer(encoder_dir, trainable=False)
@@ -76,6 +78,7 @@ def test_training_reaches_the_module_only_when_trainable(encoder_dir):
     assert float(tf.reduce_max(tf.abs(trainable(inputs, training=True)["pooled_output"] - reference))) > 1e-4
 
 
+@pytest.mark.slow
 def test_output_key_and_signature(encoder_dir):
     inputs = {k: tf.constant(v) for k, v in encoder_inputs().items()}
     full = hub.KerasLayer(encoder_dir)(inputs)
@@ -91,6 +94,7 @@ def test_output_key_and_signature(encoder_dir):
         hub.KerasLayer(encoder_dir, signature="serve", output_key="x")
 
 
+@pytest.mark.slow
 def test_keras_file_round_trip_restores_trained_weights(encoder_dir, tmp_path):
     layer = hub.KerasLayer(encoder_dir, trainable=True)
     model = _classifier(layer)
@@ -110,6 +114,7 @@ def test_keras_file_round_trip_restores_trained_weights(encoder_dir, tmp_path):
     )
 
 
+@pytest.mark.slow
 def test_model_export_serves_the_trained_encoder(encoder_dir, tmp_path):
     layer = hub.KerasLayer(encoder_dir, trainable=True)
     model = _classifier(layer)
@@ -154,6 +159,7 @@ def test_regularization_losses_are_added_while_trainable(tmp_path):
     assert model.evaluate(data, target, verbose=0) == pytest.approx(0.0)
 
 
+@pytest.mark.slow
 def test_callable_handle_with_arguments(preprocess_dir):
     preprocessor = hub.load(preprocess_dir)
     tokenize = hub.KerasLayer(preprocessor.tokenize)
@@ -199,6 +205,7 @@ def test_safe_mode_refuses_to_load_the_module_a_keras_file_names(tmp_path):
     assert open(written).read() == "ran"
 
 
+@pytest.mark.slow
 def test_safe_mode_refuses_a_preprocess_layer(tmp_path, preprocess_dir):
     text = keras.Input(shape=(), dtype="string")
     model = keras.Model(text, hub.PreprocessLayer(preprocess_dir, seq_length=8)(text))

@@ -18,6 +18,7 @@ def _run(capsys, *argv):
     return status, captured.out, captured.err
 
 
+@pytest.mark.slow
 def test_explain_from_modules(module_pair, tmp_path, capsys):
     modules, _ = module_pair
     out = str(tmp_path / "explained")

@@ -59,6 +59,7 @@ def test_page_is_self_contained(explained):
     assert "default-src 'none'" in page
 
 
+@pytest.mark.slow
 def test_page_in_headless_chromium(explained, tmp_path):
     out, data, _ = explained
     url = "file://" + os.path.join(out, "attention.html")

@@ -60,6 +60,7 @@ def test_model_garden_module_gives_the_modules_outputs(model_garden_module):
     assert len(diffs) == 3 and max(diffs.values()) <= 1e-5, diffs
 
 
+@pytest.mark.slow
 def test_our_module_pair_and_its_archive(module_pair, tmp_path):
     modules, original = module_pair
     assert detect_format(modules) == "hub_module"

@@ -49,6 +49,7 @@ def test_gradient_is_the_mask_times_the_scale():
     np.testing.assert_array_equal(grad, np.where(y.numpy() != 0, 2.0, 0.0))
 
 
+@pytest.mark.slow
 def test_attention_dropout_is_unbiased():
     layer = MultiHeadSelfAttention(num_heads=2, dropout=0.5)
     x = np.random.default_rng(2).normal(size=(2, 6, 8)).astype("float32")

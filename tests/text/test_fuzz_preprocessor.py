@@ -72,6 +72,7 @@ def _check_tokens(ragged, batch, vocab_size):
 # --- a tiny vocabulary: arbitrary text and bytes never raise ---
 
 
+@pytest.mark.slow
 @FUZZ
 @given(texts=BATCH, lower_case=st.booleans())
 def test_any_text_tiny_vocab(tiny_vocab, texts, lower_case):
@@ -82,6 +83,7 @@ def test_any_text_tiny_vocab(tiny_vocab, texts, lower_case):
     _check_packed(outputs, len(texts), len(tiny_vocab), special["start_of_sequence_id"], special["end_of_segment_id"])
 
 
+@pytest.mark.slow
 @FUZZ
 @given(data=BYTES_BATCH, second=BYTES_BATCH)
 def test_any_bytes_and_pairs_tiny_vocab(tiny_vocab, data, second):
@@ -106,6 +108,7 @@ def _reference_ids(reference, texts):
 SPECIAL_STRINGS = ("[UNK]", "[CLS]", "[SEP]", "[PAD]", "[MASK]")
 
 
+@pytest.mark.slow
 @FUZZ
 @given(texts=BATCH)
 def test_uncased_ids_equal_the_reference(uncased_tokenizer, hf_uncased, texts):
@@ -116,6 +119,7 @@ def test_uncased_ids_equal_the_reference(uncased_tokenizer, hf_uncased, texts):
     assert _flat(ids) == _reference_ids(hf_uncased, texts)
 
 
+@pytest.mark.slow
 @FUZZ
 @given(texts=BATCH)
 def test_cased_ids_equal_the_reference(cased_tokenizer, hf_cased, texts):
@@ -123,6 +127,7 @@ def test_cased_ids_equal_the_reference(cased_tokenizer, hf_cased, texts):
     assert _flat(cased_tokenizer(tf.constant(texts))) == _reference_ids(hf_cased, texts)
 
 
+@pytest.mark.slow
 @FUZZ
 @given(data=BYTES_BATCH)
 def test_bytes_ids_equal_the_reference_on_the_replaced_text(uncased_tokenizer, hf_uncased, data):
@@ -143,6 +148,7 @@ def _round_robin(first, second, budget):
     return first[: taken[0]], second[: taken[1]]
 
 
+@pytest.mark.slow
 @FUZZ
 @given(texts=BATCH, pairs=BATCH)
 def test_minilm_preprocessor_packs_the_reference_ids(vocab_path, hf_uncased, texts, pairs):

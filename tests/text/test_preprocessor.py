@@ -66,6 +66,7 @@ def test_constructor_errors(tiny_vocab):
         BertPreprocessor(tokenizer="bert")
 
 
+@pytest.mark.slow
 def test_functional_model_keras_round_trip_and_export(tiny_vocab, tmp_path):
     preprocessor = BertPreprocessor(tiny_vocab, lower_case=False, seq_length=6)
     text = keras.Input(shape=(), dtype="string", name="text")
@@ -107,6 +108,7 @@ def test_config_round_trip_keeps_the_tokenizer(tiny_vocab):
     assert restored.seq_length == 16 and restored.truncation == "waterfall"
 
 
+@pytest.mark.slow
 def test_preprocess_dataset_single_and_pairs(tiny_vocab):
     preprocessor = BertPreprocessor(tiny_vocab, seq_length=5)
     ds = tf.data.Dataset.from_tensor_slices((["the fox", "quick", "fox"], [1, 0, 1]))
@@ -124,6 +126,7 @@ def test_preprocess_dataset_single_and_pairs(tiny_vocab):
         preprocess_dataset(ds, preprocessor, batch_size=0)
 
 
+@pytest.mark.slow
 def test_fit_step_through_the_preprocessor(tiny_vocab):
     preprocessor = BertPreprocessor(tiny_vocab, seq_length=6)
     text = keras.Input(shape=(), dtype="string")

@@ -168,6 +168,7 @@ def test_whole_word_masking_selects_all_pieces_of_a_word():
         assert len(pieces) == len(word_of)
 
 
+@pytest.mark.slow
 def test_same_seed_same_batches_other_seed_other_masks(tiny_tokenizer, tmp_path):
     documents = [[f"w{i} w{i + 1} w{i + 2}p1 w{i + 3}" for i in range(d, d + 4)] for d in range(0, 30, 3)]
     tokenizer = tiny_tokenizer
@@ -185,6 +186,7 @@ def test_same_seed_same_batches_other_seed_other_masks(tiny_tokenizer, tmp_path)
     assert not np.array_equal(ids_a, ids_c)
 
 
+@pytest.mark.slow
 def test_repeated_dataset_draws_new_masks_on_every_pass(tiny_tokenizer):
     documents = [[f"w{i} w{i + 1} w{i + 2} w{i + 3}"] * 2 for i in range(0, 20, 4)]
     tokenizer = tiny_tokenizer
@@ -266,6 +268,7 @@ def test_documents_are_read_from_blank_line_separated_files(tmp_path):
     assert read_documents([str(first), str(second)]) == [["w1 w2", "w3"], ["w4"], ["w5", "w6"]]
 
 
+@pytest.mark.slow
 def test_lines_longer_than_seq_length_are_cut_into_parts(tiny_tokenizer, tmp_path):
     tokenizer = tiny_tokenizer
     long_line = " ".join(f"w{i % 40}p{i % 10}" for i in range(60))  # 60 words of 2 pieces: w{i} ##p{j}

@@ -160,6 +160,7 @@ def test_config_round_trip(tiny_vocab):
     assert restored(["Hello the"]).to_list() == tokenizer(["Hello the"]).to_list() == [[[22], [5]]]
 
 
+@pytest.mark.slow
 def test_in_tf_function_and_tf_data(tiny_vocab):
     tokenizer = WordPieceTokenizer(tiny_vocab)
     traced = tf.function(tokenizer.tokenize, input_signature=[tf.TensorSpec([None], tf.string)])
@@ -171,6 +172,7 @@ def test_in_tf_function_and_tf_data(tiny_vocab):
 # --- parity with the reference on real tweets ---
 
 
+@pytest.mark.slow
 def test_uncased_ids_equal_the_reference_on_all_tweets(uncased_tokenizer, hf_uncased, raw_tweets, tweets):
     assert len(raw_tweets) == 38158
     expected = hf_uncased(tweets, add_special_tokens=False)["input_ids"]
@@ -181,6 +183,7 @@ def test_uncased_ids_equal_the_reference_on_all_tweets(uncased_tokenizer, hf_unc
     assert sum(map(len, ours)) == 1_174_695
 
 
+@pytest.mark.slow
 def test_cased_ids_equal_the_reference_on_all_tweets(cased_tokenizer, hf_cased, tweets):
     expected = hf_cased(tweets, add_special_tokens=False)["input_ids"]
     ours = _flat(cased_tokenizer(tf.constant(tweets)))
@@ -211,6 +214,7 @@ def test_special_token_strings_in_text_are_plain_text(uncased_tokenizer, hf_unca
 CODE_POINTS = [cp for cp in range(0x110000) if not 0xD800 <= cp <= 0xDFFF]
 
 
+@pytest.mark.slow
 def test_fast_path_equals_exact_path_outside_the_detour_table(uncased_tokenizer):
     from bert_keras.text import _unicode_tables as tables
 
@@ -223,6 +227,7 @@ def test_fast_path_equals_exact_path_outside_the_detour_table(uncased_tokenizer)
     assert differ == detour and len(detour) == 398
 
 
+@pytest.mark.slow
 def test_every_code_point_between_letters_equals_the_reference(uncased_tokenizer, hf_uncased):
     texts = [f"x{chr(cp)}y" for cp in CODE_POINTS if cp < 0x20000]
     expected = hf_uncased(texts, add_special_tokens=False)["input_ids"]

@@ -27,6 +27,7 @@ def _probe(normalizer, expected):
     return _ranges(cp for cp in CODE_POINTS if normalizer.normalize_str(chr(cp)) == expected(chr(cp)))
 
 
+@pytest.mark.slow
 def test_tables_equal_the_reference_on_every_code_point():
     Bert = normalizers.BertNormalizer
     clean = Bert(clean_text=True, handle_chinese_chars=False, strip_accents=False, lowercase=False)

@@ -58,6 +58,7 @@ def _early_stopped_run(backup_dir, interrupt=None):
     return model, history, stopping
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("interrupt", ["after the best epoch", "after the stop, before the best weights are restored"])
 def test_early_stopping_resumes_exactly(tmp_path, interrupt):
     model, straight, stopping = _early_stopped_run(str(tmp_path / "straight"))
