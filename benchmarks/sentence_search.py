@@ -63,8 +63,11 @@ def search_figures(model, texts, queries, directory):
     vectors = np.asarray(index.vectors, dtype="float64")
     query_vectors = model.encode(queries)
     found, _ = index.search(query_vectors, top_k=10)
-    exact = np.argsort(-(query_vectors.astype("float64") @ vectors.T), axis=1, kind="stable")[:, :10]
-    recall = np.mean([len(set(a) & set(b)) / 10 for a, b in zip(found, exact)])
+    exact_scores = query_vectors.astype("float64") @ vectors.T  # (queries, count)
+    tenth = -np.partition(-exact_scores, 9, axis=1)[:, 9:10]  # (queries, 1): the exact 10th best score
+    # A text counts when its exact score reaches the 10th best (less 1e-6: float32 rounding); among equal scores
+    # (the corpus holds duplicate tweets) any of them is a right answer.
+    recall = float(np.mean(np.take_along_axis(exact_scores, found, axis=1) >= tenth - 1e-6))
     embedded = dict(zip(index.texts, np.asarray(index.vectors)))  # reused by the classifiers
     return embedded, dict(count=index.count, build_s=build_s, open_s=open_s, first_s=first_s, embed_ms=statistics.median(embed_s) * 1000,
                 search_ms=statistics.median(search_s) * 1000, recall=recall, queries=len(queries))
@@ -141,7 +144,8 @@ def main():
         "## Exact search over the 38,158 tweets",
         "",
         f"The index built by `build_index` (`bert-keras index`), opened from disk; {search['queries']} tweets of the corpus as",
-        "queries. recall@10: the share of the float64 brute-force top 10 that the index's search returns.",
+        "queries. recall@10: the share of the index's 10 results whose float64 brute-force score reaches the exact 10th
+best (duplicate tweets tie: any of them counts).",
         "",
         "| tweets | build (embed + write) s | open s | first query after opening ms | embed one query ms (median) | search ms (median) | recall@10 |",
         "| ---: | ---: | ---: | ---: | ---: | ---: | ---: |",

@@ -22,7 +22,8 @@ import threading
 # absl's line prefix: severity and date, time, thread id, file:line] — or absl's one notice before it is initialised.
 _NATIVE_LINE = re.compile(
     rb"^(?:[IWEF]\d{4} \d\d:\d\d:\d+\.\d+\s+\d+ [^\s:\]]+:\d+\] "
-    rb"|WARNING: All log messages before absl::InitializeLog\(\) is called are written to STDERR)"
+    rb"|WARNING: All log messages before absl::InitializeLog\(\) is called are written to STDERR"
+    rb"|To enable the following instructions: .*in other operations, rebuild TensorFlow with the appropriate compiler flags\.$)"
 )
 
 

@@ -793,11 +793,20 @@ class SentenceIndex:
         for start in range(0, self.count, _ROWS_PER_CHUNK):
             rows = np.asarray(self.vectors[start : start + _ROWS_PER_CHUNK])  # (chunk, dim)
             rows = rows / np.maximum(np.linalg.norm(rows, axis=1, keepdims=True), 1e-12)
-            scores = np.concatenate([best_scores, queries @ rows.T], axis=1)  # (q, kept + chunk)
-            indices = np.concatenate([best_indices, np.broadcast_to(np.arange(start, start + len(rows)), (len(queries), len(rows)))], axis=1)
-            order = np.lexsort((indices, -scores), axis=1)[:, :k]  # best score first, then the earlier text
-            best_scores = np.take_along_axis(scores, order, axis=1)
-            best_indices = np.take_along_axis(indices, order, axis=1)
+            chunk = queries @ rows.T  # (q, chunk)
+            kept_scores, kept_indices = [], []
+            for query in range(len(queries)):
+                # The candidates: every row scoring at least the chunk's k-th best (ties at the edge included), with
+                # the best kept so far; sorted by score, then the earlier text. A partition, not a sort of the chunk.
+                row = chunk[query]
+                kth = np.partition(row, len(row) - min(k, len(row)))[len(row) - min(k, len(row))]
+                candidates = np.flatnonzero(row >= kth)
+                scores = np.concatenate([best_scores[query], row[candidates]])
+                indices = np.concatenate([best_indices[query], candidates + start])
+                order = np.lexsort((indices, -scores))[:k]
+                kept_scores.append(scores[order])
+                kept_indices.append(indices[order])
+            best_scores, best_indices = np.stack(kept_scores), np.stack(kept_indices)
         return best_indices, best_scores
 
 
