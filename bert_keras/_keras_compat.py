@@ -17,6 +17,7 @@ with its name, rather than somewhere else).
 | `is_functional` | `Model._is_graph_network`, `_nodes_by_depth` | Keras 3 has no public test for a functional model (its class is private) |
 | `configure_coordination_service` | `tensorflow.python.eager.context.context().configure_coordination_service` and its config | `MultiWorkerMirroredStrategy()` waits for every worker's server without end (tensorflow/tensorflow#46931); only the coordination service's registration barrier bounds it, and it has no public setter |
 | `all_layers` | `Layer._flatten_layers` | Keras 3 lists a model's direct layers (`model.layers`) but has no public walk over every nested layer, sublayers of custom layers included |
+| `variables_once` | `ExportArchive._tf_trackable` | `ExportArchive.track(model)` lists the model's Keras variables under `variables` and, at `write_out`, the `tf.Variable`s its endpoints read under `_all_variables`: the SavedModel's checkpoint holds every weight twice (an export of twice the checkpoint's size); there is no public way to list the tracked variables as the `tf.Variable`s themselves |
 | `GlobalClipAdamW` | `AdamW._use_weight_decay`, `_clip_gradients`, `_all_reduce_sum_gradients` | weight decay by rank (nanoGPT's rule) has no public hook (`exclude_from_weight_decay` takes names); Keras clips each replica's gradient before its all-reduce, so `global_clipnorm` under several replicas clips a part of the batch's gradient, not the batch's |
 """
 
@@ -239,3 +240,16 @@ def configure_coordination_service(cluster, timeout):
     for job in ("chief", "worker"):
         if cluster.get(job):
             config.coordinated_job_list.add(name=job, num_tasks=len(cluster[job]))
+
+
+def variables_once(archive):
+    """Makes a `keras.export.ExportArchive` (after `track`) save each weight once, not twice.
+
+    The archive's `variables` lists hold Keras variables; the endpoints read
+    their `tf.Variable`s, which `write_out` lists again: two checkpoint
+    entries per weight. Listing the `tf.Variable`s themselves makes them one.
+    """
+    trackable = archive._tf_trackable
+    for name in ("variables", "trainable_variables", "non_trainable_variables"):
+        setattr(trackable, name, [getattr(v, "value", v) for v in getattr(trackable, name)])
+    return archive

@@ -737,9 +737,12 @@ class SentenceIndex:
                 f"{path} holds a {vectors.dtype} array of shape {vectors.shape}, but {INDEX_FILE} describes "
                 f"float32 ({self.count}, {self.dimension}): the index is damaged; build it again."
             )
+        self._inverse_norms = np.empty(self.count, dtype="float32")  # (count,): cosines from dot products
         for start in range(0, self.count, _ROWS_PER_CHUNK):
-            if not np.isfinite(vectors[start : start + _ROWS_PER_CHUNK]).all():
+            rows = np.asarray(vectors[start : start + _ROWS_PER_CHUNK])
+            if not np.isfinite(rows).all():
                 raise ValueError(f"{path} holds values that are not finite: the index is damaged; build it again.")
+            self._inverse_norms[start : start + len(rows)] = 1.0 / np.maximum(np.linalg.norm(rows, axis=1), 1e-12)
         return vectors
 
     def _read_texts(self):
@@ -792,8 +795,7 @@ class SentenceIndex:
         best_indices = np.zeros((len(queries), 0), dtype="int64")
         for start in range(0, self.count, _ROWS_PER_CHUNK):
             rows = np.asarray(self.vectors[start : start + _ROWS_PER_CHUNK])  # (chunk, dim)
-            rows = rows / np.maximum(np.linalg.norm(rows, axis=1, keepdims=True), 1e-12)
-            chunk = queries @ rows.T  # (q, chunk)
+            chunk = (queries @ rows.T) * self._inverse_norms[start : start + len(rows)]  # (q, chunk) cosines
             kept_scores, kept_indices = [], []
             for query in range(len(queries)):
                 # The candidates: every row scoring at least the chunk's k-th best (ties at the edge included), with

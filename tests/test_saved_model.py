@@ -129,3 +129,28 @@ def test_bfloat16_export_refusals(classifier, tmp_path, monkeypatch):
     with pytest.raises(ValueError, match=r"`dtype`, expected one of \['float32', 'bfloat16'\]. Received: dtype='int8'"):
         export_classifier(classifier, str(tmp_path / "int8"), LABELS, dtype="int8")
     assert os.listdir(tmp_path) == []
+
+
+def _stored_values(export_dir):
+    """The number of values the SavedModel's checkpoint holds (its object graph left out)."""
+    names = tf.train.list_variables(os.path.join(export_dir, "variables", "variables"))
+    return sum(int(np.prod(shape)) for name, shape in names if not name.startswith("_CHECKPOINTABLE_OBJECT_GRAPH"))
+
+
+def test_exports_hold_each_weight_once(tmp_path):
+    from bert_keras.export import export_sentence_encoder
+    from bert_keras.sentence_encoder import SentenceEncoder
+
+    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + [f"w{i}" for i in range(95)]
+    encoder = BertEncoder(vocab_size=100, num_layers=2, hidden_size=32, num_heads=2, intermediate_size=64)
+    model = BertClassifier(encoder, 3, preprocessor=BertPreprocessor(vocab, seq_length=16))
+    export_classifier(model, str(tmp_path / "clf"), ["a", "b", "c"])
+    embedder = SentenceEncoder(encoder, BertPreprocessor(vocab, seq_length=16))
+    export_sentence_encoder(embedder, str(tmp_path / "embedder"))
+    for export, built in ((tmp_path / "clf", model), (tmp_path / "embedder", embedder)):
+        weights = built.count_params()
+        state = sum(int(np.prod(v.shape)) for v in built.variables) - weights  # dropout's seed state: a few values
+        assert _stored_values(str(export)) == weights + state, export  # Keras' archive alone stores them twice
+    loaded = load_classifier(str(tmp_path / "clf"))
+    np.testing.assert_allclose(loaded.predict_proba(["w1 w2", "w3"]),
+                               tf.nn.softmax(model(tf.constant(["w1 w2", "w3"]))).numpy(), atol=1e-6)

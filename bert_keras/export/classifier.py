@@ -16,6 +16,7 @@ import tensorflow as tf
 
 from bert_keras._checks import check_int
 from bert_keras._files import staged_directory
+from bert_keras._keras_compat import variables_once
 from bert_keras.dtypes import check_compute_dtype, compute_dtype
 from bert_keras.hub.loader import load
 
@@ -199,6 +200,7 @@ def _write_export(model, export_dir, label_names, overwrite, extra_assets, dtype
 
     archive = keras.export.ExportArchive()
     archive.track(model)
+    variables_once(archive)  # each weight saved once (Keras lists it twice)
 
     softmax = not outputs_probabilities(model)
     # XLA's CPU matrix products in bfloat16 are slower than oneDNN's (measured: benchmarks/results/serving.md).

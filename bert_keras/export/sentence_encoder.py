@@ -19,6 +19,7 @@ import tensorflow as tf
 
 from bert_keras._checks import check_positive_int
 from bert_keras._files import staged_directory
+from bert_keras._keras_compat import variables_once
 from bert_keras.hub.loader import load
 
 logger = logging.getLogger(__name__)
@@ -143,6 +144,7 @@ def export_sentence_encoder(model, export_dir, overwrite=False):
 
     archive = keras.export.ExportArchive()
     archive.track(model)
+    variables_once(archive)  # each weight saved once (Keras lists it twice)
     archive.add_endpoint("__call__", embed)
     archive.add_endpoint("serving_default", serving_default)
     with staged_directory(export_dir, overwrite, kind=EXPORT_KIND, info={"dimension": info["dimension"]}) as staging:
