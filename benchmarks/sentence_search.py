@@ -144,8 +144,8 @@ def main():
         "## Exact search over the 38,158 tweets",
         "",
         f"The index built by `build_index` (`bert-keras index`), opened from disk; {search['queries']} tweets of the corpus as",
-        "queries. recall@10: the share of the index's 10 results whose float64 brute-force score reaches the exact 10th
-best (duplicate tweets tie: any of them counts).",
+        "queries. recall@10: the share of the index's 10 results whose float64 brute-force score reaches the exact",
+        "10th best (duplicate tweets tie: any of them counts).",
         "",
         "| tweets | build (embed + write) s | open s | first query after opening ms | embed one query ms (median) | search ms (median) | recall@10 |",
         "| ---: | ---: | ---: | ---: | ---: | ---: | ---: |",

@@ -97,7 +97,6 @@ def test_embed_streams_files_and_standard_input_in_order_blank_lines_kept(models
     assert _leftovers(tmp_path) == []
 
 
-@pytest.mark.slow
 def test_embed_refusals_exit_2_and_write_nothing(models, tmp_path, capsys, monkeypatch):
     out = str(tmp_path / "out.npy")
 

@@ -209,6 +209,7 @@ def test_predict_bad_input_messages(exports, tmp_path, capsys, monkeypatch):
     assert code == 2 and "TEXT<TAB>TEXT_PAIR" in err
 
 
+@pytest.mark.slow
 def test_predict_argument_with_invalid_utf8_exits_2_without_a_traceback(exports, tmp_path):
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
     done = subprocess.run([sys.executable, "-m", "bert_keras.cli", "predict", "--model", exports["single"], b"ok \xff"],

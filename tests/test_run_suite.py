@@ -28,6 +28,15 @@ def test_its_lists_name_groups_that_exist():
     assert all(peak <= run_suite.MEMORY_BUDGET_GB for peak in run_suite.PEAK_GB.values())  # each can start
 
 
+def test_the_fast_loop_runs_every_file_too_in_fewer_processes():
+    fast = run_suite.fast_groups(run_suite.groups())
+    assert sorted(name for group in fast for name in group.split()) == sorted(
+        name for group in run_suite.groups() for name in group.split())
+    assert len(fast) < len(run_suite.groups()) / 2
+    assert run_suite.deselects_slow(["-m", "not slow"]) and run_suite.deselects_slow(["-mnot slow and not fuzz"])
+    assert not run_suite.deselects_slow(["-m", "slow"]) and not run_suite.deselects_slow(["-x", "-k", "not slow"])
+
+
 def test_summary_counts_reads_the_last_summary_line():
     output = "collected 9 items\n...\n====== 1 failed, 6 passed, 2 skipped, 1 error in 3.2s ======\n"
     assert run_suite.summary_counts(output) == {"failed": 1, "passed": 6, "skipped": 2, "errors": 1}
