@@ -92,7 +92,8 @@ def test_readme_python_runs_as_written(tmp_path):
     ran = subprocess.run(["bash", "-e", "-c", commands], capture_output=True, text=True, cwd=tmp_path, env=env, timeout=600)
     assert ran.returncode == 0, ran.stderr[-3000:]
     lines = ran.stdout.splitlines()
-    assert lines[0] == "query: my flight got cancelled" and lines[1].split("\t")[2] == "my flight got delayed", ran.stdout
+    assert lines[0] == "Indexed 3 texts (384-dimensional vectors) in my_index", ran.stdout
+    assert lines[1] == "query: my flight got cancelled" and lines[2].split("\t")[2] == "my flight got delayed", ran.stdout
 
 
 def test_a_missing_module_folder_says_how_to_make_it(tmp_path):
