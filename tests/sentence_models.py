@@ -34,8 +34,11 @@ def write_tiny_bert(directory, seed=0):
 
     from tests.checkpoints._models import perturb_torch
 
+    import torch
+
     config = transformers.BertConfig(vocab_size=len(VOCAB), hidden_size=16, num_hidden_layers=2, num_attention_heads=2,
                                      intermediate_size=32, max_position_embeddings=40)
+    torch.manual_seed(seed)  # the initial weights too, not only the noise: the same model on every run
     perturb_torch(transformers.BertModel(config), seed=seed).save_pretrained(directory)
     with open(os.path.join(directory, "vocab.txt"), "w", encoding="utf-8") as f:
         f.write("\n".join(VOCAB) + "\n")

@@ -40,9 +40,11 @@ def perturb_torch(model, seed=0, scale=0.05):
 
 
 def hf_pretraining_model(hidden_act="gelu", seed=0):
+    import torch
     import transformers
 
     config = transformers.BertConfig(**TINY_HF, hidden_act=hidden_act)
+    torch.manual_seed(seed)  # the initial weights too: the same model on every run
     return perturb_torch(transformers.BertForPreTraining(config), seed=seed)
 
 
