@@ -19,9 +19,15 @@ with its name, rather than somewhere else).
 | `all_layers` | `Layer._flatten_layers` | Keras 3 lists a model's direct layers (`model.layers`) but has no public walk over every nested layer, sublayers of custom layers included |
 | `variables_once` | `ExportArchive._tf_trackable` | `ExportArchive.track(model)` lists the model's Keras variables under `variables` and, at `write_out`, the `tf.Variable`s its endpoints read under `_all_variables`: the SavedModel's checkpoint holds every weight twice (an export of twice the checkpoint's size); there is no public way to list the tracked variables as the `tf.Variable`s themselves |
 | `GlobalClipAdamW` | `AdamW._use_weight_decay`, `_clip_gradients`, `_all_reduce_sum_gradients` | weight decay by rank (nanoGPT's rule) has no public hook (`exclude_from_weight_decay` takes names); Keras clips each replica's gradient before its all-reduce, so `global_clipnorm` under several replicas clips a part of the batch's gradient, not the batch's |
+
+One warning filter lives here too (`SHUFFLE_WARNING`): Keras 3.15's `fit` warns "`shuffle=True` was passed, but
+will be ignored" for every `tf.data.Dataset`, because `shuffle=True` is `fit`'s default; the user passed nothing.
+A dataset brings its own order, so the warning names nothing to fix; only that message is silenced, once any
+module of the package that trains or loads models is imported.
 """
 
 import threading
+import warnings
 import weakref
 
 import keras
@@ -35,6 +41,9 @@ try:  # TensorFlow's own oneDNN switch; absent from some builds.
     from tensorflow.python.util._pywrap_util_port import IsMklEnabled as _is_mkl_enabled
 except ImportError:  # pragma: no cover - other TensorFlow builds
     _is_mkl_enabled = None
+
+SHUFFLE_WARNING = r"`shuffle=True` was passed, but will be ignored since the data `x` was provided as a tf\.data\.Dataset"
+warnings.filterwarnings("ignore", message=SHUFFLE_WARNING, category=UserWarning)
 
 
 def in_safe_mode():

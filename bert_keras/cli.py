@@ -320,7 +320,7 @@ class _Writer:
 
     def write(self, fields, prediction):
         if self.fmt == "tsv":
-            if prediction is None:
+            if prediction["label"] is None:
                 scores = ["", ""] * (self.top_k or 1)
             else:
                 best = sorted(prediction["scores"].items(), key=lambda item: -item[1])[: self.top_k or 1]
@@ -330,8 +330,8 @@ class _Writer:
             record = {"text": fields[0]}
             if len(fields) == 2:
                 record["text_pair"] = fields[1]
-            if prediction is None:
-                record.update(label=None, score=None, scores={})
+            if prediction["label"] is None:
+                record.update(prediction)
             else:
                 record.update(label=prediction["label"], score=round(prediction["score"], 6),
                               scores={name: round(score, 6) for name, score in prediction["scores"].items()})
@@ -382,16 +382,14 @@ def _predict(args):
     seen = skipped = 0
     try:
         for batch in _batches(_input_records(args, pairs), args.batch_size):
-            blank = [not "".join(fields).strip() for _, fields in batch]
-            kept = [fields for (_, fields), is_blank in zip(batch, blank) if not is_blank]
-            predictions = iter(classifier.predict([tuple(f) if pairs else f[0] for f in kept], top_k=args.top_k,
-                                                  batch_size=args.batch_size) if kept else [])
-            for (_, fields), is_blank in zip(batch, blank):
+            predictions = classifier.predict([tuple(f) if pairs else f[0] for _, f in batch], top_k=args.top_k,
+                                             batch_size=args.batch_size)  # a blank text: label None
+            for (_, fields), prediction in zip(batch, predictions):
                 seen += 1
-                if is_blank and args.skip_blank:
+                if prediction["label"] is None and args.skip_blank:
                     skipped += 1
                     continue
-                writer.write(fields, None if is_blank else next(predictions))
+                writer.write(fields, prediction)
             sys.stdout.flush()
     except (_InputError, DataError) as error:
         writer.close()

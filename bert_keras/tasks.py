@@ -15,6 +15,7 @@ import collections.abc
 import os
 
 import keras
+import numpy as np
 from keras import ops
 
 from bert_keras import hub
@@ -23,6 +24,7 @@ from bert_keras._task import Task, call_encoder, check_encoder, head_dtype, head
 from bert_keras.checkpoints import holds_weights, load_checkpoint
 from bert_keras.encoder import BertEncoder
 from bert_keras.export import read_module_pair
+from bert_keras.export.classifier import blank_prediction, check_top_k, labelled_predictions
 from bert_keras.heads import ClassificationHead, SpanHead, TokenClassificationHead
 from bert_keras.pretrainer import MLM_LOGITS, NSP_LOGITS, BertPretrainer, pretraining_losses, pretraining_metrics
 from bert_keras.text import BertPreprocessor
@@ -140,6 +142,17 @@ class _PretrainedTask(Task):
         encoder, preprocessor = load_encoder_and_preprocessor(path, seq_length=seq_length)
         return cls(encoder, preprocessor=preprocessor, **kwargs)
 
+    @classmethod
+    def from_preset(cls, name, **kwargs):
+        """Refuses, with directions: keras-hub's name, but bert_keras downloads nothing and its presets hold no weights."""
+        raise ValueError(
+            f"{cls.__name__}.from_preset({name!r}): bert_keras reads pretrained weights from a local folder: use "
+            f"{cls.__name__}.from_checkpoint(path, ...) with a Hugging Face, Google BERT or keras-nlp checkpoint folder, "
+            "or a module pair from `bert-keras convert` (the installed MiniLM: the folder of "
+            "bert_keras.text.corpora.minilm_vocab_path()). Its presets are architectures without weights: "
+            f"{cls.__name__}(BertEncoder.from_architecture(name), ...)."
+        )
+
 
 @keras.saving.register_keras_serializable(package="bert_keras")
 class BertClassifier(_PretrainedTask):
@@ -156,12 +169,17 @@ class BertClassifier(_PretrainedTask):
         dropout: float. Dropout on the pooled output. Defaults to `0.1`.
         text_pairs: bool. With a preprocessor: two string inputs (`text`,
             `text_pair`) packed as segments A and B. Defaults to `False`.
+        label_names: optional list of `num_classes` str, the classes in the
+            order of the outputs: `predict_labels` names them and
+            `export_classifier` stores them. Saved with the model.
         **kwargs: other `keras.Model` arguments (`name`, ...).
 
     Call arguments:
         inputs: a `(batch,)` string tensor (a list of two for pairs) with a
             preprocessor; else the dict of int32 `(batch, seq)` tensors
-            `input_word_ids`, `input_mask`, `input_type_ids`.
+            `input_word_ids`, `input_mask`, `input_type_ids`. `fit`,
+            `evaluate`, `predict` and `__call__` take Python lists and numpy
+            arrays of str too.
 
     Returns:
         `(batch, num_classes)` logits (train with
@@ -184,12 +202,14 @@ class BertClassifier(_PretrainedTask):
     (TensorShape([2, 2]), True)
     """
 
-    _own_args = ("num_classes", "activation", "dropout", "text_pairs")
+    _own_args = ("num_classes", "activation", "dropout", "text_pairs", "label_names")
 
-    def __init__(self, encoder, num_classes, preprocessor=None, activation=None, dropout=0.1, text_pairs=False, **kwargs):
+    def __init__(self, encoder, num_classes, preprocessor=None, activation=None, dropout=0.1, text_pairs=False,
+                 label_names=None, **kwargs):
         check_encoder(encoder)
         check_positive_int("num_classes", num_classes)
         check_choice("activation", activation, ACTIVATIONS)
+        label_names = _check_label_names(label_names, num_classes)
         # === Layers ===
         head = ClassificationHead(
             num_classes=num_classes,
@@ -212,6 +232,56 @@ class BertClassifier(_PretrainedTask):
         self.activation = activation
         self.dropout = dropout
         self.text_pairs = bool(text_pairs)
+        self.label_names = label_names
+
+    def predict_labels(self, texts, *, top_k=None, batch_size=32):
+        """Classifies one text or many by name, as `bert_keras.export.load_classifier(...).predict` does.
+
+        Args:
+            texts: a str, or a list (or numpy array) of str; for a classifier
+                of text pairs, a `(text, text_pair)` tuple or a list of them.
+            top_k: optional int. Keep the `top_k` best classes in `scores`,
+                best first. By default every class, in `label_names` order.
+            batch_size: int. Texts per batch. Defaults to `32`.
+
+        Returns:
+            For one text, `{"label": str, "score": float, "scores": {label:
+            float}}`; for a list, a list of them. Probabilities (a softmax of
+            the logits). The classes are `label_names`, or `"0"`, `"1"`, ...
+            when the model has none. A blank text gets `{"label": None,
+            "score": None, "scores": {}}`.
+
+        Example:
+        >>> encoder = BertEncoder(vocab_size=100, num_layers=2, hidden_size=16,
+        ...                       num_heads=2, intermediate_size=32)
+        >>> vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "good", "bad"] + [f"w{i}" for i in range(93)]
+        >>> classifier = BertClassifier(encoder, num_classes=2, preprocessor=BertPreprocessor(vocab, seq_length=8),
+        ...                             label_names=["negative", "positive"])
+        >>> sorted(classifier.predict_labels("good")["scores"])
+        ['negative', 'positive']
+        >>> [p["label"] is None for p in classifier.predict_labels(["bad bad", " "])]
+        [False, True]
+        """
+        if self.preprocessor is None:
+            raise ValueError("predict_labels takes texts: this classifier has no preprocessor (build it with "
+                             "`preprocessor=`, or from_checkpoint).")
+        check_top_k(top_k, self.num_classes)
+        single = isinstance(texts, str) or (self.text_pairs and isinstance(texts, tuple) and len(texts) == 2
+                                            and all(isinstance(t, str) for t in texts))
+        rows = [texts] if single else list(texts)
+        rows = [tuple(str(t) for t in row) if self.text_pairs else (str(row),) for row in rows]
+        kept = [row for row in rows if "".join(row).strip()]
+        if kept:
+            columns = [np.array([row[i] for row in kept], dtype=object) for i in range(len(kept[0]))]
+            outputs = self.predict(columns if self.text_pairs else columns[0], batch_size=batch_size, verbose=0)
+        else:
+            outputs = np.zeros((0, self.num_classes), "float32")
+        if self.activation != "softmax":
+            outputs = ops.convert_to_numpy(ops.softmax(ops.cast(outputs, "float32"), axis=-1))
+        names = self.label_names or [str(i) for i in range(self.num_classes)]
+        results = iter(labelled_predictions(outputs, names, top_k))
+        results = [next(results) if "".join(row).strip() else blank_prediction() for row in rows]
+        return results[0] if single else results
 
     def serving_outputs(self, inputs, first_token_only=True):
         """The model's outputs as served: the `[CLS]` token's path through the encoder, then the head.
@@ -299,10 +369,25 @@ class BertClassifier(_PretrainedTask):
             activation=self.activation,
             dropout=self.dropout,
             text_pairs=self.text_pairs,
+            label_names=self.label_names,
             name=self.name,
         )
         copy.classifier_head.set_weights(self.classifier_head.get_weights())
         return copy
+
+
+def _check_label_names(label_names, num_classes):
+    """`label_names` as a list of `num_classes` distinct str, or None."""
+    if label_names is None:
+        return None
+    if isinstance(label_names, str) or not isinstance(label_names, collections.abc.Sequence):
+        raise ValueError(f"Received an invalid value for argument `label_names`, expected a list of {num_classes} "
+                         f"str. Received: label_names={label_names!r}")
+    names = [str(name) for name in label_names]
+    if len(names) != num_classes or len(set(names)) != len(names):
+        raise ValueError(f"Received an invalid value for argument `label_names`, expected {num_classes} distinct "
+                         f"names (num_classes={num_classes}). Received: label_names={label_names!r}")
+    return names
 
 
 def _native_encoder(layer):

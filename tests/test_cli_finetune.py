@@ -47,7 +47,8 @@ def test_finetune_then_predict(modules, tmp_path, capsys, monkeypatch):
     test = _csv(tmp_path / "test.csv", ROWS[:8])
     assert _finetune(modules, _csv(tmp_path / "train.csv", ROWS), out, "--test", test) == 0
     printed = capsys.readouterr().out
-    assert "labels: ['neg', 'pos']" in printed and "Test accuracy:" in printed
+    assert "labels: ['neg', 'pos']" in printed and "Test set (" in printed and printed.count("macro-F1") == 1
+    assert "Phase 1 of 2, head: encoder frozen" in printed and "Phase 2 of 2, full: encoder unfrozen, 1 epoch(s)" in printed
     assert os.path.exists(os.path.join(out, "saved_model.pb"))
     with open(os.path.join(out, "assets.extra", "metrics.json")) as f:
         metrics = json.load(f)

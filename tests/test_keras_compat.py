@@ -220,3 +220,30 @@ def test_all_layers_walks_every_nested_layer():
     model = keras.Model(inputs, inner(inputs), name="outer")
     assert [layer.name for layer in _keras_compat.all_layers(model)][:1] == ["outer"]
     assert {"inner", "inner_dense"} <= {layer.name for layer in _keras_compat.all_layers(model)}
+
+
+def test_the_shuffle_warning_keras_gives_every_dataset_fit_is_the_one_silenced():
+    import re
+    import warnings
+
+    from bert_keras import _keras_compat
+
+    model = keras.Sequential([keras.layers.Dense(1)])
+    model.compile(optimizer="sgd", loss="mse")
+    data = tf.data.Dataset.from_tensor_slices((np.ones((4, 2), "float32"), np.ones((4, 1), "float32"))).batch(2)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")  # the filters as they were before the package's
+        model.fit(data, epochs=1, verbose=0)
+    assert any(re.match(_keras_compat.SHUFFLE_WARNING, str(w.message)) for w in caught), [str(w.message) for w in caught]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        warnings.filterwarnings("ignore", message=_keras_compat.SHUFFLE_WARNING, category=UserWarning)
+        model.fit(data, epochs=1, verbose=0)
+        model.fit(np.ones((4, 2)), np.ones((4, 1)), epochs=1, verbose=0)  # arrays: shuffled, nothing said
+    assert not [str(w.message) for w in caught if "shuffle" in str(w.message)]
+    # Installed at import (pytest restores the warning filters around each test: a fresh process shows it).
+    script = ("import warnings, bert_keras.hub; from bert_keras import _keras_compat as c; "
+              "print(any(f[1] is not None and f[1].pattern == c.SHUFFLE_WARNING for f in warnings.filters))")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300,
+                          env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
+    assert done.stdout.strip() == "True", done.stderr[-2000:]

@@ -46,7 +46,9 @@ def test_serving_equals_the_model_one_text_at_a_time_and_in_batches(fp32_export,
     np.testing.assert_allclose(one_at_a_time, expected, atol=1e-6)
     np.testing.assert_allclose(loaded.predict_proba(TEXTS), expected, atol=1e-6)
     np.testing.assert_allclose(loaded.predict_proba(TEXTS[:2]), expected[:2], atol=1e-6)  # the longest row is 62
-    assert [p["label"] for p in loaded.predict(TEXTS)] == [LABELS[i] for i in expected.argmax(-1)]
+    predictions = loaded.predict(TEXTS)  # the last text is blank: no label, as `bert-keras predict` prints it
+    assert [p["label"] for p in predictions[:-1]] == [LABELS[i] for i in expected[:-1].argmax(-1)]
+    assert predictions[-1] == {"label": None, "score": None, "scores": {}} == loaded.predict(" \t")
 
 
 @pytest.mark.slow
@@ -154,3 +156,20 @@ def test_exports_hold_each_weight_once(tmp_path):
     loaded = load_classifier(str(tmp_path / "clf"))
     np.testing.assert_allclose(loaded.predict_proba(["w1 w2", "w3"]),
                                tf.nn.softmax(model(tf.constant(["w1 w2", "w3"]))).numpy(), atol=1e-6)
+
+
+def test_the_models_own_label_names_are_exported_and_a_keras_file_is_refused_with_the_way(tmp_path):
+    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + [f"w{i}" for i in range(35)]
+    encoder = BertEncoder(vocab_size=40, num_layers=1, hidden_size=8, num_heads=2, intermediate_size=16)
+    model = BertClassifier(encoder, 2, preprocessor=BertPreprocessor(vocab, seq_length=8), label_names=["no", "yes"])
+    export_classifier(model, str(tmp_path / "clf"))
+    loaded = load_classifier(str(tmp_path / "clf"))
+    assert loaded.label_names == ["no", "yes"] and loaded.label_source == "export"
+    served, in_memory = loaded.predict(["w1 w2", ""]), model.predict_labels(["w1 w2", ""])
+    assert served[0]["label"] == in_memory[0]["label"] and served[1] == in_memory[1]
+    assert served[0]["scores"] == pytest.approx(in_memory[0]["scores"], abs=1e-6)
+    with pytest.raises(ValueError, match=r"Received no `label_names`, and the model carries none"):
+        export_classifier(BertClassifier(encoder, 2, preprocessor=BertPreprocessor(vocab, seq_length=8)), str(tmp_path / "x"))
+    model.save(tmp_path / "clf.keras")
+    with pytest.raises(ValueError, match=r"is a Keras model file, not an export\. Load it with `keras\.saving\.load_model"):
+        load_classifier(str(tmp_path / "clf.keras"))

@@ -85,3 +85,40 @@ def test_a_task_without_preprocessor_is_left_as_it_was():
     inputs = {"input_word_ids": np.array([[2, 5, 3]], "int32"), "input_mask": np.ones((1, 3), "int32"),
               "input_type_ids": np.zeros((1, 3), "int32")}
     assert model.predict(inputs, verbose=0).shape == (1, 2)
+
+
+def test_label_names_name_the_predictions_and_survive_saving(vocab_file, tmp_path):
+    model = BertClassifier(_encoder(), num_classes=2, preprocessor=BertPreprocessor(vocab_file, seq_length=8),
+                           label_names=["negative", "positive"])
+    probabilities = keras.ops.convert_to_numpy(keras.ops.softmax(model.predict(np.array(TEXTS), verbose=0)))
+    one = model.predict_labels(TEXTS[0])
+    assert one == model.predict_labels([TEXTS[0]])[0]
+    assert one["scores"] == pytest.approx({"negative": probabilities[0, 0], "positive": probabilities[0, 1]}, abs=1e-6)
+    assert one["label"] == ["negative", "positive"][int(probabilities[0].argmax())] and one["score"] == max(one["scores"].values())
+    many = model.predict_labels(np.array([TEXTS[1], "  ", TEXTS[2]]), top_k=1)
+    assert [len(p["scores"]) for p in many] == [1, 0, 1] and many[1] == {"label": None, "score": None, "scores": {}}
+    assert model.predict_labels([]) == []
+    with pytest.raises(ValueError, match=r"`top_k`, expected an integer from 1 to 2"):
+        model.predict_labels(TEXTS, top_k=3)
+    model.save(tmp_path / "clf.keras")
+    loaded = keras.saving.load_model(tmp_path / "clf.keras")
+    again = loaded.predict_labels(TEXTS[0])
+    assert loaded.label_names == ["negative", "positive"] and again["label"] == one["label"]
+    assert again["scores"] == pytest.approx(one["scores"], abs=1e-6)
+    unnamed = BertClassifier(_encoder(), num_classes=2, preprocessor=BertPreprocessor(vocab_file, seq_length=8))
+    assert unnamed.label_names is None and set(unnamed.predict_labels(TEXTS[0])["scores"]) == {"0", "1"}
+
+
+@pytest.mark.slow
+def test_pair_classifiers_name_pairs_and_bad_label_names_are_refused(vocab_file):
+    model = BertClassifier(_encoder(), num_classes=2, preprocessor=BertPreprocessor(vocab_file, seq_length=8),
+                           text_pairs=True, label_names=["different", "same"])
+    expected = keras.ops.convert_to_numpy(keras.ops.softmax(model.predict([np.array(TEXTS), np.array(PAIRS)], verbose=0)))
+    got = model.predict_labels(list(zip(TEXTS, PAIRS)))
+    np.testing.assert_allclose([[p["scores"]["different"], p["scores"]["same"]] for p in got], expected, atol=1e-6)
+    assert model.predict_labels((TEXTS[0], PAIRS[0]))["scores"] == pytest.approx(got[0]["scores"], abs=1e-6)
+    for bad, message in [("ab", "expected a list of 2 str"), (["a"], "expected 2 distinct names"), (["a", "a"], "2 distinct")]:
+        with pytest.raises(ValueError, match=message):
+            BertClassifier(_encoder(), num_classes=2, label_names=bad)
+    with pytest.raises(ValueError, match="no preprocessor"):
+        BertClassifier(_encoder(), num_classes=2).predict_labels(["a text"])

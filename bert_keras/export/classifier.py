@@ -142,7 +142,7 @@ def _serving_function(model, xla=True):
     return serve
 
 
-def export_classifier(model, export_dir, label_names, overwrite=False, extra_assets=None, dtype="float32"):
+def export_classifier(model, export_dir, label_names=None, overwrite=False, extra_assets=None, dtype="float32"):
     """Exports a text classifier as a SavedModel that serves raw strings.
 
     The `serve` endpoint (also the `serving_default` signature) takes a
@@ -166,6 +166,8 @@ def export_classifier(model, export_dir, label_names, overwrite=False, extra_ass
         model: a `keras.Model` from strings to class logits or probabilities.
         export_dir: str. Written to a temporary sibling and moved into place.
         label_names: list of str, in the order of the model's outputs.
+            Defaults to the model's own `label_names` (a `BertClassifier`
+            built or fine-tuned with them); required when it has none.
         overwrite: bool. Replace an existing `export_dir`. Defaults to `False`.
         extra_assets: optional dict of file name -> JSON-serialisable value
             (or `bytes`, written as they are, e.g. a PNG), written to
@@ -181,6 +183,11 @@ def export_classifier(model, export_dir, label_names, overwrite=False, extra_ass
     """
     export_dir = os.fspath(export_dir)
     check_compute_dtype(dtype)
+    if label_names is None:
+        label_names = getattr(model, "label_names", None)
+        if label_names is None:
+            raise ValueError("Received no `label_names`, and the model carries none: pass the class names in the "
+                             "order of its outputs, e.g. export_classifier(model, export_dir, ['negative', 'positive']).")
     label_names = [str(name) for name in label_names]
     num_outputs = model.outputs[0].shape[-1]
     if num_outputs != len(label_names):
@@ -263,6 +270,12 @@ class TextClassifier:
 
     def __init__(self, export_dir, label_names=None):
         self.export_dir = os.fspath(export_dir)
+        if self.export_dir.endswith(".keras") and os.path.isfile(self.export_dir):
+            raise ValueError(
+                f"{self.export_dir!r} is a Keras model file, not an export. Load it with "
+                "`keras.saving.load_model(path)` and call its `predict_labels(texts)` (a BertClassifier), or export "
+                "it once with `bert_keras.export.export_classifier(model, DIR, label_names)` and load DIR."
+            )
         self._saved = load(self.export_dir)
         self._signature = self._serving_signature()
         self.inputs = self._input_names()
@@ -424,24 +437,47 @@ class TextClassifier:
         Returns:
             For one text, a dict `{"label": str, "score": float, "scores":
             {label: float}}` (the most probable class, its probability, and
-            the probability of every class); for a list, a list of them.
+            the probability of every class); for a list, a list of them. A
+            blank text (empty or whitespace) gets `{"label": None, "score":
+            None, "scores": {}}`: there is nothing to classify.
         """
         texts, text_pairs, single = self._columns(texts, text_pairs)
-        if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int) or not 1 <= top_k <= self.num_classes):
-            raise ValueError(f"Received an invalid value for argument `top_k`, expected an integer from 1 to "
-                             f"{self.num_classes} (the number of classes). Received: top_k={top_k!r}")
-        probabilities = self.predict_proba(texts, text_pairs, batch_size=batch_size)
-        results = [self._prediction(row, top_k) for row in probabilities]
+        check_top_k(top_k, self.num_classes)
+        blank = [not (text + (text_pairs[i] if text_pairs else "")).strip() for i, text in enumerate(texts)]
+        kept = [i for i, is_blank in enumerate(blank) if not is_blank]
+        pairs = None if text_pairs is None else [text_pairs[i] for i in kept]
+        probabilities = self.predict_proba([texts[i] for i in kept], pairs, batch_size=batch_size)
+        results = iter(labelled_predictions(probabilities, self.label_names, top_k))
+        results = [blank_prediction() if is_blank else next(results) for is_blank in blank]
         return results[0] if single else results
 
-    def _prediction(self, row, top_k):
+
+def blank_prediction():
+    """What `predict` gives a blank text (empty or only whitespace): no label, as `bert-keras predict` prints it."""
+    return {"label": None, "score": None, "scores": {}}
+
+
+def check_top_k(top_k, num_classes):
+    """`top_k` if it is None or an int from 1 to `num_classes`, else a `ValueError` that names it."""
+    if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int) or not 1 <= top_k <= num_classes):
+        raise ValueError(f"Received an invalid value for argument `top_k`, expected an integer from 1 to "
+                         f"{num_classes} (the number of classes). Received: top_k={top_k!r}")
+    return top_k
+
+
+def labelled_predictions(probabilities, label_names, top_k=None):
+    """Per row of `probabilities` `(n, num_classes)`: `{"label", "score", "scores"}` (the best class, its
+    probability, and every class's, or the `top_k` best first)."""
+    results = []
+    for row in np.asarray(probabilities, dtype="float32"):
         best = int(row.argmax())
         order = range(len(row)) if top_k is None else np.argsort(-row, kind="stable")[:top_k]
-        return {
-            "label": self.label_names[best],
+        results.append({
+            "label": label_names[best],
             "score": float(row[best]),
-            "scores": {self.label_names[i]: float(row[i]) for i in order},
-        }
+            "scores": {label_names[i]: float(row[i]) for i in order},
+        })
+    return results
 
 
 def _as_probabilities(outputs):

@@ -32,14 +32,18 @@ def write_explanation(inspector, text, out_dir, text_pair=None, overwrite=False,
         out_dir: str. The output directory (written whole, in one step).
         text_pair: optional str. A second segment.
         overwrite: bool. Replace an earlier output of this package. Defaults to `False`.
-        source: optional str. Where the weights came from, shown in the page title.
+        source: optional str. Where the weights came from (a checkpoint folder
+            or a module pair): its absolute path is the page's title and
+            `attention.json`'s `source`.
 
     Returns:
         `(data, files)`: the content of attention.json and the paths written.
     """
     inspection = inspector.inspect([text], None if text_pair is None else [text_pair])[0]
     data = page.attention_data(inspection, text, text_pair, seq_length=inspector.seq_length)
-    title = "Attention" + (f" of {os.path.basename(os.path.normpath(source))}" if source else "")
+    if source is not None:
+        data["source"] = os.path.abspath(os.fspath(source))
+    title = "Attention" + (f" of {data['source']}" if source is not None else "")
     names = [ATTENTION_JSON, ATTENTION_HTML] + [layer_png(i) for i in range(inspector.num_layers)]
     with staged_directory(out_dir, overwrite, kind="explain", argument="--out") as staging:
         _write_json(os.path.join(staging, ATTENTION_JSON), data)

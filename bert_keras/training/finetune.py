@@ -144,7 +144,8 @@ def _two_phases(harness, model, encoder, train_data, validation_data, config, lo
     if config.head_epochs > 0:
         encoder.trainable = False
         harness.compile(model, lambda: keras.optimizers.Adam(config.head_learning_rate), loss=loss, metrics=metrics)
-        logger.info("Phase 1: encoder frozen, head trained with Adam at %g", config.head_learning_rate)
+        harness.report(f"Phase 1 of 2, head: encoder frozen, {config.head_epochs} epoch(s) of the head alone "
+                       f"(Adam {config.head_learning_rate:g})")
         _, head = harness.fit(model, train_data, phase="head", epochs=config.head_epochs, **fit)
         fault_point("after-head-phase")
 
@@ -153,7 +154,8 @@ def _two_phases(harness, model, encoder, train_data, validation_data, config, lo
     harness.compile(model, lambda: bert_optimizer(config.learning_rate, total, warmup_fraction=config.warmup_fraction,
                                                   weight_decay=config.weight_decay, clipnorm=config.clipnorm),
                     loss=loss, metrics=metrics)
-    logger.info("Phase 2: encoder unfrozen, AdamW peak %g over %d steps", config.learning_rate, total)
+    harness.report(f"Phase {2 if config.head_epochs > 0 else 1} of {2 if config.head_epochs > 0 else 1}, full: "
+                   f"encoder unfrozen, {config.epochs} epoch(s) (AdamW, peak {config.learning_rate:g} over {total} steps)")
     _, full = harness.fit(model, train_data, phase="full", epochs=config.epochs, **fit)  # the stream from its first epoch
     return FineTuneHistory(head=head, full=full)
 
@@ -232,7 +234,7 @@ def finetune_classifier(source, train, validation=None, test=None, export_dir=No
                        **{f"{name}_data": _fingerprint(part) for name, part in (("train", train), ("validation", validation), ("test", test))})
             if check_run_record(backup_dir, run):
                 report(f"Resuming from the backup in {backup_dir}")
-        harness = Harness(strategy, own_backup, config.batch_size, verbose)
+        harness = Harness(strategy, own_backup, config.batch_size, verbose, report=report)
         result = _train_and_export(harness, source, train, validation, test, export_dir, config, overwrite, report)
         if harness.chief:
             remove_backup(backup_dir)  # only now: everything it protected is written
@@ -282,8 +284,7 @@ def _train_and_export(harness, source, train, validation, test, export_dir, conf
         probabilities = keras.ops.convert_to_numpy(keras.ops.softmax(keras.ops.cast(logits, "float32"), axis=-1))
         evaluation = classification_report(test.labels, probabilities, train.label_names)
         scores = {"accuracy": evaluation["accuracy"], "macro_f1": evaluation["macro_f1"]}
-        report(f"Test accuracy: {scores['accuracy']:.4f}, macro-F1: {scores['macro_f1']:.4f}")
-        report(format_report(evaluation))
+        report(f"Test set ({len(test)} examples):\n{format_report(evaluation)}")
     if export_dir is not None:
         metrics = {"label_names": train.label_names, "history": dataclasses.asdict(history), "fit_seconds": round(fit_seconds, 1)}
         if scores is not None:
@@ -327,7 +328,8 @@ def _build_classifier(harness, source, train, config):
     """The pipeline's classifier, made under the harness's strategy with the config's dtype policy."""
     with harness.building(config.dtype):
         return BertClassifier.from_checkpoint(source, seq_length=config.seq_length, num_classes=len(train.label_names),
-                                              text_pairs=train.text_pairs is not None, dropout=config.dropout)
+                                              label_names=train.label_names, text_pairs=train.text_pairs is not None,
+                                              dropout=config.dropout)
 
 
 def _fingerprint(data):

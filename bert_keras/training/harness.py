@@ -32,9 +32,11 @@ class Harness:
         batch_size: optional int. The global batch size of the datasets fed;
             needed with more than one replica (a multiple of their number).
         verbose: `fit` verbosity on the chief (the other workers are silent).
+        report: callable taking one line of progress (the phases, a resume);
+            defaults to the module logger's `info`. Silent on other workers.
     """
 
-    def __init__(self, strategy=None, backup_dir=None, batch_size=None, verbose="auto"):
+    def __init__(self, strategy=None, backup_dir=None, batch_size=None, verbose="auto", report=None):
         self.strategy = strategy or tf.distribute.get_strategy()
         self.replicas = self.strategy.num_replicas_in_sync
         if self.replicas > 1:
@@ -46,6 +48,7 @@ class Harness:
         self.backup_dir = backup_dir
         self.chief = distribute.is_chief(self.strategy)
         self.verbose = verbose if self.chief else 0
+        self.report = (report or logger.info) if self.chief else logger.debug
         self.resumed_epoch = 0  # the epoch the last `fit` resumed from
 
     @contextlib.contextmanager
@@ -132,8 +135,11 @@ class Harness:
                 )
         elif validation_steps is not None:
             feed["validation_steps"] = validation_steps
-        if done:
-            logger.info("Resuming %s from the backup in %s at epoch %d", phase or "training", phase_dir, done)
+        if done >= epochs:
+            self.report(f"{(phase or 'training').capitalize()}: all {epochs} epoch(s) done in the backup {phase_dir}")
+        elif done:
+            self.report(f"{(phase or 'training').capitalize()}: resuming at epoch {done + 1} of {epochs} (epochs 1-{done} "
+                        f"restored from the backup {phase_dir})")
         history = model.fit(data, validation_data=validation_data, callbacks=callbacks + ([backup] if backup else []), **feed)
         whole = backup.history if backup is not None else {key: [float(v) for v in values] for key, values in history.history.items()}
         return history, whole

@@ -132,3 +132,19 @@ def test_directory_without_weights_or_config(tmp_path, hf_dir):
         detect_format(str(tmp_path))
     with pytest.raises(ValueError, match="format"):
         load_checkpoint(hf_dir, format="onnx")
+
+
+def test_names_a_user_tries_say_what_to_do_instead(tmp_path, monkeypatch):
+    from bert_keras.tasks import BertClassifier
+
+    monkeypatch.chdir(tmp_path)  # relative names that are no folder here
+    with pytest.raises(CheckpointError, match=r"'minilm_l6_h384_uncased' is a bert_keras preset: an architecture.*"
+                                              r"BertEncoder\.from_architecture\('minilm_l6_h384_uncased'\)"):
+        detect_format("minilm_l6_h384_uncased")
+    for name in ("bert-base-uncased", "google-bert/bert-base-uncased"):
+        with pytest.raises(CheckpointError, match=r"read from local folders; nothing is downloaded.*--local-dir DIR"):
+            load_checkpoint(name)
+    with pytest.raises(CheckpointError, match=r"does not exist or is a file\)\.$"):  # a path: no guess about names
+        detect_format(str(tmp_path / "missing"))
+    with pytest.raises(ValueError, match=r"BertClassifier\.from_preset\('bert_base_en_uncased'\): .*from_checkpoint\(path"):
+        BertClassifier.from_preset("bert_base_en_uncased", num_classes=2)

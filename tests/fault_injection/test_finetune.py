@@ -66,6 +66,9 @@ def test_killed_finetune_resumes_to_the_uninterrupted_result(index, point, finet
 
     after = chain.after(index)
     assert "Resuming from the backup in" in after.stdout
+    for phase, done in (("Head", left["head"]), ("Full", left["full"])):  # each phase says where it resumes
+        if done == 1:  # of the 2 epochs of each phase
+            assert f"{phase}: resuming at epoch 2 of 2" in after.stdout, after.stdout[-2000:]
     if index + 1 < len(chain.kills):
         assert after.returncode == KILLED
         fault_table.append(["finetune", point, describe(left), f"resumed; killed in turn at {chain.kills[index + 1].point}",

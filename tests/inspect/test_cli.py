@@ -32,6 +32,9 @@ def test_explain_from_modules(module_pair, tmp_path, capsys):
     with open(os.path.join(out, "attention.json"), encoding="utf-8") as f:
         data = json.load(f)
     assert data["truncated"] is True and len(data["attention"][0][0]) == 8
+    assert data["source"] == os.path.abspath(modules)  # the page and the data name what was explained
+    with open(os.path.join(out, "attention.html"), encoding="utf-8") as f:
+        assert f"<title>Attention of {os.path.abspath(modules)}</title>" in f.read()
 
     status, _, error = _run(capsys, "explain", "--modules", modules, "--out", out, "the cat")
     assert status == 2 and "--out" in error and "exists" in error  # an earlier output needs --force
