@@ -368,7 +368,7 @@ def _predict(args):
     from bert_keras.export import load_classifier
 
     try:
-        classifier = load_classifier(args.model)
+        classifier = load_classifier(args.model, warm_up=False)  # one run of the command: only its lengths compile
     except (OSError, ValueError, RuntimeError) as error:
         return _fail("predict", f"cannot load a classifier from {args.model}: {error}")
     if args.top_k is not None and args.top_k > classifier.num_classes:
@@ -414,7 +414,7 @@ def _evaluate(args):
     except (OSError, ValueError) as error:
         return _fail("evaluate", str(error))
     try:
-        classifier = load_classifier(args.model)
+        classifier = load_classifier(args.model, warm_up=False)  # one run of the command: only its lengths compile
     except (OSError, ValueError, RuntimeError) as error:
         return _fail("evaluate", f"cannot load a classifier from {args.model}: {error}")
     pairs = len(classifier.inputs) == 2

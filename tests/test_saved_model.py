@@ -173,3 +173,34 @@ def test_the_models_own_label_names_are_exported_and_a_keras_file_is_refused_wit
     model.save(tmp_path / "clf.keras")
     with pytest.raises(ValueError, match=r"is a Keras model file, not an export\. Load it with `keras\.saving\.load_model"):
         load_classifier(str(tmp_path / "clf.keras"))
+
+
+def test_the_export_carries_tf_servings_warm_up_requests_and_the_loader_replays_them(fp32_export, classifier, monkeypatch,
+                                                                                     tmp_path):
+    import shutil
+
+    from tensorflow_serving.apis import prediction_log_pb2
+
+    from bert_keras.export import warmup
+
+    path = os.path.join(fp32_export, "assets.extra", "tf_serving_warmup_requests")
+    records = list(tf.data.TFRecordDataset(path).as_numpy_iterator())
+    logs = [prediction_log_pb2.PredictionLog.FromString(record) for record in records]  # TF Serving's own protos
+    assert all(log.predict_log.request.model_spec.signature_name == "serving_default" for log in logs)
+    requests = warmup.read_warmup_requests(path)
+    assert [list(r) for r in requests] == [["text"]] * len(requests)
+    lengths = [int(np.sum(classifier.preprocessor(tf.constant(r["text"]))["input_mask"])) for r in requests[:-1]]
+    assert lengths == [8, 16, 24, 32, 40, 48, 56, 64]  # one single text per XLA bucket (seq_length 100 holds them all)
+    assert len(requests[-1]["text"]) == warmup.BATCH  # and one batch, for the op-by-op path
+
+    replayed = []
+    monkeypatch.setattr(warmup, "read_warmup_requests", lambda p: replayed.append(p) or requests)
+    loaded = load_classifier(fp32_export)
+    assert replayed == [path] and loaded.warm_up_seconds > 0
+    assert load_classifier(fp32_export, warm_up=False).warm_up_seconds == 0 and replayed == [path]
+    monkeypatch.undo()
+    damaged = shutil.copytree(fp32_export, tmp_path / "damaged")
+    with open(damaged / "assets.extra" / "tf_serving_warmup_requests", "wb") as f:  # a warning; it still serves
+        f.write(b"not a record")
+    broken = load_classifier(str(damaged))
+    assert broken.predict("good movie")["label"] in LABELS

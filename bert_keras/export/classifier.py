@@ -18,6 +18,7 @@ from bert_keras._checks import check_int
 from bert_keras._files import staged_directory
 from bert_keras._keras_compat import variables_once
 from bert_keras.dtypes import check_compute_dtype, compute_dtype
+from bert_keras.export import warmup
 from bert_keras.hub.loader import load
 
 logger = logging.getLogger(__name__)
@@ -230,6 +231,9 @@ def _write_export(model, export_dir, label_names, overwrite, extra_assets, dtype
         os.makedirs(os.path.join(staging, "assets.extra"), exist_ok=True)
         with open(os.path.join(staging, "assets.extra", LABELS_FILE), "w") as f:
             json.dump({"label_names": label_names, "inputs": input_names, "dtype": dtype}, f)
+        if _serves_its_own_outputs(model):  # its preprocessor tells how long a text is
+            requests = warmup.warmup_requests(model.preprocessor, input_names, XLA_LENGTHS)
+            warmup.write_warmup_requests(os.path.join(staging, "assets.extra", warmup.WARMUP_FILE), requests)
         for name, value in (extra_assets or {}).items():
             asset = os.path.join(staging, "assets.extra", name)
             if isinstance(value, bytes):
@@ -255,6 +259,13 @@ class TextClassifier:
         export_dir: str. The SavedModel directory.
         label_names: optional list of str, in the order of the outputs.
             Overrides the names stored in the export.
+        warm_up: bool. Replay the export's TF Serving warm-up requests
+            (`assets.extra/tf_serving_warmup_requests`, which
+            `export_classifier` writes: one text per length bucket, one
+            batch) before returning, so that no request after the load
+            waits for a compile; `warm_up_seconds` says what it took. Pass
+            `False` to load in less time when only a few texts will be
+            classified. Defaults to `True`.
 
     Example (`classifier` is a `BertClassifier`):
 
@@ -268,7 +279,7 @@ class TextClassifier:
     ```
     """
 
-    def __init__(self, export_dir, label_names=None):
+    def __init__(self, export_dir, label_names=None, warm_up=True):
         self.export_dir = os.fspath(export_dir)
         if self.export_dir.endswith(".keras") and os.path.isfile(self.export_dir):
             raise ValueError(
@@ -282,6 +293,8 @@ class TextClassifier:
         self._output = self._output_name()
         self.num_classes = int(self._signature.structured_outputs[self._output].shape[-1])
         self.label_names, self.label_source = self._read_label_names(label_names)
+        # TF Serving's warm-up requests, replayed as TF Serving does at load: each length's compile is done here.
+        self.warm_up_seconds = warmup.replay(self.export_dir, self._signature) if warm_up else 0.0
 
     def _refuse(self, found):
         return ValueError(
@@ -488,10 +501,11 @@ def _as_probabilities(outputs):
     return np.where(is_distribution[:, None], outputs, shifted / shifted.sum(axis=-1, keepdims=True))
 
 
-def load_classifier(export_dir, label_names=None):
+def load_classifier(export_dir, label_names=None, warm_up=True):
     """Loads a text classifier export (see `TextClassifier`), registering tensorflow-text's ops first.
 
     No `import tensorflow_text` is needed before it (plain `tf.saved_model.load`
-    of such an export needs one, as TF Hub's BERT modules do).
+    of such an export needs one, as TF Hub's BERT modules do). The export's
+    warm-up requests are replayed first unless `warm_up=False`.
     """
-    return TextClassifier(export_dir, label_names=label_names)
+    return TextClassifier(export_dir, label_names=label_names, warm_up=warm_up)
