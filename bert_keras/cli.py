@@ -709,7 +709,7 @@ def _build_parser():
     _verbosity_arguments(parser, default=0)
     common = argparse.ArgumentParser(add_help=False)  # -v/-q after the command too
     _verbosity_arguments(common, default=argparse.SUPPRESS)
-    commands = parser.add_subparsers(dest="command", required=True)
+    commands = parser.add_subparsers(dest="command", required=True, parser_class=_CommandParser)
     presets = commands.add_parser("presets", parents=[common], help="list the built-in BERT architectures (no weights)")
     presets.set_defaults(func=_presets)
 
@@ -736,19 +736,20 @@ def _build_parser():
     demo.add_argument("--out", default="saved_models", help="where modules, the classifier and results go")
     demo.add_argument("--full", action="store_true", help="train on the whole training split (about 30k tweets)")
     demo.add_argument("--train-size", type=_at_least(0), default=5000, help="training tweets (stratified subset)")
-    demo.add_argument("--validation-size", type=_at_least(0), default=500)
+    demo.add_argument("--validation-size", type=_at_least(0), default=500, help="validation tweets (stratified subset)")
     demo.add_argument("--test-size", type=_at_least(0), default=2000, help="test tweets (0: the whole test split)")
-    demo.add_argument("--seq-length", type=_at_least(3), default=64)
-    demo.add_argument("--head-epochs", type=_at_least(0), default=1)
-    demo.add_argument("--epochs", type=_at_least(1), default=2)
-    demo.add_argument("--learning-rate", type=_positive_float, default=5e-5, help="peak AdamW rate of the unfrozen phase")
-    demo.add_argument("--seed", type=int, default=0)
+    demo.add_argument("--seq-length", type=_at_least(3), default=64, help="tokens per text, [CLS] and [SEP] included; "
+                      "longer texts are cut (99.8%% of the tweets fit in 64; finetune uses 128 for any data)")
+    demo.add_argument("--head-epochs", type=_at_least(0), default=1, help="phase 1: epochs of the head alone, encoder frozen (Adam 1e-3); 0 skips it")
+    demo.add_argument("--epochs", type=_at_least(1), default=2, help="phase 2: epochs with the encoder unfrozen")
+    demo.add_argument("--learning-rate", type=_positive_float, default=5e-5, help="peak AdamW rate of phase 2 (10%% warmup, then linear decay)")
+    demo.add_argument("--seed", type=int, default=0, help="shuffling, dropout and the head's initial weights")
     demo.set_defaults(func=_demo)
 
     distributed = argparse.ArgumentParser(add_help=False)
     scale = distributed.add_argument_group("training on more than one device or machine")
     scale.add_argument("--strategy", choices=("default", "mirrored", "multi-worker"), default="default",
-                       help="tf.distribute strategy: default (one device), mirrored (the local GPUs, or --cpu-replicas "
+                       help="tf.distribute strategy (default: default): default (one device), mirrored (the local GPUs, or --cpu-replicas "
                        "logical CPUs), multi-worker (the cluster in the TF_CONFIG environment variable; run the same "
                        "command on every worker). --batch-size is the global batch, split among the replicas")
     scale.add_argument("--cpu-replicas", type=_at_least(1), metavar="N",
@@ -779,12 +780,12 @@ def _build_parser():
     tune.add_argument("--encoder", help="Hub encoder handle (with --preprocess)")
     tune.add_argument("--preprocess", help="Hub preprocess handle (with --encoder)")
     tune.add_argument("--out", required=True, help="directory for the exported classifier")
-    tune.add_argument("--seq-length", type=_at_least(3), default=128)
-    tune.add_argument("--batch-size", type=_at_least(1), default=32)
-    tune.add_argument("--head-epochs", type=_at_least(0), default=1)
-    tune.add_argument("--epochs", type=_at_least(1), default=2)
-    tune.add_argument("--learning-rate", type=_positive_float, default=2e-5)
-    tune.add_argument("--seed", type=int, default=0)
+    tune.add_argument("--seq-length", type=_at_least(3), default=128, help="tokens per text, [CLS] and [SEP] included; longer texts are cut")
+    tune.add_argument("--batch-size", type=_at_least(1), default=32, help="examples per training step")
+    tune.add_argument("--head-epochs", type=_at_least(0), default=1, help="phase 1: epochs of the head alone, encoder frozen (Adam 1e-3); 0 skips it")
+    tune.add_argument("--epochs", type=_at_least(1), default=2, help="phase 2: epochs with the encoder unfrozen")
+    tune.add_argument("--learning-rate", type=_positive_float, default=2e-5, help="peak AdamW rate of phase 2 (10%% warmup, then linear decay)")
+    tune.add_argument("--seed", type=int, default=0, help="shuffling, dropout and the head's initial weights")
     tune.add_argument("--dtype", choices=("float32", "mixed_bfloat16", "mixed_float16"),
                       help="Keras dtype policy of the model (default: float32); mixed_bfloat16 speeds up CPUs with "
                       "AVX512-BF16 when the encoder is built from --checkpoint")
@@ -948,6 +949,17 @@ def _build_parser():
     _sentence_model_arguments(search, required=False)
     search.set_defaults(func=_search)
     return parser
+
+
+class _CommandParser(argparse.ArgumentParser):
+    """A command's parser: every option's default in its help line, unless the help states it already."""
+
+    def add_argument(self, *flags, **kwargs):
+        default, text = kwargs.get("default"), kwargs.get("help") or ""
+        stated = "default" in text or kwargs.get("action") in ("store_true", "store_false", "count", "help", "version")
+        if flags and flags[0].startswith("-") and default not in (None, False, argparse.SUPPRESS) and not stated:
+            kwargs["help"] = f"{text} (default: %(default)s)".lstrip()
+        return super().add_argument(*flags, **kwargs)
 
 
 def _configure_logging(verbosity):

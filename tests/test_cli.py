@@ -102,3 +102,41 @@ def test_pretrain_rejects_an_empty_corpus(tmp_path, capsys):
     assert cli.main(["pretrain", "--corpus", str(corpus), "--out", str(tmp_path / "out")]) == 2
     assert "bert-keras pretrain:" in capsys.readouterr().err
     assert not (tmp_path / "out" / "encoder").exists()
+
+
+def _command_parsers():
+    import argparse
+
+    parser = cli._build_parser()
+    (commands,) = [action for action in parser._actions if isinstance(action, argparse._SubParsersAction)]
+    return commands.choices
+
+
+def test_every_commands_help_states_each_default():
+    import argparse
+
+    for name, command in _command_parsers().items():
+        text = " ".join(command.format_help().split())
+        for action in command._actions:
+            if action.option_strings and action.default not in (None, False, argparse.SUPPRESS) and action.nargs != 0:
+                help_text = " ".join((action.help or "").replace("%%", "%").split())
+                assert "default" in help_text, (name, action.option_strings, action.help)
+                assert help_text.split("(default")[0].strip() in text  # and the line is printed
+
+
+def test_the_commands_defaults_are_the_configs_defaults():
+    import dataclasses
+
+    from bert_keras.demo import DemoConfig
+    from bert_keras.training.config import FineTuneConfig, PretrainConfig
+
+    commands = _command_parsers()
+    finetune = commands["finetune"].parse_args(["--train", "t.csv", "--out", "o"])
+    demo, pretrain = commands["demo"].parse_args([]), commands["pretrain"].parse_args(["--corpus", "c", "--out", "o"])
+    for args, config in ((finetune, FineTuneConfig()), (demo, DemoConfig()), (pretrain, PretrainConfig())):
+        # None on the command line: the config's own default is used (e.g. finetune's --lora-targets)
+        shared = [f.name for f in dataclasses.fields(config) if getattr(args, f.name, None) is not None]
+        assert len(shared) >= 5
+        assert {n: getattr(args, n) for n in shared} == {n: getattr(config, n) for n in shared}, type(config).__name__
+    recipe = ["batch_size", "head_epochs", "epochs", "head_learning_rate", "learning_rate", "seed"]
+    assert {n: getattr(DemoConfig(), n) for n in recipe} == {n: getattr(FineTuneConfig(), n) for n in recipe}

@@ -204,3 +204,16 @@ def test_the_export_carries_tf_servings_warm_up_requests_and_the_loader_replays_
         f.write(b"not a record")
     broken = load_classifier(str(damaged))
     assert broken.predict("good movie")["label"] in LABELS
+
+
+def test_the_loaded_export_is_callable_on_strings_as_keras_2_savedmodels_were(fp32_export, classifier, expected, tmp_path):
+    logits = classifier(tf.constant(TEXTS)).numpy()
+    np.testing.assert_allclose(tf.saved_model.load(fp32_export)(tf.constant(TEXTS)).numpy(), logits, atol=1e-5)
+    # The TF Hub workflow's kind of model: any functional model from strings, here a softmax on top.
+    inputs = keras.Input(shape=(), dtype="string", name="text")
+    workflow = keras.Model(inputs, keras.layers.Activation("softmax", dtype="float32")(classifier(inputs)))
+    export_classifier(workflow, str(tmp_path / "workflow"), LABELS)
+    loaded = tf.saved_model.load(str(tmp_path / "workflow"))
+    np.testing.assert_allclose(loaded(tf.constant(TEXTS[:2])).numpy(), expected[:2], atol=1e-5)
+    assert [p["label"] for p in load_classifier(str(tmp_path / "workflow"), warm_up=False).predict(TEXTS[:2])] == \
+        [LABELS[i] for i in expected[:2].argmax(-1)]

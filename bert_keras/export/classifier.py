@@ -150,6 +150,11 @@ def export_classifier(model, export_dir, label_names=None, overwrite=False, extr
     `(batch,)` string tensor `text` (and `text_pair` for two-input models)
     and returns `probabilities` `(batch, num_classes)` and `label` (the name
     of the most probable class). `label_names()` returns the class names.
+    The loaded object itself is callable as Keras 2's `model.save(dir)`
+    SavedModels were: `tf.saved_model.load(dir)(tf.constant(texts))` gives
+    the model's own outputs (its logits, or probabilities for a softmax
+    model), float32 `(batch, num_classes)`. This is the call that saves the
+    TF Hub workflow's model (Hub layers, a Dense head) for serving.
     A model that outputs logits (see `outputs_probabilities`) gets a softmax
     in the export.
 
@@ -221,9 +226,13 @@ def _write_export(model, export_dir, label_names, overwrite, extra_assets, dtype
             probabilities = tf.nn.softmax(probabilities, axis=-1)
         return {"probabilities": probabilities, "label": tf.gather(names, tf.argmax(probabilities, axis=-1))}
 
-    archive.add_endpoint(
-        "serve", serve, input_signature=[tf.TensorSpec([None], tf.string, name=name) for name in input_names]
-    )
+    signature = [tf.TensorSpec([None], tf.string, name=name) for name in input_names]
+    archive.add_endpoint("serve", serve, input_signature=signature)
+
+    def call(*texts):  # what `model(texts)` returns: logits or probabilities, as Keras 2's SavedModels did
+        return tf.cast(run(*texts), tf.float32)  # (batch, num_classes)
+
+    archive.add_endpoint("__call__", call, input_signature=signature)
     archive.add_endpoint("label_names", lambda: names, input_signature=[])
 
     with staged_directory(export_dir, overwrite, kind="classifier") as staging:

@@ -32,7 +32,8 @@ TABLE_VARIABLE = "BERT_KERAS_FAULT_TABLE"
 
 CONVERT_POINTS = ("between-modules", "before-replace:modules")
 # Kills inside a backup's write (after the weights, after the state: before the snapshot is put in place) too.
-FINETUNE_POINTS = ("epoch-end:head:1", "epoch-end:head:2", "after-head-phase", "epoch-end:full:1",
+# Not "epoch-end:head:2": a kill after phase 1's last snapshot leaves what "after-head-phase" leaves.
+FINETUNE_POINTS = ("epoch-end:head:1", "after-head-phase", "epoch-end:full:1",
                    "backup-weights-written:full:2", "backup-state-written:full:2", "before-replace:clf")
 PRETRAIN_BACKUP_POINTS = ("backup-weights-written:train:1", "backup-state-written:train:2")
 PRETRAIN_POINTS = ("before-export", "between-modules", "before-replace:pretrained")

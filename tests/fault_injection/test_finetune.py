@@ -24,7 +24,6 @@ pytestmark = [pytest.mark.fault_injection, pytest.mark.slow]
 # is finished when its snapshot is of its last epoch), and whether the export was staged (with a stale lock).
 LEFT = {
     "epoch-end:head:1": dict(head=1, full=None, staged=False),
-    "epoch-end:head:2": dict(head=2, full=None, staged=False),
     "after-head-phase": dict(head=2, full=None, staged=False),
     "epoch-end:full:1": dict(head=2, full=1, staged=False),
     # Killed while writing epoch 2's snapshot: a staged `.partial-epoch-0002-*` (weights; then weights and
