@@ -203,8 +203,8 @@ def test_span_labeler_learns_synthetic_qa():
     "build, own_config",
     [
         (
-            lambda e: BertClassifier(e, num_classes=3, dropout=0.2),
-            {"num_classes": 3, "dropout": 0.2, "activation": None, "text_pairs": False},
+            lambda e: BertClassifier(e, num_classes=3, dropout=0.2, label_names=["neg", "neu", "pos"]),
+            {"num_classes": 3, "dropout": 0.2, "activation": None, "text_pairs": False, "label_names": ["neg", "neu", "pos"]},
         ),
         (lambda e: BertTokenClassifier(e, num_classes=4), {"num_classes": 4, "dropout": 0.1, "text_pairs": False}),
         (lambda e: BertSpanLabeler(e), {"context_segment_id": 1}),
