@@ -784,7 +784,7 @@ def _build_parser():
     tune.add_argument("--batch-size", type=_at_least(1), default=32, help="examples per training step")
     tune.add_argument("--head-epochs", type=_at_least(0), default=1, help="phase 1: epochs of the head alone, encoder frozen (Adam 1e-3); 0 skips it")
     tune.add_argument("--epochs", type=_at_least(1), default=2, help="phase 2: epochs with the encoder unfrozen")
-    tune.add_argument("--learning-rate", type=_positive_float, default=2e-5, help="peak AdamW rate of phase 2 (10%% warmup, then linear decay)")
+    tune.add_argument("--learning-rate", type=_positive_float, default=5e-5, help="peak AdamW rate of phase 2 (10%% warmup, then linear decay)")
     tune.add_argument("--seed", type=int, default=0, help="shuffling, dropout and the head's initial weights")
     tune.add_argument("--dtype", choices=("float32", "mixed_bfloat16", "mixed_float16"),
                       help="Keras dtype policy of the model (default: float32); mixed_bfloat16 speeds up CPUs with "
