@@ -101,3 +101,21 @@ def test_a_missing_module_folder_says_how_to_make_it(tmp_path):
 
     with pytest.raises(FileNotFoundError, match=r"run `bert-keras convert CHECKPOINT --out .*minilm`.*minilm_vocab_path"):
         hub.KerasLayer(str(tmp_path / "minilm" / "encoder"))
+
+
+def test_the_what_changes_table_names_what_exists():
+    """Every `bert_keras.…` callable the README's table of changes from the tf_keras workflow names exists, with the
+    arguments it shows."""
+    import inspect
+
+    text = README.read_text()
+    table = text[text.index("| the tf_keras workflow |"):]
+    table = table[: table.index("\n\n")]
+    calls = re.findall(r"`(bert_keras(?:\.\w+)+)\(([^`]*)\)", table)
+    assert len(calls) >= 2, calls
+    for path, arguments in calls:
+        module, name = path.rsplit(".", 1)
+        function = getattr(importlib.import_module(module), name)
+        keywords = re.findall(r"(\w+)=", arguments)
+        assert set(keywords) <= set(inspect.signature(function).parameters), (path, keywords)
+    assert "from bert_keras import hub" in table and "`load_classifier(\"dir\").predict(texts)`" in table
