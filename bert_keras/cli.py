@@ -983,7 +983,34 @@ def main(argv=None):
         return _run(args, verbosity)
 
 
+# Paths the commands read, checked before TensorFlow is imported (a missing one is reported in well under a
+# second): argument name -> how the message names it. Hub handles (--encoder, --preprocess) may be URLs: not here.
+_READ_PATHS = {"source": "SOURCE", "index": "INDEX", "train": "--train", "validation": "--validation", "test": "--test",
+               "data": "--data", "input": "--input", "model": "--model", "modules": "--modules",
+               "checkpoint": "--checkpoint", "vocab": "--vocab", "corpus": "--corpus",
+               "validation_corpus": "--validation-corpus"}
+
+
+def _missing_path(args):
+    """The message for the first path argument that does not exist, or None."""
+    from bert_keras.presets import checkpoint_name_hint  # plain Python: no TensorFlow
+
+    for name, shown in _READ_PATHS.items():
+        values = getattr(args, name, None)
+        for value in values if isinstance(values, list) else [values]:
+            if not isinstance(value, str) or value == "-" or os.path.exists(value):
+                continue
+            if name == "source" and os.path.exists(value + ".index"):  # a TF checkpoint prefix
+                continue
+            hint = checkpoint_name_hint(value) if name in ("source", "checkpoint") else ""
+            return f"{shown} {value}: no such file or directory.{hint}"
+    return None
+
+
 def _run(args, verbosity):
+    missing = _missing_path(args)
+    if missing is not None:
+        return _fail(args.command, missing)
     try:
         return args.func(args)
     except _UsageError as error:

@@ -6,6 +6,8 @@ Building a preset gives random weights; real weights come from
 `bert_keras.checkpoints`.
 """
 
+import os
+
 _UNCASED_VOCAB = 30522
 _CASED_VOCAB = 28996
 
@@ -74,3 +76,21 @@ def get_preset(name):
             f"Unknown preset {name!r}. Available presets: {', '.join(preset_names())}."
         )
     return PRESETS[name]
+
+
+def checkpoint_name_hint(path):
+    """What to do instead, when a checkpoint `path` does not exist and reads like a name: a preset, or a model hub's
+    id ('' otherwise). Checked by the readers and by the command line before TensorFlow loads."""
+    name = os.fspath(path)
+    if os.path.exists(name) or os.path.isabs(name) or name.startswith((".", "~")):
+        return ""
+    if name in PRESETS:
+        return (f" {name!r} is a bert_keras preset: an architecture (sizes, no weights). For pretrained weights pass "
+                "a checkpoint folder; for this architecture with random weights use BertEncoder.from_architecture("
+                f"{name!r}) (or `bert-keras pretrain --preset {name}`).")
+    if name.count("/") <= 1 and not name.endswith((".json", ".bin", ".h5", ".safetensors", ".ckpt")):
+        return (" Checkpoints are read from local folders; nothing is downloaded. If this names a model of a model "
+                "hub, download its folder first (e.g. `huggingface-cli download NAME --local-dir DIR` where there is "
+                "network) and pass DIR. The MiniLM checkpoint installed with bert_keras is the folder of "
+                "`bert_keras.text.corpora.minilm_vocab_path()`.")
+    return ""

@@ -140,3 +140,23 @@ def test_the_commands_defaults_are_the_configs_defaults():
         assert {n: getattr(args, n) for n in shared} == {n: getattr(config, n) for n in shared}, type(config).__name__
     recipe = ["batch_size", "head_epochs", "epochs", "head_learning_rate", "learning_rate", "seed"]
     assert {n: getattr(DemoConfig(), n) for n in recipe} == {n: getattr(FineTuneConfig(), n) for n in recipe}
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["predict", "--model", "no/such/export", "hi"], "--model no/such/export: no such file or directory."),
+    (["evaluate", "--model", ".", "--data", "missing.csv"], "--data missing.csv: no such file or directory."),
+    (["finetune", "--train", "missing.csv", "--out", "o"], "--train missing.csv: no such file or directory."),
+    (["pretrain", "--corpus", "missing.txt", "--out", "o"], "--corpus missing.txt: no such file or directory."),
+    (["search", "no_index", "q"], "INDEX no_index: no such file or directory."),
+    (["convert", "bert-base-uncased", "--out", "o"], "nothing is downloaded"),
+    (["explain", "--checkpoint", "minilm_l6_h384_uncased", "--out", "o", "hi"], "is a bert_keras preset"),
+])
+def test_missing_paths_are_reported_before_tensorflow_is_imported(tmp_path, argv, message):
+    import subprocess
+    import sys
+
+    # A fresh process: the message, exit status 2, and TensorFlow never imported (which takes seconds).
+    script = ("import sys; from bert_keras import cli; code = cli.main(sys.argv[1:]); "
+              "sys.stderr.write('TF' if 'tensorflow' in sys.modules else 'no TF'); sys.exit(code)")
+    done = subprocess.run([sys.executable, "-c", script, *argv], capture_output=True, text=True, cwd=tmp_path, timeout=120)
+    assert done.returncode == 2 and message in done.stderr and done.stderr.endswith("no TF"), done.stderr

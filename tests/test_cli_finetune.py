@@ -159,7 +159,7 @@ def test_finetune_force_refuses_the_working_directory_before_training(modules, t
 
 def test_predict_bad_input(tmp_path, capsys, monkeypatch):
     assert cli.main(["predict", "--model", str(tmp_path / "nothing"), "hello"]) == 2
-    assert "cannot load a classifier" in capsys.readouterr().err
+    assert f"--model {tmp_path / 'nothing'}: no such file or directory." in capsys.readouterr().err
     # Blank inputs are empty predictions now (never an abort), and the model loads before standard input is
     # read: invalid UTF-8, empty input and blank lines are tested on a real classifier in test_cli_predict.py.
 

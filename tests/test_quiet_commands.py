@@ -85,6 +85,6 @@ def test_commands_print_their_own_lines_only(folder):
     assert found.stdout.splitlines()[0] == "query: good"
     refused = _cli("search", folder / "nothing", "good", cwd=folder)
     assert refused.returncode == 2
-    assert refused.stderr == f"bert-keras search: {str(folder / 'nothing')!r} is not an index written by bert-keras index (no index.json).\n"
+    assert refused.stderr == f"bert-keras search: INDEX {folder / 'nothing'}: no such file or directory.\n"
     loud = _cli("search", "index", "good", "-vv", cwd=folder)
     assert loud.returncode == 0 and any(is_native_log_line(line.encode()) for line in loud.stderr.splitlines())

@@ -29,6 +29,7 @@ from bert_keras.formats.keras_nlp import (
     read_keras_nlp_preset,
     to_keras_nlp,
 )
+from bert_keras.presets import checkpoint_name_hint
 
 logger = logging.getLogger("bert_keras.checkpoints")
 
@@ -54,25 +55,6 @@ def holds_weights(path):
     if os.path.exists(path + ".index"):
         return True
     return os.path.isdir(path) and any(os.path.lexists(os.path.join(path, name)) for name in CONFIG_FILES + WEIGHT_FILES)
-
-
-def _name_hint(path):
-    """What to do instead, when `path` does not exist and reads like a name: a preset, or a model hub's id."""
-    from bert_keras.presets import PRESETS
-
-    name = os.fspath(path)
-    if os.path.exists(name) or os.path.isabs(name) or name.startswith((".", "~")):
-        return ""
-    if name in PRESETS:
-        return (f" {name!r} is a bert_keras preset: an architecture (sizes, no weights). For pretrained weights pass "
-                "a checkpoint folder; for this architecture with random weights use BertEncoder.from_architecture("
-                f"{name!r}) (or `bert-keras pretrain --preset {name}`).")
-    if name.count("/") <= 1 and not name.endswith((".json", ".bin", ".h5", ".safetensors", ".ckpt")):
-        return (" Checkpoints are read from local folders; nothing is downloaded. If this names a model of a model "
-                "hub, download its folder first (e.g. `huggingface-cli download NAME --local-dir DIR` where there is "
-                "network) and pass DIR. The MiniLM checkpoint installed with bert_keras is the folder of "
-                "`bert_keras.text.corpora.minilm_vocab_path()`.")
-    return ""
 
 
 def detect_format(path):
@@ -110,7 +92,7 @@ def detect_format(path):
     if is_hub_module(path):
         return "hub_module"
     if not os.path.isdir(path):
-        raise CheckpointError(path, None, "is not a checkpoint directory (it does not exist or is a file)." + _name_hint(path))
+        raise CheckpointError(path, None, "is not a checkpoint directory (it does not exist or is a file)." + checkpoint_name_hint(path))
     raise CheckpointError(
         path,
         None,
