@@ -31,8 +31,6 @@ A quick check of the script on a tiny slice (its figures mean nothing):
 import argparse
 import dataclasses
 import datetime
-import inspect
-import logging
 import os
 import platform
 import shlex
@@ -53,7 +51,7 @@ from bert_keras.text.corpora import minilm_vocab_path  # noqa: E402
 from run_all import cpu_description  # noqa: E402 - benchmarks/ is this script's directory
 
 RESULTS = os.path.join(HERE, "results", "lora.md")
-PHASE_2_LOG = "Phase 2"  # how `bert_keras.finetune` announces phase 2 (logger "bert_keras.training.finetune")
+PHASE_2_LOG = "Phase 2 of 2"  # how the pipeline's report announces phase 2
 
 
 @dataclasses.dataclass
@@ -67,18 +65,6 @@ class Run:
     fit_seconds: float
     accuracy: float
     macro_f1: float
-
-
-class _PhaseClock(logging.Handler):
-    """Records when the pipeline's log says phase 2 begins."""
-
-    def __init__(self):
-        super().__init__(logging.INFO)
-        self.phase2_started = None
-
-    def emit(self, record):
-        if record.getMessage().startswith(PHASE_2_LOG):
-            self.phase2_started = time.monotonic()
 
 
 def trainable_counts(source, args, num_classes):
@@ -97,31 +83,24 @@ def run_one(method, source, splits, args, report):
     train, validation, test = splits
     learning_rate = args.learning_rate if method == "full" else args.lora_learning_rate
     extra = {} if method == "full" else {"lora_rank": args.lora_rank, "lora_targets": args.lora_targets}
-    clock = _PhaseClock()
-    finetune_logger = logging.getLogger("bert_keras.training.finetune")
-    finetune_logger.addHandler(clock)
-    level = finetune_logger.level
-    finetune_logger.setLevel(logging.INFO)
     started = {}
 
     def timed_report(text):
         if text.startswith("Fine-tuning ("):  # the pipeline's last line before training starts
             started["fit"] = time.monotonic()
+        if text.startswith(PHASE_2_LOG):
+            started["phase2"] = time.monotonic()
         report(f"  [{method}] {text}")
 
-    try:
-        result = finetune_classifier(
-            source, train, validation, test, None,
-            seq_length=args.seq_length, batch_size=args.batch_size, head_epochs=args.head_epochs,
-            head_learning_rate=args.head_learning_rate, epochs=args.epochs, learning_rate=learning_rate,
-            seed=args.seed, verbose=args.verbose, report=timed_report, **extra,
-        )
-    finally:
-        finetune_logger.removeHandler(clock)
-        finetune_logger.setLevel(level)
+    result = finetune_classifier(
+        source, train, validation, test, None,
+        seq_length=args.seq_length, batch_size=args.batch_size, head_epochs=args.head_epochs,
+        head_learning_rate=args.head_learning_rate, epochs=args.epochs, learning_rate=learning_rate,
+        seed=args.seed, verbose=args.verbose, report=timed_report, **extra,
+    )
     phase1 = per_epoch = None
-    if clock.phase2_started is not None and "fit" in started:
-        phase1 = clock.phase2_started - started["fit"]
+    if "phase2" in started and "fit" in started:
+        phase1 = started["phase2"] - started["fit"]
         per_epoch = (result.fit_seconds - phase1) / args.epochs
     return result, learning_rate, phase1, per_epoch
 
@@ -131,14 +110,14 @@ def score_exports(model, test, label_names):
     import tempfile
 
     from bert_keras.evaluate import classification_report
-    from bert_keras.saved_model import export_classifier, load_classifier
+    from bert_keras.export import export_classifier, load_classifier
 
     scores = {}
     with tempfile.TemporaryDirectory() as work:
         for dtype in ("float32", "bfloat16"):
             path = os.path.join(work, dtype)
             export_classifier(model, path, label_names, dtype=dtype)
-            classifier = load_classifier(path)
+            classifier = load_classifier(path, warm_up=False)  # batches only
             classifier.predict_proba(test.texts[:64], batch_size=32)  # warm up
             started = time.perf_counter()
             probabilities = classifier.predict_proba(test.texts, batch_size=32)
@@ -222,6 +201,7 @@ def parse_args(argv=None):
     parser.add_argument("--methods", default="full,lora", help="comma-separated: full, lora")
     parser.add_argument("--seed", type=int, default=defaults.seed)
     parser.add_argument("--verbose", type=int, default=2, help="fit's verbosity")
+    parser.add_argument("--skip-exports", action="store_true", help="no float32 / bfloat16 export scores")
     parser.add_argument("--out", default=RESULTS, help="the Markdown file written (replaced)")
     return parser.parse_args(argv)
 
@@ -231,8 +211,6 @@ def main(argv=None):
     methods = [m.strip() for m in args.methods.split(",") if m.strip()]
     if not methods or set(methods) - {"full", "lora"}:
         raise SystemExit(f"--methods: expected names among full, lora; received {args.methods!r}")
-    if "lora" in methods and "lora_rank" not in inspect.signature(finetune_classifier).parameters:
-        raise SystemExit("bert_keras.training.finetune_classifier takes no `lora_rank` yet; run with --methods full.")
     started = time.monotonic()
     source = os.path.dirname(minilm_vocab_path())
     config = DemoConfig(train_size=args.train_size, validation_size=args.validation_size, test_size=args.test_size,
@@ -249,8 +227,9 @@ def main(argv=None):
                         learning_rate, trainable, trainable / encoder_parameters, phase1, per_epoch,
                         result.fit_seconds, result.scores["accuracy"], result.scores["macro_f1"]))
         print(f"  {runs[-1]}")
-        exports.append((runs[-1].method, score_exports(result.model, splits[2], splits[0].label_names)))
-        print(f"  exports: {exports[-1][1]}")
+        if not args.skip_exports:
+            exports.append((runs[-1].method, score_exports(result.model, splits[2], splits[0].label_names)))
+            print(f"  exports: {exports[-1][1]}")
     text = markdown(runs, args, sizes, encoder_parameters, time.monotonic() - started, exports)
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     with open(args.out, "w") as f:

@@ -75,7 +75,8 @@ def test_predict_one_text_a_list_top_k_and_pairs(exports):
     assert list(one["scores"]) == NAMES
     np.testing.assert_allclose(list(one["scores"].values()), PROBABILITIES, atol=1e-6)
     many = classifier.predict(["good", "bad plot", ""], top_k=2, batch_size=2)
-    assert len(many) == 3 and [list(p["scores"]) for p in many] == [["pos", "neu"]] * 3
+    assert len(many) == 3 and [list(p["scores"]) for p in many] == [["pos", "neu"]] * 2 + [[]]  # a blank text: no label
+    assert many[2] == {"label": None, "score": None, "scores": {}}
     np.testing.assert_allclose(classifier.predict_proba(["good"] * 5, batch_size=2), [PROBABILITIES] * 5, atol=1e-6)
     with pytest.raises(ValueError, match="top_k"):
         classifier.predict("good", top_k=4)
