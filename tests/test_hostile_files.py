@@ -74,8 +74,9 @@ def test_the_cli_refuses_a_users_backup_dir_and_the_project_survives(tmp_path, m
     monkeypatch.chdir(project)
     (project / "train.csv").write_text("text,label\n" + "\n".join(f"{t},{l}" for t, l in ROWS) + "\n")
     before = _tree(project)
+    (tmp_path / "empty").mkdir()  # no checkpoint in it: the refusals come before anything is read
     for backup, expected in (("data", "was not written by bert_keras"), (".", "current directory or one of its parents")):
-        status = cli.main(["finetune", "--train", "train.csv", "--checkpoint", str(tmp_path / "none"), "--out", "clf",
+        status = cli.main(["finetune", "--train", "train.csv", "--checkpoint", str(tmp_path / "empty"), "--out", "clf",
                            "--backup-dir", backup])
         assert status == 2
         assert expected in capsys.readouterr().err
