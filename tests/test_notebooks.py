@@ -47,6 +47,10 @@ def test_inside_bert_notebook_runs(monkeypatch, tmp_path):
         output.get("text", "") for cell in notebook.cells if cell.cell_type == "code" for output in cell.get("outputs", [])
     )
     assert "every row sums to 1: True" in outputs and "probe layers: 3" in outputs
+    # Layer 1 redone in numpy from the weights: the attention, the layer's output and the pooled output agree.
+    by_hand = [float(value) for value in re.findall(r"by hand vs the [^\n]*max difference: (\S+)", outputs)]
+    assert len(by_hand) == 3 and max(by_hand) < 1e-5, outputs
+    assert "sequence_output[0, 0] is the [CLS] vector: True" in outputs
     assert sorted(os.listdir(tmp_path)) == ["inside_bert_attention.html", "inside_bert_layer.png",
                                             "inside_bert_probe.png", "inside_bert_statistics.png"]
 
