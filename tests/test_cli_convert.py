@@ -135,6 +135,6 @@ def test_convert_bfloat16_on_a_cpu_without_it_is_refused(hf_pretraining_dir, tmp
 
     monkeypatch.setattr(dtypes, "cpu_supports_bfloat16", lambda: False)
     out = tmp_path / "modules"
-    assert cli.main(["convert", str(hf_pretraining_dir), "--out", str(out), "--dtype", "bfloat16"]) == 2
+    assert cli.main(["convert", str(hf_pretraining_dir[0]), "--out", str(out), "--dtype", "bfloat16"]) == 2
     assert "avx512_bf16" in capsys.readouterr().err
     assert not out.exists()

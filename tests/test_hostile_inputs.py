@@ -117,7 +117,9 @@ def test_edited_labels_json_is_refused_not_silently_used(export, tmp_path, capsy
     code, out, err = _run(["predict", "--model", str(directory), "good movie"], capsys)
     assert code == 2 and out == ""
     assert err == f"bert-keras predict: cannot load a classifier from {directory}: {message}\n"
-    code, out, err = _run(["evaluate", "--model", str(directory), "--data", str(tmp_path / "x.csv")], capsys)
+    data = tmp_path / "x.csv"
+    data.write_text("text,label\ngood movie,pos\n")  # a real file: the refusal must come from the labels
+    code, out, err = _run(["evaluate", "--model", str(directory), "--data", str(data)], capsys)
     assert code == 2 and message in err
 
 

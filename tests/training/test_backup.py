@@ -94,11 +94,12 @@ def test_a_held_backup_refuses_a_second_run_before_any_work(tmp_path):
 def test_two_finetunes_of_one_out_or_one_backup_dir(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "train.csv").write_text("text,label\n" + "good,pos\nbad,neg\n" * 4)
-    argv = ["finetune", "--train", "train.csv", "--checkpoint", str(tmp_path / "none")]
+    (tmp_path / "checkpoint").mkdir()  # exists, so the lock is what refuses (never read: the lock comes first)
+    argv = ["finetune", "--train", "train.csv", "--checkpoint", "checkpoint"]
     with held_backup(".clf.backup"):  # the first run of `--out clf`, training
         assert cli.main(argv + ["--out", "clf"]) == 2
         assert "is writing '" in (err := capsys.readouterr().err) and err.rstrip().endswith(".clf.backup'; wait for it to finish or pick another directory.")
     with held_backup("shared"):  # the first run with `--backup-dir shared`
         assert cli.main(argv + ["--out", "other", "--backup-dir", "shared"]) == 2
         assert "is writing 'shared'; wait for it to finish" in capsys.readouterr().err
-    assert sorted(os.listdir(tmp_path)) == [".clf.backup", "shared", "train.csv"]
+    assert sorted(os.listdir(tmp_path)) == [".clf.backup", "checkpoint", "shared", "train.csv"]
