@@ -1,14 +1,14 @@
 """LoRA vs full fine-tuning: MiniLM-L6 on the demo's tweet split, through the one fine-tune pipeline.
 
-Both runs go through `bert_keras.training.finetune_classifier` from the installed all-MiniLM-L6-v2
+Every run goes through `bert_keras.training.finetune_classifier` from the installed all-MiniLM-L6-v2
 checkpoint (native `BertEncoder` + `BertPreprocessor`, the same seed, split and head phase):
 
 - full fine-tuning: phase 1 trains the head (encoder frozen), phase 2 everything, AdamW at
-  `--learning-rate` (the demo's 5e-5);
-- LoRA: the same phase 1, then adapters of rank `--lora-rank` on `--lora-targets` (default query,
-  value) and the head only, at `--lora-learning-rate` (LoRA takes a larger rate than full
-  fine-tuning: the LoRA paper used 4e-4 to 5e-4 for RoBERTa-base); merged into the kernels before the
-  test scores.
+  `--learning-rate` (the recipe's 5e-5);
+- LoRA: the same phase 1, then adapters of rank `--lora-rank` on `--lora-targets` and the head
+  only, at `--lora-learning-rate` (both default to the recipe's, `FineTuneConfig`); merged into the
+  kernels before the test scores. `--sweep` runs several LoRA settings in one go (the sweep that
+  chose the recipe's defaults: benchmarks/results/lora_sweep.md).
 
 The data is the demo's: `bert_keras.demo.load_tweet_splits` (stratified 80/10/10 split of the 38,158
 tweets, seed 0, subsampled to `--train-size` / `--validation-size` / `--test-size`). Reported per run:
@@ -21,6 +21,11 @@ machine's load average is recorded with them.
 Run from the repository root (the figures in benchmarks/results/lora.md; tens of minutes on 2 cores):
 
     TF_CPP_MIN_LOG_LEVEL=2 python benchmarks/lora.py
+
+The sweep (benchmarks/results/lora_sweep.md; 33 minutes on 2 cores of an AVX-512 Xeon):
+
+    TF_CPP_MIN_LOG_LEVEL=2 python benchmarks/lora.py --skip-exports --verbose 0 \\
+        --sweep "query,value:5e-4 query,value:2e-3 all:1e-3 all:2e-3" --out benchmarks/results/lora_sweep.md
 
 A quick check of the script on a tiny slice (its figures mean nothing):
 
@@ -45,7 +50,7 @@ import tensorflow as tf  # noqa: E402
 
 from bert_keras import lora  # noqa: E402
 from bert_keras.demo import DemoConfig, load_tweet_splits  # noqa: E402
-from bert_keras.training import finetune_classifier  # noqa: E402
+from bert_keras.training import FineTuneConfig, finetune_classifier  # noqa: E402
 from bert_keras.tasks import BertClassifier  # noqa: E402
 from bert_keras.text.corpora import minilm_vocab_path  # noqa: E402
 from run_all import cpu_description  # noqa: E402 - benchmarks/ is this script's directory
@@ -113,7 +118,8 @@ def trainable_counts(source, args, num_classes, targets):
 def run_one(setting, source, splits, args, report):
     train, validation, test = splits
     method = setting.name
-    extra = {} if setting.method == "full" else {"lora_rank": args.lora_rank, "lora_targets": setting.targets}
+    extra = ({"learning_rate": setting.learning_rate} if setting.method == "full" else
+             {"lora_rank": args.lora_rank, "lora_targets": setting.targets, "lora_learning_rate": setting.learning_rate})
     started = {}
 
     def timed_report(text):
@@ -126,7 +132,7 @@ def run_one(setting, source, splits, args, report):
     result = finetune_classifier(
         source, train, validation, test, None,
         seq_length=args.seq_length, batch_size=args.batch_size, head_epochs=args.head_epochs,
-        head_learning_rate=args.head_learning_rate, epochs=setting.epochs, learning_rate=setting.learning_rate,
+        head_learning_rate=args.head_learning_rate, epochs=setting.epochs,
         seed=args.seed, verbose=args.verbose, report=timed_report, **extra,
     )
     phase1 = per_epoch = None
@@ -215,7 +221,7 @@ def markdown(runs, args, sizes, encoder_parameters, seconds, exports=()):
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    defaults = DemoConfig()
+    defaults, recipe = DemoConfig(), FineTuneConfig()
     parser.add_argument("--train-size", type=int, default=defaults.train_size)
     parser.add_argument("--validation-size", type=int, default=defaults.validation_size)
     parser.add_argument("--test-size", type=int, default=defaults.test_size)
@@ -225,9 +231,9 @@ def parse_args(argv=None):
     parser.add_argument("--head-learning-rate", type=float, default=defaults.head_learning_rate)
     parser.add_argument("--epochs", type=int, default=defaults.epochs)
     parser.add_argument("--learning-rate", type=float, default=defaults.learning_rate, help="full fine-tuning's peak rate")
-    parser.add_argument("--lora-learning-rate", type=float, default=5e-4, help="LoRA's peak rate")
+    parser.add_argument("--lora-learning-rate", type=float, default=recipe.lora_learning_rate, help="LoRA's peak rate")
     parser.add_argument("--lora-rank", type=int, default=8)
-    parser.add_argument("--lora-targets", type=lora.check_lora_targets, default=lora.DEFAULT_TARGETS,
+    parser.add_argument("--lora-targets", type=lora.check_lora_targets, default=recipe.lora_targets,
                         help="comma-separated names among " + ", ".join(lora.LORA_TARGETS))
     parser.add_argument("--methods", default="full,lora", help="comma-separated: full, lora")
     parser.add_argument("--sweep", default=None, metavar="'TARGETS:RATE[:EPOCHS] ...'",

@@ -225,15 +225,20 @@ def _finetune(args):
     from bert_keras.training import FineTuneConfig, finetune_classifier
 
     lora_options = {}
-    if args.lora_rank is not None or args.lora_targets is not None:
+    if args.lora_rank is not None or args.lora_targets is not None or args.lora_learning_rate is not None:
         from bert_keras import lora
 
-        try:
-            lora_options = dict(lora_rank=args.lora_rank, lora_targets=lora.check_lora_targets(args.lora_targets or "query,value"))
-        except ValueError as error:
-            return _fail("finetune", str(error).replace("argument `lora_targets`", "--lora-targets"))
         if args.lora_rank is None:
-            return _fail("finetune", "--lora-targets needs --lora-rank")
+            given = "--lora-targets" if args.lora_targets is not None else "--lora-learning-rate"
+            return _fail("finetune", f"{given} needs --lora-rank")
+        lora_options = dict(lora_rank=args.lora_rank)
+        if args.lora_targets is not None:
+            try:
+                lora_options["lora_targets"] = lora.check_lora_targets(args.lora_targets)
+            except ValueError as error:
+                return _fail("finetune", str(error).replace("argument `lora_targets`", "--lora-targets"))
+        if args.lora_learning_rate is not None:
+            lora_options["lora_learning_rate"] = args.lora_learning_rate
     try:
         config = FineTuneConfig(
             seq_length=args.seq_length, batch_size=args.batch_size, head_epochs=args.head_epochs, epochs=args.epochs,
@@ -786,7 +791,8 @@ def _build_parser():
     tune.add_argument("--batch-size", type=_at_least(1), default=32, help="examples per training step")
     tune.add_argument("--head-epochs", type=_at_least(0), default=1, help="phase 1: epochs of the head alone, encoder frozen (Adam 1e-3); 0 skips it")
     tune.add_argument("--epochs", type=_at_least(1), default=2, help="phase 2: epochs with the encoder unfrozen")
-    tune.add_argument("--learning-rate", type=_positive_float, default=5e-5, help="peak AdamW rate of phase 2 (10%% warmup, then linear decay)")
+    tune.add_argument("--learning-rate", type=_positive_float, default=5e-5,
+                      help="peak AdamW rate of phase 2 (10%% warmup, then linear decay); LoRA's is --lora-learning-rate")
     tune.add_argument("--seed", type=int, default=0, help="shuffling, dropout and the head's initial weights")
     tune.add_argument("--dtype", choices=("float32", "mixed_bfloat16", "mixed_float16"),
                       help="Keras dtype policy of the model (default: float32); mixed_bfloat16 speeds up CPUs with "
@@ -798,12 +804,14 @@ def _build_parser():
                       help="stop a phase when the validation loss has not improved for PATIENCE epochs; keep the best weights")
     tune.add_argument("--class-weights", choices=("balanced",), help="weigh the loss by inverse class frequency")
     tune.add_argument("--lora-rank", type=_at_least(1), metavar="RANK",
-                      help="train LoRA adapters of this rank (and the head) instead of the whole encoder; merged into "
-                      "the kernels at export. Needs --checkpoint (a native encoder); LoRA wants a larger "
-                      "--learning-rate, e.g. 5e-4")
+                      help="train LoRA adapters of this rank (and the head) in phase 2 instead of the whole encoder; "
+                      "merged into the kernels at export. Needs --checkpoint (a native encoder)")
     tune.add_argument("--lora-targets", metavar="NAMES",
-                      help="comma-separated projections that get adapters (default: query,value); any of query, key, "
-                      "value, attention_output, intermediate, output")
+                      help="with --lora-rank: comma-separated projections that get adapters, any of query, key, value, "
+                      "attention_output, intermediate, output (default: all six)")
+    tune.add_argument("--lora-learning-rate", type=_positive_float, metavar="RATE",
+                      help="with --lora-rank: peak AdamW rate of phase 2, in place of --learning-rate "
+                      "(default: 0.002)")
     tune.add_argument("--force", action="store_true", help="replace an earlier output of bert-keras in --out")
     tune.add_argument(
         "--backup-dir", help="where training state is backed up each epoch (default: .OUT.backup next to --out); "

@@ -138,6 +138,12 @@ def test_the_commands_defaults_are_the_configs_defaults():
         shared = [f.name for f in dataclasses.fields(config) if getattr(args, f.name, None) is not None]
         assert len(shared) >= 5
         assert {n: getattr(args, n) for n in shared} == {n: getattr(config, n) for n in shared}, type(config).__name__
+    # Options without a command-line default state the config's in their help.
+    from bert_keras.lora import LORA_TARGETS
+
+    lora_help = {action.dest: action.help for action in commands["finetune"]._actions if action.dest.startswith("lora_")}
+    assert FineTuneConfig().lora_targets == tuple(LORA_TARGETS) and "(default: all six)" in lora_help["lora_targets"]
+    assert f"(default: {FineTuneConfig().lora_learning_rate:g})" in lora_help["lora_learning_rate"]
     recipe = ["batch_size", "head_epochs", "epochs", "head_learning_rate", "learning_rate", "seed"]
     assert {n: getattr(DemoConfig(), n) for n in recipe} == {n: getattr(FineTuneConfig(), n) for n in recipe}
 

@@ -205,6 +205,13 @@ def test_finetune_lora_unknown_target_lists_the_valid_ones(modules, tmp_path, ca
     assert not os.path.exists(out)
 
 
+@pytest.mark.parametrize("option", [("--lora-targets", "query"), ("--lora-learning-rate", "1e-3")])
+def test_finetune_lora_options_need_a_rank(modules, tmp_path, capsys, option):
+    out = str(tmp_path / "out")
+    assert _finetune(modules, _csv(tmp_path / "train.csv", ROWS), out, *option) == 2
+    assert f"{option[0]} needs --lora-rank" in capsys.readouterr().err and not os.path.exists(out)
+
+
 @pytest.mark.slow
 def test_finetune_lora_on_hub_layers_says_what_it_needs(modules, tmp_path, capsys):
     assert _finetune(modules, _csv(tmp_path / "train.csv", ROWS), str(tmp_path / "out"), "--lora-rank", "2") == 2
@@ -216,8 +223,9 @@ def test_finetune_lora_exports_an_ordinary_classifier(modules, tmp_path, capsys)
     out = str(tmp_path / "classifier")
     argv = ["finetune", "--train", _csv(tmp_path / "train.csv", ROWS), "--checkpoint", os.path.join(modules, "encoder"),
             "--out", out, "--seq-length", "16", "--epochs", "1", "--batch-size", "8", "--head-epochs", "0",
-            "--lora-rank", "2", "--lora-targets", "query,value", "--learning-rate", "1e-2"]
+            "--lora-rank", "2", "--lora-targets", "query,value", "--lora-learning-rate", "1e-2"]
     assert cli.main(argv) == 0, capsys.readouterr().err
+    assert "Phase 1 of 1, LoRA: adapters of rank 2 on query, value and the head, 1 epoch(s) (AdamW, peak 0.01 " in capsys.readouterr().out
     from bert_keras.export import load_classifier
 
     classifier = load_classifier(out)

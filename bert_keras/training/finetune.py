@@ -150,12 +150,14 @@ def _two_phases(harness, model, encoder, train_data, validation_data, config, lo
         fault_point("after-head-phase")
 
     encoder.trainable = True
-    total = config.epochs * steps
-    harness.compile(model, lambda: bert_optimizer(config.learning_rate, total, warmup_fraction=config.warmup_fraction,
+    total, rate = config.epochs * steps, config.phase_2_learning_rate
+    harness.compile(model, lambda: bert_optimizer(rate, total, warmup_fraction=config.warmup_fraction,
                                                   weight_decay=config.weight_decay, clipnorm=config.clipnorm),
                     loss=loss, metrics=metrics)
-    harness.report(f"Phase {2 if config.head_epochs > 0 else 1} of {2 if config.head_epochs > 0 else 1}, full: "
-                   f"encoder unfrozen, {config.epochs} epoch(s) (AdamW, peak {config.learning_rate:g} over {total} steps)")
+    trains = ("full: encoder unfrozen" if config.lora_rank is None else
+              f"LoRA: adapters of rank {config.lora_rank} on {', '.join(config.lora_targets)} and the head")
+    harness.report(f"Phase {2 if config.head_epochs > 0 else 1} of {2 if config.head_epochs > 0 else 1}, {trains}, "
+                   f"{config.epochs} epoch(s) (AdamW, peak {rate:g} over {total} steps)")
     _, full = harness.fit(model, train_data, phase="full", epochs=config.epochs, **fit)  # the stream from its first epoch
     return FineTuneHistory(head=head, full=full)
 
@@ -257,8 +259,9 @@ def _train_and_export(harness, source, train, validation, test, export_dir, conf
     if replicas > 1:
         batching = f"global batch {config.batch_size} = {config.batch_size // replicas} per replica x {replicas} replicas"
         report(f"Strategy: {type(harness.strategy).__name__}, {replicas} replicas ({distribute.task_name(harness.strategy)} here)")
+    phase_2 = "unfrozen" if config.lora_rank is None else f"adapted by LoRA (rank {config.lora_rank})"
     report(f"Fine-tuning (seq_length {config.seq_length}, {batching}): {config.head_epochs} epoch(s) with the encoder "
-           f"frozen, then {config.epochs} with it unfrozen (AdamW {config.learning_rate:g})")
+           f"frozen, then {config.epochs} with it {phase_2} (AdamW {config.phase_2_learning_rate:g})")
     if not len(validation):
         report("No validation examples (the training data is too small to hold some back): validation skipped")
     started = time.time()

@@ -24,4 +24,11 @@ def test_an_unknown_option_names_the_fields(cls, wrong):
 def test_the_run_record_leaves_out_only_the_export_dtype():
     record = FineTuneConfig(lora_rank=4).record()
     assert set(record) == {field.name for field in dataclasses.fields(FineTuneConfig)} - {"export_dtype"}
-    assert record["lora_targets"] == ["query", "value"] and record["lora_rank"] == 4  # JSON-ready
+    assert record["lora_targets"] == ["query", "key", "value", "attention_output", "intermediate", "output"]  # JSON-ready
+    assert record["lora_rank"] == 4 and record["lora_learning_rate"] == 2e-3
+
+
+def test_lora_trains_phase_2_at_its_own_rate():
+    assert FineTuneConfig().phase_2_learning_rate == 5e-5
+    assert FineTuneConfig(lora_rank=8).phase_2_learning_rate == 2e-3
+    assert FineTuneConfig(lora_rank=8, lora_learning_rate=3e-3, learning_rate=1.0).phase_2_learning_rate == 3e-3
