@@ -35,6 +35,12 @@ CONVERT_POINTS = ("between-modules", "before-replace:modules")
 # Not "epoch-end:head:2": a kill after phase 1's last snapshot leaves what "after-head-phase" leaves.
 FINETUNE_POINTS = ("epoch-end:head:1", "after-head-phase", "epoch-end:full:1",
                    "backup-weights-written:full:2", "backup-state-written:full:2", "before-replace:clf")
+# `--early-stopping 1` over 4 unfrozen epochs, validated on the training texts with their labels swapped: what
+# the model learns makes the validation loss rise, so phase 2 stops after epoch 2 (measured: 0.69320 then 0.69344)
+# and restores epoch 1's weights. Killed after epoch 1 (the best), then, resumed, after epoch 2 (the stop); the
+# reruns must carry early stopping's best loss, patience and best weights.
+EARLY_STOPPING_POINTS = ("epoch-end:full:1", "epoch-end:full:2")
+EARLY_STOPPING_OPTIONS = ("--early-stopping", 1, "--epochs", 4)
 PRETRAIN_BACKUP_POINTS = ("backup-weights-written:train:1", "backup-state-written:train:2")
 PRETRAIN_POINTS = ("before-export", "between-modules", "before-replace:pretrained")
 EXPORT_POINTS = ("before-replace:clf",)
@@ -82,10 +88,13 @@ def convert_command(inputs, out, *extra):
     return cli("convert", inputs["checkpoint"], "--out", out, "--seq-length", 12, *extra)
 
 
-def finetune_command(inputs, modules, out):
-    """`bert-keras finetune` of a module pair: 2 epochs with the encoder frozen, 2 unfrozen (head dropout 0.1)."""
+def finetune_command(inputs, modules, out, *extra):
+    """`bert-keras finetune` of a module pair: 2 epochs with the encoder frozen, 2 unfrozen (head dropout 0.1).
+
+    `extra` options come last, so that they override these.
+    """
     return cli("finetune", "--train", inputs["train"], "--modules", modules, "--out", out, "--seq-length", 12,
-               "--batch-size", 8, "--head-epochs", 2, "--epochs", 2, "--learning-rate", "1e-2", "--seed", 0)
+               "--batch-size", 8, "--head-epochs", 2, "--epochs", 2, "--learning-rate", "1e-2", "--seed", 0, *extra)
 
 
 def pretrain_command(inputs, out):
@@ -182,6 +191,26 @@ def finetune_chain(inputs, runs_root, reference_pair):
 
 
 @pytest.fixture(scope="session")
+def early_stopping_runs(inputs, runs_root, reference_pair):
+    """`finetune --early-stopping 1`: `(workdir, finished run)` uninterrupted, and the chain killed at `EARLY_STOPPING_POINTS`."""
+
+    def job():
+        swapped = runs_root / "swapped-labels.csv"
+        with open(inputs["train"]) as f:
+            header, *rows = f.read().splitlines()
+        flip = {"neg": "pos", "pos": "neg"}
+        swapped.write_text("\n".join([header] + [row.rsplit(",", 1)[0] + "," + flip[row.rsplit(",", 1)[1]] for row in rows]) + "\n")
+        options = (*EARLY_STOPPING_OPTIONS, "--validation", swapped)
+        reference = _workdir(runs_root, "early-stopping-reference")
+        finished = run(finetune_command(inputs, reference_pair.result(), reference / "clf", *options), priority=2)
+        workdir = _workdir(runs_root, "early-stopping")
+        command = finetune_command(inputs, reference_pair.result(), workdir / "clf", *options)
+        return (reference, finished), run_chain(command, EARLY_STOPPING_POINTS, workdir, runs_root, priority=2)
+
+    return start(job)
+
+
+@pytest.fixture(scope="session")
 def random_kills(inputs, runs_root, reference_pair, finetune_reference):
     """One fine-tune per fraction of `RANDOM_FRACTIONS`, killed after that share of the reference's wall time."""
 
@@ -240,8 +269,8 @@ def export_runs(inputs, runs_root):
 
 
 # The longest chains first: the fine-tune's waits on the convert, the random kills on the fine-tune's reference.
-_RUNS = ("concurrent_convert", "finetune_chain", "finetune_reference", "pretrain_chain", "random_kills",
-         "pretrain_reference", "convert_chain", "export_runs")
+_RUNS = ("concurrent_convert", "finetune_chain", "finetune_reference", "pretrain_chain", "early_stopping_runs",
+         "random_kills", "pretrain_reference", "convert_chain", "export_runs")
 
 
 @pytest.fixture(scope="session", autouse=True)

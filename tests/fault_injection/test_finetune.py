@@ -1,5 +1,6 @@
 """`bert-keras finetune` killed in phase 1, at its end, between the phases, in phase 2 and before the export's swap."""
 
+import json
 import os
 
 import pytest
@@ -16,7 +17,7 @@ from tests.fault_injection._harness import (
     output_state,
 )
 from bert_keras._files import MARKER
-from tests.fault_injection.conftest import FINETUNE_POINTS
+from tests.fault_injection.conftest import EARLY_STOPPING_OPTIONS, EARLY_STOPPING_POINTS, FINETUNE_POINTS
 
 pytestmark = [pytest.mark.fault_injection, pytest.mark.slow]
 
@@ -85,3 +86,34 @@ def test_killed_finetune_resumes_to_the_uninterrupted_result(index, point, finet
     fault_table.append(["finetune", point, describe(left), "exit 0, resumed; backup, staging and lock removed",
                         f"equal: max abs diff {difference:.1e} (probabilities of {len(TEXTS)} texts, "
                         f"{len(finetune_reference_outputs) - 1} variables)"])
+
+
+def _history(export):
+    with open(os.path.join(export, "assets.extra", "metrics.json")) as f:
+        return json.load(f)["history"]
+
+
+def test_killed_finetune_with_early_stopping_resumes_to_the_uninterrupted_result(early_stopping_runs, fault_table):
+    (reference, finished), chain = early_stopping_runs.result()
+    assert finished.returncode == 0, finished.stderr[-3000:]
+    expected = _history(str(reference / "clf"))
+    epochs = EARLY_STOPPING_OPTIONS[EARLY_STOPPING_OPTIONS.index("--epochs") + 1]
+    # The case that needs early stopping's state: phase 2 stopped before its last epoch, and not at its first.
+    assert 2 <= len(expected["full"]["loss"]) < epochs, expected["full"]
+    for index, kill in enumerate(chain.kills):  # killed after phase 2's epoch 1, then (resumed) after its epoch 2
+        assert kill.killed.returncode == KILLED, kill.killed.stderr[-3000:]
+        assert backup_epoch(os.path.join(kill.snapshot, ".clf.backup", "full")) == index + 1
+        after = chain.after(index)
+        assert f"Full: resuming at epoch {index + 2} of {epochs}" in after.stdout, after.stdout[-2000:]
+    assert chain.final.returncode == 0, chain.final.stderr[-3000:]
+    assert entries(chain.workdir) == ["clf"]
+    out = os.path.join(chain.workdir, "clf")
+    assert _history(out) == expected  # the same epochs trained, with the same losses
+    outputs, reference_outputs = classifier_outputs(out), classifier_outputs(str(reference / "clf"))
+    difference = max_difference(outputs, reference_outputs)
+    assert difference <= TOLERANCE
+    fault_table.append(["finetune --early-stopping 1 --epochs 4 (validated on swapped labels)", " then ".join(EARLY_STOPPING_POINTS),
+                        "no clf; phase 2 backed up at epoch 1 (the best), then at epoch 2 (stopped, epoch 1's weights restored)",
+                        f"exit 0, resumed; phase 2 stopped after epoch {len(expected['full']['loss'])} as uninterrupted",
+                        f"equal: max abs diff {difference:.1e} (probabilities and {len(reference_outputs) - 1} variables; "
+                        "histories equal)"])
