@@ -6,7 +6,9 @@ classifier) is written by `staged_directory`:
 1. `check_target` refuses, before any work, a target that is a file, a
    symbolic link, the current directory or one of its parents, the home or
    root directory, or an existing directory that does not carry this
-   package's marker (`--force` never empties a directory it did not write).
+   package's marker of the kind being written (`--force` never empties a
+   directory it did not write, nor another command's output or a backup).
+   A trailing `/` or `/.` does not hide a link.
 2. A lock file next to the target (`.NAME.lock`, `flock`, removed after the
    write) refuses a second writer of the same target while the first runs.
    It is opened without following links and must be a plain file with one
@@ -63,8 +65,25 @@ _STAGING_KIND = "staging"
 _TEMP_SUFFIX = r"[a-z0-9_]{8}"
 
 
+# The directories a run's output may replace besides outputs of its own kind: a pre-training run's
+# directory (its backup inside) ends as the module pair it trains.
+_ENDS_AS = {"module_pair": ("pretraining_run",)}
+
+
+def _bare(path):
+    """`path` without trailing separators or `.` components ("E/", "E/." -> "E"), so that a link at its end shows.
+
+    `os.path.islink("E/")` is False for a link `E`, while writing into "E/" goes through it.
+    """
+    path = os.fspath(path)
+    while len(path) > 1 and (path.endswith(os.sep) or path.endswith(os.sep + ".")):
+        path = path[:-1] if path.endswith(os.sep) else path[:-2]
+    return path or os.sep
+
+
 def _marker_of(path):
     """The marker dict in the real directory `path`, complete or not; None without one (or a torn one)."""
+    path = _bare(path)
     if os.path.islink(path) or not os.path.isdir(path):
         return None
     marker_path = os.path.join(path, MARKER)
@@ -85,7 +104,7 @@ def is_package_output(path):
     `tf.saved_model.save` output, or a user's own `encoder/` + `preprocess/`,
     is never replaced.
     """
-    if os.path.islink(path) or not os.path.isdir(path):
+    if os.path.islink(_bare(path)) or not os.path.isdir(path):
         return False
     return not os.listdir(path) or _marker_of(path) is not None
 
@@ -96,7 +115,33 @@ def read_marker(path):
     return marker if marker is not None and marker.get("complete") is True else None
 
 
-def remove_output(path, kinds, owned=None):
+def _remove_owned(directory, owned, walk):
+    """Removes the entries of `directory` that `owned` names, walking into those `walk` names; returns what is left."""
+    left = []
+    try:
+        names = sorted(os.listdir(directory))
+    except FileNotFoundError:  # another worker removing the same backup
+        return left
+    for name in names:
+        entry = os.path.join(directory, name)
+        is_directory = os.path.isdir(entry) and not os.path.islink(entry)
+        if not owned(name):
+            left.append(name)
+        elif is_directory and walk is not None and walk(name):
+            if _remove_owned(entry, owned, walk):
+                left.append(name)  # a user's files inside it stay, and the folder with them
+            else:
+                with contextlib.suppress(FileNotFoundError):
+                    os.rmdir(entry)
+        elif is_directory:
+            shutil.rmtree(entry, onerror=_ignore_missing)  # removes links inside it as links; follows none
+        else:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(entry)
+    return left
+
+
+def remove_output(path, kinds, owned=None, walk=None):
     """Removes the directory `path` if, and only if, this package wrote it as one of `kinds`.
 
     The one rule for deleting: a real directory (a symbolic link is never
@@ -109,27 +154,30 @@ def remove_output(path, kinds, owned=None):
         owned: optional callable `name -> bool`: which entries of `path` this
             package writes there. With it, a directory that also holds other
             entries (a user's, added since) loses only the owned ones and stays.
+        walk: optional callable `name -> bool`, with `owned`: owned folders
+            whose entries are judged by `owned` in turn (a backup's phase
+            folders), so that a user's file inside one stays too.
 
     Returns:
         True when `path` was removed (or did not exist), False when it was left.
     """
     kinds = (kinds,) if isinstance(kinds, str) else tuple(kinds)
-    path = os.fspath(path)
+    path = _bare(path)
     if not os.path.lexists(path):
         return True
     marker = _marker_of(path)
     if marker is None or marker.get("kind") not in kinds:
         logger.warning("Not removing %s: it is not a %s directory written by bert_keras.", path, " or ".join(kinds))
         return False
-    foreign = sorted(name for name in os.listdir(path) if owned is not None and not owned(name))
-    if foreign:
-        for name in os.listdir(path):
-            if owned(name):  # the marker too: what is left is the user's
-                entry = os.path.join(path, name)
-                shutil.rmtree(entry, onerror=_ignore_missing) if os.path.isdir(entry) and not os.path.islink(entry) else os.unlink(entry)
-        logger.warning("Kept %s: it holds entries bert_keras did not write (%s); its own were removed.", path, foreign[:5])
+    if owned is None:
+        shutil.rmtree(path, onerror=_ignore_missing)  # removes links inside it as links; follows none
+        return True
+    left = _remove_owned(path, owned, walk)  # the marker too when something is left: what is left is the user's
+    if left:
+        logger.warning("Kept %s: it holds entries bert_keras did not write (%s); its own were removed.", path, left[:5])
         return False
-    shutil.rmtree(path, onerror=_ignore_missing)  # removes links inside it as links; follows none
+    with contextlib.suppress(FileNotFoundError):
+        os.rmdir(path)
     return True
 
 
@@ -148,17 +196,21 @@ def _protected(path):
     return None
 
 
-def check_target(target, overwrite=False, argument="export_dir"):
+def check_target(target, overwrite=False, argument="export_dir", kind=None):
     """Raises before any work if `target` cannot be written (see the module docstring).
 
     Args:
         target: str. The output directory.
         overwrite: bool. Whether an existing output of this package may be replaced.
         argument: str. How the caller names the target in messages (e.g. `--out`).
+        kind: optional str. The kind of output to be written: an existing
+            output of another kind (another command's, a run's backup) is
+            never replaced by it.
 
     Raises:
         FileExistsError: `target` exists and `overwrite` is False, or it is a
-            file, or a directory this package did not write.
+            file, a link, a directory this package did not write, or an
+            output of another kind.
         ValueError: `target` is the current, a parent, home or root directory.
     """
     target = os.fspath(target)
@@ -167,7 +219,7 @@ def check_target(target, overwrite=False, argument="export_dir"):
     reason = _protected(target)
     if reason:
         raise ValueError(f"Refusing to write the output into {target!r} ({argument}): {reason}. Pick a new directory.")
-    if os.path.islink(target):
+    if os.path.islink(_bare(target)):
         raise FileExistsError(f"{target!r} ({argument}) is a symbolic link; bert_keras follows no link it did not "
                               "create. Pass the real directory path, or a new one.")
     if os.path.lexists(target) and not os.path.isdir(target):
@@ -186,9 +238,15 @@ def check_target(target, overwrite=False, argument="export_dir"):
             f"{target!r} ({argument}) exists and was not written by bert_keras (it holds {shown}); it is never "
             "replaced, even when overwriting is asked for. Pick another directory, or remove it yourself."
         )
+    marker = _marker_of(target)
+    if kind is not None and marker is not None and marker.get("kind") not in (kind, *_ENDS_AS.get(kind, ())):
+        raise FileExistsError(
+            f"{target!r} ({argument}) holds a bert_keras {marker.get('kind')!r} output, not a {kind!r} one; it is never "
+            "replaced by another kind of output, even when overwriting is asked for. Pick another directory."
+        )
     if not overwrite and os.listdir(target):
         raise FileExistsError(f"{target!r} ({argument}) already exists; pass overwrite=True (--force) to replace it.")
-    recorded = (_marker_of(target) or {}).get("entries")
+    recorded = (marker or {}).get("entries")
     added = sorted(set(os.listdir(target)) - set(recorded) - {MARKER}) if isinstance(recorded, list) else []
     if added:
         raise FileExistsError(
@@ -399,11 +457,11 @@ def staged_directory(target, overwrite=False, kind="output", info=None, argument
     On any exception the staged directory is removed and `target` is left as it was.
     """
     target = os.fspath(target)
-    check_target(target, overwrite, argument)
+    check_target(target, overwrite, argument, kind=kind)
     parent, name = os.path.split(os.path.abspath(target))
     with output_lock(target):
         _recover(parent, name, target)
-        check_target(target, overwrite, argument)  # again, under the lock
+        check_target(target, overwrite, argument, kind=kind)  # again, under the lock
         staging = tempfile.mkdtemp(prefix=f".partial-{name}-", dir=parent)
         os.chmod(staging, 0o777 & ~_umask())
         try:

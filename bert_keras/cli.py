@@ -208,7 +208,7 @@ def _finetune(args):
     strategy = _strategy(args, "finetune")
     _warn_emulated_bfloat16(args, "finetune")
     try:  # before any work: never train for an output that cannot be written
-        check_target(args.out, args.force, argument="--out")
+        check_target(args.out, args.force, argument="--out", kind="classifier")
     except (OSError, ValueError) as error:
         return _fail("finetune", str(error))
     columns = dict(text_column=args.text_column, label_column=args.label_column, text_pair_column=args.text_pair_column,
@@ -415,7 +415,7 @@ def _evaluate(args):
 
     try:  # before any work: never evaluate for an output that cannot be written
         if args.out:
-            check_target(args.out, args.force, argument="--out")
+            check_target(args.out, args.force, argument="--out", kind="evaluation")
     except (OSError, ValueError) as error:
         return _fail("evaluate", str(error))
     try:
@@ -506,7 +506,7 @@ def _explain(args):
         if text is not None and not text.strip():
             return _fail("explain", f"{name} is empty; give a text with at least one word.")
     try:
-        check_target(args.out, args.force, argument="--out")
+        check_target(args.out, args.force, argument="--out", kind="explain")
         inspector = _inspector(args)
         data, files = write_explanation(
             inspector, args.text, args.out, text_pair=args.text_pair, overwrite=args.force,
@@ -533,7 +533,7 @@ def _probe(args):
     if args.max_examples < 10:
         return _fail("probe", f"--max-examples must be at least 10. Received: {args.max_examples}")
     try:
-        check_target(args.out, args.force, argument="--out")
+        check_target(args.out, args.force, argument="--out", kind="probe")
         data = read_labelled_file(args.data, text_column=args.text_column, label_column=args.label_column,
                                   text_pair_column=args.text_pair_column, arguments=_READER_ARGUMENTS)
     except (FileNotFoundError, FileExistsError, DataError, ValueError) as error:
@@ -637,7 +637,7 @@ def _index(args):
     from bert_keras.datasets import DataError
 
     try:  # before any work: never embed for an index that cannot be written
-        check_target(args.out, args.force, argument="--out")
+        check_target(args.out, args.force, argument="--out", kind="sentence_index")
     except (OSError, ValueError) as error:
         return _fail("index", str(error))
     model = _embedding_model(args, "index")

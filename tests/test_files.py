@@ -86,10 +86,10 @@ def test_failure_and_full_disk_leave_the_old_output(tmp_path):
     target = str(tmp_path / "out")
     _write(target, "old")
     with pytest.raises(RuntimeError, match="boom"):
-        with staged_directory(target, overwrite=True):
+        with staged_directory(target, overwrite=True, kind="test"):
             raise RuntimeError("boom")
     with pytest.raises(OSError, match="No space left on the device while writing") as error:
-        with staged_directory(target, overwrite=True):
+        with staged_directory(target, overwrite=True, kind="test"):
             raise OSError(errno.ENOSPC, "No space left on device")
     assert error.value.errno == errno.ENOSPC
     assert open(os.path.join(target, "data.txt")).read() == "old"

@@ -282,3 +282,64 @@ def test_a_directory_planted_as_a_lock_is_refused(tmp_path):
     with pytest.raises(OutputLockedError, match="is a directory"):
         with staged_directory(str(tmp_path / "out")):
             pass
+
+
+# --- the third round of the review ---------------------------------------------------------------------------
+
+
+def test_force_never_replaces_another_kind_of_output(tmp_path, monkeypatch, capsys):
+    pair = tmp_path / "modules"
+    with staged_directory(str(pair), kind="module_pair") as staging:
+        open(os.path.join(staging, "saved_model.pb"), "w").close()
+    with pytest.raises(FileExistsError, match=r"holds a bert_keras 'module_pair' output, not a 'classifier' one"):
+        with staged_directory(str(pair), overwrite=True, kind="classifier"):
+            pass
+    live = tmp_path / "live"  # another run's backup
+    claim_backup(str(live))
+    (live / "run.json").write_text("{}")
+    with pytest.raises(FileExistsError, match=r"holds a bert_keras 'training_backup' output, not a 'classifier' one"):
+        _files.check_target(str(live), overwrite=True, kind="classifier")
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "train.csv").write_text("text,label\n" + "good,pos\nbad,neg\n" * 4)
+    (tmp_path / "checkpoint").mkdir()  # exists; never read: the refusal comes first
+    argv = ["finetune", "--train", "train.csv", "--checkpoint", "checkpoint", "--out", "live", "--force", "--backup-dir", "bk"]
+    assert cli.main(argv) == 2
+    assert "holds a bert_keras 'training_backup' output, not a 'classifier' one" in capsys.readouterr().err
+    assert sorted(os.listdir(live)) == [MARKER, "run.json"] and sorted(os.listdir(pair)) == [MARKER, "saved_model.pb"]
+    assert not (tmp_path / "bk").exists()
+
+
+@pytest.mark.parametrize("suffix", ["/", "//", "/.", "/./"])
+def test_a_trailing_slash_does_not_hide_a_link(tmp_path, suffix):
+    user = tmp_path / "user_empty"
+    user.mkdir()
+    (tmp_path / "E").symlink_to(user)
+    with pytest.raises(FileExistsError, match="is a symbolic link; bert_keras follows no link it did not create"):
+        claim_backup(str(tmp_path / "E") + suffix)
+    with pytest.raises(FileExistsError, match="is a symbolic link"):
+        with staged_directory(str(tmp_path / "E") + suffix, overwrite=True, kind="classifier"):
+            pass
+    marked = tmp_path / "marked"
+    claim_backup(str(marked))
+    (tmp_path / "L").symlink_to(marked)
+    assert remove_output(str(tmp_path / "L") + suffix, BACKUP_KIND) is False  # neither followed nor removed
+    assert os.listdir(user) == [] and (marked / MARKER).exists()
+
+
+def test_a_users_files_inside_the_backups_folders_stay(tmp_path):
+    from bert_keras.training.backup import remove_backup
+
+    backup = tmp_path / "bk"
+    claim_backup(str(backup))
+    (backup / "run.json").write_text("{}")
+    for phase in ("head", "full"):
+        (backup / phase / "epoch-0001").mkdir(parents=True)
+        (backup / phase / "epoch-0001" / "state.json").write_text("{}")
+    (backup / "head" / "my_notes.txt").write_text("written during the run")
+    remove_backup(str(backup))
+    assert _tree(backup) == ["head", os.path.join("head", "my_notes.txt")]  # the backup's own entries went
+    (backup / "head" / "my_notes.txt").unlink()
+    claim_backup(str(tmp_path / "bk2"))
+    (tmp_path / "bk2" / "full" / "epoch-0003").mkdir(parents=True)
+    remove_backup(str(tmp_path / "bk2"))
+    assert not (tmp_path / "bk2").exists()  # nothing of a user's: all of it goes

@@ -43,7 +43,7 @@ def convert_to_hub(source, out_dir, seq_length=None, overwrite=False, progress=N
         The `LoadedCheckpoint` that was exported.
     """
     out_dir = os.fspath(out_dir)
-    check_target(out_dir, overwrite, argument="out_dir")
+    check_target(out_dir, overwrite, argument="out_dir", kind="module_pair")
     check_compute_dtype(dtype)
     report = progress or (lambda index, total, text: logger.info("[%d/%d] %s", index, total, text))
 

@@ -98,6 +98,8 @@ def held_backup(backup_dir, strategy=None):
         yield own
 
 
+# The folders of a backup (phases, workers) whose entries are judged one by one when it is removed.
+_FOLDERS = re.compile(r"head|full|chief|worker-\d+")
 _OWNED = re.compile(r"(\.bert_keras_output\.json|run\.json|\.lock|head|full|chief|worker-\d+|epoch-\d{4,}"
                     r"|\.partial-epoch-\d{4,}-[a-z0-9_]{8}|\.epoch-\d{4,}\.lock|\.(head|full|chief|worker-\d+)\.lock)")
 
@@ -109,7 +111,8 @@ def remove_backup(backup_dir):
     files of their own keeps them (and stays).
     """
     if backup_dir is not None:
-        remove_output(backup_dir, BACKUP_KIND, owned=lambda name: _OWNED.fullmatch(name) is not None)
+        remove_output(backup_dir, BACKUP_KIND, owned=lambda name: _OWNED.fullmatch(name) is not None,
+                      walk=lambda name: _FOLDERS.fullmatch(name) is not None)
 
 
 def fingerprint(*parts):

@@ -224,7 +224,7 @@ def finetune_classifier(source, train, validation=None, test=None, export_dir=No
     if not distribute.is_chief(strategy):
         report = logger.debug  # progress is the chief's to show
     if export_dir is not None:
-        check_target(export_dir, overwrite, argument="export_dir")
+        check_target(export_dir, overwrite, argument="export_dir", kind="classifier")
         check_compute_dtype(config.export_dtype, argument="export_dtype")
     if backup_dir is not None:
         check_target(backup_dir, overwrite=True, argument="backup_dir")  # before anything is written
