@@ -45,6 +45,7 @@ import re
 import shutil
 import stat
 import tempfile
+import threading
 
 import tensorflow as tf
 
@@ -68,6 +69,8 @@ _TEMP_SUFFIX = r"[a-z0-9_]{8}"
 # The directories a run's output may replace besides outputs of its own kind: a pre-training run's
 # directory (its backup inside) ends as the module pair it trains.
 _ENDS_AS = {"module_pair": ("pretraining_run",)}
+# The lock files held with `output_lock(..., reentrant=True)`: absolute path -> the holding thread's id.
+_HELD = {}
 
 
 def _bare(path):
@@ -343,8 +346,13 @@ def _open_lock_file(lock_path):
 
 
 @contextlib.contextmanager
-def output_lock(target, lock_path=None):
+def output_lock(target, lock_path=None, reentrant=False):
     """Holds `.NAME.lock` next to `target` (or `lock_path`); raises `OutputLockedError` if another process holds it.
+
+    With `reentrant=True`, the same thread may take the lock again inside the
+    block: a run that holds its output's lock from its start then writes the
+    output (`staged_directory` locks it again) without refusing itself. Any
+    other holder, another thread of this process included, is refused.
 
     The lock file is removed on release. A process that opened it just before
     that removal finds, after locking, that the path names another file (or
@@ -352,7 +360,10 @@ def output_lock(target, lock_path=None):
     """
     parent, name = os.path.split(os.path.abspath(target))
     os.makedirs(parent, exist_ok=True)
-    lock_path = lock_path or os.path.join(parent, f".{name}.lock")
+    lock_path = os.path.abspath(lock_path or os.path.join(parent, f".{name}.lock"))
+    if _HELD.get(lock_path) == threading.get_ident():  # held by this thread with reentrant=True
+        yield
+        return
     while True:
         lock = _open_lock_file(lock_path)
         try:
@@ -376,8 +387,12 @@ def output_lock(target, lock_path=None):
         lock.truncate()
         lock.write(str(os.getpid()))
         lock.flush()
+        if reentrant:
+            _HELD[lock_path] = threading.get_ident()
         yield
     finally:
+        if reentrant:
+            _HELD.pop(lock_path, None)
         with contextlib.suppress(FileNotFoundError):  # gone with its directory (a backup's lock, removed with it)
             os.unlink(lock_path)
         lock.close()

@@ -17,6 +17,7 @@ texts -> strategy scope -> `BertClassifier.from_checkpoint` -> `finetune`
 `FineTuneConfig`, which the CLI fills and the backup's run record stores.
 """
 
+import contextlib
 import dataclasses
 import logging
 import math
@@ -29,7 +30,7 @@ import tensorflow as tf
 from sklearn.utils.class_weight import compute_class_weight
 
 from bert_keras import distribute, lora
-from bert_keras._files import check_target, fault_point
+from bert_keras._files import check_target, fault_point, output_lock
 from bert_keras.datasets import stratified_split
 from bert_keras.dtypes import check_compute_dtype
 from bert_keras.evaluate import classification_report, format_report, report_files
@@ -230,7 +231,10 @@ def finetune_classifier(source, train, validation=None, test=None, export_dir=No
         check_target(backup_dir, overwrite=True, argument="backup_dir")  # before anything is written
         if export_dir is not None:
             _check_apart(export_dir, backup_dir)
-    with held_backup(backup_dir, strategy) as own_backup:
+    # The output's lock from the start (the chief writes it): a second run of the same export_dir is refused
+    # before it trains, not after.
+    locked = output_lock(export_dir, reentrant=True) if export_dir is not None and distribute.is_chief(strategy) else contextlib.nullcontext()
+    with locked, held_backup(backup_dir, strategy) as own_backup:
         if backup_dir is not None:
             run = dict(source=source if isinstance(source, str) else list(source), **config.record(),
                        **{f"{name}_data": _fingerprint(part) for name, part in (("train", train), ("validation", validation), ("test", test))})

@@ -5,7 +5,9 @@ run trained an epoch the uninterrupted one never trained, and restored nothing),
 backup. Kills inside a backup's write (finding 7) are in tests/fault_injection (real SIGKILLs).
 """
 
+import fcntl
 import os
+import threading
 
 import keras
 import numpy as np
@@ -103,3 +105,41 @@ def test_two_finetunes_of_one_out_or_one_backup_dir(tmp_path, monkeypatch, capsy
         assert cli.main(argv + ["--out", "other", "--backup-dir", "shared"]) == 2
         assert "is writing 'shared'; wait for it to finish" in capsys.readouterr().err
     assert sorted(os.listdir(tmp_path)) == [".clf.backup", "checkpoint", "shared", "train.csv"]
+
+
+def test_a_second_run_of_one_out_is_refused_before_it_trains_whatever_its_backup_dir(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "train.csv").write_text("text,label\n" + "good,pos\nbad,neg\n" * 4)
+    (tmp_path / "checkpoint").mkdir()  # exists, so the lock is what refuses (never read: the lock comes first)
+    with open(tmp_path / ".clf.lock", "w") as lock:  # the first run of `--out clf` (its own --backup-dir), training
+        lock.write("4242")
+        lock.flush()
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        argv = ["finetune", "--train", "train.csv", "--checkpoint", "checkpoint", "--out", "clf", "--backup-dir", "bk"]
+        assert cli.main(argv) == 2
+    assert "Another process (pid 4242) is writing 'clf'; wait for it to finish" in capsys.readouterr().err
+    assert sorted(os.listdir(tmp_path)) == [".clf.lock", "checkpoint", "train.csv"]  # no backup begun
+
+
+def test_the_run_that_holds_its_output_writes_it(tmp_path):
+    from bert_keras._files import output_lock, staged_directory
+
+    target = str(tmp_path / "out")
+    with output_lock(target, reentrant=True):  # held from the start of a run ...
+        with staged_directory(target, kind="test") as staging:  # ... and taken again by the write itself
+            open(os.path.join(staging, "data.txt"), "w").close()
+        assert os.path.exists(tmp_path / ".out.lock")  # still held by the outer block
+        refused = []
+
+        def second_writer():  # another thread (as another process) is refused
+            try:
+                with output_lock(target):
+                    pass
+            except OutputLockedError as error:
+                refused.append(str(error))
+
+        thread = threading.Thread(target=second_writer)
+        thread.start()
+        thread.join()
+        assert len(refused) == 1 and "is writing" in refused[0]
+    assert sorted(os.listdir(tmp_path)) == ["out"]
