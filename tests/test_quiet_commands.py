@@ -88,3 +88,21 @@ def test_commands_print_their_own_lines_only(folder):
     assert refused.stderr == f"bert-keras search: INDEX {folder / 'nothing'}: no such file or directory.\n"
     loud = _cli("search", "index", "good", "-vv", cwd=folder)
     assert loud.returncode == 0 and any(is_native_log_line(line.encode()) for line in loud.stderr.splitlines())
+
+
+@pytest.mark.slow
+def test_convert_finetune_predict_and_evaluate_print_no_tensorflow_log_line(folder):
+    (folder / "train.csv").write_text("text,label\n" + "the good day,pos\nbad bad,neg\n" * 6)
+    runs = {
+        "convert": _cli("convert", folder / "bert", "--out", "modules", "--seq-length", 8, cwd=folder),
+        "finetune": _cli("finetune", "--train", "train.csv", "--checkpoint", folder / "bert", "--out", "clf", "--seq-length", 8,
+                         "--batch-size", 4, "--head-epochs", 1, "--epochs", 1, cwd=folder),
+    }
+    runs["predict"] = _cli("predict", "--model", "clf", "the good day", cwd=folder)
+    runs["evaluate"] = _cli("evaluate", "--model", "clf", "--data", "train.csv", cwd=folder)
+    for command, done in runs.items():
+        assert done.returncode == 0, (command, done.stderr[-3000:])
+        printed = (done.stdout + done.stderr).splitlines()
+        assert [line for line in printed if is_native_log_line(line.encode()) or "tensorflow" in line.lower()] == [], command
+    assert runs["convert"].stderr == runs["predict"].stderr == ""
+    assert runs["predict"].stdout.split("\t")[0] in ("pos", "neg")
