@@ -159,12 +159,12 @@ def test_planted_directory_in_the_cache_is_not_used(encoder_dir, preprocess_dir,
     digest = _serve_module(served, encoder_dir)
     url = f"{base_url}/encoder.tar.gz"
     cache.mkdir(mode=0o700)
-    shutil.copytree(preprocess_dir, _entry(cache, url))  # a different module where the URL's entry goes
+    shutil.copytree(preprocess_dir, _entry(cache, url))  # a different module (another kind of output) where the URL's entry goes
 
-    layer = hub.KerasLayer(url, sha256=digest)
+    with pytest.raises(FileExistsError, match=r"holds a bert_keras 'preprocess' output, not a 'hub_download' one"):
+        hub.KerasLayer(url, sha256=digest)  # neither used nor replaced: the user removes it
     assert len(_CountingHandler.hits) == 1
-    assert len(layer.weights) == 39
-    assert not hasattr(layer.resolved_object, "bert_pack_inputs")
+    assert sorted(os.listdir(_entry(cache, url))) == sorted(os.listdir(preprocess_dir))
 
 
 def test_default_cache_is_private_and_per_user(encoder_dir, http_server, tmp_path, monkeypatch):
