@@ -159,14 +159,17 @@ class BertEmbeddings(keras.layers.Layer):
         static_length = seq_length if isinstance(seq_length, int) else None
         if static_length is not None and static_length > self.max_sequence_length:
             raise ValueError(self._too_long_message(static_length))
+        checks = []
         if static_length is None:
-            tf.debugging.assert_less_equal(
+            checks.append(tf.debugging.assert_less_equal(
                 seq_length,
                 self.max_sequence_length,
                 message=self._too_long_message("<seq_length>"),
-            )
-        table = ops.convert_to_tensor(self.position_embeddings)
-        return ops.slice(table, (0, 0), (seq_length, self.hidden_size))  # (seq, hidden)
+            ))
+        # The slice waits for the check, so that a graph fails with its message, not the slice's own.
+        with tf.control_dependencies([check for check in checks if check is not None]):
+            table = ops.convert_to_tensor(self.position_embeddings)
+            return ops.slice(table, (0, 0), (seq_length, self.hidden_size))  # (seq, hidden)
 
     def _too_long_message(self, seq_length):
         return (
