@@ -112,6 +112,19 @@ def is_package_output(path):
     return not os.listdir(path) or _marker_of(path) is not None
 
 
+def enclosing_output(path):
+    """The nearest directory above `path` that carries a bert_keras marker, with the marker's kind; (None, None)."""
+    directory = os.path.dirname(os.path.abspath(path))
+    while True:
+        marker = _marker_of(directory)
+        if marker is not None:
+            return directory, marker.get("kind")
+        parent = os.path.dirname(directory)
+        if parent == directory:
+            return None, None
+        directory = parent
+
+
 def read_marker(path):
     """The marker dict of a finished output at `path`, or None when it has none (or a torn one)."""
     marker = _marker_of(path)
@@ -333,6 +346,9 @@ def _open_lock_file(lock_path):
                 f"The lock file {lock_path!r} is a symbolic link, which bert_keras never follows. "
                 "Remove it if nobody else is writing there."
             ) from None
+        if os.path.lexists(lock_path) and not stat.S_ISREG(os.lstat(lock_path).st_mode):  # a socket (ENXIO), a device
+            raise OutputLockedError(f"The lock file {lock_path!r} is not a plain file; bert_keras writes only lock files "
+                                    "it made. Remove it if nobody else is writing there.") from None
         raise
     info = os.fstat(fd)
     if not stat.S_ISREG(info.st_mode) or info.st_nlink != 1:

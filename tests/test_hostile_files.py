@@ -7,6 +7,7 @@ and 15): the case as an attacker or a careless user sets it up, and what must be
 import errno
 import os
 import resource
+import socket
 import subprocess
 import sys
 import textwrap
@@ -343,3 +344,36 @@ def test_a_users_files_inside_the_backups_folders_stay(tmp_path):
     (tmp_path / "bk2" / "full" / "epoch-0003").mkdir(parents=True)
     remove_backup(str(tmp_path / "bk2"))
     assert not (tmp_path / "bk2").exists()  # nothing of a user's: all of it goes
+
+
+def test_a_backup_inside_another_runs_backup_or_an_output_is_refused(tmp_path):
+    other = tmp_path / "other_backup"
+    claim_backup(str(other))
+    (other / "full").mkdir()
+    for nested in (other / "mine", other / "full" / "mine"):
+        with pytest.raises(FileExistsError, match="inside .*a bert_keras 'training_backup' output"):
+            claim_backup(str(nested))
+        assert not nested.exists()
+    export = tmp_path / "export"
+    with staged_directory(str(export), kind="classifier") as staging:
+        open(os.path.join(staging, "saved_model.pb"), "w").close()
+    with pytest.raises(FileExistsError, match="inside .*a bert_keras 'classifier' output"):
+        claim_backup(str(export / "variables" / "backup"))
+    assert sorted(os.listdir(export)) == [MARKER, "saved_model.pb"]
+    # What the package lays out itself is taken: a pre-training run's backup, a worker's part of a cluster's backup.
+    run = tmp_path / "run"
+    claim_directory(str(run), kind="pretraining_run")
+    claim_backup(str(run / "backup"))
+    claim_backup(str(other / "chief"), within=str(other))
+
+
+def test_a_socket_planted_as_a_lock_is_refused_with_a_message(tmp_path):
+    server = socket.socket(socket.AF_UNIX)
+    server.bind(str(tmp_path / ".out.lock"))
+    try:
+        with pytest.raises(OutputLockedError, match="is not a plain file"):
+            with staged_directory(str(tmp_path / "out")):
+                pass
+    finally:
+        server.close()
+    assert not (tmp_path / "out").exists()

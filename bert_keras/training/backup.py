@@ -37,6 +37,7 @@ import numpy as np
 
 from bert_keras._files import (
     claim_directory,
+    enclosing_output,
     fault_point,
     output_lock,
     read_marker,
@@ -59,14 +60,29 @@ _SNAPSHOT = re.compile(r"epoch-(\d{4,})")
 _KEEP = 2  # the last snapshot and the one before (a worker one epoch ahead of the others goes back to it)
 
 
-def claim_backup(backup_dir):
+# The outputs a backup may lie inside: a pre-training run's directory (its `backup/`) and, for a worker's part of
+# a cluster's backup (`chief/`, `worker-1/`), that backup.
+_HOLDS_BACKUPS = ("pretraining_run",)
+
+
+def claim_backup(backup_dir, within=None):
     """Marks `backup_dir` as a training backup, refusing any directory this package may not later delete.
 
     A new or empty directory, or a backup this package made. The current
     directory, its parents, home, root, a link, a user's directory and any
     other bert_keras output are refused (`_files.check_target`), before
-    anything is written.
+    anything is written; so is a directory inside another bert_keras output
+    (another run's backup, an export), which that output's removal or
+    replacement would take with it or leave half there. `within` is the one
+    backup it may lie in (a worker's part of a cluster's backup).
     """
+    enclosing, kind = enclosing_output(backup_dir)
+    if enclosing is not None and kind not in _HOLDS_BACKUPS and os.path.realpath(enclosing) != (
+            within and os.path.realpath(within)):
+        raise FileExistsError(
+            f"{backup_dir!r} (backup_dir) is inside {enclosing!r}, a bert_keras {kind!r} output; a backup is never put "
+            "inside another output or another run's backup. Pick a directory outside it."
+        )
     claim_directory(backup_dir, kind=BACKUP_KIND, argument="backup_dir")
 
 
@@ -93,7 +109,7 @@ def held_backup(backup_dir, strategy=None):
     claim_backup(backup_dir)
     own = worker_backup_dir(backup_dir, strategy)
     if own != backup_dir:
-        claim_backup(own)
+        claim_backup(own, within=backup_dir)
     with output_lock(own, lock_path=os.path.join(own, LOCK_FILE)):  # inside: it goes with the backup
         yield own
 
