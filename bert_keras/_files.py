@@ -174,6 +174,9 @@ def remove_output(path, kinds, owned=None, walk=None):
             whose entries are judged by `owned` in turn (a backup's phase
             folders), so that a user's file inside one stays too.
 
+    A directory the package did not create (a user's empty directory it
+    claimed, `claim_directory`) loses its entries and stays.
+
     Returns:
         True when `path` was removed (or did not exist), False when it was left.
     """
@@ -185,6 +188,8 @@ def remove_output(path, kinds, owned=None, walk=None):
     if marker is None or marker.get("kind") not in kinds:
         logger.warning("Not removing %s: it is not a %s directory written by bert_keras.", path, " or ".join(kinds))
         return False
+    if marker.get("made") is False:  # the user's own (empty) directory, claimed: its entries go, it stays
+        owned = owned or (lambda name: True)
     if owned is None:
         shutil.rmtree(path, onerror=_ignore_missing)  # removes links inside it as links; follows none
         return True
@@ -192,8 +197,9 @@ def remove_output(path, kinds, owned=None, walk=None):
     if left:
         logger.warning("Kept %s: it holds entries bert_keras did not write (%s); its own were removed.", path, left[:5])
         return False
-    with contextlib.suppress(FileNotFoundError):
-        os.rmdir(path)
+    if marker.get("made") is not False:
+        with contextlib.suppress(FileNotFoundError):
+            os.rmdir(path)
     return True
 
 
@@ -464,9 +470,13 @@ def claim_directory(path, kind, info=None, replace=False, accept=(), argument="d
             f"{path!r} ({argument}) holds a bert_keras {marker.get('kind')!r} output, not a {kind!r} directory; "
             "it is not reused for this. Pick another directory."
         )
+    existed = os.path.isdir(path)
     os.makedirs(path, exist_ok=True)
     if replace or marker is None or marker.get("kind") != kind:
-        write_json_atomically(os.path.join(path, MARKER), dict(info or {}, writer="bert_keras", kind=kind, complete=False))
+        # `made`: whether the package created the directory; one a user made (empty) is emptied, never removed.
+        made = marker.get("made", True) if marker is not None else not existed
+        write_json_atomically(os.path.join(path, MARKER),
+                              dict(info or {}, writer="bert_keras", kind=kind, complete=False, made=made))
 
 
 @contextlib.contextmanager

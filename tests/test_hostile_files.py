@@ -377,3 +377,18 @@ def test_a_socket_planted_as_a_lock_is_refused_with_a_message(tmp_path):
     finally:
         server.close()
     assert not (tmp_path / "out").exists()
+
+
+def test_an_empty_directory_the_user_made_is_emptied_not_removed(tmp_path):
+    from bert_keras.training.backup import remove_backup
+
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    claim_backup(str(mine))
+    (mine / "full" / "epoch-0001").mkdir(parents=True)
+    claim_backup(str(mine))  # a resumed run's claim keeps what the first one recorded
+    remove_backup(str(mine))
+    assert mine.is_dir() and os.listdir(mine) == []
+    claim_backup(str(tmp_path / "made"))
+    remove_backup(str(tmp_path / "made"))
+    assert not (tmp_path / "made").exists()
