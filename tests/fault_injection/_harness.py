@@ -21,9 +21,10 @@ from bert_keras._files import FAULT_VARIABLE, MARKER, read_marker
 from bert_keras.training.backup import resumed_epoch
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-# Subprocesses at a time, over all the tests: the machine has 2 cores, and a run waits on imports and
-# file writes part of the time. Each run costs 10-20 s of CPU, mostly TensorFlow's import and tracing.
-SLOTS = 3
+# Subprocesses at a time, over all the tests: one per core. Each run costs 10-20 s of CPU, mostly TensorFlow's
+# import and tracing, and ~1.5 GB. Measured on 2 cores (tests/run_suite.py, the group alone): 3 slots 412 s and
+# 6.16 GB for the group's process tree, 2 slots 405 s and 4.69 GB.
+SLOTS = 2
 TIMEOUT_S = 300
 KILLED = -9  # the return code of a process killed by SIGKILL
 # Two runs of the same command on the same machine give bit-identical weights here (measured: 0.0); the
