@@ -106,3 +106,24 @@ def test_convert_finetune_predict_and_evaluate_print_no_tensorflow_log_line(fold
         assert [line for line in printed if is_native_log_line(line.encode()) or "tensorflow" in line.lower()] == [], command
     assert runs["convert"].stderr == runs["predict"].stderr == ""
     assert runs["predict"].stdout.split("\t")[0] in ("pos", "neg")
+
+
+@pytest.mark.slow
+def test_pretrain_explain_probe_and_presets_print_no_tensorflow_log_line(folder):
+    words = [word for word in sentence_models.VOCAB if word.isalpha() and word.islower()]
+    sentences = [" ".join(words[(i + j) % len(words)] for j in range(5)) + "." for i in range(12)]
+    (folder / "corpus.txt").write_text("\n\n".join("\n".join(sentences[i:i + 3]) for i in range(0, 12, 3)) + "\n")
+    (folder / "labelled.csv").write_text("text,label\n" + "the good day,pos\nbad bad,neg\n" * 10)
+    runs = {
+        "pretrain": _cli("pretrain", "--corpus", "corpus.txt", "--vocab", folder / "bert" / "vocab.txt", "--out", "pretrained",
+                         "--num-layers", 1, "--hidden-size", 16, "--num-heads", 2, "--intermediate-size", 32,
+                         "--seq-length", 16, "--batch-size", 2, "--epochs", 1, "--steps-per-epoch", 1, cwd=folder),
+        "explain": _cli("explain", "--checkpoint", folder / "bert", "--out", "attention", "the good day", cwd=folder),
+        "probe": _cli("probe", "--checkpoint", folder / "bert", "--data", "labelled.csv", "--out", "probe", cwd=folder),
+        "presets": _cli("presets", cwd=folder),
+    }
+    for command, done in runs.items():
+        assert done.returncode == 0, (command, done.stderr[-3000:])
+        printed = (done.stdout + done.stderr).splitlines()
+        assert [line for line in printed if is_native_log_line(line.encode()) or "tensorflow" in line.lower()] == [], command
+    assert runs["explain"].stderr == runs["presets"].stderr == ""
