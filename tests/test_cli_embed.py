@@ -216,8 +216,8 @@ def test_search_refuses_another_model_and_a_damaged_index(models, tmp_path, caps
 
 
 @pytest.mark.slow
-def test_embed_minilm_matches_sentence_transformers_on_500_tweets(tmp_path, capsys):
-    """`bert-keras embed` of all-MiniLM-L6-v2 over the 500 tweets of the parity test: within 1e-5 of
+def test_embed_minilm_matches_sentence_transformers_on_2000_tweets(tmp_path, capsys):
+    """`bert-keras embed` of all-MiniLM-L6-v2 over the 2,000 tweets of the parity test: within 1e-5 of
     SentenceTransformer.encode (the texts go in as JSONL, so that empty, blank and multi-line texts stay whole)."""
     folder, texts, reference = sentence_models.minilm_reference()
     source = tmp_path / "tweets.jsonl"
