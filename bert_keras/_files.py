@@ -465,18 +465,65 @@ def claim_directory(path, kind, info=None, replace=False, accept=(), argument="d
     """
     check_target(path, overwrite=True, argument=argument)
     marker = _marker_of(path)
-    if marker is not None and marker.get("kind") not in (kind, *accept):
+    _refuse_claim(path, marker, (kind, *accept), kind, argument)
+    if marker is None and not os.path.lexists(path):
+        if _create_marked(path, dict(info or {}, writer="bert_keras", kind=kind, complete=False, made=True)):
+            return
+        # Another process (a worker of the same cluster) made it between the check and now: judge what is there.
+        check_target(path, overwrite=True, argument=argument)
+        marker = _marker_of(path)
+        _refuse_claim(path, marker, (kind, *accept), kind, argument)
+    if replace or marker is None or marker.get("kind") != kind:
+        # `made`: whether the package created the directory; one a user made (empty) is emptied, never removed.
+        made = marker.get("made", True) if marker is not None else False
+        _write_marker(path, dict(info or {}, writer="bert_keras", kind=kind, complete=False, made=made))
+
+
+def _refuse_claim(path, marker, kinds, kind, argument):
+    if marker is not None and marker.get("kind") not in kinds:
         raise FileExistsError(
             f"{path!r} ({argument}) holds a bert_keras {marker.get('kind')!r} output, not a {kind!r} directory; "
             "it is not reused for this. Pick another directory."
         )
-    existed = os.path.isdir(path)
-    os.makedirs(path, exist_ok=True)
-    if replace or marker is None or marker.get("kind") != kind:
-        # `made`: whether the package created the directory; one a user made (empty) is emptied, never removed.
-        made = marker.get("made", True) if marker is not None else not existed
-        write_json_atomically(os.path.join(path, MARKER),
-                              dict(info or {}, writer="bert_keras", kind=kind, complete=False, made=made))
+
+
+def _create_marked(path, marker):
+    """Creates directory `path` holding only `marker`, in one step; False when `path` appeared meanwhile.
+
+    Processes that claim one directory at once (the workers of a cluster and
+    their shared backup) never see it without its marker, so none takes it for
+    a user's directory, and the marker says truly whether the package made it.
+    """
+    parent, name = os.path.split(os.path.abspath(path))
+    os.makedirs(parent, exist_ok=True)
+    staging = tempfile.mkdtemp(prefix=f".claim-{name}-", dir=parent)
+    try:
+        os.chmod(staging, 0o777 & ~_umask())
+        write_json_atomically(os.path.join(staging, MARKER), marker)
+        try:
+            os.rename(staging, path)  # onto nothing, or onto an empty directory made this instant
+        except OSError as error:
+            if error.errno in (errno.EEXIST, errno.ENOTEMPTY, errno.ENOTDIR):
+                return False
+            raise
+        return True
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)  # gone after the rename
+
+
+def _write_marker(directory, marker):
+    """Writes `marker` into an existing `directory` in one rename, staged beside it, never as a visible partial file."""
+    parent, name = os.path.split(os.path.abspath(directory))
+    staged = os.path.join(parent, f".{name}.marker-{os.getpid()}-{threading.get_ident()}")
+    try:
+        write_json_atomically(staged, marker)
+        os.replace(staged, os.path.join(directory, MARKER))
+    except OSError as error:
+        with contextlib.suppress(OSError):
+            os.remove(staged)
+        if error.errno != errno.EXDEV:  # `directory` is a mount point: stage inside it
+            raise
+        write_json_atomically(os.path.join(directory, MARKER), marker)
 
 
 @contextlib.contextmanager

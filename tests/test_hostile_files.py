@@ -392,3 +392,36 @@ def test_an_empty_directory_the_user_made_is_emptied_not_removed(tmp_path):
     claim_backup(str(tmp_path / "made"))
     remove_backup(str(tmp_path / "made"))
     assert not (tmp_path / "made").exists()
+
+
+def _claim_cluster_backups(roots, task, barrier, errors):
+    for root in roots:
+        barrier.wait()  # the workers of a cluster leave the rendezvous together and claim the backup at once
+        try:
+            claim_backup(root)
+            claim_backup(os.path.join(root, task), within=root)
+        except Exception as error:  # noqa: BLE001 - reported to the test
+            errors.put(f"{task}: {type(error).__name__}: {error}")
+
+
+def test_two_workers_claiming_one_backup_at_once_both_succeed(tmp_path):
+    """The chief and a worker claim the cluster's backup in the same instant: neither may see it half-made."""
+    import multiprocessing
+
+    context = multiprocessing.get_context("fork")  # the workers only touch files
+    roots = [str(tmp_path / f"backup-{i}") for i in range(150)]
+    barrier, errors = context.Barrier(2), context.Queue()
+    workers = [context.Process(target=_claim_cluster_backups, args=(roots, task, barrier, errors)) for task in ("chief", "worker-1")]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join(120)
+    found = []
+    while not errors.empty():
+        found.append(errors.get())
+    assert found == []
+    assert [worker.exitcode for worker in workers] == [0, 0]
+    for root in roots:  # made by the package, so removed (not only emptied) once the run is over
+        assert _files._marker_of(root)["made"] is True
+        assert sorted(os.listdir(root)) == [MARKER, "chief", "worker-1"]
+    assert sorted(os.listdir(tmp_path)) == sorted(os.path.basename(root) for root in roots)  # no staging left
