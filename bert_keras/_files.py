@@ -476,7 +476,7 @@ def claim_directory(path, kind, info=None, replace=False, accept=(), argument="d
     if replace or marker is None or marker.get("kind") != kind:
         # `made`: whether the package created the directory; one a user made (empty) is emptied, never removed.
         made = marker.get("made", True) if marker is not None else False
-        _write_marker(path, dict(info or {}, writer="bert_keras", kind=kind, complete=False, made=made))
+        _claim_marker(path, dict(info or {}, writer="bert_keras", kind=kind, complete=False, made=made))
 
 
 def _refuse_claim(path, marker, kinds, kind, argument):
@@ -511,7 +511,7 @@ def _create_marked(path, marker):
         shutil.rmtree(staging, ignore_errors=True)  # gone after the rename
 
 
-def _write_marker(directory, marker):
+def _claim_marker(directory, marker):
     """Writes `marker` into an existing `directory` in one rename, staged beside it, never as a visible partial file."""
     parent, name = os.path.split(os.path.abspath(directory))
     staged = os.path.join(parent, f".{name}.marker-{os.getpid()}-{threading.get_ident()}")
