@@ -15,15 +15,25 @@
    index. Random vectors have no clusters, the worst case for IVF: its recall
    here is a lower bound for real embeddings, whose recall part 1 gives.
 
+With `--scann-python PYTHON`, ScaNN (a tree of partitions, asymmetric hashing
+and exact reordering) is measured on the same vectors too, in a process of
+that interpreter: ScaNN 1.4.2 loads its TensorFlow ops on import, built for
+TensorFlow 2.20, and fails beside TensorFlow 2.21 (an undefined absl symbol),
+so it runs from an environment of its own without TensorFlow
+(`python3 -m venv scann && scann/bin/pip install numpy protobuf && scann/bin/pip install --no-deps scann`).
+
 faiss is not a dependency of bert_keras: `pip install faiss-cpu` to run this.
 
-    python benchmarks/approximate_search.py --output benchmarks/results/approximate_search.md
+    python benchmarks/approximate_search.py --scann-python scann/bin/python \
+        --output benchmarks/results/approximate_search.md
 """
 
 import argparse
+import json
 import os
 import re
 import statistics
+import subprocess
 import tempfile
 import time
 
@@ -101,7 +111,53 @@ def faiss_rows(faiss, vectors, queries, label):
     return rows
 
 
-def tweet_rows(faiss, directory):
+# Run by `--scann-python`: builds ScaNN's index over VECTORS, times one query at a time, saves the rows it found.
+SCANN_CHILD = """
+import json, statistics, sys, time
+import numpy as np
+import scann
+
+vectors, queries, out, k, leaves = np.load(sys.argv[1]), np.load(sys.argv[2]), sys.argv[3], int(sys.argv[4]), int(sys.argv[5])
+started = time.perf_counter()
+searcher = (scann.scann_ops_pybind.builder(vectors, k, "dot_product")
+            .tree(num_leaves=leaves, num_leaves_to_search=max(1, leaves // 12), training_sample_size=min(len(vectors), 250000))
+            .score_ah(2, anisotropic_quantization_threshold=0.2).reorder(10 * k).build())
+build_s = time.perf_counter() - started
+results = []
+for search_leaves in (max(1, leaves // 50), max(1, leaves // 12), max(1, leaves // 4)):
+    searcher.search(queries[0], leaves_to_search=search_leaves)
+    times, found = [], []
+    for row in range(len(queries)):
+        started = time.perf_counter()
+        neighbours, _ = searcher.search(queries[row], leaves_to_search=search_leaves)
+        times.append(time.perf_counter() - started)
+        found.append(np.asarray(neighbours, dtype=np.int64)[:k])
+    np.save(f"{out}-{search_leaves}.npy", np.stack(found))
+    results.append(dict(search_leaves=search_leaves, build_s=build_s, ms=statistics.median(times) * 1000))
+print(json.dumps(dict(version=getattr(scann, "__version__", "1.4.2"), results=results)))
+"""
+
+
+def scann_rows(python, vectors, queries, label, directory):
+    """[(method, build s, median ms, recall@10)] of ScaNN over `vectors`, run by the interpreter `python`."""
+    paths = [os.path.join(directory, name) for name in ("scann-vectors.npy", "scann-queries.npy")]
+    np.save(paths[0], vectors)
+    np.save(paths[1], queries)
+    leaves = int(np.sqrt(len(vectors)))
+    out = os.path.join(directory, "scann-found")
+    done = subprocess.run([python, "-c", SCANN_CHILD, *paths, out, str(K), str(leaves)], capture_output=True, text=True,
+                          check=True)
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    rows = []
+    for result in report["results"]:
+        found = np.load(f"{out}-{result['search_leaves']}.npy")
+        rows.append((label, f"ScaNN {report['version']} (tree {leaves} leaves, AH, reorder {10 * K}), "
+                     f"{result['search_leaves']} leaves searched", result["build_s"], result["ms"],
+                     recall_at_k(found, queries, vectors)))
+    return rows
+
+
+def tweet_rows(faiss, directory, scann_python=None):
     from bert_keras.sentence_encoder import SentenceEncoder, build_index, load_index
     from bert_keras.text.corpora import load_tweets, minilm_vocab_path
 
@@ -122,10 +178,13 @@ def tweet_rows(faiss, directory):
     found = index.search(queries, top_k=K)[0]
     rows = [(label, "bert_keras SentenceIndex.search (exact)", embed_s,
              median_ms(lambda q: index.search(q, top_k=K), queries), recall_at_k(found, queries, vectors))]
-    return rows + faiss_rows(faiss, vectors, queries, label), len(indexed)
+    rows += faiss_rows(faiss, vectors, queries, label)
+    if scann_python:
+        rows += scann_rows(scann_python, vectors, queries, label, directory)
+    return rows, len(indexed)
 
 
-def random_rows(faiss, size, dimension):
+def random_rows(faiss, size, dimension, scann_python=None):
     rng = np.random.default_rng(1)
     vectors = rng.standard_normal((size, dimension), dtype=np.float32)
     vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
@@ -140,13 +199,18 @@ def random_rows(faiss, size, dimension):
 
     found = np.stack([exact(queries[i : i + 1]) for i in range(len(queries))])
     rows = [(label, "exact (matrix product + top-k, numpy)", 0.0, median_ms(exact, queries), recall_at_k(found, queries, vectors))]
-    return rows + [row for row in faiss_rows(faiss, vectors, queries, label) if "IVF" in row[1]]
+    rows += [row for row in faiss_rows(faiss, vectors, queries, label) if "IVF" in row[1]]
+    if scann_python:
+        with tempfile.TemporaryDirectory() as directory:
+            rows += scann_rows(scann_python, vectors, queries, label, directory)
+    return rows
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--output", help="write the Markdown table here (default: print it)")
     parser.add_argument("--random-size", type=int, default=1_000_000)
+    parser.add_argument("--scann-python", help="an interpreter with ScaNN installed (see the docstring): measure ScaNN too")
     args = parser.parse_args()
     try:
         import faiss
@@ -154,16 +218,18 @@ def main():
         parser.error("faiss is not installed: pip install faiss-cpu")
     faiss.omp_set_num_threads(os.cpu_count() or 1)
     with tempfile.TemporaryDirectory() as directory:
-        rows, indexed = tweet_rows(faiss, directory)
-    rows += random_rows(faiss, args.random_size, 384)
+        rows, indexed = tweet_rows(faiss, directory, args.scann_python)
+    rows += random_rows(faiss, args.random_size, 384, args.scann_python)
     lines = [
         "# Exact search and faiss on the same vectors",
         "",
-        f"`python benchmarks/approximate_search.py` on {_cpu()}; faiss {faiss.__version__}, {os.cpu_count()} threads.",
+        f"`python benchmarks/approximate_search.py{' --scann-python ...' if args.scann_python else ''}` on {_cpu()}; "
+        f"faiss {faiss.__version__}, {os.cpu_count()} threads.",
         f"{QUERIES} tweets drawn at random are the queries, the other {indexed:,} the index (all-MiniLM-L6-v2, float32);",
         "one query at a time, its embedding not counted; recall@10 against a float64 brute force. Build: for",
         "bert_keras, embedding the tweets and writing the index; for faiss, adding (and training) over the vectors.",
-        "Random vectors have no clusters, the worst case for IVF.",
+        "Random vectors have no clusters, the worst case for IVF (and for ScaNN's tree)."
+        + (" ScaNN ran in its own environment (no TensorFlow), one query at a time, single-threaded." if args.scann_python else ""),
         "",
         "| vectors | method | build s | median ms per query | recall@10 |",
         "|---|---|---:|---:|---:|",
