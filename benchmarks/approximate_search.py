@@ -221,13 +221,13 @@ def main():
         rows, indexed = tweet_rows(faiss, directory, args.scann_python)
     rows += random_rows(faiss, args.random_size, 384, args.scann_python)
     lines = [
-        "# Exact search and faiss on the same vectors",
+        "# Exact search, faiss and ScaNN on the same vectors",
         "",
         f"`python benchmarks/approximate_search.py{' --scann-python ...' if args.scann_python else ''}` on {_cpu()}; "
         f"faiss {faiss.__version__}, {os.cpu_count()} threads.",
         f"{QUERIES} tweets drawn at random are the queries, the other {indexed:,} the index (all-MiniLM-L6-v2, float32);",
         "one query at a time, its embedding not counted; recall@10 against a float64 brute force. Build: for",
-        "bert_keras, embedding the tweets and writing the index; for faiss, adding (and training) over the vectors.",
+        "bert_keras, embedding the tweets and writing the index; for faiss and ScaNN, adding (and training) over the vectors.",
         "Random vectors have no clusters, the worst case for IVF (and for ScaNN's tree)."
         + (" ScaNN ran in its own environment (no TensorFlow), one query at a time, single-threaded." if args.scann_python else ""),
         "",
