@@ -412,11 +412,17 @@ class WordPieceTokenizer(keras.layers.Layer):
         # The unknown token is a word of the vocabulary: one piece, the unknown id.
         flat = tf.where(too_long, self.unknown_token, flat)
         ids, starts, ends = self._wordpiece.tokenize_with_offsets(flat)
-        # starts, ends: (words, pieces) within the word -> within the text
-        word_starts = tf.expand_dims(word_starts.flat_values, -1)
-        word_lengths = tf.expand_dims(word_ends.flat_values, -1) - word_starts
-        ends = tf.where(tf.expand_dims(too_long, -1), word_lengths, ends)
-        return tuple(words.with_flat_values(x) for x in (ids, starts + word_starts, ends + word_starts))
+        # starts, ends: (words, pieces) within the word -> within the text. Computed on the pieces' flat values
+        # with each piece's word index: broadcasting a (words, 1) tensor against the ragged pieces instead traces
+        # some fifty assertions and conditionals (seconds of tracing for every function that tokenizes).
+        word = ids.value_rowids()
+        word_starts = tf.gather(word_starts.flat_values, word)
+        word_ends = tf.gather(word_ends.flat_values, word)
+        piece_ends = tf.where(tf.gather(too_long, word), word_ends, ends.flat_values + word_starts)
+        return tuple(
+            words.with_flat_values(ids.with_flat_values(x))
+            for x in (ids.flat_values, starts.flat_values + word_starts, piece_ends)
+        )
 
     def _fast_path(self, text):
         # ids, starts, ends: (batch, (pieces)) -> (batch, words, pieces)
