@@ -4,11 +4,13 @@ The pair's reader (`read_module_pair`) lives here too: it reads the marker
 that `export_module_pair` writes.
 """
 
+import json
 import logging
 import os
 
 import tensorflow as tf
 
+from bert_keras._contract import ARCHITECTURE_FILE
 from bert_keras._files import fault_point, read_marker, staged_directory
 from bert_keras.dtypes import check_compute_dtype, compute_dtype
 from bert_keras.encoder import INPUT_KEYS
@@ -127,6 +129,16 @@ def _save_encoder(directory, encoder, vocab_file, do_lower_case, pretrainer, dty
     with compute_dtype(pretrainer if pretrainer is not None else encoder, dtype):
         root = build_encoder_module(encoder, vocab_file, do_lower_case, pretrainer)
         tf.saved_model.save(root, directory, signatures=_encoder_signatures(root))
+    _record_architecture(directory, encoder)
+
+
+def _record_architecture(directory, encoder):
+    if not all(hasattr(encoder, name) for name in ("num_heads", "activation", "layer_norm_epsilon")):
+        return  # not a BertEncoder: the reader finds the architecture by trying
+    config = encoder.get_config()
+    os.makedirs(os.path.join(directory, os.path.dirname(ARCHITECTURE_FILE)), exist_ok=True)
+    with open(os.path.join(directory, ARCHITECTURE_FILE), "w", encoding="utf-8") as f:
+        json.dump({key: config[key] for key in ("num_heads", "activation", "layer_norm_epsilon")}, f)
 
 
 def _encoder_signatures(root):

@@ -3,7 +3,7 @@
 A module in the format of Model Garden's `export_tfhub_lib.py` (the published
 `bert_en_uncased_L-12_H-768_A-12` and its kin) keeps no config: the
 architecture is read from the variables' shapes, the activation from the ops
-of its graph (`Erf`: exact GELU), and the vocabulary from its `vocab_file`
+of its graph (`Erf` or `Erfc`: exact GELU), and the vocabulary from its `vocab_file`
 asset or from the preprocess module next to it. Modules written by this
 package's own exporter are read too (their attention kernels are 2-D, so the
 head count is found by trying the divisors of `hidden_size`). Either way the
@@ -14,11 +14,12 @@ silently misread.
 """
 
 import dataclasses
+import json
 import os
 
 import numpy as np
 
-from bert_keras._contract import INPUT_KEYS
+from bert_keras._contract import ARCHITECTURE_FILE, INPUT_KEYS
 from bert_keras._files import MARKER
 from bert_keras.formats import tables
 from bert_keras.formats._common import (
@@ -207,6 +208,9 @@ def read_hub_module(path, *, do_lower_case=None):
         do_lower_case = _do_lower_case(module, preprocess_dir, vocab_file)
 
     candidates = list(_candidates(config, layout, _graph_ops(directory)))
+    recorded = _recorded_architecture(directory, config)
+    if recorded is not None:
+        candidates = [recorded] + [candidate for candidate in candidates if candidate != recorded]
     weights = read_weights(
         format="hub_module", source=source, table=table,
         part_prefixes={tables.POOLER: pooler_prefix}, encoder_config=candidates[0],
@@ -279,7 +283,7 @@ def _config(source, shape_table, query_kernel):
 def _candidates(config, layout, ops):
     """Configs to try, most likely first: the head count (known, or hidden_size / 64 first) x the activation."""
     activations = ["gelu", "gelu_approximate", "relu"]
-    if "Erf" not in ops:
+    if not ops & {"Erf", "Erfc"}:  # exact GELU is 0.5 x (1 + erf(x / sqrt 2)); Keras writes it with erfc(-x / sqrt 2)
         activations = ["gelu_approximate", "relu", "gelu"]
     if "num_heads" in config:
         heads = [config["num_heads"]]
@@ -289,6 +293,24 @@ def _candidates(config, layout, ops):
     for num_heads in heads:
         for activation in activations:
             yield dict(config, num_heads=num_heads, activation=activation)
+
+
+def _recorded_architecture(directory, config):
+    """The config with the head count, activation and epsilon that bert_keras's exporter records, or None.
+
+    Only a candidate: the probe checks it like any other.
+    """
+    try:
+        with open(os.path.join(directory, ARCHITECTURE_FILE), encoding="utf-8") as f:
+            recorded = json.load(f)
+        heads, activation, epsilon = (recorded[key] for key in ("num_heads", "activation", "layer_norm_epsilon"))
+    except (OSError, ValueError, TypeError, KeyError):
+        return None
+    valid = (isinstance(heads, int) and heads > 0 and config["hidden_size"] % heads == 0
+             and activation in ("gelu", "gelu_approximate", "relu") and isinstance(epsilon, float) and 0 < epsilon < 1)
+    if not valid or config.get("num_heads", heads) != heads:
+        return None
+    return dict(config, num_heads=heads, activation=activation, layer_norm_epsilon=epsilon)
 
 
 def _graph_ops(directory):

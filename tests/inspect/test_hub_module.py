@@ -84,6 +84,21 @@ def test_our_module_pair_and_its_archive(module_pair, tmp_path):
         np.testing.assert_array_equal(a.numpy(), b.numpy())
 
 
+def test_our_module_of_small_weights_is_read_with_exact_gelu(tmp_path):
+    """At BERT's initializer range the tanh approximation gives this module's outputs within the probe's
+    tolerance too: the activation must come from the graph (Keras writes exact GELU with `Erfc`), not be
+    the first candidate that passes."""
+    from bert_keras.export import export_encoder
+    from tests.inspect.conftest import tiny_encoder
+
+    vocab = tmp_path / "vocab.txt"
+    vocab.write_text("\n".join(VOCAB) + "\n", encoding="utf-8")
+    encoder = tiny_encoder(initializer_range=0.02)
+    export_encoder(encoder, str(tmp_path / "encoder"), str(vocab), True)
+    loaded = load_checkpoint(str(tmp_path / "encoder"))
+    assert (loaded.encoder.num_heads, loaded.encoder.activation) == (2, "gelu")
+
+
 def test_module_without_vocabulary(tmp_path):
     directory = str(tmp_path / "encoder")
     shutil.copytree(MODEL_GARDEN_MODULE, directory)
