@@ -14,6 +14,33 @@ _do_not_convert = tf.autograph.experimental.do_not_convert
 OUTPUT_KEYS = INPUT_KEYS
 
 
+class _TracedPacking:
+    """`bert_pack_inputs` of tokenized segments as one `tf.function` per number of segments and packing.
+
+    Traced once per preprocessor, where every function that preprocesses
+    (a train step, an evaluation step, each serving signature) traced the
+    packing's ops again. Held by this plain object, not as an attribute of
+    the layer, so that a SavedModel does not take it for one of its functions.
+    """
+
+    def __init__(self, preprocessor):
+        self._preprocessor = preprocessor
+        self._functions = {}
+
+    def pack(self, segments, seq_length, truncation):
+        key = (len(segments), seq_length, truncation)
+        if key not in self._functions:
+            spec = tf.RaggedTensorSpec([None, None, None], tf.int32, ragged_rank=2)
+            preprocessor = self._preprocessor
+
+            def pack(*segments):
+                return pack_inputs(list(segments), seq_length=seq_length, truncation=truncation,
+                                   **preprocessor._special_ids())
+
+            self._functions[key] = tf.function(pack, input_signature=[spec] * len(segments), autograph=False)
+        return self._functions[key](*segments)
+
+
 @keras.saving.register_keras_serializable(package="bert_keras")
 class BertPreprocessor(keras.layers.Layer):
     """Strings (or pairs of strings) to BERT's inputs, inside the graph.
@@ -89,6 +116,7 @@ class BertPreprocessor(keras.layers.Layer):
             name="packer",
             **self._special_ids(),
         )
+        self._traced_packing = _TracedPacking(self)
         self._convert_input_args = False
         self._allow_non_tensor_positional_args = True
         self.built = True
@@ -156,7 +184,7 @@ class BertPreprocessor(keras.layers.Layer):
                     "Received an invalid value for argument `inputs`, expected a batch of "
                     "strings of shape (batch,). Received: a scalar string; wrap it in a list"
                 )
-        return self.bert_pack_inputs(segments)
+        return self._traced_packing.pack(segments, self.seq_length, self.truncation)
 
     def compute_output_spec(self, inputs):
         first = inputs[0] if isinstance(inputs, (list, tuple)) else inputs
