@@ -55,6 +55,31 @@ def test_bad_inputs(tiny_vocab):
         preprocessor({"text": tf.constant(["a"])})
 
 
+def test_tokenization_and_packing_are_traced_once_for_every_function_that_preprocesses(tiny_vocab, tmp_path):
+    """Each function that preprocesses (train step, eval step, serving signatures) calls the same two traced
+    functions: tracing a third function adds no tracing of tokenization or packing, and the result is equal."""
+    preprocessor = BertPreprocessor(tiny_vocab, seq_length=8)
+    texts = tf.constant(["The quick fox!", "naïve café \u200b"])
+    eager = _numpy(preprocessor(texts))
+    outputs = []
+    for _ in range(3):
+        function = tf.function(lambda x: preprocessor(x), autograph=False)  # noqa: PLW0108 - a new function each time
+        outputs.append(_numpy(function(texts)))
+    assert outputs == [eager] * 3
+    tokenize_rows = preprocessor.tokenizer._traced.tokenize_rows
+    assert tokenize_rows.experimental_get_tracing_count() == 1
+    packers = list(preprocessor._traced_packing._functions.values())
+    assert len(packers) == 1 and packers[0].experimental_get_tracing_count() == 1
+    # The helpers are not functions of the layer: a SavedModel of a module holding it exports none of them.
+    module = tf.Module()
+    module.preprocessor = preprocessor
+    module.serve = tf.function(lambda x: preprocessor(x), input_signature=[tf.TensorSpec([None], tf.string)])
+    tf.saved_model.save(module, str(tmp_path / "saved"))
+    loaded = tf.saved_model.load(str(tmp_path / "saved"))
+    assert _numpy(loaded.serve(texts)) == eager
+    assert not hasattr(loaded.preprocessor, "_traced") and not hasattr(loaded.preprocessor, "_traced_packing")
+
+
 def test_constructor_errors(tiny_vocab):
     with pytest.raises(ValueError, match="exactly one of the arguments `vocabulary` and `tokenizer`"):
         BertPreprocessor()
