@@ -17,6 +17,7 @@ with its name, rather than somewhere else).
 | `is_functional` | `Model._is_graph_network`, `_nodes_by_depth` | Keras 3 has no public test for a functional model (its class is private) |
 | `configure_coordination_service` | `tensorflow.python.eager.context.context().configure_coordination_service` and its config | `MultiWorkerMirroredStrategy()` waits for every worker's server without end (tensorflow/tensorflow#46931); only the coordination service's registration barrier bounds it, and it has no public setter |
 | `all_layers` | `Layer._flatten_layers` | Keras 3 lists a model's direct layers (`model.layers`) but has no public walk over every nested layer, sublayers of custom layers included |
+| `traced_as_saved`, `write_archive` | `tensorflow.python.saved_model.save_context`; `ExportArchive._filter_and_track_resources`, `_get_concrete_fn`, `_endpoint_names`, `_tf_trackable` | a `tf.function`'s cache key holds the save options' variable policy while `tf.saved_model.save` runs, so every function traced before the save (the ones a SavedModel needs traced: `ExportArchive.write_out` traces its endpoints to list their variables, a Hub module's `__call__` must be traced for `training=False`/`True`) is traced a second time inside it: exports took twice the tracing they need; there is no public way to trace as the save will |
 | `variables_once` | `ExportArchive._tf_trackable` | `ExportArchive.track(model)` lists the model's Keras variables under `variables` and, at `write_out`, the `tf.Variable`s its endpoints read under `_all_variables`: the SavedModel's checkpoint holds every weight twice (an export of twice the checkpoint's size); there is no public way to list the tracked variables as the `tf.Variable`s themselves |
 | `GlobalClipAdamW` | `AdamW._use_weight_decay`, `_clip_gradients`, `_all_reduce_sum_gradients` | weight decay by rank (nanoGPT's rule) has no public hook (`exclude_from_weight_decay` takes names); Keras clips each replica's gradient before its all-reduce, so `global_clipnorm` under several replicas clips a part of the batch's gradient, not the batch's |
 
@@ -26,6 +27,7 @@ A dataset brings its own order, so the warning names nothing to fix; only that m
 module of the package that trains or loads models is imported.
 """
 
+import contextlib
 import threading
 import warnings
 import weakref
@@ -36,6 +38,7 @@ from keras.src.saving import serialization_lib
 from tensorflow.python.eager import context as tf_context
 from tensorflow.python.framework import ops as tf_ops
 from tensorflow.python.ops import control_flow_util
+from tensorflow.python.saved_model import save_context as tf_save_context
 
 try:  # TensorFlow's own oneDNN switch; absent from some builds.
     from tensorflow.python.util._pywrap_util_port import IsMklEnabled as _is_mkl_enabled
@@ -262,3 +265,35 @@ def variables_once(archive):
     for name in ("variables", "trainable_variables", "non_trainable_variables"):
         setattr(trackable, name, [getattr(v, "value", v) for v in getattr(trackable, name)])
     return archive
+
+
+@contextlib.contextmanager
+def traced_as_saved():
+    """Functions traced inside are the ones `tf.saved_model.save` (default options) reuses, not traces again.
+
+    TensorFlow keys a function's traces by, among others, the variable policy
+    of the save running (none outside a save). A function traced before the
+    save is traced again inside it; traced in here, it is traced once.
+    Do not save inside (`tf.saved_model.save` refuses a nested save context).
+    """
+    with tf_save_context.save_context(tf.saved_model.SaveOptions()):
+        yield
+
+
+def write_archive(archive, directory):
+    """`archive.write_out(directory, verbose=False)` with each endpoint traced once, not twice.
+
+    `write_out` traces every endpoint to list the variables it reads, then
+    `tf.saved_model.save` traces each again (see `traced_as_saved`). Here the
+    first tracing happens as the save's, which then reuses it. The SavedModel
+    written is the same: its endpoints, the `serving_default` signature (the
+    first endpoint unless one is named so), variables and assets.
+    """
+    with traced_as_saved():
+        archive._filter_and_track_resources()
+        signatures = {name: archive._get_concrete_fn(name) for name in archive._endpoint_names}
+        for function in signatures.values():
+            if hasattr(function, "get_concrete_function"):
+                function.get_concrete_function()
+    signatures.setdefault("serving_default", signatures[archive._endpoint_names[0]])
+    tf.saved_model.save(archive._tf_trackable, directory, signatures=signatures)

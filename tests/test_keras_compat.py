@@ -7,6 +7,7 @@ when the Keras or TensorFlow installed stops providing what the compat module us
 """
 
 import ast
+import collections
 import inspect
 import os
 import pathlib
@@ -247,3 +248,60 @@ def test_the_shuffle_warning_keras_gives_every_dataset_fit_is_the_one_silenced()
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300,
                           env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
     assert done.stdout.strip() == "True", done.stderr[-2000:]
+
+
+def test_a_function_traced_as_saved_is_traced_once_by_the_save(tmp_path):
+    traces = []
+    variable = tf.Variable(2.0)
+
+    def double(x):
+        traces.append(1)
+        return x * variable
+
+    for traced_first_as_saved, expected in ((False, 2), (True, 1)):
+        traces.clear()
+        function = tf.function(double, input_signature=[tf.TensorSpec([None], tf.float32)])
+        if traced_first_as_saved:
+            with _keras_compat.traced_as_saved():
+                function.get_concrete_function()
+        else:
+            function.get_concrete_function()  # the save traces it again: TensorFlow's behaviour worked around
+        module = tf.Module()
+        module.variable, module.double = variable, function
+        tf.saved_model.save(module, str(tmp_path / str(traced_first_as_saved)))
+        assert len(traces) == expected, traced_first_as_saved
+    loaded = tf.saved_model.load(str(tmp_path / "True"))
+    np.testing.assert_allclose(loaded.double(tf.constant([1.0, 3.0])).numpy(), [2.0, 6.0])
+
+
+def test_write_archive_writes_what_write_out_writes_tracing_each_endpoint_once(tmp_path):
+    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
+    traces = collections.Counter()
+
+    def archive_of(model):
+        archive = keras.export.ExportArchive()
+        archive.track(model)
+
+        def serve(x):
+            traces["serve"] += 1
+            return {"y": model(x)}
+
+        def call(x):
+            traces["call"] += 1
+            return model(x)
+
+        archive.add_endpoint("serve", serve, input_signature=[tf.TensorSpec([None, 3], tf.float32, name="x")])
+        archive.add_endpoint("__call__", call, input_signature=[tf.TensorSpec([None, 3], tf.float32, name="x")])
+        return archive
+
+    archive_of(model).write_out(str(tmp_path / "keras"), verbose=False)
+    assert traces == {"serve": 2, "call": 2}  # Keras' own: traced before the save and again inside it
+    traces.clear()
+    _keras_compat.write_archive(archive_of(model), str(tmp_path / "ours"))
+    assert traces == {"serve": 1, "call": 1}
+    x = tf.constant(np.arange(6, dtype="float32").reshape(2, 3))
+    theirs, ours = (tf.saved_model.load(str(tmp_path / name)) for name in ("keras", "ours"))
+    assert sorted(ours.signatures) == sorted(theirs.signatures) == ["__call__", "serve", "serving_default"]
+    np.testing.assert_array_equal(ours.signatures["serving_default"](x=x)["y"], theirs.signatures["serving_default"](x=x)["y"])
+    np.testing.assert_array_equal(ours(x), model(x))
+    assert len(ours.variables) == len(theirs.variables)

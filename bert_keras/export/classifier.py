@@ -16,7 +16,7 @@ import tensorflow as tf
 
 from bert_keras._checks import check_int
 from bert_keras._files import staged_directory
-from bert_keras._keras_compat import variables_once
+from bert_keras._keras_compat import variables_once, write_archive
 from bert_keras.dtypes import check_compute_dtype, compute_dtype
 from bert_keras.export import warmup
 from bert_keras.hub.loader import load
@@ -236,7 +236,7 @@ def _write_export(model, export_dir, label_names, overwrite, extra_assets, dtype
     archive.add_endpoint("label_names", lambda: names, input_signature=[])
 
     with staged_directory(export_dir, overwrite, kind="classifier") as staging:
-        archive.write_out(staging, verbose=False)
+        write_archive(archive, staging)  # each endpoint traced once
         os.makedirs(os.path.join(staging, "assets.extra"), exist_ok=True)
         with open(os.path.join(staging, "assets.extra", LABELS_FILE), "w") as f:
             json.dump({"label_names": label_names, "inputs": input_names, "dtype": dtype}, f)

@@ -12,6 +12,7 @@ import tensorflow as tf
 
 from bert_keras._contract import ARCHITECTURE_FILE
 from bert_keras._files import fault_point, read_marker, staged_directory
+from bert_keras._keras_compat import traced_as_saved
 from bert_keras.dtypes import check_compute_dtype, compute_dtype
 from bert_keras.encoder import INPUT_KEYS
 from bert_keras.text import BertPreprocessor
@@ -70,8 +71,10 @@ def _mlm_outputs(pretrainer, inputs, training):
 
 
 def _trace(module, spec):
-    for training in (False, True):
-        module.__call__.get_concrete_function(spec, training=training)
+    # As the save traces them, so that it reuses these traces (see `_keras_compat.traced_as_saved`).
+    with traced_as_saved():
+        for training in (False, True):
+            module.__call__.get_concrete_function(spec, training=training)
 
 
 def build_encoder_module(encoder, vocab_file, do_lower_case, pretrainer=None):
@@ -185,10 +188,11 @@ class _PackModule(tf.train.Checkpoint):
             return preprocessor.bert_pack_inputs(list(inputs), seq_length=seq_length)
 
         self.__call__ = call
-        for ragged_rank in (1, 2):
-            for num_segments in (1, 2):
-                segments = [tf.RaggedTensorSpec([None] * (ragged_rank + 1), tf.int32) for _ in range(num_segments)]
-                call.get_concrete_function(segments, seq_length=tf.TensorSpec([], tf.int32))
+        with traced_as_saved():  # the save reuses these traces
+            for ragged_rank in (1, 2):
+                for num_segments in (1, 2):
+                    segments = [tf.RaggedTensorSpec([None] * (ragged_rank + 1), tf.int32) for _ in range(num_segments)]
+                    call.get_concrete_function(segments, seq_length=tf.TensorSpec([], tf.int32))
 
 
 class _PreprocessModule(tf.train.Checkpoint):
@@ -236,7 +240,9 @@ def _save_preprocessor(directory, vocab_file, do_lower_case, seq_length):
         raise FileNotFoundError(f"vocab_file {vocab_file!r} does not exist.")
     preprocessor = BertPreprocessor(vocab_file, lower_case=bool(do_lower_case), seq_length=seq_length)
     root = _PreprocessModule(preprocessor, vocab_file, do_lower_case)
-    tf.saved_model.save(root, directory, signatures={"serving_default": root.__call__.get_concrete_function()})
+    with traced_as_saved():  # the save reuses this trace
+        serving_default = root.__call__.get_concrete_function()
+    tf.saved_model.save(root, directory, signatures={"serving_default": serving_default})
 
 
 ENCODER_DIR = "encoder"

@@ -19,7 +19,7 @@ import tensorflow as tf
 
 from bert_keras._checks import check_positive_int
 from bert_keras._files import staged_directory
-from bert_keras._keras_compat import variables_once
+from bert_keras._keras_compat import variables_once, write_archive
 from bert_keras.hub.loader import load
 
 logger = logging.getLogger(__name__)
@@ -134,21 +134,17 @@ def export_sentence_encoder(model, export_dir, overwrite=False):
     export_dir = os.fspath(export_dir)
     info = describe_model(model)
 
-    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="text")])
     def embed(text):
         return tf.cast(model(text, training=False), tf.float32)  # (batch, dim)
 
-    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="text")])
-    def serving_default(text):
-        return {"embeddings": embed(text)}
-
+    signature = [tf.TensorSpec([None], tf.string, name="text")]
     archive = keras.export.ExportArchive()
     archive.track(model)
     variables_once(archive)  # each weight saved once (Keras lists it twice)
-    archive.add_endpoint("__call__", embed)
-    archive.add_endpoint("serving_default", serving_default)
+    archive.add_endpoint("__call__", embed, input_signature=signature)
+    archive.add_endpoint("serving_default", lambda text: {"embeddings": embed(text)}, input_signature=signature)
     with staged_directory(export_dir, overwrite, kind=EXPORT_KIND, info={"dimension": info["dimension"]}) as staging:
-        archive.write_out(staging, verbose=False)
+        write_archive(archive, staging)  # each endpoint traced once
         os.makedirs(os.path.join(staging, "assets.extra"), exist_ok=True)
         with open(os.path.join(staging, "assets.extra", EXPORT_INFO_FILE), "w") as f:
             json.dump(info, f, indent=2)
