@@ -13,7 +13,7 @@ with its name, rather than somewhere else).
 | `ExistingVariable` | `keras.Variable._initialize_with_initializer`, `_initialize` | a Keras variable always creates its own storage; a Hub module's functions read their own `tf.Variable`s, which a Keras layer must train in place (tensorflow/hub#903 is the tf_keras side of the same gap) |
 | `track_variable` | `keras.layers.Layer._track_variable` | `add_weight` always makes a new variable; a layer that owns an existing one (an `ExistingVariable`) has no public way to list it among its weights |
 | `freeze_for_good`, `thaw` | `Layer._tracker`, `_trainable_variables`, `_non_trainable_variables`, `_flatten_layers` | no freeze outlasts `layer.trainable = True`: that setter makes every variable in the layer's trainable list trainable again (the kernel Keras' own `Dense.enable_lora` froze included), and there is no public way to move an existing variable to the non-trainable list it leaves alone; LoRA needs the encoder frozen but for its adapters through fine-tuning's `encoder.trainable = True` |
-| `MultiWorkerFit` | `Model._maybe_symbolic_build`, `_symbolic_build`, `_distribute_strategy` | Keras 3's `fit` fails under `MultiWorkerMirroredStrategy` (keras#20585): before training it averages a whole data batch across workers to learn its shapes (a collective on a `PerReplica` of data; also a mean of strings under `MirroredStrategy`), and each step it reduces scalar logs with `reduce(..., axis=0)` |
+| `MultiWorkerFit` | `Model._maybe_symbolic_build`, `_symbolic_build`, `_distribute_strategy` | Keras 3's `fit` fails under `MultiWorkerMirroredStrategy` (keras#20585): before training it averages a whole data batch across workers to learn its shapes (a collective on a `PerReplica` of data; also a mean of strings under `MirroredStrategy`), and each step it reduces scalar logs with `reduce(..., axis=0)`; and without a strategy Keras builds nothing before `fit`/`evaluate` trace their step, so the optimizer's slots and the metrics' variables are made inside the first trace, and TensorFlow traces every train and test function twice (a function that creates variables is traced again); the model is built from the dataset's element spec here (no batch read) |
 | `is_functional` | `Model._is_graph_network`, `_nodes_by_depth` | Keras 3 has no public test for a functional model (its class is private) |
 | `configure_coordination_service` | `tensorflow.python.eager.context.context().configure_coordination_service` and its config | `MultiWorkerMirroredStrategy()` waits for every worker's server without end (tensorflow/tensorflow#46931); only the coordination service's registration barrier bounds it, and it has no public setter |
 | `all_layers` | `Layer._flatten_layers` | Keras 3 lists a model's direct layers (`model.layers`) but has no public walk over every nested layer, sublayers of custom layers included |
@@ -195,15 +195,21 @@ def _is_multi_worker(strategy):
 class MultiWorkerFit:
     """Mixed into a `keras.Model` (before it): Keras 3's `fit`/`evaluate` under `MultiWorkerMirroredStrategy`.
 
-    Without a strategy nothing changes; under one, the model's shapes are
-    learnt from this replica's first batch (no collective), and each scalar
-    log gets a length-1 axis so that Keras' `reduce("MEAN", value, axis=0)`
-    averages the replicas, as on one machine.
+    Under a strategy, the model's shapes are learnt from this replica's first
+    batch (no collective), and each scalar log gets a length-1 axis so that
+    Keras' `reduce("MEAN", value, axis=0)` averages the replicas, as on one
+    machine. Without one, the model, its optimizer, loss and metrics are built
+    from the data's element spec before the step is traced (Keras defers that
+    to the trace, which then creates variables and is done twice).
     """
 
     def _maybe_symbolic_build(self, iterator=None, data_batch=None):
         if self._distribute_strategy is None:
-            return super()._maybe_symbolic_build(iterator=iterator, data_batch=data_batch)
+            if data_batch is None and iterator is not None:
+                data_batch = iterator.data_adapter.get_tf_dataset().element_spec  # shapes and dtypes, no batch read
+            if data_batch is not None:
+                self._symbolic_build(data_batch=data_batch)
+            return
         if iterator is not None:
             for _, _, batches in iterator:
                 batch = next(batches)

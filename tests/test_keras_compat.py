@@ -305,3 +305,43 @@ def test_write_archive_writes_what_write_out_writes_tracing_each_endpoint_once(t
     np.testing.assert_array_equal(ours.signatures["serving_default"](x=x)["y"], theirs.signatures["serving_default"](x=x)["y"])
     np.testing.assert_array_equal(ours(x), model(x))
     assert len(ours.variables) == len(theirs.variables)
+
+
+def test_fit_without_a_strategy_builds_first_and_traces_each_step_once():
+    traces = {}
+
+    def counted(base):
+        class Counted(*base):
+            def __init__(self):
+                super().__init__()
+                self.dense = keras.layers.Dense(2)
+
+            def call(self, x):
+                return self.dense(x)
+
+            def train_step(self, data):
+                traces[name]["train"] += 1
+                return super().train_step(data)
+
+            def test_step(self, data):
+                traces[name]["test"] += 1
+                return super().test_step(data)
+
+        return Counted()
+
+    x, y = np.arange(24, dtype="float32").reshape(8, 3) / 10, np.arange(8) % 2
+    data = tf.data.Dataset.from_tensor_slices((x, y)).batch(4)
+    trained = {}
+    for name, base in (("keras", (keras.Model,)), ("ours", (_keras_compat.MultiWorkerFit, keras.Model))):
+        keras.utils.set_random_seed(3)
+        traces[name] = collections.Counter()
+        model = counted(base)
+        model.compile(optimizer="adam", loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True), metrics=["accuracy"])
+        history = model.fit(data, validation_data=data, epochs=2, verbose=0)
+        trained[name] = (model, history.history)
+    # Keras builds the optimizer and metrics inside the first trace, and TensorFlow traces a function that made
+    # variables a second time; built from the element spec first, each step is traced once.
+    assert traces == {"keras": {"train": 2, "test": 1}, "ours": {"train": 1, "test": 1}}
+    for ours, theirs in zip(trained["ours"][0].weights, trained["keras"][0].weights):
+        np.testing.assert_array_equal(ours.numpy(), theirs.numpy())
+    assert trained["ours"][1] == trained["keras"][1]

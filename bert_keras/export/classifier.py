@@ -216,8 +216,10 @@ def _write_export(model, export_dir, label_names, overwrite, extra_assets, dtype
     variables_once(archive)  # each weight saved once (Keras lists it twice)
 
     softmax = not outputs_probabilities(model)
+    signature = [tf.TensorSpec([None], tf.string, name=name) for name in input_names]
     # XLA's CPU matrix products in bfloat16 are slower than oneDNN's (measured: benchmarks/results/serving.md).
-    run = _serving_function(model, xla=dtype == "float32")
+    # One function that both endpoints call: the model's graph is traced once for the two.
+    run = tf.function(_serving_function(model, xla=dtype == "float32"), input_signature=signature, autograph=False)
 
     def serve(*texts):
         outputs = run(*texts)
@@ -226,7 +228,6 @@ def _write_export(model, export_dir, label_names, overwrite, extra_assets, dtype
             probabilities = tf.nn.softmax(probabilities, axis=-1)
         return {"probabilities": probabilities, "label": tf.gather(names, tf.argmax(probabilities, axis=-1))}
 
-    signature = [tf.TensorSpec([None], tf.string, name=name) for name in input_names]
     archive.add_endpoint("serve", serve, input_signature=signature)
 
     def call(*texts):  # what `model(texts)` returns: logits or probabilities, as Keras 2's SavedModels did
