@@ -4,8 +4,8 @@ TensorFlow keeps what a test builds (graphs, traced functions, loaded
 SavedModels) for the life of the process, so one pytest process over the
 whole suite grows past 20 GB. One process per group gives that memory back
 between groups. A group is one directory of tests/ (its files share session
-fixtures), one top-level test file, or the bundle of small top-level files
-(LIGHT). Groups run `--jobs` at a time
+fixtures), one top-level test file, or one of the BUNDLES of small files and
+directories. Groups run `--jobs` at a time
 (default: two, or one on a one-core machine): most of a test's time is
 Python tracing graphs on one core. A group starts only while the measured
 peaks (PEAK_GB) of the groups running, its own added, stay within
@@ -48,51 +48,54 @@ _COUNT = re.compile(r"(\d+) (passed|failed|errors?|skipped|deselected|xfailed|xp
 # modules, distribute's one-replica reference), which one process per file would compute again per file.
 # Each top-level test file is a process of its own.
 # The peak resident memory of each group's process tree (pytest and the processes it starts), in GB: the largest
-# this script measured in the full runs of 2026-12-02 (AMD EPYC, 2 cores), plus 0.3-0.5 GB. A group not listed
-# counts DEFAULT_PEAK_GB. Groups start only while the peaks of those running, added, stay within MEMORY_BUDGET_GB.
-# Listed in the order they start, longest first (by the times of the full run of 2026-12-02, 31 min 26 s), so that
-# the short groups fill in around the long ones and the suite does not end on one long group with a core idle.
-# The two longest start first: their subprocesses (a cluster of workers; runs killed and rerun) leave a core
-# idle part of the time, which the small groups beside them fill.
+# this script measured in the full runs of 2026-12-02 (AMD EPYC and Intel Xeon, 2 cores), plus 0.1-0.5 GB. A group
+# not listed counts DEFAULT_PEAK_GB. Groups start only while the peaks of those running, added, stay within
+# MEMORY_BUDGET_GB. Listed in the order they start, longest first (by the times of the full run of 2026-12-02 on
+# the Intel Xeon, 47 min 46 s), so that the short groups fill in around the long ones and the suite does not end on
+# one long group with a core idle. The two that start first keep both cores busy on their own part of the time
+# (a cluster of two workers; fault-injected runs two at a time).
 PEAK_GB = {
     "tests/fault_injection": 4.4,
-    "tests/distribute": 4.6,
-    "tests/test_datasets.py": 2.9,  # the LIGHT bundle
+    "tests/distribute": 4.9,
+    "tests/test_datasets.py": 3.0,  # the first bundle
     "tests/test_pretrain.py": 3.2,
-    "tests/text": 2.7,
-    "tests/test_sentence_encoder.py": 2.8,
-    "tests/hub": 4.2,
-    "tests/test_lora.py": 1.9,
+    "tests/text": 2.8,
+    "tests/inspect": 2.8,  # the second bundle
     "tests/test_tasks.py": 3.0,
-    "tests/test_readme.py": 4.3,
+    "tests/test_sentence_encoder.py": 2.8,
+    "tests/test_lora.py": 1.9,
     "tests/test_notebooks.py": 3.0,
     "tests/test_saved_model.py": 3.2,
-    "tests/test_cli_embed.py": 2.6,
-    "tests/test_cli_predict.py": 3.3,
     "tests/test_cli_finetune.py": 2.9,
+    "tests/hub": 4.2,
     "tests/test_contrastive.py": 2.2,
+    "tests/test_cli_embed.py": 2.6,
+    "tests/test_encoder.py": 3.5,
+    "tests/test_readme.py": 4.3,
     "tests/test_cli_convert.py": 2.5,
     "tests/test_demo.py": 4.3,
-    "tests/test_encoder.py": 3.5,
-    "tests/inspect": 2.6,
-    "tests/test_text_inputs.py": 1.8,
-    "tests/test_beam.py": 3.9,
-    "tests/test_finetune.py": 1.6,
-    "tests/checkpoints": 2.1,
-    "tests/training": 1.4,
+    "tests/test_cli_predict.py": 3.3,
     "tests/test_hostile_inputs.py": 2.5,
-    "tests/test_docstrings.py": 1.8,
+    "tests/test_beam.py": 4.3,
+    # The smallest last: they start beside a group too large to pair with any other.
+    "tests/test_text_inputs.py": 1.8,
+    "tests/test_finetune.py": 1.6,
+    "tests/training": 1.4,
     "tests/test_cli.py": 1.6,
     "tests/layers": 1.1,
-    "tests/test_hostile_files.py": 1.9,
 }
 DEFAULT_PEAK_GB = 2.0
-# Top-level files of small tests (each under 2 GB measured, most under 10 s): one process for all of them, which
-# saves a process start (TensorFlow's import, ~6 s) per file. Its peak in PEAK_GB is the bundle's.
-LIGHT = ["tests/test_datasets.py", "tests/test_datasets_hostile.py", "tests/test_datasets_readers.py",
-         "tests/test_export.py", "tests/test_files.py", "tests/test_fuzz_readers.py", "tests/test_heads.py",
-         "tests/test_keras_compat.py", "tests/test_layering.py", "tests/test_lora_hostile.py",
-         "tests/test_quiet_commands.py", "tests/test_run_suite.py", "tests/test_soak.py"]
+# Test files and directories that share a process (each under 2 GB measured alone): a process start costs
+# ~10 s of CPU before the first test (TensorFlow's import and the collection; `pytest --collect-only tests/layers`:
+# 9.9 s on a 2-core Intel Xeon, 2026-12-02), which a bundle pays once. A bundle is named in PEAK_GB by its first
+# entry. The smallest groups (PEAK_GB's last) stay alone: they fit beside the groups of over 4 GB.
+BUNDLES = [
+    ["tests/test_datasets.py", "tests/test_datasets_hostile.py", "tests/test_datasets_readers.py",
+     "tests/test_export.py", "tests/test_files.py", "tests/test_fuzz_readers.py", "tests/test_heads.py",
+     "tests/test_keras_compat.py", "tests/test_layering.py", "tests/test_lora_hostile.py",
+     "tests/test_quiet_commands.py", "tests/test_run_suite.py", "tests/test_soak.py"],
+    ["tests/inspect", "tests/checkpoints", "tests/test_hostile_files.py", "tests/test_docstrings.py"],
+]
 MEMORY_BUDGET_GB = 6.0
 FAST_BUNDLES = 4  # processes for the top-level files in the fast loop (two peaked at 3.8 and 4.5 GB, 2026-12-02)
 FAST_PEAK_GB = 3.0  # any group of the fast loop
@@ -100,14 +103,15 @@ FAST_PEAK_GB = 3.0  # any group of the fast loop
 
 def groups():
     """The groups, one per pytest process, in the order they start: test paths relative to the repository,
-    separated by spaces where a group holds several (LIGHT)."""
+    separated by spaces where a group holds several (BUNDLES)."""
     relative = lambda path: str(path.relative_to(ROOT.parent))  # noqa: E731
     found = [relative(path) for path in sorted(ROOT.iterdir()) if path.is_dir() and any(path.glob("test_*.py"))]
-    files = [relative(path) for path in sorted(ROOT.glob("test_*.py"))]
-    light = [name for name in files if name in LIGHT]
-    found += [name for name in files if name not in LIGHT] + ([" ".join(light)] if light else [])
+    found += [relative(path) for path in sorted(ROOT.glob("test_*.py"))]
+    bundled = {name for bundle in BUNDLES for name in bundle}
+    found = [name for name in found if name not in bundled]
+    found += [" ".join(name for name in bundle if (ROOT.parent / name).exists()) for bundle in BUNDLES]
     rank = {name: i for i, name in enumerate(PEAK_GB)}
-    return sorted(found, key=lambda group: rank.get(group.split()[0], len(rank)))
+    return sorted(filter(None, found), key=lambda group: rank.get(group.split()[0], len(rank)))
 
 
 def peak_gb(group):
@@ -179,8 +183,9 @@ def _gigabytes(size):
 def fast_groups(found):
     """The fast loop's groups: the top-level files in FAST_BUNDLES processes (their slow tests, which need their
     memory given back, are deselected), each directory in its own."""
-    files = [name for group in found for name in group.split() if name.endswith(".py")]
-    directories = [group for group in found if not group.endswith(".py")]
+    names = [name for group in found for name in group.split()]
+    files = [name for name in names if name.endswith(".py")]
+    directories = [name for name in names if not name.endswith(".py")]
     return [" ".join(files[i::FAST_BUNDLES]) for i in range(FAST_BUNDLES)] + directories
 
 

@@ -213,16 +213,3 @@ def test_search_refuses_another_model_and_a_damaged_index(models, tmp_path, caps
     code, _, err = _run(["index", "--model", models["export"], "--input", str(source), "--out", str(tmp_path / "new")], capsys)
     assert code == 2 and "UTF-8" in err
     assert not os.path.exists(tmp_path / "new") and not [n for n in os.listdir(tmp_path) if n.startswith(".partial")]
-
-
-@pytest.mark.slow
-def test_embed_minilm_matches_sentence_transformers_on_2000_tweets(tmp_path, capsys):
-    """`bert-keras embed` of all-MiniLM-L6-v2 over the 2,000 tweets of the parity test: within 1e-5 of
-    SentenceTransformer.encode (the texts go in as JSONL, so that empty, blank and multi-line texts stay whole)."""
-    folder, texts, reference = sentence_models.minilm_reference()
-    source = tmp_path / "tweets.jsonl"
-    source.write_text("".join(json.dumps({"text": text}) + "\n" for text in texts), encoding="utf-8")
-    out = str(tmp_path / "tweets.npy")
-    code, _, err = _run(["embed", "--checkpoint", folder, "--input", str(source), "--out", out], capsys)
-    assert code == 0, err
-    assert_close(np.load(out), reference, atol=1e-5)

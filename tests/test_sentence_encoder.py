@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from bert_keras import BertEncoder, hub
+from bert_keras import BertEncoder, cli, hub
 from bert_keras.heads import SentencePooling
 from bert_keras.export import export_sentence_encoder, load_sentence_encoder
 from bert_keras.export.sentence_encoder import cosine_similarity
@@ -262,13 +262,23 @@ def test_export_serves_strings_as_the_universal_sentence_encoder(tiny_model, tmp
 
 
 @pytest.mark.slow
-def test_minilm_matches_sentence_transformers_on_2000_tweets(tmp_path):
+def test_minilm_matches_sentence_transformers_on_2000_tweets(tmp_path, capsys):
     """all-MiniLM-L6-v2 over 2,000 tweets (an empty text, a blank one, non-ASCII, ~1,000 tokens cut at 256):
-    encode and the exported SavedModel within 1e-5 of SentenceTransformer.encode."""
+    encode, and `bert-keras embed` of the exported SavedModel, within 1e-5 of SentenceTransformer.encode.
+
+    One test for both, so that the reference and the model are computed once: the command's output file
+    goes through the export (the texts go in as JSON lines, so that empty, blank and multi-line texts stay
+    whole); `tests/test_cli_embed.py` checks on a tiny model that `--checkpoint` and `--model` give the
+    same vectors."""
     folder, texts, reference = sentence_models.minilm_reference()
     model = SentenceEncoder.from_checkpoint(folder)
     assert (model.pooling, model.normalize, model.max_seq_length, model.embedding_dim) == ("mean", True, 256, 384)
     vectors = model.encode(texts, batch_size=32)
     assert_close(vectors, reference, atol=1e-5)
     export_dir = export_sentence_encoder(model, str(tmp_path / "minilm"))
-    assert_close(load_sentence_encoder(export_dir).encode(texts, batch_size=32), reference, atol=1e-5)
+    source = tmp_path / "tweets.jsonl"
+    source.write_text("".join(json.dumps({"text": text}) + "\n" for text in texts), encoding="utf-8")
+    out = str(tmp_path / "tweets.npy")
+    code = cli.main(["embed", "--model", export_dir, "--input", str(source), "--out", out])
+    assert code == 0, capsys.readouterr().err
+    assert_close(np.load(out), reference, atol=1e-5)
