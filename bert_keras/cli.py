@@ -742,10 +742,12 @@ def _build_parser():
     )
     demo.add_argument("--out", default="saved_models", help="where modules, the classifier and results go")
     demo.add_argument("--full", action="store_true", help="train on the whole training split (about 30k tweets)")
-    demo.add_argument("--train-size", type=_at_least(0), default=5000, help="training tweets: a stratified subset of about this many, each "
-                      "class's share rounded down (5000 gives 4998)")
-    demo.add_argument("--validation-size", type=_at_least(0), default=500, help="validation tweets, as --train-size (500 gives 499)")
-    demo.add_argument("--test-size", type=_at_least(0), default=2000, help="test tweets, as --train-size (2000 gives 1999; 0: the whole test split)")
+    demo.add_argument("--train-size", type=_at_least(0), default=4998,
+                      help="training tweets: a stratified subset of exactly this many (each class keeps its share)")
+    demo.add_argument("--validation-size", type=_at_least(0), default=499,
+                      help="validation tweets, as --train-size")
+    demo.add_argument("--test-size", type=_at_least(0), default=1999,
+                      help="test tweets, as --train-size (0: the whole test split)")
     demo.add_argument("--seq-length", type=_at_least(3), default=64, help="tokens per text, [CLS] and [SEP] included; "
                       "longer texts are cut (99.8%% of the tweets fit in 64; finetune uses 128 for any data)")
     demo.add_argument("--head-epochs", type=_at_least(0), default=1, help="phase 1: epochs of the head alone, encoder frozen (Adam 1e-3); 0 skips it")

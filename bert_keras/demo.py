@@ -39,9 +39,9 @@ EXAMPLES = [
 @dataclasses.dataclass
 class DemoConfig:
     out_dir: str = "saved_models"
-    train_size: int = 5000
-    validation_size: int = 500
-    test_size: int = 2000  # 0: the whole test split
+    train_size: int = 4998
+    validation_size: int = 499
+    test_size: int = 1999  # 0: the whole test split
     seq_length: int = 64  # the tweets' length (99.8% fit); the training recipe is FineTuneConfig's own
     batch_size: int = FineTuneConfig.batch_size
     head_epochs: int = FineTuneConfig.head_epochs
@@ -53,11 +53,28 @@ class DemoConfig:
 
 
 def _subsample(indices, labels, size, seed):
-    """A stratified subset of `indices` of about `size` (all of them when size >= len)."""
+    """A stratified subset of exactly `size` of `indices` (all of them when size >= len).
+
+    Each class gets its share of `size` rounded down, and the places left over
+    go one each to the classes with the largest remainders (ties: the lower
+    label), so the sizes add up to `size`. The random draws are those of
+    `stratified_split` (a permutation of each class's members, then of the
+    part), so a size that the rounding used to reach gives the same tweets.
+    """
     if size <= 0 or size >= len(indices):
         return indices
-    (part,) = stratified_split(labels[indices], [size / len(indices)], seed=seed)
-    return indices[part]
+    subset_labels = labels[indices]
+    classes, counts = np.unique(subset_labels, return_counts=True)
+    quotas = size * counts / len(indices)
+    take = np.floor(quotas + 1e-9).astype(int)
+    by_remainder = sorted(range(len(classes)), key=lambda c: (take[c] - quotas[c], c))
+    for c in by_remainder[: size - int(take.sum())]:
+        take[c] += 1
+    rng = np.random.default_rng(seed)
+    part = []
+    for label, count in zip(classes, take):
+        part.extend(rng.permutation(np.flatnonzero(subset_labels == label))[:count])
+    return indices[rng.permutation(np.array(part, dtype=int))]
 
 
 def baselines(train, test, seed=0):
