@@ -21,7 +21,7 @@ from keras import ops
 from bert_keras import hub
 from bert_keras._checks import check_choice, check_int, check_positive_int, check_rate
 from bert_keras._task import Task, call_encoder, check_encoder, head_dtype, head_initializer, model_inputs
-from bert_keras.checkpoints import holds_weights, load_checkpoint
+from bert_keras.checkpoints import holds_weights, load, load_checkpoint, read_hub_module
 from bert_keras.encoder import BertEncoder
 from bert_keras.export import read_module_pair
 from bert_keras.export.classifier import blank_prediction, check_top_k, labelled_predictions
@@ -349,8 +349,8 @@ class BertClassifier(_PretrainedTask):
         compute in another dtype (`bert_keras.dtypes.compute_dtype`) and
         compute the last block for `[CLS]` only (`serving_outputs`). A
         loaded module keeps no config: its architecture is read from the
-        module's directory (`bert_keras.checkpoints.load_checkpoint`), its
-        weights are the layer's variables, matched by name.
+        module's directory (`bert_keras.checkpoints.read_hub_module`), its
+        weights from the layer's own loaded module (not loaded again).
 
         Returns:
             A `BertClassifier` on a `BertEncoder`.
@@ -394,11 +394,10 @@ def _native_encoder(layer):
     """A `BertEncoder` with the current weights of a Hub layer around an encoder module written by bert_keras."""
     handle = getattr(layer, "handle", None)
     if isinstance(layer, hub.KerasLayer) and isinstance(handle, str):
-        native = load_checkpoint(handle, with_heads=False).encoder
+        # The layer's own loaded module is read (its current, e.g. fine-tuned, weights): not loaded again.
+        native = load(read_hub_module(handle, module=layer.resolved_object)).encoder
         variables = {v.name.rsplit(":", 1)[0]: v for v in layer.resolved_object.variables}
         if all(weight.path in variables for weight in native.weights):
-            for weight in native.weights:
-                weight.assign(variables[weight.path])
             return native
     raise ValueError(
         f"Cannot rebuild the encoder {layer.name!r} ({type(layer).__name__}) as a BertEncoder: a BertEncoder, or a "

@@ -172,7 +172,7 @@ class ModuleSource(_Source):
         return self._variables[name].numpy()
 
 
-def read_hub_module(path, *, do_lower_case=None):
+def read_hub_module(path, *, do_lower_case=None, module=None):
     """Reads a TF Hub BERT encoder module: the candidate encoder configs, the weights, the vocabulary.
 
     Args:
@@ -181,6 +181,10 @@ def read_hub_module(path, *, do_lower_case=None):
             `.tar.gz` of a module, or an http(s) handle (fetched once into
             `$TFHUB_CACHE_DIR`).
         do_lower_case: optional bool. Overrides the module's `do_lower_case`.
+        module: optional SavedModel object already loaded from the encoder
+            module of `path` (e.g. a Hub layer's `resolved_object`), read as
+            it is (its variables' current values) instead of loading the
+            module again.
 
     Returns:
         `CheckpointWeights` with format `"hub_module"`, the candidate configs
@@ -194,10 +198,11 @@ def read_hub_module(path, *, do_lower_case=None):
             rebuild, or has no WordPiece vocabulary.
     """
     directory, preprocess_dir = _module_dirs(resolve(os.fspath(path)))
-    try:
-        module = load(directory)
-    except (ValueError, RuntimeError, OSError) as error:
-        raise CheckpointError(directory, None, f"cannot be loaded as a SavedModel ({error}).") from error
+    if module is None:
+        try:
+            module = load(directory)
+        except (ValueError, RuntimeError, OSError) as error:
+            raise CheckpointError(directory, None, f"cannot be loaded as a SavedModel ({error}).") from error
     source = ModuleSource(module, directory)
     layout = _layout(source, directory)
     table, shape_table, query_kernel, pooler_prefix = LAYOUTS[layout]
