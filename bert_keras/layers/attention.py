@@ -9,7 +9,7 @@ from bert_keras._keras_compat import onednn_enabled
 from bert_keras.layers._utils import clone_initializer
 from bert_keras.layers.dropout import Dropout, dropout_keep_mask, next_seed
 from bert_keras.layers.lora_dense import LoraDense
-from bert_keras.layers.packing import pack_tokens, unpack_tokens
+from bert_keras.layers.packing import pack_heads, unpack_heads
 
 
 # Added to the scores of masked positions before the softmax.
@@ -195,13 +195,14 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         key = self.key_dense(tokens)
         value = self.value_dense(tokens)
         if packing is not None:
-            # The padded layout for the attention products only: (batch, seq, hidden). Positions
-            # that are not packed get copies of a packed row: as keys and values their weight is
-            # exactly zero, as queries their result is dropped below.
-            query, key, value = (unpack_tokens(t, packing, fill_zeros=False) for t in (query, key, value))
-        query = self._split_heads(query, batch_size, query_length)  # (batch, heads, seq_q, head_size)
-        key = self._split_heads(key, batch_size, seq_length)  # (batch, heads, seq, head_size)
-        value = self._split_heads(value, batch_size, seq_length)  # (batch, heads, seq, head_size)
+            # The padded layout, split into heads, for the attention products only, each head's rows
+            # gathered into place (no transpose). Positions that are not packed get copies of a packed
+            # row: as keys and values their weight is exactly zero, as queries their result is dropped.
+            query, key, value = (unpack_heads(t, packing, self.num_heads) for t in (query, key, value))
+        else:
+            query = self._split_heads(query, batch_size, query_length)  # (batch, heads, seq_q, head_size)
+            key = self._split_heads(key, batch_size, seq_length)  # (batch, heads, seq, head_size)
+            value = self._split_heads(value, batch_size, seq_length)  # (batch, heads, seq, head_size)
         # q k^T without materialising the transposed keys, then the scale and the mask bias: with
         # oneDNN, TensorFlow fuses matmul -> multiply -> add into one op (no pass over the scores
         # for either). The softmax runs in float32 unless the compute dtype is as exact there.
@@ -228,10 +229,11 @@ class MultiHeadSelfAttention(keras.layers.Layer):
             context = ops.matmul(dropped, value) * ops.cast(1.0 / (1.0 - self.dropout), self.compute_dtype)
         else:
             context = ops.matmul(probs, value)  # (batch, heads, seq, head_size)
-        context = ops.transpose(context, (0, 2, 1, 3))  # (batch, seq_q, heads, head_size)
-        context = ops.reshape(context, (-1, self.hidden_size))  # (batch * seq_q, hidden)
         if packing is not None:
-            context = pack_tokens(ops.reshape(context, (batch_size, seq_length, self.hidden_size)), packing)  # (n_packed, hidden)
+            context = pack_heads(context, packing)  # (n_packed, hidden)
+        else:
+            context = ops.transpose(context, (0, 2, 1, 3))  # (batch, seq_q, heads, head_size)
+            context = ops.reshape(context, (-1, self.hidden_size))  # (batch * seq_q, hidden)
         outputs = self.output_dense(context)  # (tokens, hidden)
         if packing is None:
             outputs = ops.reshape(outputs, (batch_size, query_length, self.hidden_size))  # (batch, seq_q, hidden)

@@ -145,6 +145,113 @@ def unpack_tokens(x, packing, fill_zeros=True):
     return _unpack(x)
 
 
+def _head_rows(position_index, num_heads):
+    """`(batch, heads, seq)` rows of `(n_packed * heads, head_size)`: head h of each position's packed row.
+
+    Positions that are not packed get head h of packed row 0.
+    """
+    heads = tf.range(num_heads, dtype=position_index.dtype)[None, :, None]  # (1, heads, 1)
+    return tf.maximum(position_index, 0)[:, None, :] * num_heads + heads  # (batch, heads, seq)
+
+
+def _packed_rows(packing, num_heads):
+    """`(n_packed, heads)` rows of `(batch * heads * seq, head_size)`: head h of each packed token."""
+    token_index, position_index = packing
+    seq = tf.shape(position_index)[1]
+    batch, position = token_index // seq, token_index % seq  # (n_packed,) each
+    heads = tf.range(num_heads, dtype=token_index.dtype)[None, :]  # (1, heads)
+    return (batch[:, None] * num_heads + heads) * seq + position[:, None]  # (n_packed, heads)
+
+
+def _split_heads_padded(x, shape, num_heads):
+    """`(batch * seq, heads * head_size)` -> `(batch, heads, seq, head_size)`."""
+    x = tf.reshape(x, tf.concat([shape, [num_heads, -1]], axis=0))  # (batch, seq, heads, head_size)
+    return tf.transpose(x, (0, 2, 1, 3))
+
+
+def _merge_heads_padded(x):
+    """`(batch, heads, seq, head_size)` -> `(batch * seq, heads * head_size)`."""
+    shape = tf.shape(x)
+    x = tf.transpose(x, (0, 2, 1, 3))  # (batch, seq, heads, head_size)
+    return tf.reshape(x, (shape[0] * shape[2], shape[1] * shape[3]))
+
+
+def unpack_heads(x, packing, num_heads):
+    """`(n_packed, heads * head_size)` -> `(batch, heads, seq, head_size)`, in one gather.
+
+    What `unpack_tokens(x, packing, fill_zeros=False)` followed by the split
+    into heads gives (positions that are not packed hold a copy of a packed
+    row; the gradient ignores what flows into those copies), without the
+    transpose: each head's row is gathered straight into its place.
+
+    Args:
+        x: `(n_packed, heads * head_size)` tensor.
+        packing: the tuple `(token_index, position_index)` of `packed_token_index`.
+        num_heads: int.
+    """
+    token_index, position_index = packing
+    head_size = x.shape[-1] // num_heads
+    static = position_index.shape[:1].concatenate([num_heads]).concatenate(position_index.shape[1:2]).concatenate([head_size])
+
+    @tf.custom_gradient
+    def _unpack(x):
+        def grad(upstream):
+            # Each packed row's head is used at exactly one place: a gather, not a scatter-add.
+            return _skip_if_all_packed(
+                tf.size(token_index),
+                tf.size(position_index),
+                lambda: _merge_heads_padded(upstream),
+                lambda: tf.reshape(tf.gather(tf.reshape(upstream, (-1, head_size)), _packed_rows(packing, num_heads)), tf.shape(x)),
+            )  # (n_packed, heads * head_size)
+
+        unpacked = _skip_if_all_packed(
+            tf.shape(x)[0],
+            tf.size(position_index),
+            lambda: _split_heads_padded(x, tf.shape(position_index), num_heads),
+            lambda: tf.gather(tf.reshape(x, (-1, head_size)), _head_rows(position_index, num_heads)),
+        )
+        unpacked.set_shape(static)
+        return unpacked, grad  # (batch, heads, seq, head_size)
+
+    return _unpack(x)
+
+
+def pack_heads(x, packing):
+    """`(batch, heads, seq, head_size)` -> `(n_packed, heads * head_size)`, in one gather.
+
+    What merging the heads and `pack_tokens` give, without the transpose. The
+    gradient is zero at positions that were not packed.
+
+    Args:
+        x: `(batch, heads, seq, head_size)` tensor.
+        packing: the tuple `(token_index, position_index)` of `packed_token_index`.
+    """
+    token_index, position_index = packing
+    num_heads, head_size = x.shape[1], x.shape[3]
+
+    @tf.custom_gradient
+    def _pack(x):
+        def grad(upstream):
+            def gathered():
+                rows = tf.gather(tf.reshape(upstream, (-1, head_size)), _head_rows(position_index, num_heads))
+                keep = (position_index >= 0)[:, None, :, None]  # (batch, 1, seq, 1)
+                return tf.where(keep, rows, tf.zeros_like(rows))  # (batch, heads, seq, head_size)
+
+            return _skip_if_all_packed(
+                tf.size(token_index), tf.size(position_index),
+                lambda: _split_heads_padded(upstream, tf.shape(position_index), num_heads), gathered,
+            )
+
+        # Always the gather (no tf.cond as elsewhere for a batch without padding): a cond here made
+        # gradients from a persistent tape in graph mode fail on mismatched shapes (TensorFlow 2.21).
+        rows = tf.gather(tf.reshape(x, (-1, head_size)), _packed_rows(packing, num_heads))  # (n_packed, heads, head_size)
+        packed = tf.reshape(rows, (-1, num_heads * head_size))
+        packed.set_shape([None, num_heads * head_size])
+        return packed, grad  # (n_packed, heads * head_size)
+
+    return _pack(x)
+
+
 @keras.saving.register_keras_serializable(package="bert_keras")
 class PackedTokenIndex(keras.layers.Layer):
     """Computes the packing of a padded batch from its mask (see `packed_token_index`).

@@ -149,3 +149,43 @@ def test_batch_without_padding_packs_by_reshape_with_the_same_values_and_gradien
     packed, grad = (tf.function(run) if graph else run)(x)
     np.testing.assert_array_equal(packed, np.reshape(x, (12, 2)))
     np.testing.assert_array_equal(grad, 2.0 * np.asarray(w))
+
+
+@pytest.mark.parametrize("mask", ["padded", "full"])
+@pytest.mark.parametrize("mode", ["eager", "graph", "xla"])
+def test_heads_unpacked_and_packed_in_one_gather_equal_split_and_merge_with_their_gradients(mask, mode):
+    # unpack_heads / pack_heads: what unpack_tokens (copies at padding) + the split into heads, and the merge of
+    # the heads + pack_tokens give, values and gradients; the gradient of pack_heads is zero at padding.
+    from bert_keras.layers.packing import pack_heads, pack_tokens, unpack_heads
+
+    mask = MASK if mask == "padded" else np.ones((4, 4), "int32")
+    heads, head_size = 3, 2
+    rng = np.random.default_rng(6)
+    x = tf.constant(rng.normal(size=(4, 4, heads * head_size)).astype("float32"))
+    v = tf.constant(rng.normal(size=(4, heads, 4, head_size)).astype("float32"))
+
+    def run(x, v):
+        packing = packed_token_index(tf.constant(mask))
+        packed = pack_tokens(x, packing)  # (n_packed, hidden)
+        with tf.GradientTape(persistent=True) as tape:
+            tape.watch([packed, v])
+            ours = unpack_heads(packed, packing, heads)
+            split = tf.transpose(tf.reshape(unpack_tokens(packed, packing, fill_zeros=False), (4, 4, heads, head_size)), (0, 2, 1, 3))
+            merged_ours = pack_heads(v, packing)
+            merged = pack_tokens(tf.reshape(tf.transpose(v, (0, 2, 1, 3)), (4, 4, heads * head_size)), packing)
+            losses = [tf.reduce_sum(t * w) for t, w in ((ours, v), (split, v), (merged_ours, packed), (merged, packed))]
+        grads = [tape.gradient(losses[0], packed), tape.gradient(losses[1], packed),
+                 tape.gradient(losses[2], v), tape.gradient(losses[3], v)]
+        return [ours, split, merged_ours, merged] + [tf.convert_to_tensor(g) for g in grads]
+
+    if mode != "eager":
+        run = tf.function(run, jit_compile=mode == "xla")
+    ours, split, merged_ours, merged, g_ours, g_split, gv_ours, gv_merged = run(x, v)
+    assert tuple(ours.shape) == (4, heads, 4, head_size)
+    np.testing.assert_array_equal(ours, split)
+    np.testing.assert_array_equal(merged_ours, merged)
+    assert_close(g_ours, g_split, atol=1e-6)
+    assert_close(gv_ours, gv_merged, atol=0)
+    padding = ~((mask > 0) | (np.arange(4) == 0))  # (batch, seq): positions not packed
+    assert np.all(np.asarray(gv_ours).transpose(0, 2, 1, 3)[padding] == 0)
+    assert np.abs(np.asarray(gv_ours).transpose(0, 2, 1, 3)[~padding]).min() > 0
