@@ -5,7 +5,10 @@ extra) and embed the same tweets at the same batch size, in one process,
 alternating round by round. For each: the time to load, the first pass after
 loading (tracing included: what a user waits for), the warm passes
 (texts/s, median of the rounds), and the largest difference of its vectors
-from sentence-transformers'.
+from sentence-transformers'. The machine's speed can drift within a run, so
+the table also gives each round's seconds and the ratio to the faster peer
+taken round by round (each model's pass beside the peers' passes of the same
+round), whose median does not move with a drift between rounds.
 
     python benchmarks/sentence_embeddings.py --texts 2000 --batch-size 32 --rounds 3 \
         --output benchmarks/results/sentence_embeddings.md
@@ -94,7 +97,10 @@ def main():
 
     reference = vectors["sentence-transformers 6 (torch)"]
     speed = {name: len(texts) / statistics.median(values) for name, values in warm_s.items()}
-    peer_best = max(speed[name] for name in peers if not name.startswith("bert_keras"))
+    peer_names = [name for name in peers if not name.startswith("bert_keras")]
+    peer_best = max(speed[name] for name in peer_names)
+    faster_peer_s = [min(warm_s[name][r] for name in peer_names) for r in range(args.rounds)]  # per round
+    round_ratio = {name: statistics.median(faster_peer_s[r] / warm_s[name][r] for r in range(args.rounds)) for name in peers}
     lines = [
         "# Sentence embeddings: speed and agreement",
         "",
@@ -102,16 +108,19 @@ def main():
         f"{_cpu()}. all-MiniLM-L6-v2 on the first {len(texts)} tweets of the demo's data, batch {args.batch_size},",
         "one process, the models alternating round by round. *first pass*: the first `encode` of all texts after",
         "loading (tracing included); *texts/s*: the median of the warm rounds; *vs faster peer*: texts/s over the",
-        "faster of sentence-transformers and keras-hub; *max abs diff*: the largest difference of any vector",
-        "component from sentence-transformers' (the vectors are L2-normalised).",
+        "faster of sentence-transformers and keras-hub; *per round*: the median over the rounds of the faster",
+        "peer's seconds in that round over this model's (robust to the machine's speed drifting between rounds);",
+        "*max abs diff*: the largest difference of any vector component from sentence-transformers' (the vectors",
+        "are L2-normalised).",
         "",
-        "| model | load s | first pass s | texts/s (warm) | vs faster peer | max abs diff from sentence-transformers |",
-        "| --- | ---: | ---: | ---: | ---: | ---: |",
+        "| model | load s | first pass s | warm rounds s | texts/s (warm) | vs faster peer | per round | max abs diff from sentence-transformers |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for name in peers:
         difference = float(np.max(np.abs(vectors[name] - reference)))
-        lines.append(f"| {name} | {load_s[name]:.1f} | {first_s[name]:.1f} | {speed[name]:.0f} | "
-                     f"{speed[name] / peer_best:.2f}x | {difference:.2e} |")
+        rounds = " / ".join(f"{seconds:.1f}" for seconds in warm_s[name])
+        lines.append(f"| {name} | {load_s[name]:.1f} | {first_s[name]:.1f} | {rounds} | {speed[name]:.0f} | "
+                     f"{speed[name] / peer_best:.2f}x | {round_ratio[name]:.2f}x | {difference:.2e} |")
     text = "\n".join(lines) + "\n"
     os.makedirs(os.path.dirname(args.output) or ".", exist_ok=True)
     with open(args.output, "w") as f:
