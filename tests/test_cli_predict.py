@@ -67,7 +67,7 @@ def exports(tmp_path_factory):
 
 @pytest.mark.slow
 def test_predict_one_text_a_list_top_k_and_pairs(exports):
-    classifier = load_classifier(exports["single"])
+    classifier = load_classifier(exports["single"], warm_up=False)
     assert classifier.label_names == NAMES and classifier.label_source == "export" and classifier.inputs == ["text"]
     one = classifier.predict("the movie")  # one string: one prediction (not one per character)
     assert list(one) == ["label", "score", "scores"] and one["label"] == "pos"
@@ -83,7 +83,7 @@ def test_predict_one_text_a_list_top_k_and_pairs(exports):
     with pytest.raises(TypeError, match="Expected `texts` to hold strings"):
         classifier.predict(["good", 3])
 
-    pairs = load_classifier(exports["pairs"])
+    pairs = load_classifier(exports["pairs"], warm_up=False)
     assert pairs.inputs == ["text", "text_pair"]
     assert pairs.predict(("good", "bad"))["label"] == "pos"
     assert len(pairs.predict([("good", "bad"), ("the", "plot")])) == 2
@@ -96,14 +96,14 @@ def test_predict_one_text_a_list_top_k_and_pairs(exports):
 def test_model_export_directories_are_read_with_numbered_labels(exports, caplog):
     for name in ("keras_softmax", "keras_logits"):  # probabilities kept; logits get a softmax
         with caplog.at_level(logging.WARNING):
-            classifier = load_classifier(exports[name])
+            classifier = load_classifier(exports[name], warm_up=False)
         assert classifier.label_names == ["0", "1", "2"] and classifier.label_source == "numbered"
         assert "carries no label names" in caplog.text and "classes are numbered 0..2" in caplog.text
         caplog.clear()
         prediction = classifier.predict("good movie")
         assert prediction["label"] == "2"
         np.testing.assert_allclose(list(prediction["scores"].values()), PROBABILITIES, atol=1e-6)
-    named = load_classifier(exports["keras_softmax"], label_names=NAMES)
+    named = load_classifier(exports["keras_softmax"], label_names=NAMES, warm_up=False)
     assert named.label_source == "given" and named.predict("good")["label"] == "pos"
     with pytest.raises(ValueError, match="Received 2 label names for a classifier with 3 classes"):
         load_classifier(exports["keras_softmax"], label_names=["a", "b"])
@@ -119,7 +119,7 @@ def test_labels_json_without_its_keys_does_not_crash(exports, tmp_path, caplog):
     shutil.copytree(exports["single"], copy)
     (copy / "assets.extra" / "labels.json").write_text('{"something": 1}')
     with caplog.at_level(logging.WARNING):
-        classifier = load_classifier(str(copy))
+        classifier = load_classifier(str(copy), warm_up=False)
     assert classifier.label_names == NAMES  # from the export's `label_names` endpoint
     assert "holds no list of `label_names`" in caplog.text
 

@@ -126,13 +126,13 @@ def test_edited_labels_json_is_refused_not_silently_used(export, tmp_path, capsy
 @pytest.mark.slow
 def test_the_savedmodel_names_are_the_truth(export, tmp_path):
     directory = _copy(export, tmp_path)
-    loaded = load_classifier(directory)
+    loaded = load_classifier(directory, warm_up=False)
     assert loaded.label_names == NAMES and loaded.label_source == "export"
     assert loaded.predict("good movie")["label"] == "pos"
     os.remove(os.path.join(directory, "assets.extra", LABELS_FILE))  # the file is a copy, not needed
-    loaded = load_classifier(directory)
+    loaded = load_classifier(directory, warm_up=False)
     assert loaded.label_names == NAMES and loaded.label_source == "export"
-    named = load_classifier(directory, label_names=["x", "y", "z"])  # names given by the caller are theirs
+    named = load_classifier(directory, label_names=["x", "y", "z"], warm_up=False)  # names given by the caller are theirs
     assert named.label_names == ["x", "y", "z"] and named.label_source == "given"
 
 
@@ -140,7 +140,7 @@ def test_the_savedmodel_names_are_the_truth(export, tmp_path):
 def test_given_names_override_an_edited_file(export, tmp_path):
     directory = _copy(export, tmp_path)
     _write_labels(directory, ["pos", "neu", "neg"])
-    named = load_classifier(directory, label_names=["x", "y", "z"])
+    named = load_classifier(directory, label_names=["x", "y", "z"], warm_up=False)
     assert named.label_names == ["x", "y", "z"] and named.predict("good")["label"] == "z"
 
 

@@ -97,17 +97,17 @@ def test_float32_and_bfloat16_exports_of_a_classifier_on_hub_layers(tmp_path, mo
     with monkeypatch.context() as patch:
         native_copy = BertClassifier.with_native_encoder
         patch.setattr(BertClassifier, "with_native_encoder", lambda m: rebuilt.append(native_copy(m)) or rebuilt[-1])
-        fp32 = load_classifier(export_classifier(on_hub, str(tmp_path / "fp32"), LABELS))
+        fp32 = load_classifier(export_classifier(on_hub, str(tmp_path / "fp32"), LABELS), warm_up=False)
     assert len(rebuilt) == 1 and isinstance(rebuilt[0].encoder, BertEncoder)
     np.testing.assert_allclose(np.concatenate([fp32.predict_proba([text]) for text in TEXTS]), expected, atol=1e-6)
     np.testing.assert_allclose(fp32.predict_proba(TEXTS), expected, atol=1e-6)
     # A module that cannot be rebuilt (here: its checkpoint unreadable) is served through its own graph.
     with monkeypatch.context() as patch:
         patch.setattr(tasks, "load_checkpoint", lambda *a, **k: (_ for _ in ()).throw(ValueError("unreadable")))
-        own = load_classifier(export_classifier(on_hub, str(tmp_path / "own_graph"), LABELS))
+        own = load_classifier(export_classifier(on_hub, str(tmp_path / "own_graph"), LABELS), warm_up=False)
     np.testing.assert_allclose(np.concatenate([own.predict_proba([text]) for text in TEXTS]), expected, atol=1e-6)
 
-    loaded = load_classifier(export_classifier(on_hub, str(tmp_path / "bf16"), LABELS, dtype="bfloat16"))
+    loaded = load_classifier(export_classifier(on_hub, str(tmp_path / "bf16"), LABELS, dtype="bfloat16"), warm_up=False)
     _, specs = loaded._signature.structured_input_signature
     assert {name: spec.dtype for name, spec in specs.items()} == {"text": tf.string}
     assert loaded._signature.structured_outputs["probabilities"].dtype == tf.float32
@@ -153,7 +153,7 @@ def test_exports_hold_each_weight_once(tmp_path):
         weights = built.count_params()
         state = sum(int(np.prod(v.shape)) for v in built.variables) - weights  # dropout's seed state: a few values
         assert _stored_values(str(export)) == weights + state, export  # Keras' archive alone stores them twice
-    loaded = load_classifier(str(tmp_path / "clf"))
+    loaded = load_classifier(str(tmp_path / "clf"), warm_up=False)
     np.testing.assert_allclose(loaded.predict_proba(["w1 w2", "w3"]),
                                tf.nn.softmax(model(tf.constant(["w1 w2", "w3"]))).numpy(), atol=1e-6)
 
@@ -163,7 +163,7 @@ def test_the_models_own_label_names_are_exported_and_a_keras_file_is_refused_wit
     encoder = BertEncoder(vocab_size=40, num_layers=1, hidden_size=8, num_heads=2, intermediate_size=16)
     model = BertClassifier(encoder, 2, preprocessor=BertPreprocessor(vocab, seq_length=8), label_names=["no", "yes"])
     export_classifier(model, str(tmp_path / "clf"))
-    loaded = load_classifier(str(tmp_path / "clf"))
+    loaded = load_classifier(str(tmp_path / "clf"), warm_up=False)
     assert loaded.label_names == ["no", "yes"] and loaded.label_source == "export"
     served, in_memory = loaded.predict(["w1 w2", ""]), model.predict_labels(["w1 w2", ""])
     assert served[0]["label"] == in_memory[0]["label"] and served[1] == in_memory[1]

@@ -421,7 +421,7 @@ def test_the_same_classifier_on_hub_layers_and_on_the_native_encoder(module_pair
     logits = np.asarray(on_hub.predict(tf.constant(texts), verbose=0))
     export_dir = str(tmp_path / "classifier")
     export_classifier(on_hub, export_dir, ["neg", "pos"])
-    loaded = load_classifier(export_dir)
+    loaded = load_classifier(export_dir, warm_up=False)
     probabilities, names = loaded.predict_proba(texts), [prediction["label"] for prediction in loaded.predict(texts)]
     np.testing.assert_allclose(probabilities, keras.ops.convert_to_numpy(keras.ops.softmax(logits)), atol=1e-6)
     assert names == [["neg", "pos"][i] for i in logits.argmax(-1)]
