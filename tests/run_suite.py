@@ -13,8 +13,9 @@ MEMORY_BUDGET_GB, so that the processes of the suite together stay under
 6 GB.
 
 Each group's output is printed whole when it ends, with its time and the
-peak resident memory of its process tree (pytest and every process it
-started); the end gives the suite's time and the peak of all test processes
+peak memory of its process tree (pytest and every process it started; the
+proportional set size, which counts a page that forked processes share once,
+not once per process); the end gives the suite's time and the peak of all test processes
 together. Arguments are passed to every pytest run (e.g. `-m "not slow"` for
 the fast loop, `-x`, `-k NAME`). With `-m "not slow"` the top-level files run in
 FAST_BUNDLES processes, not one each: their slow tests, which need their memory
@@ -131,9 +132,25 @@ def summary_counts(output):
     return counts
 
 
+def _resident_bytes(pid, page):
+    """The process's proportional set size (its own pages, and its share of pages it shares: a process forked
+    from another, as tests/forked.py's are, shares most of its parent's), or its resident size where the kernel
+    gives no smaps_rollup."""
+    try:
+        with open(f"/proc/{pid}/smaps_rollup") as rollup:
+            for line in rollup:
+                if line.startswith("Pss:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    with open(f"/proc/{pid}/statm") as statm:
+        return int(statm.read().split()[1]) * page
+
+
 def tree_rss(root_pids):
-    """{root pid: resident bytes of it and all its descendants}, read from /proc ({} where there is no /proc)."""
-    parents, rss = {}, {}
+    """{root pid: memory of it and all its descendants (see `_resident_bytes`)}, read from /proc ({} where there is
+    no /proc)."""
+    parents = {}
     try:
         entries = os.listdir("/proc")
     except OSError:
@@ -145,11 +162,9 @@ def tree_rss(root_pids):
         try:
             with open(f"/proc/{entry}/stat") as stat:
                 fields = stat.read().rsplit(")", 1)[1].split()
-            with open(f"/proc/{entry}/statm") as statm:
-                rss[int(entry)] = int(statm.read().split()[1]) * page
+            parents[int(entry)] = int(fields[1])
         except (OSError, IndexError, ValueError):
             continue
-        parents[int(entry)] = int(fields[1])
     children = collections.defaultdict(list)
     for pid, parent in parents.items():
         children[parent].append(pid)
@@ -158,7 +173,10 @@ def tree_rss(root_pids):
         total, stack = 0, [root]
         while stack:
             pid = stack.pop()
-            total += rss.get(pid, 0)
+            try:
+                total += _resident_bytes(pid, page)
+            except (OSError, IndexError, ValueError):  # ended meanwhile
+                pass
             stack.extend(children.get(pid, ()))
         totals[root] = total
     return totals
@@ -249,7 +267,7 @@ def main(arguments):
     for group, status in failed_groups:
         print(f"FAILED GROUP (exit {status}): {group}")
     print(f"suite: {total_groups} pytest runs, up to {jobs} at a time, in {minutes} min {seconds} s; "
-          f"peak {_gigabytes(peak)} resident in all test processes together")
+          f"peak {_gigabytes(peak)} in all test processes together")
     failed = totals.get("failed", 0) + totals.get("errors", 0)
     print(f"total: {totals.get('passed', 0)} passed, {failed} failed, {totals.get('skipped', 0)} skipped", flush=True)
     if failed_groups or failed:

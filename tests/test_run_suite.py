@@ -2,6 +2,7 @@
 
 import os
 import pathlib
+import signal
 import subprocess
 import sys
 
@@ -57,3 +58,19 @@ def test_tree_rss_counts_the_children():
     finally:
         child.kill()
         child.wait()
+
+
+def test_tree_rss_counts_pages_a_forked_child_shares_once():
+    """A process forked from another shares its pages (tests/forked.py's commands share TensorFlow's): counted
+    once between them, not once in each as resident sizes would (here: > 400 MB for the two)."""
+    size = 200 * 2 ** 20
+    script = (f"import os, sys, time; b = bytearray({size}); b[::4096] = bytes(len(b[::4096]))\n"
+              "if os.fork() == 0:\n    time.sleep(60)\nprint(1, flush=True); time.sleep(60)")
+    parent = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, start_new_session=True)
+    try:
+        parent.stdout.readline()
+        both = run_suite.tree_rss([parent.pid])[parent.pid]
+        assert size < both < 1.5 * size, both / 2 ** 20
+    finally:
+        os.killpg(parent.pid, signal.SIGKILL)
+        parent.wait()

@@ -9,6 +9,7 @@ import time
 import pytest
 
 from bert_keras.distribute import local_tf_configs
+from tests import forked
 from tests.checkpoints._models import write_training_inputs
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -34,7 +35,8 @@ def environment(**extra):
 
 
 def start(argv, **env):
-    return subprocess.Popen(argv, cwd=ROOT, env=environment(**env), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    """`argv` forked from a process with TensorFlow imported (`tests.forked`), used as a `subprocess.Popen`."""
+    return forked.start(argv, cwd=ROOT, env=environment(**env))
 
 
 def finish(process, timeout=TIMEOUT_S):

@@ -1,4 +1,4 @@
-"""Runs a command in a subprocess, killed at a named point or after a delay, and reads what it left on disk."""
+"""Runs a command in a process of its own (forked: tests/forked.py), killed at a named point or after a delay, and reads what it left on disk."""
 
 import concurrent.futures
 import contextlib
@@ -19,11 +19,14 @@ import tensorflow as tf
 from bert_keras import hub
 from bert_keras._files import FAULT_VARIABLE, MARKER, read_marker
 from bert_keras.training.backup import resumed_epoch
+from tests import forked
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-# Subprocesses at a time, over all the tests: one per core. Each run costs 10-20 s of CPU, mostly TensorFlow's
-# import and tracing, and ~1.5 GB. Measured on 2 cores (tests/run_suite.py, the group alone): 3 slots 412 s and
-# 6.16 GB for the group's process tree, 2 slots 405 s and 4.69 GB.
+# Subprocesses at a time, over all the tests: one per core. Each run is forked from a process that has TensorFlow
+# imported (tests/forked.py), so what it costs is the command's own work, mostly tracing: 5-20 s of CPU. The group
+# alone on 2 cores (Intel Xeon, 2026-12-03): 402 s, where fresh interpreters took 573 s. Measured when runs were
+# fresh interpreters (tests/run_suite.py, the group alone): 3 slots 412 s and 6.16 GB for the group's process tree,
+# 2 slots 405 s and 4.69 GB.
 SLOTS = 2
 TIMEOUT_S = 300
 KILLED = -9  # the return code of a process killed by SIGKILL
@@ -106,7 +109,7 @@ def environment(point=None):
 
 
 def _popen(argv, point=None):
-    return subprocess.Popen(argv, env=environment(point), cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return forked.start(argv, env=environment(point), cwd=ROOT)
 
 
 def _finish(process, started, delay=None):
