@@ -10,7 +10,10 @@ directories. Groups run `--jobs` at a time
 Python tracing graphs on one core. A group starts only while the measured
 peaks (PEAK_GB) of the groups running, its own added, stay within
 MEMORY_BUDGET_GB, so that the processes of the suite together stay under
-6 GB.
+6 GB. Each group's pytest is forked from a server process that imported
+TensorFlow, Keras, TF.Text and pytest once (PRELOAD), so that no group pays
+those imports; `--fresh` (first, or after `--jobs N`) starts each group in a
+fresh interpreter instead.
 
 Each group's output is printed whole when it ends, with its time and the
 peak memory of its process tree (pytest and every process it started; the
@@ -30,15 +33,19 @@ The last line is the total over the groups, as `total: N passed, N failed, N ski
     python tests/run_suite.py                 # the whole suite (CI)
     python tests/run_suite.py -m "not slow"   # the fast loop
     python tests/run_suite.py --jobs 1 -x     # one group at a time, stop each at its first failure
+    python tests/run_suite.py --fresh         # each group in a fresh interpreter
 """
 
 import collections
+import multiprocessing
+import multiprocessing.forkserver
 import os
 import pathlib
 import re
+import shutil
 import subprocess
 import sys
-import threading
+import tempfile
 import time
 
 ROOT = pathlib.Path(__file__).resolve().parent
@@ -48,45 +55,42 @@ _COUNT = re.compile(r"(\d+) (passed|failed|errors?|skipped|deselected|xfailed|xp
 # Each directory of tests/ is one process: its files share session fixtures (fault_injection's runs, hub's
 # modules, distribute's one-replica reference), which one process per file would compute again per file.
 # Each top-level test file is a process of its own.
-# The peak resident memory of each group's process tree (pytest and the processes it starts), in GB: the largest
-# this script measured in the full runs of 2026-12-02 (AMD EPYC and Intel Xeon, 2 cores), plus 0.1-0.5 GB. A group
-# not listed counts DEFAULT_PEAK_GB. Groups start only while the peaks of those running, added, stay within
-# MEMORY_BUDGET_GB. Listed in the order they start, longest first (by the times of the full run of 2026-12-02 on
-# the Intel Xeon, 47 min 46 s), so that the short groups fill in around the long ones and the suite does not end on
-# one long group with a core idle. The two that start first keep both cores busy on their own part of the time
-# (a cluster of two workers; fault-injected runs two at a time).
+# The peak memory of each group's process tree (pytest and the processes it starts; proportional set size), in GB:
+# what this script measured in the full run of 2026-12-03 on the Intel Xeon (2 cores, 51 min 39 s), plus 0.3 GB,
+# rounded up. A group not listed counts DEFAULT_PEAK_GB. Groups start only while the peaks of those running,
+# added, stay within MEMORY_BUDGET_GB. Listed in the order they start, longest first (by that run's times), so that
+# the short groups fill in around the long ones and the suite does not end on one long group with a core idle.
 PEAK_GB = {
-    "tests/fault_injection": 4.4,
-    "tests/distribute": 4.9,
-    "tests/test_datasets.py": 3.0,  # the first bundle
-    "tests/test_pretrain.py": 3.2,
-    "tests/text": 2.8,
-    "tests/test_tasks.py": 3.0,
-    "tests/test_sentence_encoder.py": 2.8,
-    "tests/test_lora.py": 1.9,
-    "tests/test_notebooks.py": 3.0,
-    "tests/test_saved_model.py": 3.2,
-    "tests/test_cli_finetune.py": 2.9,
-    "tests/hub": 4.2,
-    "tests/test_contrastive.py": 2.2,
-    "tests/test_cli_embed.py": 2.6,
-    "tests/test_encoder.py": 3.5,
-    "tests/test_readme.py": 4.3,
-    "tests/test_cli_convert.py": 2.5,
-    "tests/test_demo.py": 4.3,
-    "tests/test_cli_predict.py": 3.3,
-    "tests/test_hostile_inputs.py": 2.5,
-    "tests/test_beam.py": 4.3,
-    "tests/inspect": 2.6,
-    "tests/checkpoints": 2.1,
-    "tests/test_hostile_files.py": 2.0,
-    "tests/test_docstrings.py": 1.8,
-    # The smallest last: they start beside a group too large to pair with any other.
-    "tests/test_text_inputs.py": 1.8,
-    "tests/test_finetune.py": 1.6,
-    "tests/training": 1.4,
-    "tests/test_cli.py": 1.6,
-    "tests/layers": 1.1,
+    "tests/fault_injection": 2.9,
+    "tests/test_datasets.py": 2.1,  # the first bundle
+    "tests/distribute": 2.9,
+    "tests/text": 2.0,
+    "tests/test_pretrain.py": 1.9,
+    "tests/test_tasks.py": 2.4,
+    "tests/hub": 3.1,
+    "tests/test_sentence_encoder.py": 2.5,
+    "tests/test_saved_model.py": 2.4,
+    "tests/test_readme.py": 3.7,
+    "tests/test_finetune.py": 1.3,
+    "tests/training": 1.1,
+    "tests/test_notebooks.py": 2.3,
+    "tests/test_cli_finetune.py": 2.3,
+    "tests/test_contrastive.py": 1.9,
+    "tests/test_cli_predict.py": 2.9,
+    "tests/test_cli_convert.py": 2.1,
+    "tests/test_demo.py": 2.8,
+    "tests/inspect": 1.9,
+    "tests/test_encoder.py": 3.4,
+    "tests/test_lora.py": 1.7,
+    "tests/test_cli.py": 1.2,
+    "tests/test_text_inputs.py": 1.3,
+    "tests/test_beam.py": 2.7,
+    "tests/test_cli_embed.py": 1.9,
+    "tests/checkpoints": 1.9,
+    "tests/test_hostile_inputs.py": 2.1,
+    "tests/layers": 0.9,
+    "tests/test_docstrings.py": 1.6,
+    "tests/test_hostile_files.py": 1.3,
 }
 DEFAULT_PEAK_GB = 2.0
 # Test files that share a process: a process start costs ~10 s of CPU before the first test (TensorFlow's import
@@ -182,19 +186,87 @@ def tree_rss(root_pids):
     return totals
 
 
-class _Run:
-    """One group's pytest process, its output collected by a thread and its peak memory by the scheduler."""
+# What every group imports before its first test: each group's pytest runs in a process forked from one that has
+# imported them (Python's "forkserver" start method, its preload list), not in a fresh interpreter that imports
+# them again (~7-10 s of CPU a group: TensorFlow, Keras, TF.Text, and hypothesis, which pytest loads as a plugin).
+# A group's process starts from that state alone, so groups share nothing else: what one builds goes when it ends.
+PRELOAD = ("tensorflow", "keras", "tensorflow_text", "numpy", "pytest", "hypothesis", "bert_keras")
 
-    def __init__(self, group, arguments, xml_directory):
+
+def _pytest(arguments, output_path):
+    """A group's process: pytest on `arguments`, its output (stdout and stderr) into `output_path`."""
+    output = os.open(output_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    os.dup2(output, 1)
+    os.dup2(output, 2)
+    os.close(output)
+    os.chdir(ROOT.parent)
+    sys.path.insert(0, str(ROOT.parent))  # what `python -m pytest` puts first
+    import pytest
+
+    code = pytest.main(arguments)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    sys.exit(int(code))
+
+
+class _Fresh:
+    """A group's pytest in a fresh interpreter (`--fresh`): the process as `_Forked` shows it."""
+
+    def __init__(self, arguments, output_path):
+        self._output = open(output_path, "w")
+        self._process = subprocess.Popen([sys.executable, "-m", "pytest", *arguments], cwd=ROOT.parent,
+                                         stdout=self._output, stderr=subprocess.STDOUT)
+        self.pid = self._process.pid
+
+    def poll(self):
+        status = self._process.poll()
+        if status is not None:
+            self._output.close()
+        return status
+
+
+class _Forked:
+    """A group's pytest forked from the preloaded server: `pid`, and `poll()` as `subprocess.Popen` has it."""
+
+    _context = None
+
+    def __init__(self, arguments, output_path):
+        if _Forked._context is None:
+            _Forked._context = multiprocessing.get_context("forkserver")
+            _Forked._context.set_forkserver_preload(list(PRELOAD))
+            os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # as tests/conftest.py sets it, before the imports
+            os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+            # TensorFlow's C++ log lines of the server's imports (printed whatever the level) go nowhere.
+            sys.stderr.flush()
+            saved = os.dup(2)
+            os.dup2(os.open(os.devnull, os.O_WRONLY), 2)
+            try:
+                multiprocessing.forkserver.ensure_running()
+            finally:
+                os.dup2(saved, 2)
+                os.close(saved)
+        self._process = _Forked._context.Process(target=_pytest, args=(arguments, output_path))
+        self._process.start()
+        self.pid = self._process.pid
+
+    def poll(self):
+        return self._process.exitcode
+
+
+class _Run:
+    """One group's pytest process, its output in a file read when it ends, its peak memory kept by the scheduler."""
+
+    def __init__(self, group, arguments, xml_directory, fresh, output_directory):
         self.group, self.started, self.peak = group, time.time(), 0
         extra = []
         if xml_directory:
             extra = [f"--junitxml={pathlib.Path(xml_directory) / (group.split()[0].replace('/', '_') + '.xml')}"]
-        self.process = subprocess.Popen([sys.executable, "-m", "pytest", *group.split(), *arguments, *extra], cwd=ROOT.parent,
-                                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        self.output = []
-        self.reader = threading.Thread(target=lambda: self.output.extend(self.process.stdout), daemon=True)
-        self.reader.start()
+        self._output_path = os.path.join(output_directory, group.split()[0].replace("/", "_") + ".log")
+        self.process = (_Fresh if fresh else _Forked)([*group.split(), *arguments, *extra], self._output_path)
+
+    def output(self):
+        with open(self._output_path, errors="replace") as f:
+            return f.read()
 
 
 def _gigabytes(size):
@@ -220,6 +292,10 @@ def main(arguments):
     jobs = 2 if (os.cpu_count() or 1) > 1 else 1
     if arguments[:1] == ["--jobs"]:
         jobs, arguments = max(1, int(arguments[1])), arguments[2:]
+    fresh = arguments[:1] == ["--fresh"]
+    if fresh:
+        arguments = arguments[1:]
+    output_directory = tempfile.mkdtemp(prefix="run-suite-")
     xml_directory = os.environ.get("BERT_KERAS_SUITE_XML")
     if xml_directory:
         os.makedirs(xml_directory, exist_ok=True)
@@ -242,19 +318,18 @@ def main(arguments):
         for group in list(waiting):
             if may_start(group):
                 waiting.remove(group)
-                running.append(_Run(group, arguments, xml_directory))
+                running.append(_Run(group, arguments, xml_directory, fresh, output_directory))
             elif len(running) >= jobs:
                 break
-        memory = tree_rss([run.process.pid for run in running])
-        peak = max(peak, sum(memory.values()))
+        memory = tree_rss([os.getpid()] + [run.process.pid for run in running])
+        peak = max(peak, memory[os.getpid()])  # the groups, and the server they are forked from
         for run in list(running):
             run.peak = max(run.peak, memory.get(run.process.pid, 0))
             status = run.process.poll()
             if status is None:
                 continue
-            run.reader.join()
             running.remove(run)
-            output = "".join(run.output)
+            output = run.output()
             print(f"=== pytest {run.group}\n{output}", end="" if output.endswith("\n") else "\n")
             print(f"--- {run.group}: exit {status}, {time.time() - run.started:.0f} s, "
                   f"peak {_gigabytes(run.peak)} (its process tree)", flush=True)
@@ -263,6 +338,7 @@ def main(arguments):
             if status not in (0, NO_TESTS):
                 failed_groups.append((run.group, status))
         time.sleep(0.5)
+    shutil.rmtree(output_directory, ignore_errors=True)
     minutes, seconds = divmod(int(time.time() - started), 60)
     for group, status in failed_groups:
         print(f"FAILED GROUP (exit {status}): {group}")

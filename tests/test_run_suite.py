@@ -5,6 +5,7 @@ import pathlib
 import signal
 import subprocess
 import sys
+import time
 
 from tests import run_suite
 
@@ -74,3 +75,22 @@ def test_tree_rss_counts_pages_a_forked_child_shares_once():
     finally:
         os.killpg(parent.pid, signal.SIGKILL)
         parent.wait()
+
+
+def test_a_group_forked_from_the_server_reports_what_a_fresh_interpreter_reports(tmp_path, monkeypatch):
+    """The suite's groups run forked (`_Forked`); the exit status and the summary the runner reads are those of
+    `python -m pytest` in a fresh interpreter (`_Fresh`, `--fresh`)."""
+    probe = tmp_path / "test_probe.py"
+    probe.write_text("import os\n\ndef test_passes():\n    assert os.getcwd()\n\ndef test_fails():\n    assert 1 == 2\n")
+    monkeypatch.setattr(run_suite, "PRELOAD", ("pytest",))  # the test of the mechanism need not import TensorFlow
+    monkeypatch.setattr(run_suite._Forked, "_context", None)
+    results = {}
+    for kind in (run_suite._Fresh, run_suite._Forked):
+        output = tmp_path / f"{kind.__name__}.log"
+        process = kind([str(probe), "-q", "-p", "no:cacheprovider"], str(output))
+        for _ in range(1200):
+            if process.poll() is not None:
+                break
+            time.sleep(0.1)
+        results[kind.__name__] = (process.poll(), run_suite.summary_counts(output.read_text()))
+    assert results["_Fresh"] == results["_Forked"] == (1, {"passed": 1, "failed": 1})
