@@ -111,7 +111,7 @@ def test_a_listener_that_says_nothing_is_refused_after_the_timeout():
     started = time.monotonic()
     try:
         with pytest.raises(ConnectionError, match=rf"Worker {workers[1]} answered but is not a bert_keras worker of this run "
-                           r"\(it sent nothing within 2 s\)"):
+                           r"\(it sent nothing within (2|1\.\d+) s\)"):  # what was left of the 2 s when it called
             distribute.rendezvous(workers[0], workers, 2, run_id="run-a")
     finally:
         silent.close()
