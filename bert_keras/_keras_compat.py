@@ -17,7 +17,7 @@ with its name, rather than somewhere else).
 | `is_functional` | `Model._is_graph_network`, `_nodes_by_depth` | Keras 3 has no public test for a functional model (its class is private) |
 | `configure_coordination_service` | `tensorflow.python.eager.context.context().configure_coordination_service` and its config | `MultiWorkerMirroredStrategy()` waits for every worker's server without end (tensorflow/tensorflow#46931); only the coordination service's registration barrier bounds it, and it has no public setter |
 | `all_layers` | `Layer._flatten_layers` | Keras 3 lists a model's direct layers (`model.layers`) but has no public walk over every nested layer, sublayers of custom layers included |
-| `traced_as_saved`, `write_archive` | `tensorflow.python.saved_model.save_context`; `ExportArchive._filter_and_track_resources`, `_get_concrete_fn`, `_endpoint_names`, `_tf_trackable` | a `tf.function`'s cache key holds the save options' variable policy while `tf.saved_model.save` runs, so every function traced before the save (the ones a SavedModel needs traced: `ExportArchive.write_out` traces its endpoints to list their variables, a Hub module's `__call__` must be traced for `training=False`/`True`) is traced a second time inside it: exports took twice the tracing they need; there is no public way to trace as the save will |
+| `traced_as_saved`, `write_archive` | `tensorflow.python.saved_model.save_context`; `ExportArchive._get_concrete_fn`, `_endpoint_names`, `_tracked`, `_tf_trackable` (its `_all_variables`, `_misc_assets`) | a `tf.function`'s cache key holds the save options' variable policy while `tf.saved_model.save` runs, so every function traced before the save (the ones a SavedModel needs traced: `ExportArchive.write_out` traces its endpoints to list their variables, a Hub module's `__call__` must be traced for `training=False`/`True`) is traced a second time inside it: exports took twice the tracing they need; there is no public way to trace as the save will. Keras finds the resources to carry (lookup tables) by reading every attribute of every model it walks (`dir()`, properties included: ~1.5 s an export); `_track_resources` follows checkpoint dependencies and records what Keras records |
 | `variables_once` | `ExportArchive._tf_trackable` | `ExportArchive.track(model)` lists the model's Keras variables under `variables` and, at `write_out`, the `tf.Variable`s its endpoints read under `_all_variables`: the SavedModel's checkpoint holds every weight twice (an export of twice the checkpoint's size); there is no public way to list the tracked variables as the `tf.Variable`s themselves |
 | `GlobalClipAdamW` | `AdamW._use_weight_decay`, `_clip_gradients`, `_all_reduce_sum_gradients` | weight decay by rank (nanoGPT's rule) has no public hook (`exclude_from_weight_decay` takes names); Keras clips each replica's gradient before its all-reduce, so `global_clipnorm` under several replicas clips a part of the batch's gradient, not the batch's |
 
@@ -296,10 +296,33 @@ def write_archive(archive, directory):
     first endpoint unless one is named so), variables and assets.
     """
     with traced_as_saved():
-        archive._filter_and_track_resources()
         signatures = {name: archive._get_concrete_fn(name) for name in archive._endpoint_names}
-        for function in signatures.values():
-            if hasattr(function, "get_concrete_function"):
-                function.get_concrete_function()
+        concrete = [function.get_concrete_function() if hasattr(function, "get_concrete_function") else function
+                    for function in signatures.values()]
+    _track_resources(archive, concrete)
     signatures.setdefault("serving_default", signatures[archive._endpoint_names[0]])
     tf.saved_model.save(archive._tf_trackable, directory, signatures=signatures)
+
+
+def _track_resources(archive, concrete_functions):
+    """What `ExportArchive._filter_and_track_resources` records, found by a walk of checkpoint dependencies.
+
+    The archive saves the variables its endpoints read (`_all_variables`) and
+    the resources, such as lookup tables, of the objects it tracks
+    (`_misc_assets`). Keras finds those resources by the walk a SavedModel
+    makes, which reads every attribute of every Keras model on the way
+    (`dir()`, properties included: ~1.5 s of a tiny classifier's export,
+    2026-12-03, Intel Xeon); a resource an object owns is one of its
+    checkpoint dependencies, which this walk follows instead.
+    """
+    seen, read = set(), []
+    for function in concrete_functions:
+        for variable in list(function.trainable_variables) + list(function.variables):
+            if id(variable) not in seen:
+                seen.add(id(variable))
+                read.append(variable)
+    trackable = archive._tf_trackable
+    trackable._all_variables = read
+    trackable._misc_assets = [resource for root in getattr(archive, "_tracked", ())
+                              for resource in tf.train.TrackableView(root).descendants()
+                              if isinstance(resource, tf.saved_model.experimental.TrackableResource)]

@@ -40,3 +40,30 @@ def test_a_model_without_its_own_serving_computation_is_called_as_it_is():
     classifier = BertClassifier(BertEncoder(**TINY), num_classes=3)  # no preprocessor: its own graph serves
     assert export.classifier._on_native_encoder(classifier, "float32") is classifier
     assert not export.classifier._serves_its_own_outputs(classifier)
+
+
+class _Measured(keras.layers.Layer):
+    """A preprocessor seen only through its calls: no `tokenizer`, no `seq_length`."""
+
+    def __init__(self, preprocessor):
+        super().__init__()
+        self.inner = preprocessor
+
+    def call(self, inputs):
+        return self.inner(inputs)
+
+
+SPECIAL = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+
+
+@pytest.mark.parametrize("tokens, pairs, expected", [
+    (SPECIAL + ["the", "x", "##y"], False, ("a", 1, 24)),  # "a" is [UNK]: one word piece too
+    (SPECIAL + ["1", "a"], True, ("a", 1, 24)),
+])
+def test_the_warm_up_word_read_from_the_vocabulary_is_the_one_the_preprocessor_measures(tokens, pairs, expected):
+    from bert_keras.export import warmup
+    from bert_keras.text import BertPreprocessor
+
+    preprocessor = BertPreprocessor(tokens, seq_length=24)
+    read = warmup._repeated_word(preprocessor, pairs)
+    assert read == warmup._repeated_word(_Measured(preprocessor), pairs) == expected

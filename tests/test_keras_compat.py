@@ -307,6 +307,40 @@ def test_write_archive_writes_what_write_out_writes_tracing_each_endpoint_once(t
     assert len(ours.variables) == len(theirs.variables)
 
 
+
+class _Lookup(keras.layers.Layer):
+    """Strings to ids through a lookup table the layer owns (a resource the export must carry)."""
+
+    def __init__(self):
+        super().__init__()
+        self.table = tf.lookup.StaticHashTable(
+            tf.lookup.KeyValueTensorInitializer(tf.constant(["a", "b"]), tf.constant([1.0, 2.0])), default_value=0.0)
+
+    def call(self, inputs):
+        return self.table.lookup(inputs)[:, None]
+
+
+def test_write_archive_records_the_variables_and_resources_keras_records(tmp_path):
+    inputs = keras.Input((), dtype="string")
+    model = keras.Model(inputs, keras.layers.Dense(2)(_Lookup()(inputs)))
+
+    def archive_of(model):
+        archive = keras.export.ExportArchive()
+        archive.track(model)
+        archive.add_endpoint("serve", model, input_signature=[tf.TensorSpec([None], tf.string)])
+        return archive
+
+    theirs = archive_of(model)
+    theirs._filter_and_track_resources()  # what Keras' write_out records
+    ours = archive_of(model)
+    _keras_compat.write_archive(ours, str(tmp_path / "ours"))
+    for name in ("_all_variables", "_misc_assets"):
+        recorded = [getattr(archive._tf_trackable, name) for archive in (theirs, ours)]
+        assert [id(x) for x in recorded[0]] == [id(x) for x in recorded[1]], name
+    assert len(ours._tf_trackable._misc_assets) == 1  # the table
+    loaded = tf.saved_model.load(str(tmp_path / "ours"))
+    np.testing.assert_allclose(loaded.serve(tf.constant(["b", "z"])), model(tf.constant(["b", "z"])))
+
 def test_fit_without_a_strategy_builds_first_and_traces_each_step_once():
     traces = {}
 
