@@ -1,5 +1,6 @@
 """TensorFlow's C++ log lines never reach the command line's stderr at the default verbosity (-vv shows them)."""
 
+import json
 import os
 import subprocess
 import sys
@@ -71,21 +72,64 @@ def _cli(*argv, cwd):
                           cwd=cwd, env=_environment(), timeout=300)
 
 
+# Runs commands one after the other in one fresh interpreter, as `bert-keras` runs one: each through
+# `cli.main`, with descriptors 1 and 2 (what a terminal would show, TensorFlow's C++ lines included) going to
+# files of its own. TensorFlow is imported by the first, under its log filter; its start-up lines land there.
+SESSION = """
+import json, os, sys, tempfile
+from bert_keras import cli
+results = []
+for argv in json.load(sys.stdin):
+    sys.stdout.flush(); sys.stderr.flush()
+    saved = os.dup(1), os.dup(2)
+    files = tempfile.TemporaryFile(), tempfile.TemporaryFile()
+    os.dup2(files[0].fileno(), 1); os.dup2(files[1].fileno(), 2)
+    try:
+        status = cli.main(argv)
+    except SystemExit as exit:
+        status = exit.code
+    sys.stdout.flush(); sys.stderr.flush()
+    os.dup2(saved[0], 1); os.dup2(saved[1], 2)
+    for file in files:
+        file.seek(0)
+    results.append([status or 0] + [file.read().decode() for file in files])
+print(json.dumps(results))
+"""
+
+
+def _cli_session(commands, cwd):
+    """{name: CompletedProcess} of the commands `{name: argv}`, run in order in one fresh interpreter."""
+    argvs = [[str(argument) for argument in argv] for argv in commands.values()]
+    done = subprocess.run([sys.executable, "-c", SESSION], input=json.dumps(argvs), capture_output=True, text=True,
+                          cwd=cwd, env=_environment(), timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stderr == "", done.stderr[-3000:]  # nothing outside the commands' own windows either
+    results = json.loads(done.stdout.splitlines()[-1])
+    return {name: subprocess.CompletedProcess(argv, *result) for (name, argv), result in zip(commands.items(), results)}
+
+
 @pytest.mark.slow
 def test_commands_print_their_own_lines_only(folder):
-    embedded = _cli("embed", "--checkpoint", folder / "st", "the good day", "bad", "--out", folder / "x.npy", cwd=folder)
+    (folder / "texts.txt").write_text("the good day\nbad day\n")
+    runs = _cli_session({
+        "embed": ["embed", "--checkpoint", folder / "st", "the good day", "bad", "--out", folder / "x.npy"],
+        "index": ["index", "--checkpoint", folder / "st", "--input", "texts.txt", "--out", "index", "-q"],
+        "search": ["search", "index", "good", "--top-k", "1"],
+        "refused": ["search", folder / "nothing", "good"],
+    }, cwd=folder)
+    embedded = runs["embed"]
     assert embedded.returncode == 0, embedded.stderr
     assert embedded.stderr == ""
     assert embedded.stdout == f"Wrote 2 embeddings of dimension 16 to {folder / 'x.npy'}\n"
-    (folder / "texts.txt").write_text("the good day\nbad day\n")
-    indexed = _cli("index", "--checkpoint", folder / "st", "--input", "texts.txt", "--out", "index", "-q", cwd=folder)
+    indexed = runs["index"]
     assert (indexed.returncode, indexed.stderr) == (0, "")
-    found = _cli("search", "index", "good", "--top-k", "1", cwd=folder)
+    found = runs["search"]
     assert found.returncode == 0 and found.stderr == "", found.stderr
     assert found.stdout.splitlines()[0] == "query: good"
-    refused = _cli("search", folder / "nothing", "good", cwd=folder)
+    refused = runs["refused"]
     assert refused.returncode == 2
     assert refused.stderr == f"bert-keras search: INDEX {folder / 'nothing'}: no such file or directory.\n"
+    # -vv shows TensorFlow's lines: its start-up lines need an interpreter of its own
     loud = _cli("search", "index", "good", "-vv", cwd=folder)
     assert loud.returncode == 0 and any(is_native_log_line(line.encode()) for line in loud.stderr.splitlines())
 
@@ -93,13 +137,13 @@ def test_commands_print_their_own_lines_only(folder):
 @pytest.mark.slow
 def test_convert_finetune_predict_and_evaluate_print_no_tensorflow_log_line(folder):
     (folder / "train.csv").write_text("text,label\n" + "the good day,pos\nbad bad,neg\n" * 6)
-    runs = {
-        "convert": _cli("convert", folder / "bert", "--out", "modules", "--seq-length", 8, cwd=folder),
-        "finetune": _cli("finetune", "--train", "train.csv", "--checkpoint", folder / "bert", "--out", "clf", "--seq-length", 8,
-                         "--batch-size", 4, "--head-epochs", 1, "--epochs", 1, cwd=folder),
-    }
-    runs["predict"] = _cli("predict", "--model", "clf", "the good day", cwd=folder)
-    runs["evaluate"] = _cli("evaluate", "--model", "clf", "--data", "train.csv", cwd=folder)
+    runs = _cli_session({
+        "convert": ["convert", folder / "bert", "--out", "modules", "--seq-length", 8],
+        "finetune": ["finetune", "--train", "train.csv", "--checkpoint", folder / "bert", "--out", "clf", "--seq-length", 8,
+                     "--batch-size", 4, "--head-epochs", 1, "--epochs", 1],
+        "predict": ["predict", "--model", "clf", "the good day"],
+        "evaluate": ["evaluate", "--model", "clf", "--data", "train.csv"],
+    }, cwd=folder)
     for command, done in runs.items():
         assert done.returncode == 0, (command, done.stderr[-3000:])
         printed = (done.stdout + done.stderr).splitlines()
@@ -114,14 +158,14 @@ def test_pretrain_explain_probe_and_presets_print_no_tensorflow_log_line(folder)
     sentences = [" ".join(words[(i + j) % len(words)] for j in range(5)) + "." for i in range(12)]
     (folder / "corpus.txt").write_text("\n\n".join("\n".join(sentences[i:i + 3]) for i in range(0, 12, 3)) + "\n")
     (folder / "labelled.csv").write_text("text,label\n" + "the good day,pos\nbad bad,neg\n" * 10)
-    runs = {
-        "pretrain": _cli("pretrain", "--corpus", "corpus.txt", "--vocab", folder / "bert" / "vocab.txt", "--out", "pretrained",
-                         "--num-layers", 1, "--hidden-size", 16, "--num-heads", 2, "--intermediate-size", 32,
-                         "--seq-length", 16, "--batch-size", 2, "--epochs", 1, "--steps-per-epoch", 1, cwd=folder),
-        "explain": _cli("explain", "--checkpoint", folder / "bert", "--out", "attention", "the good day", cwd=folder),
-        "probe": _cli("probe", "--checkpoint", folder / "bert", "--data", "labelled.csv", "--out", "probe", cwd=folder),
-        "presets": _cli("presets", cwd=folder),
-    }
+    runs = _cli_session({
+        "pretrain": ["pretrain", "--corpus", "corpus.txt", "--vocab", folder / "bert" / "vocab.txt", "--out", "pretrained",
+                     "--num-layers", 1, "--hidden-size", 16, "--num-heads", 2, "--intermediate-size", 32,
+                     "--seq-length", 16, "--batch-size", 2, "--epochs", 1, "--steps-per-epoch", 1],
+        "explain": ["explain", "--checkpoint", folder / "bert", "--out", "attention", "the good day"],
+        "probe": ["probe", "--checkpoint", folder / "bert", "--data", "labelled.csv", "--out", "probe"],
+        "presets": ["presets"],
+    }, cwd=folder)
     for command, done in runs.items():
         assert done.returncode == 0, (command, done.stderr[-3000:])
         printed = (done.stdout + done.stderr).splitlines()
