@@ -123,6 +123,19 @@ def test_preprocess_module_api(preprocess_dir):
         assert f.read().split() == VOCAB
 
 
+
+def test_the_preprocess_modules_packings_are_traced_once_each(tmp_path, vocab_file, monkeypatch):
+    from bert_keras.export import export_preprocessor
+    from bert_keras.text import BertPreprocessor
+
+    traced = []
+    pack = BertPreprocessor.bert_pack_inputs
+    monkeypatch.setattr(BertPreprocessor, "bert_pack_inputs",
+                        lambda self, segments, seq_length=None: traced.append(len(segments)) or pack(self, segments, seq_length))
+    export_preprocessor(str(tmp_path / "preprocess"), vocab_file, do_lower_case=True, seq_length=16)
+    # 1 or 2 segments of ragged rank 1 or 2: four traces, which the save reuses (it traced them again, 2026-12-03)
+    assert sorted(traced) == [1, 1, 2, 2]
+
 def test_every_weight_is_stored_once(encoder_dir, tiny_encoder):
     stored = tf.train.list_variables(os.path.join(encoder_dir, "variables", "variables"))
     weights = {name: shape for name, shape in stored if name.startswith("variables/")}
