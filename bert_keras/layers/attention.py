@@ -198,7 +198,7 @@ class MultiHeadSelfAttention(keras.layers.Layer):
             # The padded layout, split into heads, for the attention products only, each head's rows
             # gathered into place (no transpose). Positions that are not packed get copies of a packed
             # row: as keys and values their weight is exactly zero, as queries their result is dropped.
-            query, key, value = (unpack_heads(t, packing, self.num_heads) for t in (query, key, value))
+            query, key, value = unpack_heads([query, key, value], packing, self.num_heads)
         else:
             query = self._split_heads(query, batch_size, query_length)  # (batch, heads, seq_q, head_size)
             key = self._split_heads(key, batch_size, seq_length)  # (batch, heads, seq, head_size)

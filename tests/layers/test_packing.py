@@ -169,18 +169,20 @@ def test_heads_unpacked_and_packed_in_one_gather_equal_split_and_merge_with_thei
         packed = pack_tokens(x, packing)  # (n_packed, hidden)
         with tf.GradientTape(persistent=True) as tape:
             tape.watch([packed, v])
-            ours = unpack_heads(packed, packing, heads)
+            ours, doubled = unpack_heads([packed, packed * 2.0], packing, heads)  # two share a tf.cond
             split = tf.transpose(tf.reshape(unpack_tokens(packed, packing, fill_zeros=False), (4, 4, heads, head_size)), (0, 2, 1, 3))
             merged_ours = pack_heads(v, packing)
             merged = pack_tokens(tf.reshape(tf.transpose(v, (0, 2, 1, 3)), (4, 4, heads * head_size)), packing)
             losses = [tf.reduce_sum(t * w) for t, w in ((ours, v), (split, v), (merged_ours, packed), (merged, packed))]
-        grads = [tape.gradient(losses[0], packed), tape.gradient(losses[1], packed),
+            losses[0] += tf.reduce_sum(doubled * v * 3.0)  # d/d packed: 7x the first's
+        grads = [tape.gradient(losses[0], packed), 7.0 * tape.gradient(losses[1], packed),
                  tape.gradient(losses[2], v), tape.gradient(losses[3], v)]
-        return [ours, split, merged_ours, merged] + [tf.convert_to_tensor(g) for g in grads]
+        return [ours, split, merged_ours, merged] + [tf.convert_to_tensor(g) for g in grads] + [doubled]
 
     if mode != "eager":
         run = tf.function(run, jit_compile=mode == "xla")
-    ours, split, merged_ours, merged, g_ours, g_split, gv_ours, gv_merged = run(x, v)
+    ours, split, merged_ours, merged, g_ours, g_split, gv_ours, gv_merged, doubled = run(x, v)
+    np.testing.assert_array_equal(doubled, 2.0 * np.asarray(split))
     assert tuple(ours.shape) == (4, heads, 4, head_size)
     np.testing.assert_array_equal(ours, split)
     np.testing.assert_array_equal(merged_ours, merged)
