@@ -67,3 +67,38 @@ def test_the_warm_up_word_read_from_the_vocabulary_is_the_one_the_preprocessor_m
     preprocessor = BertPreprocessor(tokens, seq_length=24)
     read = warmup._repeated_word(preprocessor, pairs)
     assert read == warmup._repeated_word(_Measured(preprocessor), pairs) == expected
+
+
+def test_encode_in_batches_runs_two_calls_at_once_and_puts_rows_back_in_order():
+    import threading
+    import time
+
+    import numpy as np
+
+    from bert_keras.export import sentence_encoder
+
+    lock, state = threading.Lock(), {"running": 0, "most": 0, "calls": []}
+
+    def embed(batch):  # (batch,) strings -> (batch, 2): the text's length and its first letter's code
+        texts = [t.decode() for t in batch.numpy()]
+        with lock:
+            state["running"] += 1
+            state["most"] = max(state["most"], state["running"])
+            state["calls"].append(texts)
+        time.sleep(0.05)
+        with lock:
+            state["running"] -= 1
+        if any(t.startswith("boom") for t in texts):
+            raise ValueError("a bad batch")
+        return np.array([[len(t), ord(t[0]) if t else 0] for t in texts], dtype="float32")
+
+    texts = [f"{chr(97 + i % 26)}{'x' * (i % 7)}" for i in range(23)]
+    vectors = sentence_encoder.encode_in_batches(texts, 4, 2, embed)
+    assert vectors.tolist() == [[len(t), ord(t[0])] for t in texts]
+    assert state["most"] == sentence_encoder.BATCHES_IN_FLIGHT == 2
+    assert sorted(len(call) for call in state["calls"]) == [3, 4, 4, 4, 4, 4]
+    # The first error is raised; what was queued after it does not run.
+    state["calls"].clear()
+    with pytest.raises(ValueError, match="a bad batch"):
+        sentence_encoder.encode_in_batches(["boom" + "x" * 40] + ["a"] * 99, 2, 2, embed)
+    assert len(state["calls"]) <= 1 + 2 * sentence_encoder.BATCHES_IN_FLIGHT

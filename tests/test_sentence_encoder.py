@@ -154,11 +154,18 @@ def test_refusals_name_the_file_and_what_to_do(tiny):
 
 
 @pytest.mark.slow
-def test_encode_takes_lists_arrays_and_tensors_in_order(tiny_model):
+def test_encode_takes_lists_arrays_and_tensors_in_order(tiny_model, monkeypatch):
     model = tiny_model
     texts = sentence_models.TINY_TEXTS
     vectors = model.encode(texts)
     assert vectors.shape == (len(texts), 16) and vectors.dtype == np.float32
+    # Two batches at a time give the very numbers of one at a time.
+    from bert_keras.export import sentence_encoder
+
+    in_pairs = model.encode(texts, batch_size=2)
+    monkeypatch.setattr(sentence_encoder, "BATCHES_IN_FLIGHT", 1)
+    np.testing.assert_array_equal(model.encode(texts, batch_size=2), in_pairs)
+    monkeypatch.undo()
     # Each row is its own text's, whatever the batching and the sorting by length.
     one_by_one = np.stack([model.encode(text) for text in texts])
     assert_close(model.encode(texts, batch_size=1), one_by_one, atol=1e-6)
