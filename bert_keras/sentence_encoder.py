@@ -34,6 +34,7 @@ from bert_keras._files import staged_directory
 from bert_keras._task import Task, call_encoder, check_encoder, model_inputs
 from bert_keras.checkpoints import holds_weights, load_checkpoint
 from bert_keras.export.sentence_encoder import (
+    BatchEmbedder,
     EmbeddingMethods,
     ExportedSentenceEncoder,
     describe_model,
@@ -379,7 +380,7 @@ class SentenceEncoder(EmbeddingMethods, Task):
         self.pooling = pooling if isinstance(pooling, str) else list(pooling)
         self.normalize = normalize
         self.source = None  # the checkpoint `from_checkpoint` read (not part of the config)
-        self._embed_batch = None
+        self._embedder = None  # a BatchEmbedder, made by the first `encode`
 
     @property
     def embedding_dim(self):
@@ -488,9 +489,10 @@ class SentenceEncoder(EmbeddingMethods, Task):
 
         Args:
             texts: a str, a list of str, or a 1-D numpy array of strings.
-            batch_size: int. Texts per model call; texts of similar lengths
-                are batched together (longest first) and the rows are put
-                back in input order. Defaults to `32`.
+            batch_size: int. Texts per batch of the model; texts of similar
+                lengths are batched together (longest first), two batches
+                run at once (`export.sentence_encoder.BATCHES_PER_CALL`),
+                and the rows are put back in input order. Defaults to `32`.
 
         Returns:
             float32 numpy array `(len(texts), dim)` in input order;
@@ -501,12 +503,9 @@ class SentenceEncoder(EmbeddingMethods, Task):
                 "This SentenceEncoder has no preprocessor, so it cannot take text: build it with `preprocessor=`, "
                 "or call it on the Hub input dict."
             )
-        if self._embed_batch is None:
-            self._embed_batch = tf.function(
-                lambda texts: tf.cast(self(texts, training=False), tf.float32),
-                input_signature=[tf.TensorSpec([None], tf.string)],
-            )
-        return encode_in_batches(texts, batch_size, self.embedding_dim, self._embed_batch)
+        if self._embedder is None:
+            self._embedder = BatchEmbedder(lambda texts: tf.cast(self(texts, training=False), tf.float32))
+        return encode_in_batches(texts, batch_size, self.embedding_dim, self._embedder)
 
     def predict(self, x, *args, **kwargs):
         """Keras' `predict`; an empty list of texts gives a `(0, dim)` array (Keras fails on no batch)."""

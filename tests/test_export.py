@@ -69,36 +69,25 @@ def test_the_warm_up_word_read_from_the_vocabulary_is_the_one_the_preprocessor_m
     assert read == warmup._repeated_word(_Measured(preprocessor), pairs) == expected
 
 
-def test_encode_in_batches_runs_two_calls_at_once_and_puts_rows_back_in_order():
-    import threading
-    import time
-
-    import numpy as np
+def test_encode_in_batches_embeds_two_batches_per_call_and_puts_rows_back_in_order():
+    import tensorflow as tf
 
     from bert_keras.export import sentence_encoder
 
-    lock, state = threading.Lock(), {"running": 0, "most": 0, "calls": []}
+    calls = []
 
-    def embed(batch):  # (batch,) strings -> (batch, 2): the text's length and its first letter's code
-        texts = [t.decode() for t in batch.numpy()]
-        with lock:
-            state["running"] += 1
-            state["most"] = max(state["most"], state["running"])
-            state["calls"].append(texts)
-        time.sleep(0.05)
-        with lock:
-            state["running"] -= 1
-        if any(t.startswith("boom") for t in texts):
-            raise ValueError("a bad batch")
-        return np.array([[len(t), ord(t[0]) if t else 0] for t in texts], dtype="float32")
+    def embed(batch):  # (batch,) strings -> (batch, 2): the text's length in bytes, its first byte
+        calls.append(tf.executing_eagerly())
+        first = tf.strings.unicode_decode(tf.strings.substr(batch, 0, 1), "UTF-8").to_tensor(shape=[None, 1])
+        return tf.stack([tf.cast(tf.strings.length(batch), tf.float32), tf.cast(first[:, 0], tf.float32)], axis=1)
 
+    embedder = sentence_encoder.BatchEmbedder(embed)
     texts = [f"{chr(97 + i % 26)}{'x' * (i % 7)}" for i in range(23)]
-    vectors = sentence_encoder.encode_in_batches(texts, 4, 2, embed)
-    assert vectors.tolist() == [[len(t), ord(t[0])] for t in texts]
-    assert state["most"] == sentence_encoder.BATCHES_IN_FLIGHT == 2
-    assert sorted(len(call) for call in state["calls"]) == [3, 4, 4, 4, 4, 4]
-    # The first error is raised; what was queued after it does not run.
-    state["calls"].clear()
-    with pytest.raises(ValueError, match="a bad batch"):
-        sentence_encoder.encode_in_batches(["boom" + "x" * 40] + ["a"] * 99, 2, 2, embed)
-    assert len(state["calls"]) <= 1 + 2 * sentence_encoder.BATCHES_IN_FLIGHT
+    expected = [[len(t), ord(t[0])] for t in texts]
+    assert sentence_encoder.encode_in_batches(texts, 4, 2, embedder).tolist() == expected  # 6 batches: 3 calls of two
+    assert sentence_encoder.encode_in_batches(texts, 5, 2, embedder).tolist() == expected  # 5: two pairs and one alone
+    assert sentence_encoder.encode_in_batches("abc", 4, 2, embedder).tolist() == [3, 97]
+    assert sentence_encoder.encode_in_batches([], 4, 2, embedder).shape == (0, 2)
+    # One trace of a batch (graph mode), shared by the one-batch and the two-batch functions.
+    assert calls == [False]
+    assert len(embedder.two.get_concrete_function().graph.get_operations()) < 10  # two calls of `one`, not two copies

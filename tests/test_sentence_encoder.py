@@ -163,7 +163,7 @@ def test_encode_takes_lists_arrays_and_tensors_in_order(tiny_model, monkeypatch)
     from bert_keras.export import sentence_encoder
 
     in_pairs = model.encode(texts, batch_size=2)
-    monkeypatch.setattr(sentence_encoder, "BATCHES_IN_FLIGHT", 1)
+    monkeypatch.setattr(sentence_encoder, "BATCHES_PER_CALL", 1)
     np.testing.assert_array_equal(model.encode(texts, batch_size=2), in_pairs)
     monkeypatch.undo()
     # Each row is its own text's, whatever the batching and the sorting by length.

@@ -8,9 +8,7 @@ encoder, pooling) behind `__call__` and `serving_default`;
 `encode_in_batches` here (this package ranks below the tasks, which import it).
 """
 
-import collections
 import collections.abc
-import concurrent.futures
 import json
 import logging
 import os
@@ -99,50 +97,53 @@ class EmbeddingMethods:
         return cosine_similarity(query_embeddings, document_embeddings)
 
 
-# Model calls running at once in `encode_in_batches`. One call of a few dozen short texts leaves the cores idle
-# between its ops (layer norms, gathers, softmax run on one thread; the matrix products wait for each other); a second
-# call fills those gaps. 2,000 tweets at batch 32 on 2 cores: 1.2-1.3x the texts/s of one call at a time, more than
-# one call of 64 gains (docs/sentence_embeddings.md). Three were no faster than two.
-BATCHES_IN_FLIGHT = 2
+# Batches per call of `encode_in_batches`. One batch of a few dozen short texts leaves the cores idle between its
+# ops (layer norms, gathers and softmax run on one thread; the matrix products wait for each other); with two
+# independent batches in one graph, TensorFlow's executor runs the second's ops in those gaps. 2,000 tweets at
+# batch 32 on 2 cores: 1.2-1.3x the texts/s of one batch per call, more than one batch of 64 gains
+# (docs/sentence_embeddings.md). Three were no faster than two.
+BATCHES_PER_CALL = 2
 
 
-def encode_in_batches(texts, batch_size, dimension, embed):
-    """`embed` over `texts` in batches of similar lengths (longest first), rows put back in input order.
+class BatchEmbedder:
+    """A function from a batch of strings to embeddings, traced for one batch and for two batches in one call.
 
-    Each call of `embed` takes one batch of at most `batch_size` texts;
-    `BATCHES_IN_FLIGHT` calls run at once, on threads (TensorFlow releases
-    the GIL while it computes). A batch's rows do not depend on the others.
+    Both run on the caller's thread (its device and distribution scopes
+    hold); the two batches of a call are independent subgraphs that
+    TensorFlow's executor runs at once. Each batch gives the numbers it
+    gives alone.
+
+    Args:
+        embed: callable. A `(batch,)` string tensor -> float32 `(batch, dim)`
+            tensor, traceable by `tf.function`.
     """
+
+    def __init__(self, embed):
+        text = tf.TensorSpec([None], tf.string)
+        self.one = tf.function(embed, input_signature=[text])
+        self.two = tf.function(lambda first, second: (self.one(first), self.one(second)), input_signature=[text, text])
+
+
+def encode_in_batches(texts, batch_size, dimension, embedder):
+    """`embedder` (a `BatchEmbedder`) over `texts` in batches of similar lengths (longest first), two batches per
+    call (`BATCHES_PER_CALL`), rows put back in input order; float32 numpy `(len(texts), dim)`, `(dim,)` for a str."""
     texts, single = string_batch(texts)
     check_positive_int("batch_size", batch_size)
     output = np.zeros((len(texts), dimension), dtype="float32")
     order = sorted(range(len(texts)), key=lambda i: -len(texts[i]))  # less padding per batch, as sentence-transformers
     batches = [order[start : start + batch_size] for start in range(0, len(texts), batch_size)]
 
-    def run(rows):
-        output[rows] = np.asarray(embed(tf.constant([texts[i] for i in rows], dtype=tf.string)))
+    def strings(rows):
+        return tf.constant([texts[i] for i in rows], dtype=tf.string)
 
-    if len(batches) == 1:
-        run(batches[0])
-    elif batches:
-        _run_in_flight(run, batches, BATCHES_IN_FLIGHT)
+    paired = len(batches) - len(batches) % 2 if BATCHES_PER_CALL == 2 else 0
+    for index in range(0, paired, 2):
+        first, second = batches[index], batches[index + 1]
+        vectors = embedder.two(strings(first), strings(second))
+        output[first], output[second] = (np.asarray(v) for v in vectors)
+    for rows in batches[paired:]:
+        output[rows] = np.asarray(embedder.one(strings(rows)))
     return output[0] if single else output
-
-
-def _run_in_flight(function, items, workers):
-    """`function(item)` for every item, `workers` at a time, at most twice that many queued; the first error is raised
-    once the running calls end, and nothing queued after it runs (Ctrl-C too)."""
-    pool = concurrent.futures.ThreadPoolExecutor(workers, thread_name_prefix="bert_keras_encode")
-    pending = collections.deque()
-    try:
-        for item in items:
-            if len(pending) == 2 * workers:
-                pending.popleft().result()
-            pending.append(pool.submit(function, item))
-        while pending:
-            pending.popleft().result()
-    finally:
-        pool.shutdown(wait=True, cancel_futures=True)
 
 
 def export_sentence_encoder(model, export_dir, overwrite=False):
@@ -244,6 +245,7 @@ class ExportedSentenceEncoder(EmbeddingMethods):
         except (OSError, ValueError, TypeError, KeyError) as error:
             raise ValueError(f"{info_file} cannot be read ({error}): the export is damaged; export the model again.") from None
         self._saved = load(self.export_dir)
+        self._embedder = BatchEmbedder(self._saved)
 
     def __call__(self, texts):
         """`(batch,)` strings -> `(batch, dim)` float32 tensor."""
@@ -251,7 +253,7 @@ class ExportedSentenceEncoder(EmbeddingMethods):
 
     def encode(self, texts, batch_size=32):
         """Embeddings of texts, float32 `(len(texts), dim)` in input order (`(dim,)` for a single str)."""
-        return encode_in_batches(texts, batch_size, self.embedding_dim, lambda batch: self._saved(batch).numpy())
+        return encode_in_batches(texts, batch_size, self.embedding_dim, self._embedder)
 
 
 def load_sentence_encoder(export_dir):
