@@ -132,6 +132,10 @@ def main():
         rounds = " / ".join(f"{seconds:.1f}" for seconds in warm_s[name])
         lines.append(f"| {name} | {load_s[name]:.1f} | {first_s[name]:.1f} | {rounds} | {speed[name]:.0f} | "
                      f"{speed[name] / peer_best:.2f}x | {round_ratio[name]:.2f}x | {difference:.2e} |")
+    float32, bfloat16 = vectors["bert_keras SentenceEncoder float32"], vectors["bert_keras SentenceEncoder bfloat16"]
+    lines += ["", f"bfloat16 against float32 (both bert_keras, the same texts): max abs diff "
+                  f"{float(np.max(np.abs(bfloat16 - float32))):.2e}, smallest cosine similarity of a text's two vectors "
+                  f"{float(np.min(np.sum(bfloat16 * float32, axis=1))):.6f}."]
     text = "\n".join(lines) + "\n"
     os.makedirs(os.path.dirname(args.output) or ".", exist_ok=True)
     with open(args.output, "w") as f:
