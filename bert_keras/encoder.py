@@ -20,6 +20,23 @@ from bert_keras.layers._utils import get_activation, serialize_activation
 from bert_keras.presets import get_preset
 
 
+
+def _check_sizes(num_layers, hidden_size, num_heads, dropout, attention_dropout, initializer_range, activation):
+    """`BertEncoder`'s argument checks, before any layer is built."""
+    check_positive_int("num_layers", num_layers)
+    check_positive_int("hidden_size", hidden_size)
+    check_positive_int("num_heads", num_heads)
+    if hidden_size % num_heads:
+        raise ValueError(
+            f"`hidden_size` must be divisible by `num_heads`. Received: "
+            f"hidden_size={hidden_size}, num_heads={num_heads}. Pick num_heads among "
+            f"the divisors of {hidden_size} (BERT uses hidden_size / 64)."
+        )
+    check_rate("dropout", dropout)
+    check_rate("attention_dropout", attention_dropout)
+    check_positive_float("initializer_range", initializer_range)
+    get_activation(activation)
+
 @keras.saving.register_keras_serializable(package="bert_keras")
 class BertEncoder(keras.Model):
     """The BERT encoder (Devlin et al., 2019) with TF Hub's inputs and outputs.
@@ -101,19 +118,7 @@ class BertEncoder(keras.Model):
         dtype=None,
         **kwargs,
     ):
-        check_positive_int("num_layers", num_layers)
-        check_positive_int("hidden_size", hidden_size)
-        check_positive_int("num_heads", num_heads)
-        if hidden_size % num_heads:
-            raise ValueError(
-                f"`hidden_size` must be divisible by `num_heads`. Received: "
-                f"hidden_size={hidden_size}, num_heads={num_heads}. Pick num_heads among "
-                f"the divisors of {hidden_size} (BERT uses hidden_size / 64)."
-            )
-        check_rate("dropout", dropout)
-        check_rate("attention_dropout", attention_dropout)
-        check_positive_float("initializer_range", initializer_range)
-        get_activation(activation)
+        _check_sizes(num_layers, hidden_size, num_heads, dropout, attention_dropout, initializer_range, activation)
 
         # === Layers ===
         initializer = keras.initializers.TruncatedNormal(stddev=initializer_range)

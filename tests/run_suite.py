@@ -7,12 +7,12 @@ between groups. A group is one directory of tests/ (its files share session
 fixtures), one top-level test file, or one of the BUNDLES of small files and
 directories. Groups run `--jobs` at a time
 (default: two, or one on a one-core machine): most of a test's time is
-Python tracing graphs on one core. A group starts only while the measured
-peaks (PEAK_GB) of the groups running, its own added, stay within
-MEMORY_BUDGET_GB, so that the processes of the suite together stay under
+Python tracing graphs on one core. A group starts only while the peaks
+(PEAK_GB: what `--record` measured in a full run, kept in suite_profile.json)
+of the groups running, its own added, stay within MEMORY_BUDGET_GB, so that the processes of the suite together stay under
 6 GB. Each group's pytest is forked from a server process that imported
 TensorFlow, Keras, TF.Text and pytest once (PRELOAD), so that no group pays
-those imports; `--fresh` (first, or after `--jobs N`) starts each group in a
+those imports; `--fresh` (before the pytest arguments) starts each group in a
 fresh interpreter instead.
 
 Each group's output is printed whole when it ends, with its time and the
@@ -34,9 +34,11 @@ The last line is the total over the groups, as `total: N passed, N failed, N ski
     python tests/run_suite.py -m "not slow"   # the fast loop
     python tests/run_suite.py --jobs 1 -x     # one group at a time, stop each at its first failure
     python tests/run_suite.py --fresh         # each group in a fresh interpreter
+    python tests/run_suite.py --record        # the whole suite, then each group's peak and time into suite_profile.json
 """
 
 import collections
+import json
 import multiprocessing
 import multiprocessing.forkserver
 import os
@@ -55,43 +57,28 @@ _COUNT = re.compile(r"(\d+) (passed|failed|errors?|skipped|deselected|xfailed|xp
 # Each directory of tests/ is one process: its files share session fixtures (fault_injection's runs, hub's
 # modules, distribute's one-replica reference), which one process per file would compute again per file.
 # Each top-level test file is a process of its own.
-# The peak memory of each group's process tree (pytest and the processes it starts; proportional set size), in GB:
-# what this script measured in the full run of 2026-12-03 on the Intel Xeon (2 cores, 51 min 39 s), plus 0.3 GB,
-# rounded up. A group not listed counts DEFAULT_PEAK_GB. Groups start only while the peaks of those running,
-# added, stay within MEMORY_BUDGET_GB. Listed in the order they start, longest first (by that run's times), so that
-# the short groups fill in around the long ones and the suite does not end on one long group with a core idle.
-PEAK_GB = {
-    "tests/fault_injection": 2.9,
-    "tests/test_datasets.py": 2.1,  # the first bundle
-    "tests/distribute": 2.9,
-    "tests/text": 2.0,
-    "tests/test_pretrain.py": 1.9,
-    "tests/test_tasks.py": 2.4,
-    "tests/hub": 3.1,
-    "tests/test_sentence_encoder.py": 2.5,
-    "tests/test_saved_model.py": 2.4,
-    "tests/test_readme.py": 3.7,
-    "tests/test_finetune.py": 1.3,
-    "tests/training": 1.1,
-    "tests/test_notebooks.py": 2.3,
-    "tests/test_cli_finetune.py": 2.3,
-    "tests/test_contrastive.py": 1.9,
-    "tests/test_cli_predict.py": 2.9,
-    "tests/test_cli_convert.py": 2.1,
-    "tests/test_demo.py": 2.8,
-    "tests/inspect": 1.9,
-    "tests/test_encoder.py": 3.4,
-    "tests/test_lora.py": 1.7,
-    "tests/test_cli.py": 1.2,
-    "tests/test_text_inputs.py": 1.3,
-    "tests/test_beam.py": 2.7,
-    "tests/test_cli_embed.py": 1.9,
-    "tests/checkpoints": 1.9,
-    "tests/test_hostile_inputs.py": 2.1,
-    "tests/layers": 0.9,
-    "tests/test_docstrings.py": 1.6,
-    "tests/test_hostile_files.py": 1.3,
-}
+# What each group cost in the last recorded full run, measured by this script (`--record` writes it): the peak memory
+# of its process tree (pytest and the processes it starts; proportional set size) and its seconds. A group starts
+# only while the peaks of those running, plus PEAK_MARGIN_GB each, stay within MEMORY_BUDGET_GB; groups start
+# longest first, so that the short ones fill in around the long ones and the suite does not end on one long group
+# with a core idle. A group the profile does not list counts DEFAULT_PEAK_GB and starts after the listed ones.
+PROFILE = ROOT / "suite_profile.json"
+PEAK_MARGIN_GB = 0.3
+
+
+def read_profile(path=PROFILE):
+    """`{group's first path: peak GB to plan with}`, longest group first, from the profile `--record` wrote
+    ({} when there is none)."""
+    try:
+        with open(path) as f:
+            entries = json.load(f)["groups"]
+    except (OSError, ValueError, KeyError):
+        return {}
+    entries = sorted(entries, key=lambda entry: -(entry.get("seconds") or 0))  # stable: unmeasured keep their order
+    return {entry["group"]: round(entry["peak_gb"] + PEAK_MARGIN_GB, 1) for entry in entries}
+
+
+PEAK_GB = read_profile()
 DEFAULT_PEAK_GB = 2.0
 # Test files that share a process: a process start costs ~10 s of CPU before the first test (TensorFlow's import
 # and the collection; `pytest --collect-only tests/layers`: 9.9 s on a 2-core Intel Xeon, 2026-12-02), which a
@@ -288,13 +275,48 @@ def deselects_slow(arguments):
         argument.startswith("-m") and "not slow" in argument for argument in arguments)
 
 
+def _machine():
+    """The CPU model and its AVX-512/AMX flags, as every figure of this project states them."""
+    model, flags = "unknown CPU", set()
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name") and model == "unknown CPU":
+                    model = line.split(":", 1)[1].strip()
+                elif line.startswith("flags"):
+                    flags.update(flag for flag in line.split(":", 1)[1].split() if flag.startswith(("avx512", "amx")))
+    except OSError:
+        pass
+    return f"{model}, {os.cpu_count()} cores" + (f" ({' '.join(sorted(flags))})" if flags else "")
+
+
+def write_profile(measured, path=PROFILE):
+    """Writes `{group: (peak bytes, seconds)}` of a full run as the profile later runs plan with (`read_profile`)."""
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT.parent, capture_output=True,
+                            text=True).stdout.strip()
+    groups = [{"group": group.split()[0], "peak_gb": round(peak / 2 ** 30, 2), "seconds": round(seconds)}
+              for group, (peak, seconds) in sorted(measured.items(), key=lambda item: -item[1][1])]
+    profile = {"recorded_by": f"python tests/run_suite.py --record, {time.strftime('%Y-%m-%d')}, at {commit or '?'}, "
+                              f"on {_machine()}", "groups": groups}
+    temporary = f"{path}.{os.getpid()}.tmp"
+    with open(temporary, "w") as f:
+        json.dump(profile, f, indent=1)
+        f.write("\n")
+    os.replace(temporary, path)
+
+
 def main(arguments):
     jobs = 2 if (os.cpu_count() or 1) > 1 else 1
-    if arguments[:1] == ["--jobs"]:
-        jobs, arguments = max(1, int(arguments[1])), arguments[2:]
-    fresh = arguments[:1] == ["--fresh"]
-    if fresh:
-        arguments = arguments[1:]
+    record = fresh = False
+    while arguments[:1] in (["--jobs"], ["--fresh"], ["--record"]):
+        if arguments[0] == "--jobs":
+            jobs, arguments = max(1, int(arguments[1])), arguments[2:]
+        else:
+            record, fresh = record or arguments[0] == "--record", fresh or arguments[0] == "--fresh"
+            arguments = arguments[1:]
+    if record and arguments:
+        print(f"--record measures the whole suite: it takes no pytest arguments. Received: {' '.join(arguments)}")
+        return 2
     output_directory = tempfile.mkdtemp(prefix="run-suite-")
     xml_directory = os.environ.get("BERT_KERAS_SUITE_XML")
     if xml_directory:
@@ -303,7 +325,7 @@ def main(arguments):
     waiting, running = (fast_groups(groups()) if fast else groups()), []
     # Without the slow tests no group of the fast loop is near its full run's peak; FAST_PEAK_GB bounds them all.
     group_peak = (lambda group: FAST_PEAK_GB) if fast else peak_gb
-    totals, failed_groups, started, peak = {}, [], time.time(), 0
+    totals, failed_groups, started, peak, measured = {}, [], time.time(), 0, {}
     total_groups = len(waiting)
     print(f"suite: {total_groups} pytest runs, up to {jobs} at a time", flush=True)
 
@@ -333,6 +355,7 @@ def main(arguments):
             print(f"=== pytest {run.group}\n{output}", end="" if output.endswith("\n") else "\n")
             print(f"--- {run.group}: exit {status}, {time.time() - run.started:.0f} s, "
                   f"peak {_gigabytes(run.peak)} (its process tree)", flush=True)
+            measured[run.group] = (run.peak, time.time() - run.started)
             for word, number in summary_counts(output).items():
                 totals[word] = totals.get(word, 0) + number
             if status not in (0, NO_TESTS):
@@ -348,6 +371,9 @@ def main(arguments):
     print(f"total: {totals.get('passed', 0)} passed, {failed} failed, {totals.get('skipped', 0)} skipped", flush=True)
     if failed_groups or failed:
         return 1
+    if record:
+        write_profile(measured)
+        print(f"suite: recorded each group's peak and time in {PROFILE.relative_to(ROOT.parent)}")
     return 0 if totals.get("passed", 0) else NO_TESTS
 
 

@@ -1,5 +1,6 @@
 """The suite runner: every test file runs exactly once, its lists name real files, its total line reads pytest's."""
 
+import json
 import os
 import pathlib
 import signal
@@ -27,6 +28,19 @@ def test_its_lists_name_groups_that_exist():
     assert set(run_suite.PEAK_GB) <= set(firsts)
     assert sorted(firsts[: len(run_suite.PEAK_GB)], key=list(run_suite.PEAK_GB).index) == list(run_suite.PEAK_GB)
     assert all(peak <= run_suite.MEMORY_BUDGET_GB for peak in run_suite.PEAK_GB.values())  # each can start
+
+
+def test_record_writes_the_profile_that_plans_the_next_run(tmp_path):
+    path = tmp_path / "suite_profile.json"
+    measured = {"tests/hub": (3.5 * 2 ** 30, 120.4), "tests/test_cli.py tests/test_x.py": (1.0 * 2 ** 30, 300.0)}
+    run_suite.write_profile(measured, path=path)
+    profile = json.loads(path.read_text())
+    assert profile["recorded_by"].startswith("python tests/run_suite.py --record, ")
+    assert profile["groups"] == [{"group": "tests/test_cli.py", "peak_gb": 1.0, "seconds": 300},
+                                 {"group": "tests/hub", "peak_gb": 3.5, "seconds": 120}]  # longest first
+    assert list(run_suite.read_profile(path).items()) == [("tests/test_cli.py", 1.3), ("tests/hub", 3.8)]  # + margin
+    assert run_suite.read_profile(tmp_path / "none.json") == {}
+    assert run_suite.main(["--record", "-x"]) == 2  # a profile measures the whole suite, nothing less
 
 
 def test_the_fast_loop_runs_every_file_too_in_fewer_processes():
