@@ -10,7 +10,7 @@ classifier) is written by `staged_directory`:
    directory it did not write, nor another command's output or a backup).
    A trailing `/` or `/.` does not hide a link.
 2. A lock file next to the target (`.NAME.lock`, `flock`, removed after the
-   write) refuses a second writer of the same target while the first runs.
+   write; `_locks.output_lock`) refuses a second writer of the same target while the first runs.
    It is opened without following links and must be a plain file with one
    name: a link or hard link planted there is refused, never written through.
 3. The output is written into a hidden sibling `.partial-NAME-XXXXXXXX` with
@@ -26,6 +26,13 @@ classifier) is written by `staged_directory`:
    as `.replaced-NAME-*`, which the next write of that target puts back or
    removes.
 
+The one rule for writing under a directory (`directory_under`): every level
+below a marked root (a backup, a staged output) is created by this run or is
+a real directory carrying the package's marker; a link, wherever it points,
+or a directory the package did not mark is refused, never written through.
+Before the swap, the staged directory must still be the one made for the
+write and hold no link.
+
 The one rule for removing anything (`remove_output`, and every `rmtree` here):
 the package deletes or replaces only a real directory (not a link) that
 carries its marker, written by it, of the kind the caller expects. A directory
@@ -37,7 +44,6 @@ import contextlib
 import ctypes
 import ctypes.util
 import errno
-import fcntl
 import json
 import logging
 import os
@@ -49,15 +55,13 @@ import threading
 
 import tensorflow as tf
 
+from bert_keras._locks import OutputLockedError, output_lock  # noqa: F401 (the package's writers import them from here)
+
 logger = logging.getLogger(__name__)
 
 MARKER = ".bert_keras_output.json"
 _RENAME_EXCHANGE = 2
 _AT_FDCWD = -100
-
-
-class OutputLockedError(RuntimeError):
-    """Another process is writing the same output directory."""
 
 
 _STAGING_KIND = "staging"
@@ -69,8 +73,6 @@ _TEMP_SUFFIX = r"[a-z0-9_]{8}"
 # The directories a run's output may replace besides outputs of its own kind: a pre-training run's
 # directory (its backup inside) ends as the module pair it trains.
 _ENDS_AS = {"module_pair": ("pretraining_run",)}
-# The lock files held with `output_lock(..., reentrant=True)`: absolute path -> the holding thread's id.
-_HELD = {}
 
 
 def _bare(path):
@@ -339,87 +341,6 @@ def _recover(parent, name, target):
             shutil.rmtree(path, ignore_errors=True)
 
 
-def _open_lock_file(lock_path):
-    """Opens (creating) the lock file without following a link; refuses anything but a plain file of one name."""
-    try:
-        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
-    except OSError as error:
-        if error.errno == errno.EISDIR:
-            raise OutputLockedError(f"The lock file {lock_path!r} is a directory; bert_keras writes only lock files it "
-                                    "made. Remove it if nobody else is writing there.") from None
-        if error.errno == errno.ELOOP:
-            raise OutputLockedError(
-                f"The lock file {lock_path!r} is a symbolic link, which bert_keras never follows. "
-                "Remove it if nobody else is writing there."
-            ) from None
-        if os.path.lexists(lock_path) and not stat.S_ISREG(os.lstat(lock_path).st_mode):  # a socket (ENXIO), a device
-            raise OutputLockedError(f"The lock file {lock_path!r} is not a plain file; bert_keras writes only lock files "
-                                    "it made. Remove it if nobody else is writing there.") from None
-        raise
-    info = os.fstat(fd)
-    if not stat.S_ISREG(info.st_mode) or info.st_nlink != 1:
-        os.close(fd)
-        what = "not a plain file" if not stat.S_ISREG(info.st_mode) else f"a file with {info.st_nlink} names (a hard link)"
-        raise OutputLockedError(
-            f"The lock file {lock_path!r} is {what}; bert_keras writes only lock files it made. "
-            "Remove it if nobody else is writing there."
-        )
-    return os.fdopen(fd, "r+")
-
-
-@contextlib.contextmanager
-def output_lock(target, lock_path=None, reentrant=False):
-    """Holds `.NAME.lock` next to `target` (or `lock_path`); raises `OutputLockedError` if another process holds it.
-
-    With `reentrant=True`, the same thread may take the lock again inside the
-    block: a run that holds its output's lock from its start then writes the
-    output (`staged_directory` locks it again) without refusing itself. Any
-    other holder, another thread of this process included, is refused.
-
-    The lock file is removed on release. A process that opened it just before
-    that removal finds, after locking, that the path names another file (or
-    none) and tries again, so two writers never hold two different lock files.
-    """
-    parent, name = os.path.split(os.path.abspath(target))
-    os.makedirs(parent, exist_ok=True)
-    lock_path = os.path.abspath(lock_path or os.path.join(parent, f".{name}.lock"))
-    if _HELD.get(lock_path) == threading.get_ident():  # held by this thread with reentrant=True
-        yield
-        return
-    while True:
-        lock = _open_lock_file(lock_path)
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            lock.seek(0)
-            holder = lock.read().strip() or "unknown"
-            lock.close()
-            raise OutputLockedError(
-                f"Another process (pid {holder}) is writing {target!r}; wait for it to finish or pick another directory."
-            ) from None
-        try:
-            current = os.stat(lock_path).st_ino
-        except FileNotFoundError:
-            current = None
-        if current == os.fstat(lock.fileno()).st_ino:
-            break
-        lock.close()  # removed by the previous holder between our open and our lock
-    try:
-        lock.seek(0)
-        lock.truncate()
-        lock.write(str(os.getpid()))
-        lock.flush()
-        if reentrant:
-            _HELD[lock_path] = threading.get_ident()
-        yield
-    finally:
-        if reentrant:
-            _HELD.pop(lock_path, None)
-        with contextlib.suppress(FileNotFoundError):  # gone with its directory (a backup's lock, removed with it)
-            os.unlink(lock_path)
-        lock.close()
-
-
 def _umask():
     mask = os.umask(0)
     os.umask(mask)
@@ -438,12 +359,20 @@ def _write_marker(directory, kind, info):
 
 def write_json_atomically(path, value):
     """Writes `value` as JSON to `path` through a temporary sibling and one rename: whole or absent."""
-    staged = f"{path}.partial-{os.getpid()}"
-    with open(staged, "w") as f:
-        json.dump(value, f, indent=2)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(staged, path)
+    # A new file of a random name (`mkstemp`: O_EXCL, so a link planted under a name it could guess is never
+    # written through), with the umask's permissions rather than mkstemp's 0600.
+    fd, staged = tempfile.mkstemp(prefix=f"{os.path.basename(path)}.partial-", dir=os.path.dirname(os.path.abspath(path)))
+    try:
+        with os.fdopen(fd, "w") as f:
+            os.fchmod(f.fileno(), 0o666 & ~_umask())
+            json.dump(value, f, indent=2)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(staged, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.remove(staged)
+        raise
 
 
 def claim_directory(path, kind, info=None, replace=False, accept=(), argument="directory"):
@@ -526,8 +455,77 @@ def _claim_marker(directory, marker):
         write_json_atomically(os.path.join(directory, MARKER), marker)
 
 
+def directory_under(root, *names, kind=None, argument="directory"):
+    """`root/NAME/...`: the one way the package opens a directory inside a tree it writes; refuses any other.
+
+    Every writer under a backup or a staged output goes through here (a
+    backup's phase folders, a snapshot's parent, a module pair's `encoder/`).
+    `root` and every existing level below it must be a real directory (not a
+    link) carrying the package's marker (of `kind`, when given); a missing
+    level is made now: with `kind`, holding a marker of that kind from the
+    start (`_create_marked`), so that a later run finds it as the package's;
+    without, plain (a folder of a staged output, whose marker is the output's).
+
+    Returns:
+        The path of the last level.
+
+    Raises:
+        FileExistsError: `root` or a level is a link (wherever it points), not
+            a directory, or a directory bert_keras did not mark.
+    """
+    path = _bare(root)
+    _check_level(path, None, argument)
+    for name in names:
+        path = os.path.join(path, name)
+        if not os.path.lexists(path):
+            if kind is None:
+                with contextlib.suppress(FileExistsError):  # appeared meanwhile: judged below
+                    os.mkdir(path)
+                    continue
+            elif _create_marked(path, {"writer": "bert_keras", "kind": kind, "complete": False, "made": True}):
+                continue
+        _check_level(path, kind, argument)
+    return path
+
+
+def _check_level(path, kind, argument):
+    """Refuses `path` unless it is a real directory carrying the package's marker (of `kind`, when given)."""
+    try:
+        info = os.lstat(path)
+    except FileNotFoundError:
+        info = None
+    if info is not None and stat.S_ISLNK(info.st_mode):
+        raise FileExistsError(_refusal(path, argument, "is a symbolic link; bert_keras writes through no link it did not "
+                                       "create, wherever it points"))
+    marker = _marker_of(path)
+    if info is None or not stat.S_ISDIR(info.st_mode) or marker is None or kind not in (None, marker.get("kind")):
+        raise FileExistsError(_refusal(path, argument, "is not a directory bert_keras made there (it carries no marker"
+                                       f"{' of a ' + repr(kind) if kind else ''}); it writes into none it did not create "
+                                       "in this run or mark earlier"))
+
+
+def _refusal(path, argument, reason):
+    return (f"{path!r} (in the {argument}) {reason}. It was left as it is; remove it (or the whole {argument}, to start "
+            "over) and rerun.")
+
+
+def _check_staged(staging, made, target):
+    """Refuses to put `staging` in place unless it is still the directory made for it, holding no link anywhere."""
+    now = os.lstat(staging)
+    if (now.st_dev, now.st_ino) != (made.st_dev, made.st_ino) or not stat.S_ISDIR(now.st_mode):
+        raise FileExistsError(f"{staging!r} was replaced while bert_keras wrote {target!r} into it; nothing was put in "
+                              f"place and {target!r} was left as it was.")
+    for directory, folders, files in os.walk(staging):  # follows no link
+        for name in folders + files:
+            if os.path.islink(os.path.join(directory, name)):
+                raise FileExistsError(
+                    f"{os.path.join(directory, name)!r} is a symbolic link that appeared while bert_keras wrote {target!r}; "
+                    f"it writes through no link it did not create, so {target!r} was left as it was."
+                )
+
+
 @contextlib.contextmanager
-def staged_directory(target, overwrite=False, kind="output", info=None, argument="export_dir"):
+def staged_directory(target, overwrite=False, kind="output", info=None, argument="export_dir", within=None):
     """Yields an empty directory next to `target`; on success it replaces `target` in one step.
 
     Args:
@@ -536,6 +534,10 @@ def staged_directory(target, overwrite=False, kind="output", info=None, argument
         kind: str. Recorded in the marker (e.g. `"encoder"`, `"module_pair"`).
         info: optional dict, also recorded in the marker.
         argument: str. How the caller names `target` in error messages.
+        within: optional str. `target`'s parent when it is a directory of the
+            package (a backup's phase folder, from `directory_under`): it must
+            still be a real, marked directory when the lock file and the
+            staging directory are made in it.
 
     Raises:
         FileExistsError, ValueError: from `check_target`, before anything is written.
@@ -547,15 +549,23 @@ def staged_directory(target, overwrite=False, kind="output", info=None, argument
     target = os.fspath(target)
     check_target(target, overwrite, argument, kind=kind)
     parent, name = os.path.split(os.path.abspath(target))
+    if within is not None and os.path.abspath(within) != parent:
+        raise ValueError(f"{target!r} ({argument}) is not directly inside {within!r}.")
+    if within is not None:
+        directory_under(within, argument=argument)  # before the lock file is made in it
     with output_lock(target):
         _recover(parent, name, target)
         check_target(target, overwrite, argument, kind=kind)  # again, under the lock
+        if within is not None:
+            directory_under(within, argument=argument)
         staging = tempfile.mkdtemp(prefix=f".partial-{name}-", dir=parent)
+        made = os.lstat(staging)
         os.chmod(staging, 0o777 & ~_umask())
         try:
             try:
                 write_json_atomically(os.path.join(staging, MARKER), {"writer": "bert_keras", "kind": _STAGING_KIND, "complete": False})
                 yield staging
+                _check_staged(staging, made, target)
                 _write_marker(staging, kind, info)
             except tf.errors.ResourceExhaustedError as error:
                 raise OSError(errno.ENOSPC, f"No space left while writing {target!r}; it was left as it was ({error.message})") from None

@@ -15,7 +15,7 @@ import numpy as np
 import tensorflow as tf
 
 from bert_keras._checks import check_int
-from bert_keras._files import staged_directory
+from bert_keras._files import directory_under, staged_directory
 from bert_keras._keras_compat import variables_once, write_archive
 from bert_keras.dtypes import check_compute_dtype, compute_dtype
 from bert_keras.export import warmup
@@ -238,7 +238,7 @@ def _write_export(model, export_dir, label_names, overwrite, extra_assets, dtype
 
     with staged_directory(export_dir, overwrite, kind="classifier") as staging:
         write_archive(archive, staging)  # each endpoint traced once
-        os.makedirs(os.path.join(staging, "assets.extra"), exist_ok=True)
+        directory_under(staging, "assets.extra", argument="export_dir")  # made now: a planted link is refused
         with open(os.path.join(staging, "assets.extra", LABELS_FILE), "w") as f:
             json.dump({"label_names": label_names, "inputs": input_names, "dtype": dtype}, f)
         if _serves_its_own_outputs(model):  # its preprocessor tells how long a text is
@@ -396,7 +396,7 @@ class TextClassifier:
                 names = json.load(f).get("label_names")
         except FileNotFoundError:
             return None
-        except (OSError, ValueError, AttributeError) as error:
+        except (OSError, ValueError, AttributeError, RecursionError) as error:
             logger.warning("%s cannot be read (%s); ignoring it.", path, error)
             return None
         if isinstance(names, list) and all(isinstance(name, str) for name in names):

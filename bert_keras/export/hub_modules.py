@@ -11,7 +11,7 @@ import os
 import tensorflow as tf
 
 from bert_keras._contract import ARCHITECTURE_FILE
-from bert_keras._files import fault_point, read_marker, staged_directory
+from bert_keras._files import directory_under, fault_point, read_marker, staged_directory
 from bert_keras._keras_compat import traced_as_saved
 from bert_keras.dtypes import check_compute_dtype, compute_dtype
 from bert_keras.encoder import INPUT_KEYS
@@ -291,10 +291,12 @@ def export_module_pair(
     with staged_directory(out_dir, overwrite, kind="module_pair", info=info, argument="out_dir") as staging:
         report("write the encoder module" + (" (with the mlm sub-object)" if pretrainer is not None else "")
                + (f", computing in {dtype}" if dtype != "float32" else ""))
-        _save_encoder(os.path.join(staging, ENCODER_DIR), encoder, vocab_file, do_lower_case, pretrainer, dtype)
+        # Each module's folder is made now, never one found there (`directory_under`: a link planted is refused).
+        _save_encoder(directory_under(staging, ENCODER_DIR, argument="out_dir"), encoder, vocab_file, do_lower_case,
+                      pretrainer, dtype)
         fault_point("between-modules")
         report(f"write the preprocess module (seq_length={seq_length}, do_lower_case={bool(do_lower_case)})")
-        _save_preprocessor(os.path.join(staging, PREPROCESS_DIR), vocab_file, do_lower_case, seq_length)
+        _save_preprocessor(directory_under(staging, PREPROCESS_DIR, argument="out_dir"), vocab_file, do_lower_case, seq_length)
     logger.info("Wrote the module pair to %s", out_dir)
     return os.path.join(out_dir, ENCODER_DIR), os.path.join(out_dir, PREPROCESS_DIR)
 

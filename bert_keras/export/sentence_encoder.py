@@ -18,7 +18,7 @@ import numpy as np
 import tensorflow as tf
 
 from bert_keras._checks import check_positive_int
-from bert_keras._files import staged_directory
+from bert_keras._files import directory_under, staged_directory
 from bert_keras._keras_compat import variables_once, write_archive
 from bert_keras.hub.loader import load
 
@@ -181,7 +181,7 @@ def export_sentence_encoder(model, export_dir, overwrite=False):
     archive.add_endpoint("serving_default", lambda text: {"embeddings": embed(text)}, input_signature=signature)
     with staged_directory(export_dir, overwrite, kind=EXPORT_KIND, info={"dimension": info["dimension"]}) as staging:
         write_archive(archive, staging)  # each endpoint traced once
-        os.makedirs(os.path.join(staging, "assets.extra"), exist_ok=True)
+        directory_under(staging, "assets.extra", argument="export_dir")  # made now: a planted link is refused
         with open(os.path.join(staging, "assets.extra", EXPORT_INFO_FILE), "w") as f:
             json.dump(info, f, indent=2)
     logger.info("Exported the sentence encoder to %s", export_dir)
@@ -241,7 +241,7 @@ class ExportedSentenceEncoder(EmbeddingMethods):
             with open(info_file, encoding="utf-8") as f:
                 self.info = json.load(f)
             self.embedding_dim = check_positive_int("dimension", self.info["dimension"])
-        except (OSError, ValueError, TypeError, KeyError) as error:
+        except (OSError, ValueError, TypeError, KeyError, RecursionError) as error:
             raise ValueError(f"{info_file} cannot be read ({error}): the export is damaged; export the model again.") from None
         self._saved = load(self.export_dir)
         self._embedder = BatchEmbedder(self._saved)

@@ -10,7 +10,11 @@ A backup directory (`finetune_classifier(backup_dir=...)`, `bert-keras finetune
 - `run.json`: what the run trains (model source, arguments, fingerprints of
   the data); a rerun with anything else refuses to resume it;
 - per phase (`head` and `full` for fine-tuning, the directory itself for
-  pre-training) the snapshots of the last two epochs, `epoch-0001`, ...
+  pre-training) the snapshots of the last two epochs, `epoch-0001`, ... A
+  phase folder is made with a marker of its own (`PHASE_KIND`), in one step:
+  every level a snapshot is written under is a real directory the package
+  made, or is refused (`_files.directory_under`), so a link or a user's
+  directory put in its place is never written into, nor read from.
 
 A snapshot is written into a staging directory that is put in place in one
 step (`_files.staged_directory`), so it is whole or absent whatever the moment
@@ -37,6 +41,7 @@ import numpy as np
 
 from bert_keras._files import (
     claim_directory,
+    directory_under,
     enclosing_output,
     fault_point,
     output_lock,
@@ -51,6 +56,7 @@ logger = logging.getLogger(__name__)
 
 BACKUP_KIND = "training_backup"
 SNAPSHOT_KIND = "training_snapshot"
+PHASE_KIND = "training_phase"
 RUN_FILE = "run.json"
 LOCK_FILE = ".lock"
 WEIGHTS_FILE = "model.weights.h5"
@@ -111,13 +117,24 @@ def held_backup(backup_dir, strategy=None):
     if own != backup_dir:
         claim_backup(own, within=backup_dir)
     with output_lock(own, lock_path=os.path.join(own, LOCK_FILE)):  # inside: it goes with the backup
+        _check_folders(own)
         yield own
 
 
+def _check_folders(backup_dir):
+    """Refuses, before any work, a phase folder or snapshot of `backup_dir` that the package did not make (a link)."""
+    _snapshots(backup_dir)
+    for name in sorted(os.listdir(backup_dir)):
+        if _PHASES.fullmatch(name):
+            _snapshots(directory_under(backup_dir, name, kind=PHASE_KIND, argument="backup"))
+
+
+_PHASES = re.compile(r"head|full")  # the phase folders of a fine-tune's backup (`Harness.fit(phase=...)`)
 # The folders of a backup (phases, workers) whose entries are judged one by one when it is removed.
 _FOLDERS = re.compile(r"head|full|chief|worker-\d+")
 _OWNED = re.compile(r"(\.bert_keras_output\.json|run\.json|\.lock|head|full|chief|worker-\d+|epoch-\d{4,}"
-                    r"|\.partial-epoch-\d{4,}-[a-z0-9_]{8}|\.epoch-\d{4,}\.lock|\.(head|full|chief|worker-\d+)\.lock)")
+                    r"|\.partial-epoch-\d{4,}-[a-z0-9_]{8}|\.epoch-\d{4,}\.lock|\.(head|full|chief|worker-\d+)\.lock"
+                    r"|\.claim-(head|full|chief|worker-\d+)-[a-z0-9_]{8})")  # `.claim-*`: a claim killed before its rename
 
 
 def remove_backup(backup_dir):
@@ -174,13 +191,23 @@ def check_run_record(backup_dir, run):
 
 
 def _snapshots(phase_dir):
-    """`{epoch: path}` of the complete snapshots in `phase_dir`."""
+    """`{epoch: path}` of the complete snapshots in `phase_dir`.
+
+    Refuses, before any training, a phase folder or a snapshot that is a link
+    (or a folder the package did not mark): a rerun reads from, and writes
+    into, only the directories its backup made.
+    """
     found = {}
-    if phase_dir is None or not os.path.isdir(phase_dir):
+    if phase_dir is None or not os.path.lexists(phase_dir):
         return found
+    directory_under(phase_dir, argument="backup")
     for name in os.listdir(phase_dir):
         match = _SNAPSHOT.fullmatch(name)
         path = os.path.join(phase_dir, name)
+        if match and os.path.islink(path):
+            raise FileExistsError(f"{path!r} (in the backup) is a symbolic link; bert_keras reads and writes through no "
+                                  "link it did not create. It was left as it is; remove it (or the whole backup, to start "
+                                  "over) and rerun.")
         if match and read_marker(path) is not None:
             found[int(match.group(1))] = path
     return found
@@ -304,13 +331,17 @@ class EpochBackup(keras.callbacks.Callback):
     Args:
         phase_dir: str. Where the snapshots of this phase go.
         callbacks: the other callbacks of the same `fit`, whose state travels.
-        phase: str. Names the fault points (`epoch-end:PHASE:EPOCH`).
+        phase: str. Names the fault points (`epoch-end:PHASE:EPOCH`) and the
+            folder: `phase_dir` is the backup's folder `phase` (made marked,
+            `PHASE_KIND`), or for `"train"` the backup itself (`Harness.fit`).
         epoch: int. The epoch to restore (0: none), agreed among workers.
     """
 
     def __init__(self, phase_dir, callbacks=(), phase="train", epoch=0):
         super().__init__()
         self.phase_dir = phase_dir
+        # The claimed backup and the levels below it that the snapshots go in (`_files.directory_under`).
+        self._tree = (phase_dir,) if phase == "train" else os.path.split(os.path.abspath(phase_dir))
         self.callbacks = list(callbacks)
         self.phase = phase
         self.epoch = epoch
@@ -350,9 +381,10 @@ class EpochBackup(keras.callbacks.Callback):
         fault_point(f"epoch-end:{self.phase}:{epoch + 1}")
 
     def _write(self, epoch):
-        os.makedirs(self.phase_dir, exist_ok=True)
-        target = os.path.join(self.phase_dir, f"epoch-{epoch:04d}")
-        with staged_directory(target, overwrite=True, kind=SNAPSHOT_KIND, info={"epoch": epoch}, argument="backup") as staging:
+        phase_dir = directory_under(*self._tree, kind=PHASE_KIND, argument="backup")
+        target = os.path.join(phase_dir, f"epoch-{epoch:04d}")
+        with staged_directory(target, overwrite=True, kind=SNAPSHOT_KIND, info={"epoch": epoch}, argument="backup",
+                              within=phase_dir) as staging:
             self.model.save_weights(os.path.join(staging, WEIGHTS_FILE))
             fault_point(f"backup-weights-written:{self.phase}:{epoch}")
             states, arrays = {}, {}

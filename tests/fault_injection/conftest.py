@@ -211,6 +211,25 @@ def early_stopping_runs(inputs, runs_root, reference_pair):
 
 
 @pytest.fixture(scope="session")
+def planted_link_runs(inputs, runs_root, reference_pair):
+    """A fine-tune killed after its head epoch, rerun with `.clf.backup/full` a link to a user's directory, then
+    rerun with the link removed: `(workdir, user directory, killed, refused, finished)`."""
+
+    def job():
+        workdir = _workdir(runs_root, "planted-link")
+        user = _workdir(runs_root, "planted-link-user")
+        (user / "notes.txt").write_text("keep me")
+        command = finetune_command(inputs, reference_pair.result(), workdir / "clf")
+        killed = run(command, "epoch-end:head:1", priority=2)
+        os.symlink(user, workdir / ".clf.backup" / "full")
+        refused = run(command, priority=2)
+        os.unlink(workdir / ".clf.backup" / "full")
+        return workdir, user, killed, refused, run(command, priority=2)
+
+    return start(job)
+
+
+@pytest.fixture(scope="session")
 def random_kills(inputs, runs_root, reference_pair, finetune_reference):
     """One fine-tune per fraction of `RANDOM_FRACTIONS`, killed after that share of the reference's wall time."""
 
@@ -270,7 +289,7 @@ def export_runs(inputs, runs_root):
 
 # The longest chains first: the fine-tune's waits on the convert, the random kills on the fine-tune's reference.
 _RUNS = ("concurrent_convert", "finetune_chain", "finetune_reference", "pretrain_chain", "early_stopping_runs",
-         "random_kills", "pretrain_reference", "convert_chain", "export_runs")
+         "planted_link_runs", "random_kills", "pretrain_reference", "convert_chain", "export_runs")
 
 
 @pytest.fixture(scope="session", autouse=True)

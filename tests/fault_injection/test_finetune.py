@@ -119,3 +119,22 @@ def test_killed_finetune_with_early_stopping_resumes_to_the_uninterrupted_result
                         f"exit 0, resumed; phase 2 stopped after epoch {len(expected['full']['loss'])} as uninterrupted",
                         f"equal: max abs diff {difference:.1e} (probabilities and {len(reference_outputs) - 1} variables; "
                         "histories equal)"])
+
+
+def test_a_link_planted_as_a_phase_folder_is_refused_on_resume(planted_link_runs, finetune_reference_outputs, fault_table):
+    """Issue 38, finding 2: the rerun wrote phase 2's snapshots (weights, optimizer state) through the link."""
+    workdir, user, killed, refused, finished = planted_link_runs.result()
+    assert killed.returncode == KILLED, killed.stderr[-3000:]
+    assert refused.returncode == 2, refused.stderr[-3000:]
+    assert ".clf.backup/full' (in the backup) is a symbolic link; bert_keras writes through no link" in refused.stderr
+    assert "Head: resuming" not in refused.stdout  # refused before phase 1 trained again
+    assert sorted(os.listdir(user)) == ["notes.txt"]  # nothing written into the user's directory, nothing removed
+    assert (user / "notes.txt").read_text() == "keep me"
+    assert finished.returncode == 0, finished.stderr[-3000:]  # the link removed: the backup resumes
+    assert "Head: resuming at epoch 2 of 2" in finished.stdout, finished.stdout[-2000:]
+    assert entries(workdir) == ["clf"]
+    difference = max_difference(classifier_outputs(os.path.join(workdir, "clf")), finetune_reference_outputs)
+    assert difference <= TOLERANCE
+    fault_table.append(["finetune", "epoch-end:head:1, then `.clf.backup/full` made a link to a user's directory",
+                        "no clf; phase 1 backed up at epoch 1; the link", "exit 2 naming the link, the user's directory "
+                        "unchanged; with the link removed, exit 0, resumed", f"equal: max abs diff {difference:.1e}"])
