@@ -657,7 +657,8 @@ def _search(args):
         queries = [text for _, text in _argument_texts(args.queries)]
     except _InputError as error:
         return _fail("search", str(error))
-    from bert_keras.sentence_encoder import load_embedding_model, load_index
+    from bert_keras.checkpoints import ModuleRefusedError
+    from bert_keras.sentence_encoder import INDEX_FILE, load_embedding_model, load_index
 
     try:
         index = load_index(args.index)
@@ -665,9 +666,11 @@ def _search(args):
         return _fail("search", str(error))
     if args.checkpoint or args.model:
         model = _embedding_model(args, "search")
-    else:
+    else:  # what the index records is data: read as weights, never loaded as a graph (load_embedding_model)
         try:
-            model = load_embedding_model(index.model)
+            model = load_embedding_model(index.model, recorded_in=os.path.join(args.index, INDEX_FILE))
+        except ModuleRefusedError as error:
+            return _fail("search", str(error))
         except (OSError, ValueError) as error:
             return _fail("search", f"cannot load the model that wrote {args.index} ({error}); pass --checkpoint or --model.")
     try:
@@ -952,8 +955,10 @@ def _build_parser():
         "search", parents=[common], help="the texts of an index nearest to queries (exact cosine similarity)",
         description="Embeds each QUERY with the model that wrote INDEX (or --checkpoint / --model, which must be the same "
         "model: its dimension and its embedding of a probe text are checked) and prints the --top-k texts of highest "
-        "cosine similarity, computed exactly by matrix products over every vector. text: QUERY, then RANK<TAB>SCORE<TAB>TEXT "
-        "lines; json: one array of {query, results: [{rank, index, score, text}]}.",
+        "cosine similarity, computed exactly by matrix products over every vector. An index is data: the checkpoint it "
+        "records is read as weights only, and an export or Hub module it records is never loaded from it (pass it with "
+        "--model / --checkpoint). text: QUERY, then RANK<TAB>SCORE<TAB>TEXT lines; json: one array of {query, results: "
+        "[{rank, index, score, text}]}.",
     )
     search.add_argument("index", help="an index directory written by bert-keras index")
     search.add_argument("queries", nargs="+", metavar="QUERY", help="texts to search for")

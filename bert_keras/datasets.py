@@ -333,8 +333,27 @@ def _json_row(name, line, value, columns):
             raise DataError(
                 f"{where}: `{column}` holds a JSON {_json_kind(field)}; expected text (a string or a number)."
             )
+        if isinstance(field, str):
+            _check_no_surrogate(where, column, field)
         row[column] = "" if field is None else str(field)
     return row
+
+
+def _check_no_surrogate(where, column, text):
+    """Refuses a string holding a lone surrogate: JSON can escape one (`"\\ud800"`), but it is not text.
+
+    Every other format is decoded from UTF-8, which holds none; this is the
+    one place a surrogate can enter, and past it the tokenizer would fail
+    with an error that names neither the file nor the line.
+    """
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as error:
+        raise DataError(
+            f"{where}: `{column}` holds a lone surrogate (\\u{ord(text[error.start]):04x} at character "
+            f"{error.start + 1}), which is not text. Write the character itself, or a surrogate pair for one "
+            "outside the Basic Multilingual Plane."
+        ) from None
 
 
 def _json_lines(name, lines):

@@ -28,8 +28,8 @@ recorded and checked).
 import dataclasses
 import json
 import logging
-import math
 import os
+import sys
 
 import keras
 import numpy as np
@@ -401,9 +401,10 @@ def _read_adapter_config(path):
         if not _is_count(config[field]):
             raise _invalid_field(config_file, field, "a positive integer", config[field])
     alpha = config["alpha"]
-    if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not (math.isfinite(alpha) and alpha > 0):
+    # Compared, never converted: an integer of 400 digits has no float (OverflowError); NaN fails every comparison.
+    if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not 0 < alpha <= sys.float_info.max:
         raise _invalid_field(config_file, "alpha", "a positive finite number", alpha)
-    if _is_count(config.get("rank")) and alpha / config["rank"] > MAX_SCALE:
+    if _is_count(config.get("rank")) and alpha / MAX_SCALE > config["rank"]:  # a huge rank is compared exactly too
         # alpha / rank scales the adapters' product; papers use 0.5-16. Far beyond, float32 overflows to inf / NaN.
         raise _invalid_field(config_file, "alpha", f"at most {MAX_SCALE:g} times the rank (the adapters' scale)", alpha)
     targets = config["targets"]

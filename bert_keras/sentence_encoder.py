@@ -21,7 +21,10 @@ import contextlib
 import dataclasses
 import json
 import logging
+import math
 import os
+import reprlib
+import shlex
 import tempfile
 
 import keras
@@ -32,7 +35,7 @@ from keras import ops
 from bert_keras._checks import check_int, check_positive_int
 from bert_keras._files import staged_directory
 from bert_keras._task import Task, call_encoder, check_encoder, model_inputs
-from bert_keras.checkpoints import holds_weights, load_checkpoint
+from bert_keras.checkpoints import ModuleRefusedError, holds_weights, load_checkpoint
 from bert_keras.export.sentence_encoder import (
     BatchEmbedder,
     EmbeddingMethods,
@@ -76,6 +79,9 @@ _ST_LEGACY_KEYS = {
     "pooling_mode_lasttoken": "lasttoken",
 }
 _ST_MODULES = ("Transformer", "Pooling", "Normalize")
+# How a message quotes a value read from a file: cut short, so that a list of a million items is not the message.
+_SHOWN = reprlib.Repr()
+_SHOWN.maxstring = _SHOWN.maxother = 60
 
 
 # === sentence-transformers folders, read as data ===
@@ -112,8 +118,35 @@ def _read_json(path, what):
             return json.load(f)
     except FileNotFoundError:
         raise ValueError(f"{path} is missing: the sentence-transformers folder's {what} is needed.") from None
-    except (OSError, UnicodeDecodeError, ValueError) as error:
+    # ValueError: not JSON, or an integer of more than 4,300 digits; RecursionError: arrays nested too deep.
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as error:
         raise ValueError(f"{path} cannot be read as JSON ({error}): the sentence-transformers folder's {what}.") from None
+
+
+def _json_object(value, path):
+    if not isinstance(value, dict):
+        raise ValueError(f"{path} must hold a JSON object. Received: {type(value).__name__}")
+    return value
+
+
+def _is_bool(value):
+    return isinstance(value, bool)
+
+
+def _is_int(value, minimum):
+    return isinstance(value, int) and not isinstance(value, bool) and value >= minimum
+
+
+def _config_field(config, key, path, expected, accepts):
+    """`config[key]` (None when absent or null), refused unless `accepts(value)`: a `ValueError` naming file and field.
+
+    Every field is checked by type before it is used, so that a value of the
+    wrong kind (a list where a name goes) is a message, not a `TypeError`.
+    """
+    value = config.get(key)
+    if value is not None and not accepts(value):
+        raise ValueError(f"{path}: `{key}` must be {expected}. Received: {key}={_SHOWN.repr(value)}")
+    return value
 
 
 def _module_kind(entry, path):
@@ -134,15 +167,19 @@ def _pooling_modes(config, path):
     """Our pooling mode names from a Pooling module's config (`pooling_mode`, or the legacy booleans)."""
     if "pooling_mode" in config:
         given = config["pooling_mode"]
-        names = [given] if isinstance(given, str) else given if isinstance(given, list) else None
+        names = [given] if isinstance(given, str) else given
+        if not isinstance(names, list) or not names or not all(isinstance(name, str) for name in names):
+            raise ValueError(f"{path}: `pooling_mode` must be a mode's name or a non-empty list of names. "
+                             f"Received: pooling_mode={_SHOWN.repr(given)}")
         key = "pooling_mode"
     else:
-        names = [mode for legacy, mode in _ST_LEGACY_KEYS.items() if config.get(legacy) is True] or ["mean"]
+        flags = {legacy: _config_field(config, legacy, path, "true or false", _is_bool) for legacy in _ST_LEGACY_KEYS}
+        names = [mode for legacy, mode in _ST_LEGACY_KEYS.items() if flags[legacy]] or ["mean"]
         key = "pooling_mode_*"
-    unknown = [name for name in names or [None] if name not in _ST_MODES]
-    if unknown or not names:
+    unknown = [name for name in names if name not in _ST_MODES]
+    if unknown:
         raise ValueError(
-            f"{path}: `{key}` names the pooling mode(s) {unknown or names!r}, which do not exist. sentence-transformers' "
+            f"{path}: `{key}` names the pooling mode(s) {unknown!r}, which do not exist. sentence-transformers' "
             f"modes are {list(_ST_MODES)}."
         )
     return tuple(_ST_MODES[name] for name in names)
@@ -205,28 +242,27 @@ def read_sentence_transformers_folder(path):
         raise ValueError(f"{modules_file}: the Transformer module {transformer_path!r} holds no BERT weights (config.json "
                          "with model.safetensors or pytorch_model.bin); a SavedModel there is never loaded.")
     pooling_file = os.path.join(_inside(path, modules[1].get("path", ""), modules_file), "config.json")
-    pooling = _read_json(pooling_file, "pooling configuration")
-    if not isinstance(pooling, dict):
-        raise ValueError(f"{pooling_file} must hold a JSON object. Received: {type(pooling).__name__}")
+    pooling = _json_object(_read_json(pooling_file, "pooling configuration"), pooling_file)
+    dimensions = [_config_field(pooling, key, pooling_file, "a positive integer", lambda value: _is_int(value, 1))
+                  for key in ("embedding_dimension", "word_embedding_dimension")]  # sentence-transformers 6, older
     if len(modules) == 3:
         normalize_file = os.path.join(_inside(path, modules[2].get("path", ""), modules_file), "config.json")
         if os.path.isfile(normalize_file):
-            normalized = _read_json(normalize_file, "Normalize configuration")
-            if not isinstance(normalized, dict) or normalized.get("module_input_name", "sentence_embedding") != "sentence_embedding":
-                raise ValueError(f"{normalize_file}: only the normalisation of the sentence embedding is reproduced.")
+            normalized = _json_object(_read_json(normalize_file, "Normalize configuration"), normalize_file)
+            for key in ("module_input_name", "module_output_name"):  # the output name defaults to the input's
+                _config_field(normalized, key, normalize_file, "'sentence_embedding' (only the normalisation of the "
+                              "sentence embedding is reproduced)", lambda value: value == "sentence_embedding")
     bert_config_file = os.path.join(transformer_path, "sentence_bert_config.json")
-    bert_config = _read_json(bert_config_file, "Transformer configuration") if os.path.isfile(bert_config_file) else {}
-    max_seq_length = bert_config.get("max_seq_length") if isinstance(bert_config, dict) else None
-    if max_seq_length is not None:
-        check_int(f"max_seq_length ({bert_config_file})", max_seq_length, minimum=3)
-    dimension = pooling.get("embedding_dimension", pooling.get("word_embedding_dimension"))
+    bert_config = (_json_object(_read_json(bert_config_file, "Transformer configuration"), bert_config_file)
+                   if os.path.isfile(bert_config_file) else {})
     return SentenceTransformersConfig(
         transformer_path=transformer_path,
         pooling=_pooling_modes(pooling, pooling_file),
         normalize=len(modules) == 3,
-        max_seq_length=max_seq_length,
-        do_lower_case=bool(bert_config.get("do_lower_case", False)) if isinstance(bert_config, dict) else False,
-        dimension=dimension,
+        max_seq_length=_config_field(bert_config, "max_seq_length", bert_config_file, "an integer >= 3",
+                                     lambda value: _is_int(value, 3)),
+        do_lower_case=bool(_config_field(bert_config, "do_lower_case", bert_config_file, "true or false", _is_bool)),
+        dimension=next((dimension for dimension in dimensions if dimension is not None), None),
     )
 
 
@@ -238,9 +274,11 @@ def _tokenizer_max_length(folder):
     try:
         with open(path, encoding="utf-8") as f:
             value = json.load(f).get("model_max_length")
-    except (OSError, ValueError, AttributeError):
+    except (OSError, ValueError, AttributeError, RecursionError):
         return None
-    return int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 3 else None
+    if isinstance(value, float) and math.isfinite(value):  # 1e400 reads as inf, which has no int
+        value = int(value)
+    return value if _is_int(value, 3) else None
 
 
 def _tokenizer_json_vocabulary(folder):
@@ -261,7 +299,7 @@ def _tokenizer_json_vocabulary(folder):
     vocab = model.get("vocab") if isinstance(model, dict) else None
     lower_case = normalizer.get("lowercase") if isinstance(normalizer, dict) else None
     strip_accents = normalizer.get("strip_accents") if isinstance(normalizer, dict) else None
-    ids = sorted(vocab.values()) if isinstance(vocab, dict) else None
+    ids = sorted(vocab.values()) if isinstance(vocab, dict) and all(_is_int(i, 0) for i in vocab.values()) else None
     if (
         not isinstance(model, dict) or model.get("type") != "WordPiece" or model.get("continuing_subword_prefix", "##") != "##"
         or not isinstance(normalizer, dict) or normalizer.get("type") != "BertNormalizer" or not isinstance(lower_case, bool)
@@ -393,7 +431,8 @@ class SentenceEncoder(EmbeddingMethods, Task):
         return getattr(self.preprocessor, "seq_length", None)
 
     @classmethod
-    def from_checkpoint(cls, path, *, pooling=None, normalize=None, max_seq_length=None, dtype=None, **kwargs):
+    def from_checkpoint(cls, path, *, pooling=None, normalize=None, max_seq_length=None, dtype=None, allow_modules=True,
+                        **kwargs):
         """A sentence encoder as a sentence-transformers folder describes it, or a BERT checkpoint with a pooling.
 
         A sentence-transformers folder (`modules.json`: Transformer ->
@@ -413,6 +452,11 @@ class SentenceEncoder(EmbeddingMethods, Task):
                 Normalize module (False for a plain checkpoint).
             max_seq_length: optional int. The longest text in tokens.
             dtype: optional dtype policy of the encoder (e.g. `"mixed_bfloat16"`).
+            allow_modules: bool. Whether `path` may be a TF Hub module,
+                whose graph runs when it is loaded. `False` for a path that
+                came from data (`load_embedding_model`): only weights are
+                read. The Transformer a sentence-transformers folder names
+                is always read as weights. Defaults to `True`.
             **kwargs: other `keras.Model` arguments (`name`, ...).
 
         Returns:
@@ -424,7 +468,8 @@ class SentenceEncoder(EmbeddingMethods, Task):
                 other than Transformer / Pooling / Normalize, an embedding
                 dimension other than the encoder's, a length beyond the
                 encoder's positions.
-            CheckpointError: from `load_checkpoint`, for the weights.
+            CheckpointError: from `load_checkpoint`, for the weights
+                (`ModuleRefusedError`: a module, with `allow_modules=False`).
 
         Example:
         >>> from bert_keras.text.corpora import minilm_vocab_path  # all-MiniLM-L6-v2, from the test extra
@@ -446,7 +491,9 @@ class SentenceEncoder(EmbeddingMethods, Task):
         SentencePooling(pooling)  # checks the mode(s) before the weights are read
         if normalize is None:
             normalize = folder.normalize if folder is not None else False
-        loaded = load_checkpoint(folder.transformer_path if folder else path, with_heads=False, dtype=dtype)
+        # A folder's Transformer is a path modules.json records: data, read as weights only, whoever named the folder.
+        loaded = load_checkpoint(folder.transformer_path if folder else path, with_heads=False, dtype=dtype,
+                                 allow_modules=allow_modules and folder is None)
         encoder = loaded.encoder
         vocabulary, lower_case = loaded.vocab_file, loaded.do_lower_case
         if vocabulary is None:
@@ -535,16 +582,61 @@ def model_identity(model):
     return describe_model(model)
 
 
-def load_embedding_model(identity):
-    """The model an index names (`model_identity`): its export, else its checkpoint as it was configured."""
-    if identity.get("export"):
-        return load_sentence_encoder(identity["export"])
-    if not identity.get("source"):
-        raise ValueError("The index names no model it could load (it was written by a model built in Python).")
-    return SentenceEncoder.from_checkpoint(
-        identity["source"], pooling=identity["pooling"], normalize=identity["normalize"],
-        max_seq_length=identity["max_seq_length"],
-    )
+def load_embedding_model(identity, recorded_in=INDEX_FILE):
+    """The model an index names (`model_identity`), read only as weights: an index is data, never a module to run.
+
+    A recorded checkpoint is read as weights (Hugging Face, sentence-transformers,
+    Google BERT, keras-nlp), configured as it was. A recorded export, or a
+    source that is a TF Hub module, is a SavedModel whose graph runs when it
+    is loaded: it is refused, with the flag that loads it when the user names
+    it (`--model` / `--checkpoint`; in Python `load_sentence_encoder`,
+    `SentenceEncoder.from_checkpoint`).
+
+    Args:
+        identity: dict. What the index records of its model (`SentenceIndex.model`).
+        recorded_in: str. The file the record came from, named in messages.
+
+    Raises:
+        ModuleRefusedError: the record names an export or a module.
+        ValueError: the record names no model, or has fields of the wrong type.
+    """
+    export, source = identity.get("export"), identity.get("source")
+    if export:
+        raise ModuleRefusedError(
+            recorded_in, None, f"records the export {_shown_path(export)} as the model that wrote the index. An export "
+            "is a SavedModel, whose graph runs when it is loaded, and an index is data: the model it records is read "
+            "only as weights, never loaded as a graph. If you trust that export, pass it yourself: --model "
+            f"{_shown_path(export)} (in Python: load_sentence_encoder(path)).")
+    if not source:
+        raise ValueError(f"{recorded_in} names no model it could load (it was written by a model built in Python).")
+    pooling, normalize, length = identity.get("pooling"), identity.get("normalize"), identity.get("max_seq_length")
+    modes = [pooling] if isinstance(pooling, str) else pooling
+    if not (isinstance(source, str) and isinstance(modes, list) and modes and all(isinstance(m, str) for m in modes)
+            and isinstance(normalize, bool) and (length is None or type(length) is int)):
+        raise ValueError(
+            f"{recorded_in} records its model as {json.dumps(identity, default=str)[:300]}; expected a string `source`, a "
+            "`pooling` mode (a string or a list of strings), a boolean `normalize` and an integer (or null) "
+            "`max_seq_length`: the index is damaged; build it again.")
+    try:
+        return SentenceEncoder.from_checkpoint(source, pooling=pooling, normalize=normalize, max_seq_length=length,
+                                               allow_modules=False)
+    except ModuleRefusedError:
+        # The flags that rebuild the recorded model from the module, so that the probe check passes when it is that model.
+        flags = (f"--checkpoint {_shown_path(source)} --pooling {_shown_path(','.join(modes))}"
+                 + (" --normalize" if normalize else "") + ("" if length is None else f" --max-seq-length {length}"))
+        raise ModuleRefusedError(
+            recorded_in, None, f"records {_shown_path(source)} as the source of its model, and it is (or names) a TF "
+            "Hub module: a SavedModel, whose graph runs when it is loaded. An index is data: the model it records is "
+            "read only as weights (a Hugging Face, sentence-transformers, Google BERT or keras-nlp checkpoint), never "
+            f"loaded as a graph. If you trust that module, pass it yourself: {flags} (in Python: "
+            "SentenceEncoder.from_checkpoint(path, ...)).") from None
+
+
+def _shown_path(path):
+    """A recorded path as a message shows it: ready to paste into a shell, or escaped when it holds control characters
+    (a path read from a file must not drive the terminal it is printed on)."""
+    path = str(path)
+    return shlex.quote(path) if path.isprintable() else ascii(path)
 
 
 def _chunks(texts, size):
@@ -702,7 +794,8 @@ class SentenceIndex:
     Raises:
         ValueError: naming the file and what is wrong: no `index.json` of
             this format, a vectors file that cannot be read, of another
-            shape or dtype, or with values that are not finite, a texts file
+            shape or dtype, or with values that are not finite, a probe
+            embedding that is not `dimension` finite numbers, a texts file
             of another length.
     """
 
@@ -717,13 +810,34 @@ class SentenceIndex:
             self.count = check_int("count", info["count"], minimum=0)
             self.dimension = check_positive_int("dimension", info["dimension"])
             self.model = dict(info["model"])
-            self._probe = np.asarray(info["probe"]["embedding"], dtype="float32")
+            probe = info["probe"]["embedding"]
         except FileNotFoundError:
             raise ValueError(f"{self.index_dir!r} is not an index written by bert-keras index (no {INDEX_FILE}).") from None
-        except (OSError, ValueError, TypeError, KeyError) as error:
+        except (OSError, ValueError, TypeError, KeyError, RecursionError) as error:
             raise ValueError(f"{info_path} cannot be read as an index description ({error}).") from None
+        # The probe is what tells the index's model from another (`check_model`): a NaN compares as no difference
+        # and an empty or shorter one does not compare at all, so either would let any model search the index.
+        self._probe = self._read_probe(probe, info_path)
         self.vectors = self._read_vectors()
         self.texts = self._read_texts()
+
+    def _read_probe(self, probe, info_path):
+        """The probe embedding of `index.json`: `dimension` finite float32 numbers, or a ValueError naming the file."""
+        try:
+            with np.errstate(over="ignore"):  # a number beyond float32 becomes inf, refused below with a message
+                array = np.asarray(probe, dtype="float32")  # (dimension,)
+        except (ValueError, TypeError, OverflowError, RecursionError):
+            array = None
+        if array is None:
+            found = "values that are not numbers"
+        elif array.shape != (self.dimension,):
+            found = f"shape {array.shape}"
+        elif not np.isfinite(array).all():
+            found = "values that are not finite"  # NaN, or beyond float32's range (1e39 -> inf)
+        else:
+            return array
+        raise ValueError(f"{info_path}: its probe embedding must be {self.dimension} finite numbers (the index's "
+                         f"dimension); found {found}: the index is damaged; build it again.")
 
     def _read_vectors(self):
         path = os.path.join(self.index_dir, VECTORS_FILE)
@@ -758,7 +872,8 @@ class SentenceIndex:
     def check_model(self, model):
         """Raises a `ValueError` unless `model` is the model that wrote the index (its dimension, then its probe vector)."""
         dimension = int(model.embedding_dim)
-        written_by = self.model.get("export") or self.model.get("source") or "a model built in Python"
+        recorded = self.model.get("export") or self.model.get("source")
+        written_by = _shown_path(recorded) if recorded else "a model built in Python"
         if dimension != self.dimension:
             raise ValueError(
                 f"Dimension mismatch: the index {self.index_dir!r} holds {self.dimension}-dimensional vectors (written by "

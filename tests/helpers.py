@@ -163,3 +163,28 @@ def run_model_test(model, inputs, tmp_path, safe_mode=True):
 
 def run_under_tf_function(fn, *args, jit_compile=False):
     return tf.function(fn, jit_compile=jit_compile)(*args)
+
+
+class PlantedResource(tf.saved_model.experimental.TrackableResource):
+    """A resource whose initializer, run by `tf.saved_model.load`, writes `path`: proof that a graph was loaded."""
+
+    def __init__(self, path):
+        super().__init__()
+        self._path = path
+
+    def _create_resource(self):
+        return tf.raw_ops.VarHandleOp(dtype=tf.float32, shape=[], shared_name=f"planted_{id(self)}")
+
+    def _initialize(self):
+        tf.io.write_file(self._path, "planted code ran")
+        return tf.raw_ops.AssignVariableOp(resource=self.resource_handle, value=tf.constant(1.0))
+
+
+def planted_module(directory, flag):
+    """Saves a SavedModel into `directory` that writes the file `flag` (a pathlib.Path) whenever it is loaded."""
+    module = tf.Module()
+    module.planted = PlantedResource(str(flag))
+    tf.saved_model.save(module, str(directory))
+    if flag.exists():
+        flag.unlink()  # saving ran it once; only a load may run it again
+    return str(directory)

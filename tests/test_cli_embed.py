@@ -4,17 +4,20 @@ refusals with exit status 2 and nothing half-written; one real-MiniLM parity tes
 import io
 import json
 import os
+import re
+import shlex
 import shutil
 import sys
 
 import numpy as np
 import pytest
+import tensorflow as tf
 
 from bert_keras import cli
 from bert_keras.export import export_sentence_encoder
-from bert_keras.sentence_encoder import SentenceEncoder
+from bert_keras.sentence_encoder import SentenceEncoder, build_index, load_embedding_model, load_index
 from tests import sentence_models
-from tests.helpers import assert_close
+from tests.helpers import assert_close, planted_module
 
 pytest.importorskip("sentence_transformers", reason="sentence-transformers (test extra) writes the tiny folders")
 
@@ -134,6 +137,32 @@ def test_embed_refusals_exit_2_and_write_nothing(models, tmp_path, capsys, monke
     assert open(out).read() == "mine"
 
 
+def test_embed_and_index_refuse_a_lone_surrogate_naming_the_file_and_line(models, tmp_path, capsys):
+    source = tmp_path / "texts.jsonl"  # valid UTF-8: the surrogate is a JSON escape
+    source.write_text('{"text": "the good day"}\n{"text": "a \\ud800 b"}\n')
+    message = f"{source}: line 2: `text` holds a lone surrogate (\\ud800 at character 3), which is not text."
+    out, index = str(tmp_path / "out.npy"), str(tmp_path / "index")
+    code, _, err = _run(["embed", "--model", models["export"], "--input", str(source), "--out", out], capsys)
+    assert code == 2 and err.startswith(f"bert-keras embed: {message}"), err
+    code, _, err = _run(["index", "--model", models["export"], "--input", str(source), "--out", index], capsys)
+    assert code == 2 and err.startswith(f"bert-keras index: {message}"), err
+    assert os.listdir(tmp_path) == ["texts.jsonl"]  # no vectors, no index, nothing staged, no lock
+
+
+def test_an_export_whose_info_is_nested_too_deep_is_refused_naming_it(models, tmp_path, capsys):
+    from bert_keras.export.sentence_encoder import EXPORT_INFO_FILE
+
+    export = str(tmp_path / "export")
+    shutil.copytree(models["export"], export)
+    info = os.path.join(export, "assets.extra", EXPORT_INFO_FILE)
+    with open(info, "w") as f:
+        f.write("[" * 100_000 + "]" * 100_000)
+    out = str(tmp_path / "out.npy")
+    code, _, err = _run(["embed", "--model", export, "--out", out, "ok"], capsys)
+    assert code == 2 and f"{info} cannot be read (maximum recursion depth exceeded" in err, err
+    assert not os.path.exists(out)
+
+
 @pytest.mark.slow
 def test_index_and_search(models, tmp_path, capsys):
     corpus = ["the good day", "a bad day", "not ok", "very good", "cafe naive", "", "quick brown fox"]
@@ -213,3 +242,117 @@ def test_search_refuses_another_model_and_a_damaged_index(models, tmp_path, caps
     code, _, err = _run(["index", "--model", models["export"], "--input", str(source), "--out", str(tmp_path / "new")], capsys)
     assert code == 2 and "UTF-8" in err
     assert not os.path.exists(tmp_path / "new") and not [n for n in os.listdir(tmp_path) if n.startswith(".partial")]
+
+
+# === An index is data: the model it records is used only as weights (issue 38, findings 1 and 8) ===
+
+
+@pytest.fixture(scope="module")
+def tiny_index(models):
+    return build_index(models["model"], ["the good day", "a bad day"], str(models["root"] / "tiny_index")).index_dir
+
+
+def _index_naming(tiny_index, tmp_path, model):
+    """A copy of an index of the tiny model whose index.json records `model` as the model that wrote it."""
+    directory = tmp_path / "index"
+    shutil.copytree(tiny_index, directory)
+    info = json.loads((directory / "index.json").read_text())
+    info["model"] = model
+    (directory / "index.json").write_text(json.dumps(info))
+    return str(directory)
+
+
+def _planted_export(models, tmp_path, flag):
+    """A SavedModel that writes `flag` when loaded, dressed as an export of export_sentence_encoder (its info file),
+    so that nothing but the rule keeps it from being loaded."""
+    planted = planted_module(tmp_path / "planted_export", flag)
+    shutil.copytree(os.path.join(models["export"], "assets.extra"), os.path.join(planted, "assets.extra"))
+    return planted
+
+
+def test_search_never_loads_an_export_an_index_records(models, tiny_index, tmp_path, capsys):
+    flag = tmp_path / "ran.txt"
+    planted = _planted_export(models, tmp_path, flag)
+    index = _index_naming(tiny_index, tmp_path, {"export": planted, "dimension": 16})
+    code, stdout, err = _run(["search", index, "ok"], capsys)
+    assert code == 2 and stdout == ""
+    assert f"--model {planted}" in err and os.path.join(index, "index.json") in err and "read only as weights" in err
+    assert not flag.exists()  # the planted graph never ran
+    with pytest.raises(ValueError, match=re.escape(f"--model {planted}")) as refused:
+        load_embedding_model(json.loads(open(os.path.join(index, "index.json")).read())["model"])
+    assert "load_sentence_encoder" in str(refused.value)
+    assert not flag.exists()
+    tf.saved_model.load(planted)  # the plant works: a load runs it
+    assert flag.exists()
+
+
+@pytest.mark.parametrize("layout", ["module", "module_pair"])
+def test_search_never_loads_a_module_an_index_records_as_its_source(tiny_index, tmp_path, capsys, layout):
+    flag = tmp_path / "ran.txt"
+    source = tmp_path / "source"
+    if layout == "module":
+        planted_module(source, flag)
+    else:  # the layout of `bert-keras convert`: encoder/ and preprocess/
+        planted_module(source / "encoder", flag)
+        planted_module(source / "preprocess", flag)
+    identity = {"source": str(source), "pooling": "mean", "normalize": True, "max_seq_length": 12, "dimension": 16}
+    index = _index_naming(tiny_index, tmp_path, identity)
+    code, stdout, err = _run(["search", index, "ok"], capsys)
+    assert code == 2 and stdout == ""
+    assert f"--checkpoint {source}" in err and os.path.join(index, "index.json") in err and "read only as weights" in err
+    assert not flag.exists()
+    with pytest.raises(ValueError, match=re.escape(f"--checkpoint {source}")):
+        load_embedding_model(identity)
+    assert not flag.exists()
+
+
+@pytest.mark.slow
+def test_an_index_of_a_real_module_searches_with_the_flags_its_refusal_prints(models, tmp_path, capsys):
+    """An index written from a Hub module pair (`bert-keras convert`) the user named: search without flags refuses
+    it, and the flags the message prints rebuild the recorded model exactly (the probe check passes)."""
+    pair, corpus, index = str(tmp_path / "pair"), tmp_path / "corpus.txt", str(tmp_path / "pair_index")
+    assert _run(["convert", models["bert"], "--out", pair], capsys)[0] == 0
+    corpus.write_text("the good day\na bad day\n", encoding="utf-8")
+    code, _, err = _run(["index", "--checkpoint", pair, "--pooling", "mean", "--input", str(corpus), "--out", index], capsys)
+    assert code == 0, err
+    code, stdout, err = _run(["search", index, "good"], capsys)
+    assert code == 2 and stdout == ""
+    flags = shlex.split(err.split("pass it yourself: ")[1].split(" (in Python")[0])
+    assert flags[:4] == ["--checkpoint", os.path.abspath(pair), "--pooling", "mean"], err
+    code, stdout, err = _run(["search", index, "good", *flags], capsys)
+    assert code == 0, err
+    assert stdout.splitlines()[0] == "query: good" and len(stdout.splitlines()) == 3
+
+
+def test_search_reads_a_recorded_hugging_face_folder_as_weights(models, tmp_path, capsys):
+    """A plain Hugging Face folder (with a SavedModel planted beside its weights) recorded as the source: searched
+    without flags, its weights are read and the SavedModel never loads."""
+    flag, folder = tmp_path / "ran.txt", tmp_path / "bert"
+    shutil.copytree(models["bert"], folder)
+    planted = planted_module(tmp_path / "planted", flag)
+    for name in ("saved_model.pb", "variables"):
+        os.replace(os.path.join(planted, name), folder / name)
+    index, corpus = str(tmp_path / "plain_index"), tmp_path / "corpus.txt"
+    corpus.write_text("the good day\na bad day\nquick brown fox\n", encoding="utf-8")
+    code, _, err = _run(["index", "--checkpoint", str(folder), "--pooling", "mean", "--input", str(corpus), "--out", index],
+                        capsys)
+    assert code == 0, err
+    code, stdout, err = _run(["search", index, "good day", "the day"], capsys)
+    assert code == 0, err
+    named = _run(["search", index, "good day", "the day", "--checkpoint", str(folder), "--pooling", "mean"], capsys)
+    assert named[:2] == (0, stdout) and stdout.count("\n") == 2 * (1 + 3) + 1  # two queries, three hits each
+    assert not flag.exists()
+
+
+@pytest.mark.parametrize("probe", [[float("nan")] * 16, [], [0.25] * 15, [0.25], [[0.25] * 16], [1e39] * 16, ["a"] * 16, None])
+def test_an_index_with_a_bad_probe_is_refused(models, tiny_index, tmp_path, capsys, probe):
+    index = _index_naming(tiny_index, tmp_path, {"export": models["export"], "dimension": 16})
+    info_path = os.path.join(index, "index.json")
+    info = json.loads(open(info_path).read())
+    info["probe"]["embedding"] = probe
+    with open(info_path, "w") as f:
+        json.dump(info, f)  # a NaN is written as NaN, which json reads back
+    with pytest.raises(ValueError, match=re.escape(info_path) + ".*probe"):
+        load_index(index)
+    code, stdout, err = _run(["search", index, "ok", "--model", models["export"]], capsys)
+    assert code == 2 and stdout == "" and info_path in err and "probe" in err

@@ -6,7 +6,7 @@ import re
 import numpy as np
 import pytest
 
-from bert_keras.datasets import DataError, read_labelled_file, stratified_split
+from bert_keras.datasets import DataError, read_labelled_file, read_texts, stratified_split
 
 
 def _write(tmp_path, name, text):
@@ -182,6 +182,31 @@ def test_json_array_errors_name_the_line(tmp_path):
     assert str(info.value) == (
         f"{path}: line 2 is not valid JSON (expected ',' or ']' after an item of the array, found the end of the file)."
     )
+
+
+
+# --- a lone surrogate, written as a JSON escape in a valid UTF-8 file ---
+
+
+@pytest.mark.parametrize("name, text, line", [
+    ("s.jsonl", '{"text": "ok", "label": "pos"}\n{"text": "a \\ud800 b", "label": "neg"}\n', 2),
+    ("s.json", '[\n  {"text": "ok", "label": "pos"},\n  {"text": "a \\ud800 b", "label": "neg"}\n]\n', 3),
+], ids=["jsonl", "json array"])
+def test_a_lone_surrogate_is_refused_naming_the_file_the_line_and_the_key(tmp_path, name, text, line):
+    path = _write(tmp_path, name, text)
+    message = (f"{path}: line {line}: `text` holds a lone surrogate (\\ud800 at character 3), which is not text. Write the "
+               "character itself, or a surrogate pair for one outside the Basic Multilingual Plane.")
+    with pytest.raises(DataError) as info:
+        read_labelled_file(path)
+    assert str(info.value) == message
+    with pytest.raises(DataError) as info:
+        list(read_texts(path))
+    assert str(info.value) == message
+    # In a label too; a surrogate pair is one character, and read as it.
+    path = _write(tmp_path, name, text.replace('"a \\ud800 b", "label": "neg"', '"\\ud83d\\ude00", "label": "\\udfff"'))
+    with pytest.raises(DataError, match=re.escape(f"{path}: line {line}: `label` holds a lone surrogate (\\udfff at character 1)")):
+        read_labelled_file(path)
+    assert [texts for _, texts in read_texts(path)] == [["ok"], ["\U0001f600"]]
 
 
 # --- delimiters ---

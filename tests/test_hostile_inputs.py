@@ -188,3 +188,80 @@ def test_csv_field_limit_is_left_as_it_was(export, tmp_path, capsys):
     data.write_text(f'text,label\n"{_long_text()}",pos\n')
     assert _run(["predict", "--model", export, "--input", str(data)], capsys)[0] == 0
     assert csv.field_size_limit() == before
+
+
+# --- a lone surrogate written as a JSON escape (the file is valid UTF-8): bad input, exit 2, file and line ---
+
+
+def test_a_lone_surrogate_in_json_input_is_refused_by_every_command(export, tmp_path, capsys):
+    good = tmp_path / "good.jsonl"
+    good.write_text('{"text": "good movie", "label": "pos"}\n{"text": "bad plot", "label": "neg"}\n')
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"text": "good movie", "label": "pos"}\n{"text": "a \\ud800 b", "label": "neg"}\n')
+    message = f"{bad}: line 2: `text` holds a lone surrogate (\\ud800 at character 3), which is not text."
+    before = sorted(os.listdir(tmp_path))
+    code, out, err = _run(["predict", "--model", export, "--input", str(bad)], capsys)
+    assert code == 2 and out == "" and err.startswith(f"bert-keras predict: {message}"), err
+    report = str(tmp_path / "report")
+    code, out, err = _run(["evaluate", "--model", export, "--data", str(bad), "--out", report], capsys)
+    assert code == 2 and out == "" and err.startswith(f"bert-keras evaluate: {message}"), err
+    for argument in ("--train", "--validation", "--test"):
+        files = {"--train": str(good), argument: str(bad)}
+        argv = ["finetune", "--checkpoint", export, "--out", str(tmp_path / "out")]
+        code, out, err = _run(argv + [item for pair in files.items() for item in pair], capsys)
+        assert code == 2 and err.startswith(f"bert-keras finetune: {message}"), err
+    assert sorted(os.listdir(tmp_path)) == before  # no report, no output, no backup, no lock
+
+
+# --- a damaged TF Serving warm-up file: a warning, and the classifier loads and predicts (only colder) ---
+
+
+def _append_warmup_record(directory, payload):
+    import tensorflow as tf
+
+    from bert_keras.export import warmup
+
+    path = os.path.join(directory, "assets.extra", warmup.WARMUP_FILE)
+    records = list(tf.data.TFRecordDataset(path).as_numpy_iterator())
+    with tf.io.TFRecordWriter(path) as writer:  # framed as TFRecord, so only the record itself is damaged
+        for record in [records[0], payload] + records[1:]:
+            writer.write(record)
+    return path
+
+
+def _string_request(dims, values):
+    """A PredictionLog whose `text` input claims `dims` but holds `values`."""
+    from tensorflow.core.framework import tensor_pb2, tensor_shape_pb2, types_pb2
+    from tensorflow_serving.apis import predict_pb2, prediction_log_pb2
+
+    shape = tensor_shape_pb2.TensorShapeProto(dim=[tensor_shape_pb2.TensorShapeProto.Dim(size=n) for n in dims])
+    request = predict_pb2.PredictRequest()
+    request.inputs["text"].CopyFrom(tensor_pb2.TensorProto(dtype=types_pb2.DT_STRING, tensor_shape=shape, string_val=values))
+    return prediction_log_pb2.PredictionLog(predict_log=prediction_log_pb2.PredictLog(request=request)).SerializeToString()
+
+
+@pytest.mark.parametrize("payload, reason", [
+    (b"\xff\xff\xff garbage, not a PredictionLog", "Error parsing message"),
+    # one text said to be 2**62 of them: refused before anything is allocated for them
+    (_string_request([2**62], [b"good"]), "holds 1 value(s) for a shape of 4611686018427387904"),
+], ids=["garbage", "one text said to be 2**62"])
+def test_a_damaged_warmup_file_is_a_warning_and_the_classifier_still_predicts(export, tmp_path, caplog, payload, reason):
+    directory = _copy(export, tmp_path)
+    path = _append_warmup_record(directory, payload)
+    with caplog.at_level("WARNING", logger="bert_keras.export.warmup"):
+        loaded = load_classifier(directory)
+    assert loaded.predict("good movie")["label"] == "pos"
+    [warning] = [record.getMessage() for record in caplog.records if record.levelname == "WARNING"]
+    assert warning.startswith(f"Could not replay the warm-up requests of {path} (") and reason in warning, warning
+    assert warning.endswith("); continuing without warm-up.")
+
+
+def test_a_labels_file_nested_too_deep_is_ignored_with_a_warning(export, tmp_path, caplog):
+    directory = _copy(export, tmp_path)
+    path = os.path.join(directory, "assets.extra", LABELS_FILE)
+    with open(path, "w") as f:
+        f.write("[" * 100_000 + "]" * 100_000)
+    with caplog.at_level("WARNING"):
+        loaded = load_classifier(directory, warm_up=False)
+    assert loaded.label_names == NAMES and loaded.label_source == "export"  # the SavedModel's own names
+    assert f"{path} cannot be read (maximum recursion depth exceeded" in caplog.text

@@ -138,6 +138,13 @@ def test_config_values_of_the_wrong_kind_are_named(adapters, field, value, expec
                                  f"{expected}") + ".*" + re.escape(f"Received: {field}="))
 
 
+@pytest.mark.parametrize("field, expected", [("alpha", "a positive finite number"), ("rank", "an integer from 1 to 16")])
+def test_an_integer_beyond_every_float_is_refused_not_overflowed(adapters, field, expected):
+    _edit_config(adapters, **{field: 10**400})  # json reads it as an int of 401 digits, which has no float
+    _refused(adapters, re.escape(f"{_config_file(adapters)}: Received an invalid value for `{field}`, expected "
+                                 f"{expected}") + ".*" + re.escape(f"Received: {field}=1000000"))
+
+
 def test_shapes_must_fit_the_recorded_rank_and_the_kernels(adapters):
     _edit_config(adapters, rank=2)  # tensors of rank 4, a config of rank 2
     _refused(adapters, re.escape(f"{_tensors_file(adapters)}: tensor 'transformer_layer_0/intermediate/lora_kernel_a' "

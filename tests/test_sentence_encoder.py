@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import shutil
 
 import keras
@@ -289,3 +290,115 @@ def test_minilm_matches_sentence_transformers_on_2000_tweets(tmp_path, capsys):
     code = cli.main(["embed", "--model", export_dir, "--input", str(source), "--out", out])
     assert code == 0, capsys.readouterr().err
     assert_close(np.load(out), reference, atol=1e-5)
+
+
+# === Hostile files in a sentence-transformers folder: a ValueError naming the file (and the field), exit 2 ===
+
+
+_HANDMADE = {
+    "modules.json": [
+        {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+        {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
+        {"idx": 2, "name": "2", "path": "2_Normalize", "type": "sentence_transformers.models.Normalize"},
+    ],
+    "1_Pooling/config.json": {"embedding_dimension": 16, "pooling_mode": "mean", "include_prompt": True},
+    "2_Normalize/config.json": {},
+    "sentence_bert_config.json": {"max_seq_length": 12, "do_lower_case": False},
+    "config.json": {},
+    "model.safetensors": "",  # never read: every refusal here comes before the weights
+}
+
+
+def _handmade(tmp_path, files=None):
+    """A sentence-transformers folder of hand-written files: `_HANDMADE`, with `files` (name -> value) over it."""
+    folder = tmp_path / "folder"
+    for name, value in dict(_HANDMADE, **(files or {})).items():
+        os.makedirs(folder / os.path.dirname(name), exist_ok=True)
+        _write(str(folder), name, value)
+    return str(folder)
+
+
+def _refused_by_embed(folder, tmp_path, capsys, message):
+    out = str(tmp_path / "vectors.npy")
+    code = cli.main(["embed", "--checkpoint", folder, "--out", out, "ok"])
+    err = capsys.readouterr().err
+    assert code == 2 and f"bert-keras embed: cannot load a sentence encoder from {folder}: " in err and message in err, err
+    assert not os.path.exists(out)
+
+
+def test_a_handmade_folder_is_read(tmp_path):
+    config = read_sentence_transformers_folder(_handmade(tmp_path))
+    assert (config.pooling, config.normalize, config.max_seq_length, config.do_lower_case, config.dimension) == (
+        ("mean",), True, 12, False, 16)
+
+
+@pytest.mark.parametrize("name", ["modules.json", "1_Pooling/config.json", "2_Normalize/config.json",
+                                  "sentence_bert_config.json"])
+def test_deeply_nested_json_is_refused_naming_the_file(tmp_path, capsys, name):
+    folder = _handmade(tmp_path)
+    _write(folder, name, "[" * 100_000 + "]" * 100_000)
+    message = f"{os.path.join(folder, name)} cannot be read as JSON (maximum recursion depth exceeded"
+    with pytest.raises(ValueError, match=re.escape(message)):
+        read_sentence_transformers_folder(folder)
+    _refused_by_embed(folder, tmp_path, capsys, message)
+
+
+@pytest.mark.parametrize("name, value, message", [
+    ("1_Pooling/config.json", {"embedding_dimension": 16, "pooling_mode": [["mean"]]},
+     ": `pooling_mode` must be a mode's name or a non-empty list of names. Received: pooling_mode=[['mean']]"),
+    ("1_Pooling/config.json", {"embedding_dimension": 16, "pooling_mode": []},
+     ": `pooling_mode` must be a mode's name or a non-empty list of names. Received: pooling_mode=[]"),
+    ("1_Pooling/config.json", {"embedding_dimension": 16, "pooling_mode_mean_tokens": "yes"},
+     ": `pooling_mode_mean_tokens` must be true or false. Received: pooling_mode_mean_tokens='yes'"),
+    ("1_Pooling/config.json", {"embedding_dimension": "16", "pooling_mode": "mean"},
+     ": `embedding_dimension` must be a positive integer. Received: embedding_dimension='16'"),
+    ("1_Pooling/config.json", {"word_embedding_dimension": [16]},
+     ": `word_embedding_dimension` must be a positive integer. Received: word_embedding_dimension=[16]"),
+    ("2_Normalize/config.json", {"module_input_name": ["sentence_embedding"]},
+     ": `module_input_name` must be 'sentence_embedding' (only the normalisation of the sentence embedding is "
+     "reproduced). Received: module_input_name=['sentence_embedding']"),
+    ("2_Normalize/config.json", {"module_output_name": "normalized"},
+     ": `module_output_name` must be 'sentence_embedding' (only the normalisation of the sentence embedding is "
+     "reproduced). Received: module_output_name='normalized'"),
+    ("2_Normalize/config.json", ["sentence_embedding"], " must hold a JSON object. Received: list"),
+    ("sentence_bert_config.json", ["max_seq_length", 12], " must hold a JSON object. Received: list"),
+    ("sentence_bert_config.json", {"max_seq_length": 12, "do_lower_case": "false"},
+     ": `do_lower_case` must be true or false. Received: do_lower_case='false'"),
+    ("sentence_bert_config.json", {"max_seq_length": [12]},
+     ": `max_seq_length` must be an integer >= 3. Received: max_seq_length=[12]"),
+    ("modules.json", [{"idx": 0, "path": "", "type": ["sentence_transformers.models.Transformer"]}],
+     " lists the module ['sentence_transformers.models.Transformer']: SentenceEncoder reproduces Transformer"),
+])
+def test_config_fields_of_the_wrong_type_are_refused_naming_the_file_and_field(tmp_path, capsys, name, value, message):
+    folder = _handmade(tmp_path, {name: value})
+    message = os.path.join(folder, name) + message
+    with pytest.raises(ValueError, match=re.escape(message)):
+        read_sentence_transformers_folder(folder)
+    _refused_by_embed(folder, tmp_path, capsys, message)
+
+
+def test_a_long_value_is_shown_cut(tmp_path):
+    folder = _handmade(tmp_path, {"1_Pooling/config.json": {"pooling_mode": list(range(10_000))}})
+    with pytest.raises(ValueError) as info:
+        read_sentence_transformers_folder(folder)
+    assert str(info.value).endswith("Received: pooling_mode=[0, 1, 2, 3, 4, 5, ...]")
+
+
+def test_an_unusable_tokenizer_length_is_ignored_and_a_nested_one_refused(tiny):
+    folder = _copy(tiny, "tokenizer_length")
+    _write(folder, "tokenizer_config.json", '{"model_max_length": 1e400}')  # reads as inf, which has no int
+    assert SentenceEncoder.from_checkpoint(folder).max_seq_length == 40  # the encoder's positions, as with none
+    _write(folder, "tokenizer_config.json", "[" * 100_000 + "]" * 100_000)
+    with pytest.raises(ValueError, match=re.escape(f"{os.path.join(folder, 'tokenizer_config.json')}: is not valid "
+                                                   "JSON (maximum recursion depth exceeded")):
+        SentenceEncoder.from_checkpoint(folder)
+
+
+def test_a_tokenizer_json_with_ids_that_are_not_integers_is_refused(tiny):
+    folder = _copy(tiny, "tokenizer_json")  # transformers 5 writes no vocab.txt: the vocabulary is tokenizer.json's
+    tokenizer = json.load(open(os.path.join(folder, "tokenizer.json")))
+    tokenizer["model"]["vocab"]["[UNK]"] = "1"
+    _write(folder, "tokenizer.json", tokenizer)
+    with pytest.raises(ValueError, match=re.escape(f"{os.path.join(folder, 'tokenizer.json')} is not BERT's WordPiece "
+                                                   "tokenizer")):
+        SentenceEncoder.from_checkpoint(folder)

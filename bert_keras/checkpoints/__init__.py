@@ -10,6 +10,7 @@ from bert_keras.formats import (
     CheckpointError,
     ConfigError,
     ConversionSummary,
+    ModuleRefusedError,
     detect_format,
     holds_weights,
     read_checkpoint,
@@ -22,7 +23,7 @@ from bert_keras.formats import (
 )
 
 
-def load_checkpoint(path, *, format=None, with_heads=True, do_lower_case=None, dtype=None):
+def load_checkpoint(path, *, format=None, with_heads=True, do_lower_case=None, dtype=None, allow_modules=True):
     """Converts a BERT checkpoint of any supported format.
 
     Args:
@@ -33,6 +34,9 @@ def load_checkpoint(path, *, format=None, with_heads=True, do_lower_case=None, d
         with_heads: bool. Convert pre-training heads when present. Defaults to `True`.
         do_lower_case: optional bool. Overrides what the checkpoint says.
         dtype: optional dtype policy of the built models.
+        allow_modules: bool. Whether `path` may be a TF Hub module, whose
+            graph runs when it is loaded (`read_checkpoint`). `False` for a
+            path that came from data, not from the user. Defaults to `True`.
 
     Returns:
         `LoadedCheckpoint` with `encoder`, `heads`, `pretrainer`, `vocab_file`,
@@ -42,6 +46,7 @@ def load_checkpoint(path, *, format=None, with_heads=True, do_lower_case=None, d
         CheckpointError: naming the file and the tensor (or config field) at
             fault: a missing tensor, a wrong shape, a config of another model,
             a vocabulary that disagrees with the embeddings, a truncated file.
+        ModuleRefusedError: with `allow_modules=False`, `path` is a module.
 
     Example:
     >>> import os
@@ -50,7 +55,8 @@ def load_checkpoint(path, *, format=None, with_heads=True, do_lower_case=None, d
     >>> loaded.encoder.num_layers, loaded.do_lower_case
     (6, True)
     """
-    return load(read_checkpoint(path, format=format, with_heads=with_heads, do_lower_case=do_lower_case), dtype)
+    return load(read_checkpoint(path, format=format, with_heads=with_heads, do_lower_case=do_lower_case,
+                                allow_modules=allow_modules), dtype)
 
 
 def load_huggingface(path, *, with_heads=True, do_lower_case=None, dtype=None):
@@ -154,6 +160,7 @@ __all__ = [
     "ConfigError",
     "ConversionSummary",
     "LoadedCheckpoint",
+    "ModuleRefusedError",
     "detect_format",
     "holds_weights",
     "from_keras_nlp",

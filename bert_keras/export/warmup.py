@@ -10,11 +10,13 @@ replays the same file, so a Python server is warm from its first request too.
 """
 
 import logging
+import math
 import os
 import time
 
 import numpy as np
 import tensorflow as tf
+from google.protobuf.message import DecodeError
 
 from bert_keras.text.tokenizer import WordPieceTokenizer
 
@@ -90,15 +92,37 @@ def write_warmup_requests(path, requests):
             writer.write(log.SerializeToString())
 
 
+def _texts(name, proto):
+    """A request's input as a numpy array of bytes; a `ValueError` unless it holds strings, one per element.
+
+    Read here, not by `tf.make_ndarray`, which repeats the last value up to
+    the element count the shape claims: one text said to be 2**40 of them
+    would be a list of 2**40 references. The file is data; it allocates
+    only what it holds.
+    """
+    shape = [dim.size for dim in proto.tensor_shape.dim]
+    count = math.prod(shape)
+    if proto.dtype != tf.string.as_datatype_enum or proto.tensor_content or count != len(proto.string_val):
+        raise ValueError(f"the input {name!r} of a request holds {len(proto.string_val)} value(s) for a shape of "
+                         f"{count} string(s) (dtype {proto.dtype})")
+    return np.array(list(proto.string_val), dtype=object).reshape(shape)
+
+
 def read_warmup_requests(path):
-    """The requests of a warm-up file: a list of dicts input name -> numpy array (of bytes)."""
+    """The requests of a warm-up file: a list of dicts input name -> numpy array (of bytes).
+
+    Raises:
+        tf.errors.OpError: a file that is not TFRecord (a bad length or checksum).
+        google.protobuf.message.DecodeError: a record that is not a `PredictionLog`.
+        ValueError: an input that is not strings, or fewer or more than its shape says.
+    """
     from tensorflow_serving.apis import prediction_log_pb2
 
     requests = []
     for record in tf.data.TFRecordDataset(path).as_numpy_iterator():
         log = prediction_log_pb2.PredictionLog.FromString(record)
         if log.WhichOneof("log_type") == "predict_log":
-            requests.append({name: tf.make_ndarray(proto) for name, proto in log.predict_log.request.inputs.items()})
+            requests.append({name: _texts(name, proto) for name, proto in log.predict_log.request.inputs.items()})
     return requests
 
 
@@ -113,7 +137,9 @@ def replay(export_dir, signature):
         for inputs in requests:
             signature(**{name: tf.constant(np.asarray(values, dtype=object), dtype=tf.string)
                          for name, values in inputs.items()})
-    except (tf.errors.OpError, ValueError, TypeError) as error:  # a damaged file: serving works, only colder
+    # A damaged file (not TFRecord, a record that is not a request, inputs the signature does not take): serving
+    # works, only colder.
+    except (tf.errors.OpError, DecodeError, ValueError, TypeError) as error:
         logger.warning("Could not replay the warm-up requests of %s (%s); continuing without warm-up.", path, error)
         return time.perf_counter() - started
     seconds = time.perf_counter() - started

@@ -16,6 +16,7 @@ from bert_keras.formats._common import (
     CheckpointWeights,
     ConfigError,
     ConversionSummary,
+    ModuleRefusedError,
     build_and_load,
     read_json,
 )
@@ -101,7 +102,7 @@ def detect_format(path):
     )
 
 
-def read_checkpoint(path, *, format=None, with_heads=True, do_lower_case=None):
+def read_checkpoint(path, *, format=None, with_heads=True, do_lower_case=None, allow_modules=True):
     """Reads a BERT checkpoint of any supported format, without building a model.
 
     Args:
@@ -111,6 +112,11 @@ def read_checkpoint(path, *, format=None, with_heads=True, do_lower_case=None):
             Detected when omitted (see `detect_format`).
         with_heads: bool. Read pre-training heads when present. Defaults to `True`.
         do_lower_case: optional bool. Overrides what the checkpoint says.
+        allow_modules: bool. Whether `path` may be a TF Hub / Model Garden
+            module, whose graph runs when it is loaded. Pass `False` for a
+            path that came from data (an index's record, a file), not from
+            the user: then only weights are read, and a module is refused
+            before anything of it is loaded. Defaults to `True`.
 
     Returns:
         `CheckpointWeights`.
@@ -119,6 +125,7 @@ def read_checkpoint(path, *, format=None, with_heads=True, do_lower_case=None):
         CheckpointError: naming the file and the tensor (or config field) at
             fault: a missing tensor, a wrong shape, a config of another model,
             a vocabulary that disagrees with the embeddings, a truncated file.
+        ModuleRefusedError: with `allow_modules=False`, `path` is a module.
 
     Example:
     >>> from bert_keras.text.corpora import minilm_vocab_path  # the MiniLM checkpoint of the test extra
@@ -133,6 +140,12 @@ def read_checkpoint(path, *, format=None, with_heads=True, do_lower_case=None):
             f"Received an invalid value for argument `format`, expected one of {list(FORMATS)}. "
             f"Received: format={format!r}"
         )
+    if format == "hub_module" and not allow_modules:
+        # The one place that decides whether a path is loaded as a module: every reader of a path given as data
+        # (`allow_modules=False`) comes through here, so what is data can never load a graph.
+        raise ModuleRefusedError(path, None, "is a TF Hub / Model Garden module (a SavedModel), and loading one runs "
+                                 "its graph; it was given as data (allow_modules=False), from which only weights are "
+                                 "read. Pass it yourself as a module if you trust it.")
     if format == "huggingface":
         return read_huggingface(os.fspath(path), with_heads=with_heads, do_lower_case=do_lower_case)
     if format == "hub_module":
@@ -150,6 +163,7 @@ __all__ = [
     "CheckpointWeights",
     "ConfigError",
     "ConversionSummary",
+    "ModuleRefusedError",
     "build_and_load",
     "detect_format",
     "holds_weights",

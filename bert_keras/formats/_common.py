@@ -37,6 +37,15 @@ class ConfigError(CheckpointError):
     kind = "field"
 
 
+class ModuleRefusedError(CheckpointError):
+    """A module (a SavedModel, whose graph runs when it is loaded) found where only weights may be read.
+
+    Raised by `read_checkpoint(path, allow_modules=False)`: a path that came
+    from data (an index's record, a file) is read only as weights; a module
+    is loaded only where the user names it in the call.
+    """
+
+
 @dataclasses.dataclass
 class ConversionSummary:
     """What a conversion read and what it left alone.
@@ -287,7 +296,8 @@ def read_json(path):
     try:
         with open(path, encoding="utf-8") as f:
             config = json.load(f)
-    except json.JSONDecodeError as error:
+    # ValueError: not JSON, not UTF-8, or an integer of more than 4,300 digits; RecursionError: nested too deep.
+    except (ValueError, RecursionError) as error:
         raise ConfigError(path, None, f"is not valid JSON ({error}).") from error
     if not isinstance(config, dict):
         raise ConfigError(path, None, f"expected a JSON object, found {type(config).__name__}.")

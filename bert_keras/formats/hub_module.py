@@ -309,7 +309,7 @@ def _recorded_architecture(directory, config):
         with open(os.path.join(directory, ARCHITECTURE_FILE), encoding="utf-8") as f:
             recorded = json.load(f)
         heads, activation, epsilon = (recorded[key] for key in ("num_heads", "activation", "layer_norm_epsilon"))
-    except (OSError, ValueError, TypeError, KeyError):
+    except (OSError, ValueError, TypeError, KeyError, RecursionError):
         return None
     valid = (isinstance(heads, int) and heads > 0 and config["hidden_size"] % heads == 0
              and activation in ("gelu", "gelu_approximate", "relu") and isinstance(epsilon, float) and 0 < epsilon < 1)

@@ -11,36 +11,12 @@ import shutil
 import tarfile
 
 import pytest
-import tensorflow as tf
 
 from bert_keras import cli
-from bert_keras.checkpoints import CheckpointError, detect_format, load_checkpoint
+from bert_keras.checkpoints import CheckpointError, ModuleRefusedError, detect_format, load_checkpoint
 from bert_keras.tasks import load_encoder_and_preprocessor
 from tests.checkpoints._models import TINY_HF, hf_pretraining_model, save_hf_directory
-
-
-class _Planted(tf.saved_model.experimental.TrackableResource):
-    """A resource whose initializer, run by `tf.saved_model.load`, writes `path`."""
-
-    def __init__(self, path):
-        super().__init__()
-        self._path = path
-
-    def _create_resource(self):
-        return tf.raw_ops.VarHandleOp(dtype=tf.float32, shape=[], shared_name=f"planted_{id(self)}")
-
-    def _initialize(self):
-        tf.io.write_file(self._path, "planted code ran")
-        return tf.raw_ops.AssignVariableOp(resource=self.resource_handle, value=tf.constant(1.0))
-
-
-def _planted_module(directory, flag):
-    module = tf.Module()
-    module.planted = _Planted(str(flag))
-    tf.saved_model.save(module, str(directory))
-    if flag.exists():
-        flag.unlink()  # saving ran it once; only a load may run it again
-    return str(directory)
+from tests.helpers import planted_module as _planted_module
 
 
 @pytest.fixture(scope="module")
@@ -76,6 +52,23 @@ def test_a_module_alone_is_still_a_module(tmp_path):
     flag = tmp_path / "ran.txt"
     module = _planted_module(tmp_path / "module", flag)
     assert detect_format(module) == "hub_module"  # what the user passed is a module: loading it is asked for
+
+
+def test_a_module_given_as_data_is_refused_before_anything_of_it_loads(tmp_path, monkeypatch):
+    """`allow_modules=False` (a path that came from data, e.g. an index's record): every form of a module is refused
+    before it is loaded, unpacked or downloaded; asking for the format by name does not get around it."""
+    flag, cache = tmp_path / "ran.txt", tmp_path / "cache"
+    cache.mkdir(mode=0o700)
+    monkeypatch.setenv("TFHUB_CACHE_DIR", str(cache))
+    module = _planted_module(tmp_path / "module", flag)
+    _planted_module(tmp_path / "pair" / "encoder", flag)
+    _planted_module(tmp_path / "pair" / "preprocess", flag)
+    archive = _archive(module, tmp_path / "module.tar.gz")
+    for path, format in [(module, None), (module, "hub_module"), (str(tmp_path / "pair"), None), (archive, None),
+                         ("https://example.invalid/module.tar.gz", None)]:
+        with pytest.raises(ModuleRefusedError, match=r"is a TF Hub / Model Garden module .* given as data"):
+            load_checkpoint(path, format=format, allow_modules=False)
+    assert not flag.exists() and os.listdir(cache) == []
 
 
 def _archive(module_dir, path):

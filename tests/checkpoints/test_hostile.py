@@ -206,3 +206,27 @@ def test_config_disagreeing_with_the_tensors_is_found_before_building(hf_dir, no
     assert info.value.file == _weights(hf_dir) and info.value.tensor == tensor
     where = _weights(hf_dir) if tensor is None else f"{_weights(hf_dir)}, tensor {tensor!r}"
     assert str(info.value) == f"{where}: {message} Check {config_file}."
+
+
+@pytest.mark.parametrize("content, reason", [
+    (b"[" * 100_000 + b"]" * 100_000, "maximum recursion depth exceeded"),
+    (b'{"hidden_size": \xff}', "'utf-8' codec can't decode byte 0xff in position 16"),
+])
+def test_a_config_nested_too_deep_or_not_utf8_is_refused_naming_it(tmp_path, content, reason):
+    (tmp_path / "config.json").write_bytes(content)
+    (tmp_path / "model.safetensors").write_bytes(b"")  # never read: the config comes first
+    with pytest.raises(CheckpointError, match=re.escape(f"{tmp_path / 'config.json'}") + ".*is not valid JSON.*"
+                       + re.escape(reason)):
+        load_checkpoint(str(tmp_path))
+
+
+def test_a_recorded_architecture_nested_too_deep_is_only_no_candidate(tmp_path):
+    from bert_keras._contract import ARCHITECTURE_FILE
+    from bert_keras.formats.hub_module import _recorded_architecture
+
+    path = tmp_path / ARCHITECTURE_FILE
+    path.parent.mkdir()
+    path.write_text(json.dumps({"num_heads": 2, "activation": "gelu", "layer_norm_epsilon": 1e-12}))
+    assert _recorded_architecture(str(tmp_path), {"hidden_size": 16})["num_heads"] == 2
+    path.write_text("[" * 100_000 + "]" * 100_000)  # the probe then tries the usual candidates, as without the file
+    assert _recorded_architecture(str(tmp_path), {"hidden_size": 16}) is None
