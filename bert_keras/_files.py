@@ -97,7 +97,7 @@ def _marker_of(path):
     try:
         with open(marker_path) as f:
             marker = json.load(f)
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):  # RecursionError: JSON nested too deep is no marker of ours
         return None
     return marker if isinstance(marker, dict) and marker.get("writer") == "bert_keras" else None
 

@@ -174,7 +174,9 @@ def check_run_record(backup_dir, run):
     try:
         with open(path) as f:
             recorded = json.load(f)
-    except (OSError, ValueError) as error:
+        if not isinstance(recorded, dict):
+            raise ValueError(f"it holds a {type(recorded).__name__}, not a run record")
+    except (OSError, ValueError, RecursionError) as error:  # RecursionError: JSON nested too deep
         raise ValueError(f"The backup in {backup_dir} cannot be read ({path}: {error}). Remove that directory to start over.") from None
     differing = sorted(key for key in set(run) | set(recorded) if _shown(run.get(key), 10**9) != _shown(recorded.get(key), 10**9))
     if differing:
@@ -224,7 +226,7 @@ def read_state(phase_dir, epoch=None):
         with open(state_path) as f:
             state = json.load(f)
         int(state["epoch"])
-    except (OSError, ValueError, KeyError, TypeError) as error:
+    except (OSError, ValueError, KeyError, TypeError, RecursionError) as error:  # RecursionError: JSON nested too deep
         raise ValueError(
             f"The training backup in {phase_dir} is torn: {state_path} cannot be read ({type(error).__name__}: {error}). "
             "Remove that directory to start over."

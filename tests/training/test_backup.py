@@ -143,3 +143,19 @@ def test_the_run_that_holds_its_output_writes_it(tmp_path):
         thread.join()
         assert len(refused) == 1 and "is writing" in refused[0]
     assert sorted(os.listdir(tmp_path)) == ["out"]
+
+
+@pytest.mark.parametrize("content", ["[" * 100000 + "]" * 100000, "[1, 2]", "{"], ids=["nested too deep", "a list", "torn"])
+def test_a_damaged_run_record_is_refused_naming_it(tmp_path, content):
+    from bert_keras.training.backup import RUN_FILE, check_run_record
+
+    (tmp_path / RUN_FILE).write_text(content)
+    with pytest.raises(ValueError, match=rf"cannot be read \(.*{RUN_FILE}.*Remove that directory"):
+        check_run_record(str(tmp_path), {"source": "x"})
+
+
+def test_a_marker_nested_too_deep_is_no_marker(tmp_path):
+    from bert_keras._files import MARKER, read_marker
+
+    (tmp_path / MARKER).write_text("[" * 100000 + "]" * 100000)
+    assert read_marker(str(tmp_path)) is None
