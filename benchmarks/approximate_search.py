@@ -2,7 +2,7 @@
 
 1. The tweets: all-MiniLM-L6-v2 embeds the 38,158 tweets; 500 of them,
    drawn at random, are the queries and the other 37,658 the index
-   (`bert_keras.sentence_encoder.build_index`, what `bert-keras index` writes).
+   (`bert_keras.search.build_index`, what `bert-keras index` writes).
    For each method: the time to build it, the median latency of one query
    (a vector in, ten rows out; the query's embedding, the same for all, is not
    counted), and recall@10 against a float64 brute force (a row counts when
@@ -158,7 +158,8 @@ def scann_rows(python, vectors, queries, label, directory):
 
 
 def tweet_rows(faiss, directory, scann_python=None):
-    from bert_keras.sentence_encoder import SentenceEncoder, build_index, load_index
+    from bert_keras.search import build_index, load_index
+    from bert_keras.sentence_encoder import SentenceEncoder
     from bert_keras.text.corpora import load_tweets, minilm_vocab_path
 
     model = SentenceEncoder.from_checkpoint(os.path.dirname(minilm_vocab_path()))

@@ -59,13 +59,13 @@ def _peers(folder, batch_size):
         return load
 
     def one_batch_at_a_time(model, texts):
-        from bert_keras.export import sentence_encoder
+        from bert_keras import embedder
 
-        sentence_encoder.BATCHES_PER_CALL = 1
+        embedder.BATCHES_PER_CALL = 1
         try:
             return model.encode(texts, batch_size=batch_size)
         finally:
-            sentence_encoder.BATCHES_PER_CALL = 2
+            embedder.BATCHES_PER_CALL = 2
 
     return {
         "sentence-transformers 6 (torch)": (sentence_transformers, lambda m, t: m.encode(t, batch_size=batch_size)),

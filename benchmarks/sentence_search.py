@@ -41,7 +41,7 @@ def _ms(seconds):
 
 
 def search_figures(model, texts, queries, directory):
-    from bert_keras.sentence_encoder import build_index, load_index
+    from bert_keras.search import build_index, load_index
 
     started = time.perf_counter()
     build_index(model, texts, os.path.join(directory, "index"), batch_size=64)

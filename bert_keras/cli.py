@@ -619,7 +619,7 @@ def _embed(args):
     except _InputError as error:
         return _fail("embed", str(error))
     model = _embedding_model(args, "embed")
-    from bert_keras.sentence_encoder import write_embeddings
+    from bert_keras.embedding_files import write_embeddings
 
     if not args.texts and not args.input and sys.stdin.isatty():
         print("Reading texts from standard input, one per line (end with Ctrl-D).", file=sys.stderr)
@@ -641,7 +641,7 @@ def _index(args):
     except (OSError, ValueError) as error:
         return _fail("index", str(error))
     model = _embedding_model(args, "index")
-    from bert_keras.sentence_encoder import build_index
+    from bert_keras.search import build_index
 
     try:
         index = build_index(model, _embedding_inputs(args), args.out, batch_size=args.batch_size,
@@ -658,7 +658,7 @@ def _search(args):
     except _InputError as error:
         return _fail("search", str(error))
     from bert_keras.checkpoints import ModuleRefusedError
-    from bert_keras.sentence_encoder import INDEX_FILE, load_embedding_model, load_index
+    from bert_keras.search import INDEX_FILE, load_embedding_model, load_index
 
     try:
         index = load_index(args.index)

@@ -72,7 +72,7 @@ def test_the_warm_up_word_read_from_the_vocabulary_is_the_one_the_preprocessor_m
 def test_encode_in_batches_embeds_two_batches_per_call_and_puts_rows_back_in_order():
     import tensorflow as tf
 
-    from bert_keras.export import sentence_encoder
+    from bert_keras.embedder import BatchEmbedder, encode_in_batches
 
     calls = []
 
@@ -81,13 +81,13 @@ def test_encode_in_batches_embeds_two_batches_per_call_and_puts_rows_back_in_ord
         first = tf.strings.unicode_decode(tf.strings.substr(batch, 0, 1), "UTF-8").to_tensor(shape=[None, 1])
         return tf.stack([tf.cast(tf.strings.length(batch), tf.float32), tf.cast(first[:, 0], tf.float32)], axis=1)
 
-    embedder = sentence_encoder.BatchEmbedder(embed)
+    embedder = BatchEmbedder(embed)
     texts = [f"{chr(97 + i % 26)}{'x' * (i % 7)}" for i in range(23)]
     expected = [[len(t), ord(t[0])] for t in texts]
-    assert sentence_encoder.encode_in_batches(texts, 4, 2, embedder).tolist() == expected  # 6 batches: 3 calls of two
-    assert sentence_encoder.encode_in_batches(texts, 5, 2, embedder).tolist() == expected  # 5: two pairs and one alone
-    assert sentence_encoder.encode_in_batches("abc", 4, 2, embedder).tolist() == [3, 97]
-    assert sentence_encoder.encode_in_batches([], 4, 2, embedder).shape == (0, 2)
+    assert encode_in_batches(texts, 4, 2, embedder).tolist() == expected  # 6 batches: 3 calls of two
+    assert encode_in_batches(texts, 5, 2, embedder).tolist() == expected  # 5: two pairs and one alone
+    assert encode_in_batches("abc", 4, 2, embedder).tolist() == [3, 97]
+    assert encode_in_batches([], 4, 2, embedder).shape == (0, 2)
     # One trace of a batch (graph mode), shared by the one-batch and the two-batch functions.
     assert calls == [False]
     assert len(embedder.two.get_concrete_function().graph.get_operations()) < 10  # two calls of `one`, not two copies

@@ -18,13 +18,15 @@ LAYERS = [
     ["formats"],
     ["encoder"],
     ["heads"],
+    ["embedder"],
     ["_task", "pretrainer"],
     ["export"],
     ["checkpoints"],
     ["tasks", "sentence_encoder"],
+    ["embedding_files", "search"],
     ["lora"],
     ["saved_model"],
-    ["datasets", "optimization", "evaluate"],
+    ["_records", "datasets", "optimization", "evaluate"],
     ["training"],
     ["inspect", "beam"],
     ["demo"],
@@ -147,3 +149,14 @@ def test_the_graph_holds_function_level_imports_and_the_packages_they_run():
 def test_find_cycle_finds_one():
     assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == ["a", "b", "c", "a"]
     assert find_cycle({"a": {"b"}, "b": set(), "c": {"b"}}) is None
+
+
+def test_the_sentence_encoder_jobs_live_on_their_own_floors():
+    """One job per module: the task's folder reader is a format, and the methods the task shares with its loaded
+    export (`EmbeddingMethods`) sit at or below the task's floor, not in the export above it."""
+    defined = {node.name: module for module, path in PATHS.items() for node in ast.parse(path.read_text()).body
+               if isinstance(node, (ast.ClassDef, ast.FunctionDef))}
+    assert RANK[_layer(defined["EmbeddingMethods"])] <= RANK["_task"] < RANK["export"]
+    assert _layer(defined["read_sentence_transformers_folder"]) == "formats"
+    jobs = ["SentenceEncoder", "write_embeddings", "SentenceIndex", "read_sentence_transformers_folder"]
+    assert len({defined[name] for name in jobs}) == len(jobs), {name: defined[name] for name in jobs}

@@ -10,11 +10,12 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from bert_keras import BertEncoder, cli, hub
+from bert_keras import BertEncoder, cli, embedder, hub
+from bert_keras.embedder import cosine_similarity
 from bert_keras.heads import SentencePooling
 from bert_keras.export import export_sentence_encoder, load_sentence_encoder
-from bert_keras.export.sentence_encoder import cosine_similarity
-from bert_keras.sentence_encoder import SentenceEncoder, read_sentence_transformers_folder
+from bert_keras.formats.sentence_transformers import read_sentence_transformers_folder
+from bert_keras.sentence_encoder import SentenceEncoder
 from bert_keras.text import BertPreprocessor
 from tests import sentence_models
 from tests.helpers import assert_close, run_model_test
@@ -161,10 +162,8 @@ def test_encode_takes_lists_arrays_and_tensors_in_order(tiny_model, monkeypatch)
     vectors = model.encode(texts)
     assert vectors.shape == (len(texts), 16) and vectors.dtype == np.float32
     # Two batches at a time give the very numbers of one at a time.
-    from bert_keras.export import sentence_encoder
-
     in_pairs = model.encode(texts, batch_size=2)
-    monkeypatch.setattr(sentence_encoder, "BATCHES_PER_CALL", 1)
+    monkeypatch.setattr(embedder, "BATCHES_PER_CALL", 1)
     np.testing.assert_array_equal(model.encode(texts, batch_size=2), in_pairs)
     monkeypatch.undo()
     # Each row is its own text's, whatever the batching and the sorting by length.

@@ -5,7 +5,9 @@ our encoder's arguments, the weights under our names (in our layout), the
 vocabulary and a summary. Readers import no model: `BertEncoder.from_checkpoint`
 builds itself from what they return, and `bert_keras.checkpoints` adds the
 heads (`build_and_load`). Name tables are data (`tables.py`); every other
-project's names stay here.
+project's names stay here. `sentence_transformers` reads what a
+sentence-transformers folder says about embedding a text (its modules,
+pooling and lengths), also as data.
 """
 
 import logging
