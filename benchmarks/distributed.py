@@ -147,7 +147,7 @@ def scaling_worker(args):
     import keras
 
     from bert_keras.demo import DemoConfig, load_tweet_splits
-    from bert_keras.training import text_dataset
+    from bert_keras.training import Harness, text_dataset
     from bert_keras.optimization import bert_optimizer
     from bert_keras.tasks import BertClassifier
     from bert_keras.text.corpora import minilm_vocab_path
@@ -158,7 +158,6 @@ def scaling_worker(args):
     with strategy.scope():
         model = BertClassifier.from_checkpoint(os.path.dirname(minilm_vocab_path()), num_classes=3, seq_length=64)
         model.compile(optimizer=bert_optimizer(2e-5, steps), loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
-    data = distribute.distribute_batches(strategy, text_dataset(train, args.batch_size, shuffle_seed=0), args.batch_size)
 
     class StepTimes(keras.callbacks.Callback):
         def __init__(self):
@@ -172,7 +171,9 @@ def scaling_worker(args):
             self.times.append(time.perf_counter() - self.began)
 
     timer = StepTimes()
-    model.fit(data, steps_per_epoch=steps, epochs=1, callbacks=[timer], verbose=0)
+    # The harness splits each global batch among the replicas and makes Keras' fit work under them (keras#20585).
+    Harness(strategy, batch_size=args.batch_size, verbose=0).fit(model, text_dataset(train, args.batch_size, shuffle_seed=0),
+                                                                 epochs=1, steps_per_epoch=steps, callbacks=[timer])
     result = {"step_s": statistics.median(timer.times[args.warmup:]), "steps": len(timer.times) - args.warmup}
     if distribute.is_multi_worker(strategy):
         tensors = [tf.zeros(v.shape, v.dtype) for v in model.trainable_variables]

@@ -13,7 +13,7 @@ with its name, rather than somewhere else).
 | `ExistingVariable` | `keras.Variable._initialize_with_initializer`, `_initialize` | a Keras variable always creates its own storage; a Hub module's functions read their own `tf.Variable`s, which a Keras layer must train in place (tensorflow/hub#903 is the tf_keras side of the same gap) |
 | `track_variable` | `keras.layers.Layer._track_variable` | `add_weight` always makes a new variable; a layer that owns an existing one (an `ExistingVariable`) has no public way to list it among its weights |
 | `freeze_for_good`, `thaw` | `Layer._tracker`, `_trainable_variables`, `_non_trainable_variables`, `_flatten_layers` | no freeze outlasts `layer.trainable = True`: that setter makes every variable in the layer's trainable list trainable again (the kernel Keras' own `Dense.enable_lora` froze included), and there is no public way to move an existing variable to the non-trainable list it leaves alone; LoRA needs the encoder frozen but for its adapters through fine-tuning's `encoder.trainable = True` |
-| `MultiWorkerFit` | `Model._maybe_symbolic_build`, `_symbolic_build`, `_distribute_strategy` | Keras 3's `fit` fails under `MultiWorkerMirroredStrategy` (keras#20585): before training it averages a whole data batch across workers to learn its shapes (a collective on a `PerReplica` of data; also a mean of strings under `MirroredStrategy`), and each step it reduces scalar logs with `reduce(..., axis=0)`; and without a strategy Keras builds nothing before `fit`/`evaluate` trace their step, so the optimizer's slots and the metrics' variables are made inside the first trace, and TensorFlow traces every train and test function twice (a function that creates variables is traced again); the model is built from the dataset's element spec here (no batch read) |
+| `strategy_fit` | `Model._maybe_symbolic_build`, `_symbolic_build`, `_distribute_strategy` (on the instance, for one run of the training harness: no model class carries it) | Keras 3's `fit` fails under `MultiWorkerMirroredStrategy` (keras#20585): before training it averages a whole data batch across workers to learn its shapes (a collective on a `PerReplica` of data; also a mean of strings under `MirroredStrategy`), and each step it reduces scalar logs with `reduce(..., axis=0)`; and without a strategy Keras builds nothing before `fit`/`evaluate` trace their step, so the optimizer's slots and the metrics' variables are made inside the first trace, and TensorFlow traces every train and test function twice (a function that creates variables is traced again); the model is built from the dataset's element spec here (no batch read) |
 | `is_functional` | `Model._is_graph_network`, `_nodes_by_depth` | Keras 3 has no public test for a functional model (its class is private) |
 | `configure_coordination_service` | `tensorflow.python.eager.context.context().configure_coordination_service` and its config | `MultiWorkerMirroredStrategy()` waits for every worker's server without end (tensorflow/tensorflow#46931); only the coordination service's registration barrier bounds it, and it has no public setter |
 | `all_layers` | `Layer._flatten_layers` | Keras 3 lists a model's direct layers (`model.layers`) but has no public walk over every nested layer, sublayers of custom layers included |
@@ -192,48 +192,66 @@ def _is_multi_worker(strategy):
             and len(strategy.extended.worker_devices) < strategy.num_replicas_in_sync)
 
 
-class MultiWorkerFit:
-    """Mixed into a `keras.Model` (before it): Keras 3's `fit`/`evaluate` under `MultiWorkerMirroredStrategy`.
+_FIT_METHODS = ("_maybe_symbolic_build", "train_step", "test_step")
 
-    Under a strategy, the model's shapes are learnt from this replica's first
+
+@contextlib.contextmanager
+def strategy_fit(model):
+    """For the duration, Keras 3's `fit`/`evaluate` of `model` work under `MultiWorkerMirroredStrategy` (keras#20585).
+
+    The training harness runs every `fit` in here; models themselves carry
+    nothing (a Keras upgrade that changes the methods below breaks one
+    harness, not every model class). On the instance only, for the duration:
+    under a strategy, the model's shapes are learnt from this replica's first
     batch (no collective), and each scalar log gets a length-1 axis so that
     Keras' `reduce("MEAN", value, axis=0)` averages the replicas, as on one
     machine. Without one, the model, its optimizer, loss and metrics are built
     from the data's element spec before the step is traced (Keras defers that
-    to the trace, which then creates variables and is done twice).
+    to the trace, which then creates variables and is done twice). Re-entrant:
+    inside an outer `strategy_fit` of the same model it changes nothing.
     """
+    if any(name in vars(model) for name in _FIT_METHODS):  # an outer `strategy_fit` holds it
+        yield model
+        return
+    cls = type(model)
+    model._maybe_symbolic_build = lambda iterator=None, data_batch=None: _build_first(model, iterator, data_batch)
+    model.train_step = lambda data: _with_replica_axis(model, cls.train_step(model, data))
+    model.test_step = lambda data: _with_replica_axis(model, cls.test_step(model, data))
+    try:
+        yield model
+    finally:
+        for name in _FIT_METHODS:
+            delattr(model, name)  # the class's methods show through again
 
-    def _maybe_symbolic_build(self, iterator=None, data_batch=None):
-        if self._distribute_strategy is None:
-            if data_batch is None and iterator is not None:
-                data_batch = iterator.data_adapter.get_tf_dataset().element_spec  # shapes and dtypes, no batch read
-            if data_batch is not None:
-                self._symbolic_build(data_batch=data_batch)
-            return
-        if iterator is not None:
-            for _, _, batches in iterator:
-                batch = next(batches)
-                # Only the shapes are needed: this replica's own batch has them (no collective).
-                data_batch = tf.nest.map_structure(self._first_local, batch)
-                break
-        with self.distribute_strategy.scope():
-            self._symbolic_build(data_batch=data_batch)
 
-    def _first_local(self, value):
-        if isinstance(value, tf.distribute.DistributedValues):
-            return self.distribute_strategy.experimental_local_results(value)[0]
-        return value
+def _build_first(model, iterator, data_batch):
+    """`Model._maybe_symbolic_build`, building from shapes alone: the element spec, or this replica's own batch."""
+    if model._distribute_strategy is None:
+        if data_batch is None and iterator is not None:
+            data_batch = iterator.data_adapter.get_tf_dataset().element_spec  # shapes and dtypes, no batch read
+        if data_batch is not None:
+            model._symbolic_build(data_batch=data_batch)
+        return
+    if iterator is not None:
+        for _, _, batches in iterator:
+            batch = next(batches)
+            # Only the shapes are needed: this replica's own batch has them (no collective).
+            data_batch = tf.nest.map_structure(lambda value: _first_local(model.distribute_strategy, value), batch)
+            break
+    with model.distribute_strategy.scope():
+        model._symbolic_build(data_batch=data_batch)
 
-    def train_step(self, data):
-        return self._with_replica_axis(super().train_step(data))
 
-    def test_step(self, data):
-        return self._with_replica_axis(super().test_step(data))
+def _first_local(strategy, value):
+    if isinstance(value, tf.distribute.DistributedValues):
+        return strategy.experimental_local_results(value)[0]
+    return value
 
-    def _with_replica_axis(self, logs):
-        if not _is_multi_worker(self.distribute_strategy):
-            return logs
-        return tf.nest.map_structure(lambda value: tf.reshape(value, [1]) if value.shape.rank == 0 else value, logs)
+
+def _with_replica_axis(model, logs):
+    if not _is_multi_worker(model.distribute_strategy):
+        return logs
+    return tf.nest.map_structure(lambda value: tf.reshape(value, [1]) if value.shape.rank == 0 else value, logs)
 
 
 def is_functional(model):

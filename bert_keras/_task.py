@@ -16,7 +16,6 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from bert_keras._keras_compat import MultiWorkerFit
 from bert_keras.encoder import INPUT_KEYS, BertEncoder
 
 TEXT_INPUTS = ("text", "text_pair")
@@ -127,10 +126,11 @@ def _as_array(y):
     return np.asarray(y) if isinstance(y, (list, tuple)) else y
 
 
-class Task(MultiWorkerFit, keras.Model):
+class Task(keras.Model):
     """Config plumbing shared by the tasks: encoder and preprocessor serialized next to the task's own arguments.
 
-    `MultiWorkerFit` makes `fit` work under `MultiWorkerMirroredStrategy` (a Keras workaround: `bert_keras._keras_compat`).
+    A plain Keras model: what Keras' `fit` needs under a strategy of several replicas (keras#20585) is the
+    training harness's to apply, for one run (`bert_keras.training.Harness`), not the model's.
     A task with a preprocessor takes texts as users have them: `fit`, `evaluate`, `predict` and calling the
     model accept a Python list of strings or a numpy string array (a pair of them for text pairs) as well as
     string tensors and datasets, and label lists.

@@ -457,9 +457,9 @@ def _pretrain(args):
     if args.preset:
         model = dict(preset=args.preset)
     else:
-        model = dict(config=dict(num_layers=args.num_layers, hidden_size=args.hidden_size, num_heads=args.num_heads,
-                                 intermediate_size=args.intermediate_size or 4 * args.hidden_size,
-                                 max_sequence_length=max(args.seq_length, 512)))
+        model = dict(encoder_config=dict(num_layers=args.num_layers, hidden_size=args.hidden_size, num_heads=args.num_heads,
+                                         intermediate_size=args.intermediate_size or 4 * args.hidden_size,
+                                         max_sequence_length=max(args.seq_length, 512)))
 
     def progress(step, total, logs):
         shown = ", ".join(f"{key} {value:.4f}" for key, value in sorted(logs.items()) if isinstance(value, float))
@@ -467,7 +467,7 @@ def _pretrain(args):
 
     _say(f"Pre-training on {', '.join(args.corpus)} (vocab {vocab}); backups in {os.path.join(args.out, 'backup')}")
     try:
-        training = PretrainConfig(
+        config = PretrainConfig(
             seq_length=args.seq_length, batch_size=args.batch_size, epochs=args.epochs,
             steps_per_epoch=args.steps_per_epoch, learning_rate=args.learning_rate,
             max_predictions_per_seq=args.max_predictions_per_seq, whole_word_masking=args.whole_word_masking,
@@ -475,7 +475,7 @@ def _pretrain(args):
             warmup_steps=args.warmup_steps, weight_decay=args.weight_decay, seed=args.seed, dtype=args.dtype,
         )
         result = run_pretraining(
-            args.corpus, args.out, vocab, do_lower_case=not args.cased, **model, training=training,
+            args.corpus, args.out, vocab, config, do_lower_case=not args.cased, **model,
             validation_corpus=args.validation_corpus, progress=progress, overwrite=args.force, strategy=strategy,
         )
     except FileExistsError as error:

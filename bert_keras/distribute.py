@@ -7,8 +7,9 @@ Three pieces, used by fine-tuning and pre-training alike:
   standard `TF_CONFIG` environment variable, checked before any work; the
   workers meet and prove to be workers of the same run first, `rendezvous`,
   and every wait for them is bounded).
-- `DistributedTrainer`: the part of a `keras.Model` that makes Keras 3's own
-  `fit`/`evaluate` work under `MultiWorkerMirroredStrategy`. Keras 3.15 fails
+- What makes Keras 3's own `fit`/`evaluate` work under
+  `MultiWorkerMirroredStrategy` (`_keras_compat.strategy_fit`, which the
+  training harness applies to every model it fits). Keras 3.15 fails
   there on the first step (keras-team/keras#20585) in two places: before
   training it averages a whole data batch across the workers to learn its
   shapes (a collective on a `PerReplica` of data, which fails; only the shapes
@@ -17,8 +18,9 @@ Three pieces, used by fine-tuning and pre-training alike:
   does not have (each replica's log is given a length-1 axis here, so that
   the same reduction averages the replicas). The first also breaks
   `MirroredStrategy` on string inputs (a mean of strings), i.e. on every
-  model that takes raw text. Every bert_keras model has it;
-  `trainable_model` gives it to any functional model.
+  model that takes raw text. Models are plain Keras models: for a `fit` of
+  one's own (outside `training.Harness`), `trainable_model` wraps any
+  functional model, `DistributedTrainer` is mixed into a model class.
 - `distribute_batches`: a dataset of global batches becomes a distributed
   dataset in which every replica gets its own slice of each global batch, so
   that N replicas see exactly the examples, in the order, that one replica
@@ -43,7 +45,7 @@ import keras
 import tensorflow as tf
 
 from bert_keras._checks import check_choice, check_positive_int
-from bert_keras._keras_compat import MultiWorkerFit, configure_coordination_service, is_functional
+from bert_keras._keras_compat import configure_coordination_service, is_functional, strategy_fit
 
 logger = logging.getLogger(__name__)
 
@@ -580,33 +582,46 @@ def all_workers(strategy, flag):
     return min(_all_gather_int(strategy, int(bool(flag)))) == 1
 
 
-# `DistributedTrainer` (the part of a model that makes Keras 3's `fit` work under MultiWorkerMirroredStrategy)
-# overrides private Keras methods: it lives in `bert_keras._keras_compat` with the rest of them.
-DistributedTrainer = MultiWorkerFit
+class DistributedTrainer:
+    """Mixed into a `keras.Model` class (before it): its own `fit`/`evaluate` work under a strategy of several replicas.
+
+    For a `fit` outside `training.Harness` (which applies the same workaround,
+    `_keras_compat.strategy_fit`, to whatever model it fits); bert_keras
+    models are plain Keras models and carry no such mixin.
+    """
+
+    def fit(self, *args, **kwargs):
+        with strategy_fit(self):
+            return super().fit(*args, **kwargs)
+
+    def evaluate(self, *args, **kwargs):
+        with strategy_fit(self):
+            return super().evaluate(*args, **kwargs)
 
 
 @keras.saving.register_keras_serializable(package="bert_keras")
-class DistributedFunctional(MultiWorkerFit, keras.Model):
-    """A functional `keras.Model` with `MultiWorkerFit`; `trainable_model` makes one."""
+class DistributedFunctional(DistributedTrainer, keras.Model):
+    """A functional `keras.Model` with `DistributedTrainer`; `trainable_model` makes one."""
 
 
 def trainable_model(model, strategy=None):
-    """`model`, or a functional model on the same layers that `fit`s under a strategy of several replicas.
+    """`model`, or a functional model on the same layers whose own `fit` works under a strategy of several replicas.
 
-    bert_keras models need nothing. For another functional model under such
-    a strategy, the returned model shares `model`'s layers (and so its
-    weights): training it trains `model`.
+    For a `fit` of one's own; `training.Harness` needs no such model. Under a
+    strategy of one replica, `model` itself. The returned model shares
+    `model`'s layers (and so its weights): training it trains `model`.
     """
     strategy = strategy or tf.distribute.get_strategy()
-    if isinstance(model, MultiWorkerFit) or strategy.num_replicas_in_sync == 1:
+    if isinstance(model, DistributedTrainer) or strategy.num_replicas_in_sync == 1:
         return model
     if not is_functional(model):
         raise ValueError(
-            "Under a strategy of several replicas, `model` must be a bert_keras model or a functional keras.Model "
-            f"(inputs -> outputs); Keras 3's fit fails there otherwise (keras#20585). Received: {type(model).__name__}"
+            "Under a strategy of several replicas, `model` must be a functional keras.Model (inputs -> outputs); "
+            f"Keras 3's fit fails there otherwise (keras#20585). Received: {type(model).__name__}"
         )
     with strategy.scope():
-        return DistributedFunctional(model.inputs, model.outputs, name=model.name)
+        # `input` / `output`: the structures the model was made with (a dict of outputs keeps its names)
+        return DistributedFunctional(model.input, model.output, name=model.name)
 
 
 def distribute_batches(strategy, dataset, global_batch_size, scale_partial=True):

@@ -9,7 +9,7 @@ import keras
 import numpy as np
 import pytest
 
-from bert_keras.training import run_pretraining
+from bert_keras.training import PretrainConfig, run_pretraining
 from bert_keras.training.backup import STATE_FILE, WEIGHTS_FILE
 from bert_keras.training.pretrain import BACKUP_DIR
 from bert_keras.text.pretraining import pretraining_dataset
@@ -55,7 +55,7 @@ class _InterruptAfterEpoch(keras.callbacks.Callback):
 
 
 def _run(corpus, vocab, out_dir, **kwargs):
-    args = dict(config=TINY_CONFIG, seq_length=16, batch_size=4, epochs=3, steps_per_epoch=4, learning_rate=1e-2, seed=7)
+    args = dict(encoder_config=TINY_CONFIG, seq_length=16, batch_size=4, epochs=3, steps_per_epoch=4, learning_rate=1e-2, seed=7)
     args.update(kwargs)
     return run_pretraining(corpus, str(out_dir), vocab, **args)
 
@@ -101,27 +101,30 @@ def test_interrupted_run_resumes_to_the_same_step_count(tiny_files, tmp_path):
 @pytest.mark.slow
 def test_run_pretraining_errors(tiny_files, tmp_path):
     corpus, vocab = tiny_files
-    with pytest.raises(ValueError, match="exactly one of `config`"):
+    with pytest.raises(ValueError, match="exactly one of `encoder_config`"):
         run_pretraining(corpus, str(tmp_path / "a"), vocab)
-    with pytest.raises(ValueError, match="exactly one of `config`"):
-        run_pretraining(corpus, str(tmp_path / "a"), vocab, config=TINY_CONFIG, preset="bert_base_en_uncased")
+    with pytest.raises(ValueError, match="exactly one of `encoder_config`"):
+        run_pretraining(corpus, str(tmp_path / "a"), vocab, encoder_config=TINY_CONFIG, preset="bert_base_en_uncased")
+    # `config` is the recipe's settings (a PretrainConfig), as `finetune_classifier`'s is its FineTuneConfig.
+    with pytest.raises(ValueError, match=r"expected a PretrainConfig .*pass the BertEncoder arguments as `encoder_config=`"):
+        run_pretraining(corpus, str(tmp_path / "a"), vocab, config=TINY_CONFIG)
     with pytest.raises(ValueError, match="vocab_size"):
-        run_pretraining(corpus, str(tmp_path / "a"), vocab, config=dict(TINY_CONFIG, vocab_size=99))
+        run_pretraining(corpus, str(tmp_path / "a"), vocab, encoder_config=dict(TINY_CONFIG, vocab_size=99))
     with pytest.raises(ValueError, match="vocab_size"):
         run_pretraining(corpus, str(tmp_path / "a"), vocab, preset="bert_base_en_uncased")
     with pytest.raises(ValueError, match="seq_length"):
-        run_pretraining(corpus, str(tmp_path / "a"), vocab, config=TINY_CONFIG, seq_length=64)
+        run_pretraining(corpus, str(tmp_path / "a"), vocab, encoder_config=TINY_CONFIG, seq_length=64)
     with pytest.raises(ValueError, match="epochs"):
-        run_pretraining(corpus, str(tmp_path / "a"), vocab, config=TINY_CONFIG, epochs=0)
+        run_pretraining(corpus, str(tmp_path / "a"), vocab, encoder_config=TINY_CONFIG, config=PretrainConfig(epochs=0))
     one_document = _write(tmp_path / "one.txt", "w1 w2\nw3 w4\n")
     with pytest.raises(ValueError, match="single document"):
-        run_pretraining(one_document, str(tmp_path / "a"), vocab, config=TINY_CONFIG, seq_length=16)
+        run_pretraining(one_document, str(tmp_path / "a"), vocab, encoder_config=TINY_CONFIG, seq_length=16)
     empty = _write(tmp_path / "empty.txt", "\n\n")
     with pytest.raises(ValueError, match="holds no text"):
-        run_pretraining(empty, str(tmp_path / "a"), vocab, config=TINY_CONFIG, seq_length=16)
+        run_pretraining(empty, str(tmp_path / "a"), vocab, encoder_config=TINY_CONFIG, seq_length=16)
     os.makedirs(tmp_path / "done" / "encoder")
     with pytest.raises(FileExistsError, match="overwrite"):
-        run_pretraining(corpus, str(tmp_path / "done"), vocab, config=TINY_CONFIG, seq_length=16)
+        run_pretraining(corpus, str(tmp_path / "done"), vocab, encoder_config=TINY_CONFIG, seq_length=16)
 
 
 # ---------------------------------------------------------------------------
@@ -170,7 +173,7 @@ def test_tiny_bert_pretrained_on_tweets_beats_the_unigram_baseline(tmp_path, rec
     )
     start = time.time()
     result = run_pretraining(
-        train, str(tmp_path / "out"), vocab, config=config, seq_length=64, batch_size=32,
+        train, str(tmp_path / "out"), vocab, encoder_config=config, seq_length=64, batch_size=32,
         max_predictions_per_seq=10, epochs=1, steps_per_epoch=400, learning_rate=1.5e-3, seed=0,
         export=False,  # the resume test checks the export
     )
@@ -212,7 +215,7 @@ def test_a_backup_resumes_only_the_run_that_made_it(tiny_files, tmp_path):
     with pytest.raises(ValueError, match=r"backup in .*run/backup was made by a run with other steps_per_epoch \(recorded: steps_per_epoch=4\)"):
         _run(corpus, vocab, out, steps_per_epoch=5)
     with pytest.raises(ValueError, match=r"other encoder"):
-        _run(corpus, vocab, out, config=dict(TINY_CONFIG, hidden_size=TINY_CONFIG["hidden_size"] * 2))
+        _run(corpus, vocab, out, encoder_config=dict(TINY_CONFIG, hidden_size=TINY_CONFIG["hidden_size"] * 2))
     (out / BACKUP_DIR / "epoch-0001" / STATE_FILE).write_text("")  # the snapshot, damaged after it was written
     with pytest.raises(ValueError, match=r"backup in .*run/backup is torn: .*state.json cannot be read"):
         _run(corpus, vocab, out)

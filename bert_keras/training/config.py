@@ -14,6 +14,9 @@ class _Options:
     @classmethod
     def of(cls, config=None, **options):
         """`config` (or the defaults) with `options` replaced; an unknown option is a clear error."""
+        if config is not None and not isinstance(config, cls):
+            raise ValueError(f"Received an invalid value for argument `config`, expected a {cls.__name__} or None. "
+                             f"Received: config={type(config).__name__}")
         names = {field.name for field in dataclasses.fields(cls)}
         unknown = sorted(set(options) - names)
         if unknown:

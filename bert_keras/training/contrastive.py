@@ -24,7 +24,6 @@ import numpy as np
 import tensorflow as tf
 from keras import ops
 
-from bert_keras import distribute
 from bert_keras.optimization import bert_optimizer
 from bert_keras.training.backup import check_run_record, fingerprint, held_backup
 from bert_keras.training.config import ContrastiveConfig
@@ -177,7 +176,7 @@ def finetune_sentence_encoder(model, anchors, positives, config=None, *, backup_
         harness.check_built_here(model)
         with _pooler_frozen(model):
             with strategy.scope():
-                trainer = distribute.trainable_model(contrastive_model(model, config.scale), strategy)
+                trainer = contrastive_model(model, config.scale)
             total = config.epochs * steps
             harness.compile(trainer, lambda: bert_optimizer(config.learning_rate, total, warmup_fraction=config.warmup_fraction,
                                                             weight_decay=config.weight_decay, clipnorm=config.clipnorm),

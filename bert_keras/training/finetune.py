@@ -118,12 +118,14 @@ def finetune(model, train_data, validation_data=None, config=None, *, encoder=No
     with held_backup(backup_dir, strategy) as own_backup:
         harness = Harness(strategy, own_backup, config.batch_size if strategy.num_replicas_in_sync > 1 else None, verbose)
         harness.check_built_here(model)
-        return _two_phases(harness, model, encoder, train_data, validation_data, config, loss, metrics, steps_per_epoch,
-                           validation_steps, callbacks, class_weight)
+        return _two_phases(harness, model, config, train_data, encoder=encoder, validation_data=validation_data, loss=loss,
+                           metrics=metrics, steps_per_epoch=steps_per_epoch, validation_steps=validation_steps,
+                           callbacks=callbacks, class_weight=class_weight)
 
 
-def _two_phases(harness, model, encoder, train_data, validation_data, config, loss, metrics, steps_per_epoch,
-                validation_steps, callbacks, class_weight):
+def _two_phases(harness, model, config, train_data, *, encoder, validation_data=None, loss=None, metrics=("accuracy",),
+                steps_per_epoch=None, validation_steps=None, callbacks=None, class_weight=None):
+    """`finetune`'s two phases on `harness`, with `finetune`'s arguments; returns the `FineTuneHistory`."""
     if config.lora_rank is not None:
         with harness.strategy.scope():  # the adapters are variables of the strategy too
             lora.enable_lora(model, rank=config.lora_rank, targets=config.lora_targets)
@@ -132,7 +134,6 @@ def _two_phases(harness, model, encoder, train_data, validation_data, config, lo
         if class_weight is not None:
             raise ValueError("`class_weight` with more than one replica: use `finetune_classifier(class_weights=...)`, "
                              "which folds the weights into the data.")
-        model = distribute.trainable_model(model, harness.strategy)
         if validation_data is not None:
             validation_steps = validation_steps or _steps_per_epoch(validation_data, None)
     if loss is None:
@@ -272,9 +273,10 @@ def _train_and_export(harness, source, train, validation, test, export_dir, conf
     folded = class_weight if replicas > 1 else None  # distributed datasets carry class weights as sample weights
     encoder = _find_encoder(model, None)
     history = _two_phases(
-        harness, model, encoder, text_dataset(train, config.batch_size, shuffle_seed=config.seed, class_weight=folded),
-        text_dataset(validation, config.batch_size) if len(validation) else None, config, None, ("accuracy",),
-        math.ceil(len(train) / config.batch_size), None, callbacks, None if folded else class_weight,
+        harness, model, config, text_dataset(train, config.batch_size, shuffle_seed=config.seed, class_weight=folded),
+        encoder=encoder, validation_data=text_dataset(validation, config.batch_size) if len(validation) else None,
+        steps_per_epoch=math.ceil(len(train) / config.batch_size), callbacks=callbacks,
+        class_weight=None if folded else class_weight,
     )
     fit_seconds = time.time() - started
     if config.lora_rank is not None:

@@ -7,6 +7,12 @@ done skipped), the per-epoch snapshots and the exact resume of each phase
 (`training.backup`), and who reports and writes (the chief). Recipes build a
 model inside `harness.building(dtype)`, compile with `harness.compile` and
 train each phase with `harness.fit`.
+
+Models are plain Keras models. What Keras 3's `fit` lacks under a strategy of
+several replicas (keras#20585: `_keras_compat.strategy_fit`) is applied here,
+to the model being fitted, for that `fit` alone, as Model Garden's trainer
+owns its strategy rather than its models: the same model (its variables, its
+compiled optimizer) is trained and handed back.
 """
 
 import contextlib
@@ -17,6 +23,7 @@ import keras
 import tensorflow as tf
 
 from bert_keras import distribute
+from bert_keras._keras_compat import strategy_fit
 from bert_keras.training.backup import EpochBackup, agree_on_epoch, read_state
 
 logger = logging.getLogger(__name__)
@@ -140,7 +147,11 @@ class Harness:
         elif done:
             self.report(f"{(phase or 'training').capitalize()}: resuming at epoch {done + 1} of {epochs} (epochs 1-{done} "
                         f"restored from the backup {phase_dir})")
-        history = model.fit(data, validation_data=validation_data, callbacks=callbacks + ([backup] if backup else []), **feed)
+        # Under several replicas Keras' own fit fails (keras#20585); in one process this builds the model before the
+        # step is traced, which saves TensorFlow a second trace of each step function.
+        with strategy_fit(model):
+            history = model.fit(data, validation_data=validation_data, callbacks=callbacks + ([backup] if backup else []),
+                                **feed)
         whole = backup.history if backup is not None else {key: [float(v) for v in values] for key, values in history.history.items()}
         return history, whole
 

@@ -98,47 +98,7 @@ class ProgressCallback(keras.callbacks.Callback):
         self.progress(self._step(), self.total_steps, dict(logs or {}))
 
 
-def _encoder_config(config, preset, vocab_size, seq_length):
-    if (config is None) == (preset is None):
-        raise ValueError(
-            "Pass exactly one of `config` (a dict of BertEncoder arguments) or `preset` (a name "
-            f"from bert_keras.preset_names()). Received: config={config!r}, preset={preset!r}"
-        )
-    if preset is not None:
-        config = dict(get_preset(preset)["config"])
-    else:
-        if not isinstance(config, dict):
-            raise ValueError(
-                "Received an invalid value for argument `config`, expected a dict of BertEncoder "
-                f"arguments. Received: config={config!r}"
-            )
-        config = dict(config)
-    config.setdefault("vocab_size", vocab_size)
-    if config["vocab_size"] != vocab_size:
-        raise ValueError(
-            f"The model's vocab_size ({config['vocab_size']}) differs from the vocabulary's size "
-            f"({vocab_size}). Received: config vocab_size={config['vocab_size']}, vocab_file with "
-            f"{vocab_size} tokens"
-        )
-    if config.get("max_sequence_length", 512) < seq_length:
-        raise ValueError(
-            f"`seq_length` ({seq_length}) exceeds the model's max_sequence_length "
-            f"({config['max_sequence_length']}). Received: seq_length={seq_length}"
-        )
-    return config
-
-
-def _globally_normalised(dataset):
-    """Masked-LM weights divided by their sum over the global batch (summed, not averaged, per replica)."""
-
-    def normalise(features, labels, weights):
-        mlm = weights[MLM_LOGITS]
-        return features, labels, dict(weights, **{MLM_LOGITS: mlm / tf.maximum(tf.reduce_sum(mlm), 1.0)})
-
-    return dataset.map(normalise)
-
-
-def run_pretraining(corpus, out_dir, vocab_file, do_lower_case=True, *, config=None, preset=None, training=None,
+def run_pretraining(corpus, out_dir, vocab_file, config=None, *, encoder_config=None, preset=None, do_lower_case=True,
                     validation_corpus=None, progress=None, progress_every=50, callbacks=None, verbose=0, overwrite=False,
                     export=True, strategy=None, **options):
     """Pre-trains a BERT encoder with masked LM + next sentence prediction and exports Hub modules.
@@ -154,17 +114,18 @@ def run_pretraining(corpus, out_dir, vocab_file, do_lower_case=True, *, config=N
     `bert_keras.hub.export_module_pair`; the backup goes with that step, so
     a run killed at any point before it resumes (or only exports) on rerun.
 
-    Args (the recipe's settings are the fields of `PretrainConfig`: pass one
-    as `training=`, or any of them by name, e.g. `epochs=3`):
+    Args:
         corpus: str or list of str. Text files, one sentence per line, a blank
             line between documents; at least two documents. Lines longer than
             `seq_length - 3` tokens are cut into consecutive parts.
         out_dir: str. Output directory (created).
         vocab_file: str. WordPiece `vocab.txt`; its size is the model's `vocab_size`.
-        do_lower_case: bool. Uncased tokenization. Defaults to `True`.
-        config: dict of `BertEncoder` arguments (`vocab_size` may be left
-            out). Exactly one of `config` and `preset`.
+        config: optional `PretrainConfig`, the recipe's settings; `options`
+            replace its fields (`epochs=3`, `seq_length=128`, `batch_size=32`, ...).
+        encoder_config: dict of `BertEncoder` arguments (`vocab_size` may be
+            left out). Exactly one of `encoder_config` and `preset`.
         preset: str. A name from `bert_keras.preset_names()`.
+        do_lower_case: bool. Uncased tokenization. Defaults to `True`.
         validation_corpus: optional str or list of str. Held-out text in the
             same format, evaluated at the end of every epoch (`val_*` logs).
         progress: optional callable `(step, total_steps, logs)`; see
@@ -197,9 +158,58 @@ def run_pretraining(corpus, out_dir, vocab_file, do_lower_case=True, *, config=N
     >>> result.encoder_dir  # doctest: +SKIP
     'out/encoder'
     """
-    settings = PretrainConfig.of(training, **options)
-    check_positive_int("epochs", settings.epochs)
-    check_positive_int("batch_size", settings.batch_size)
+    config = _pretrain_config(config, options)
+    out_dir, vocab_file = _checked_paths(out_dir, vocab_file, export=export, overwrite=overwrite)
+    tokenizer = WordPieceTokenizer(vocab_file, lower_case=bool(do_lower_case))
+    encoder_config = _encoder_config(encoder_config, preset, tokenizer.vocabulary_size(), config.seq_length)
+    keras.utils.set_random_seed(config.seed)
+    harness = Harness(strategy, None, config.batch_size, verbose)
+    dataset = pretraining_dataset(corpus, tokenizer, dupe_factor=config.dupe_factor, repeat=True, drop_remainder=True,
+                                  seed=config.seed, **config.data_args())
+    steps_per_epoch = config.steps_per_epoch or max(1, dataset.num_instances // config.batch_size)
+    check_positive_int("steps_per_epoch", steps_per_epoch)
+    corpora = [os.path.abspath(c) for c in ([corpus] if isinstance(corpus, str) else corpus)]
+    # What a backup resumes: a rerun with anything else is refused (`check_run_record`).
+    run = dict(dataclasses.asdict(config), corpus=corpora, vocab_file=os.path.abspath(vocab_file),
+               do_lower_case=bool(do_lower_case), encoder=encoder_config, steps_per_epoch=steps_per_epoch)
+    claim_directory(out_dir, kind="pretraining_run", accept=("module_pair",), argument="out_dir")
+    backup_dir = os.path.join(out_dir, BACKUP_DIR)
+    with held_backup(backup_dir, harness.strategy) as own_backup:
+        check_run_record(backup_dir, run)
+        harness.backup_dir = own_backup
+        validation = _validation_data(validation_corpus, tokenizer, config, harness.replicas)
+        reporting = []
+        if progress is not None and harness.chief:  # the other workers report nothing
+            reporting.append(ProgressCallback(progress, config.epochs * steps_per_epoch, progress_every))
+        pretrainer, history = _train(harness, config, encoder_config, dataset, steps_per_epoch=steps_per_epoch,
+                                     validation=validation, callbacks=reporting + list(callbacks or []))
+        steps = int(pretrainer.optimizer.iterations.numpy())
+        if harness.chief and export:
+            encoder_dir, preprocess_dir = _export(out_dir, pretrainer, vocab_file=vocab_file, do_lower_case=do_lower_case,
+                                                  seq_length=config.seq_length, steps=steps, corpora=corpora)
+        else:
+            encoder_dir = preprocess_dir = None
+            remove_backup(backup_dir if harness.chief else own_backup)
+            logger.info("Pre-training done after %d steps%s.", steps, "" if harness.chief else "; the chief writes the modules")
+    return PretrainingResult(pretrainer=pretrainer, history=history, steps=steps, initial_epoch=harness.resumed_epoch,
+                             encoder_dir=encoder_dir, preprocess_dir=preprocess_dir, num_instances=dataset.num_instances)
+
+
+def _pretrain_config(config, options):
+    """The run's `PretrainConfig`: `config` (or the defaults) with `options` replaced, checked."""
+    if isinstance(config, dict):
+        raise ValueError(
+            "Received an invalid value for argument `config`, expected a PretrainConfig (the recipe's settings); "
+            f"pass the BertEncoder arguments as `encoder_config=`. Received: config={config!r}"
+        )
+    config = PretrainConfig.of(config, **options)
+    check_positive_int("epochs", config.epochs)
+    check_positive_int("batch_size", config.batch_size)
+    return config
+
+
+def _checked_paths(out_dir, vocab_file, *, export, overwrite):
+    """`(out_dir, vocab_file)` as str, once the modules may be written in `out_dir` and `vocab_file` exists."""
     out_dir, vocab_file = os.fspath(out_dir), os.fspath(vocab_file)
     if export and not overwrite:
         for path in (os.path.join(out_dir, ENCODER_DIR), os.path.join(out_dir, PREPROCESS_DIR)):
@@ -208,40 +218,96 @@ def run_pretraining(corpus, out_dir, vocab_file, do_lower_case=True, *, config=N
     check_target(out_dir, overwrite=True, argument="out_dir")  # never a directory bert_keras did not write
     if not os.path.isfile(vocab_file):
         raise FileNotFoundError(f"vocab_file {vocab_file!r} does not exist.")
-    tokenizer = WordPieceTokenizer(vocab_file, lower_case=bool(do_lower_case))
-    encoder_config = _encoder_config(config, preset, tokenizer.vocabulary_size(), settings.seq_length)
-    keras.utils.set_random_seed(settings.seed)
-    harness = Harness(strategy, None, settings.batch_size, verbose)
-    if not harness.chief:
-        progress = None
-    dataset = pretraining_dataset(corpus, tokenizer, dupe_factor=settings.dupe_factor, repeat=True, drop_remainder=True,
-                                  seed=settings.seed, **settings.data_args())
-    steps_per_epoch = settings.steps_per_epoch or max(1, dataset.num_instances // settings.batch_size)
-    check_positive_int("steps_per_epoch", steps_per_epoch)
-    corpora = [os.path.abspath(c) for c in ([corpus] if isinstance(corpus, str) else corpus)]
-    run = dict(dataclasses.asdict(settings), corpus=corpora, vocab_file=os.path.abspath(vocab_file),
-               do_lower_case=bool(do_lower_case), encoder=encoder_config, steps_per_epoch=steps_per_epoch)
-    claim_directory(out_dir, kind="pretraining_run", accept=("module_pair",), argument="out_dir")
-    backup_dir = os.path.join(out_dir, BACKUP_DIR)
-    with held_backup(backup_dir, harness.strategy) as own_backup:
-        check_run_record(backup_dir, run)
-        harness.backup_dir = own_backup
-        pretrainer, history, initial_epoch = _train(harness, settings, encoder_config, dataset, steps_per_epoch, tokenizer,
-                                                    validation_corpus, progress, progress_every, callbacks)
-        steps = int(pretrainer.optimizer.iterations.numpy())
-        encoder_dir = preprocess_dir = None
-        if harness.chief and export:
-            _check_only_the_runs(out_dir)
-            fault_point("before-export")
-            export_module_pair(out_dir, pretrainer.encoder, vocab_file, do_lower_case, seq_length=settings.seq_length,
-                               pretrainer=pretrainer, overwrite=True, info={"steps": steps, "corpus": corpora})
-            encoder_dir, preprocess_dir = os.path.join(out_dir, ENCODER_DIR), os.path.join(out_dir, PREPROCESS_DIR)
-            logger.info("Pre-training done after %d steps; wrote %s and %s.", steps, encoder_dir, preprocess_dir)
-        else:
-            remove_backup(backup_dir if harness.chief else own_backup)
-            logger.info("Pre-training done after %d steps%s.", steps, "" if harness.chief else "; the chief writes the modules")
-    return PretrainingResult(pretrainer=pretrainer, history=history, steps=steps, initial_epoch=initial_epoch,
-                             encoder_dir=encoder_dir, preprocess_dir=preprocess_dir, num_instances=dataset.num_instances)
+    return out_dir, vocab_file
+
+
+def _encoder_config(encoder_config, preset, vocab_size, seq_length):
+    """The `BertEncoder` arguments: `encoder_config`'s or `preset`'s, checked against the vocabulary and `seq_length`."""
+    if (encoder_config is None) == (preset is None):
+        raise ValueError(
+            "Pass exactly one of `encoder_config` (a dict of BertEncoder arguments) or `preset` (a name from "
+            f"bert_keras.preset_names()). Received: encoder_config={encoder_config!r}, preset={preset!r}"
+        )
+    if preset is not None:
+        encoder_config = dict(get_preset(preset)["config"])
+    else:
+        if not isinstance(encoder_config, dict):
+            raise ValueError(
+                "Received an invalid value for argument `encoder_config`, expected a dict of BertEncoder "
+                f"arguments. Received: encoder_config={encoder_config!r}"
+            )
+        encoder_config = dict(encoder_config)
+    encoder_config.setdefault("vocab_size", vocab_size)
+    if encoder_config["vocab_size"] != vocab_size:
+        raise ValueError(
+            f"The model's vocab_size ({encoder_config['vocab_size']}) differs from the vocabulary's size "
+            f"({vocab_size}). Received: encoder_config vocab_size={encoder_config['vocab_size']}, vocab_file with "
+            f"{vocab_size} tokens"
+        )
+    if encoder_config.get("max_sequence_length", 512) < seq_length:
+        raise ValueError(
+            f"`seq_length` ({seq_length}) exceeds the model's max_sequence_length "
+            f"({encoder_config['max_sequence_length']}). Received: seq_length={seq_length}"
+        )
+    return encoder_config
+
+
+def _globally_normalised(dataset):
+    """Masked-LM weights divided by their sum over the global batch (summed, not averaged, per replica)."""
+
+    def normalise(features, labels, weights):
+        mlm = weights[MLM_LOGITS]
+        return features, labels, dict(weights, **{MLM_LOGITS: mlm / tf.maximum(tf.reduce_sum(mlm), 1.0)})
+
+    return dataset.map(normalise)
+
+
+def _validation_data(validation_corpus, tokenizer, config, replicas):
+    """`(dataset, steps)` of the held-out corpus (steps None: one pass), or None without one."""
+    if validation_corpus is None:
+        return None
+    validation = pretraining_dataset(validation_corpus, tokenizer, seed=config.seed + 1, drop_remainder=replicas > 1,
+                                     **config.data_args())
+    if replicas == 1:
+        return validation, None
+    steps = validation.num_instances // config.batch_size
+    if not steps:
+        raise ValueError(f"The validation corpus has {validation.num_instances} instances, fewer than one "
+                         f"global batch ({config.batch_size}), which a distributed run needs.")
+    return _globally_normalised(validation), steps
+
+
+def _train(harness, config, encoder_config, dataset, *, steps_per_epoch, validation, callbacks):
+    """Builds and compiles the pretrainer under the harness, and trains it; `(pretrainer, history)`."""
+    num_instances = dataset.num_instances
+    if harness.replicas > 1:
+        dataset = _globally_normalised(dataset)
+    with harness.building(config.dtype):
+        pretrainer = BertPretrainer(BertEncoder(**encoder_config))
+    total_steps = config.epochs * steps_per_epoch
+    warmup_steps = total_steps // 10 if config.warmup_steps is None else config.warmup_steps
+    # Under several replicas each replica sums its masked-LM loss over weights normalised by the global batch's.
+    losses = (dict(loss=pretraining_losses(mlm_reduction="sum"), weighted_metrics=pretraining_metrics())
+              if harness.replicas > 1 else {})
+    harness.compile(pretrainer, lambda: bert_optimizer(config.learning_rate, total_steps, warmup_steps=warmup_steps,
+                                                       decay="cosine", weight_decay=config.weight_decay), **losses)
+    logger.info("Pre-training %s parameters for %d steps (%d epochs of %d) on %d instances per pass.",
+                f"{pretrainer.count_params():,}", total_steps, config.epochs, steps_per_epoch, num_instances)
+    validation_data, validation_steps = validation or (None, None)
+    history, _ = harness.fit(pretrainer, dataset, epochs=config.epochs, steps_per_epoch=steps_per_epoch,
+                             validation_data=validation_data, validation_steps=validation_steps, callbacks=callbacks)
+    return pretrainer, history
+
+
+def _export(out_dir, pretrainer, *, vocab_file, do_lower_case, seq_length, steps, corpora):
+    """Replaces `out_dir` (the run's backup with it) by the module pair; `(encoder_dir, preprocess_dir)`."""
+    _check_only_the_runs(out_dir)
+    fault_point("before-export")
+    export_module_pair(out_dir, pretrainer.encoder, vocab_file, do_lower_case, seq_length=seq_length,
+                       pretrainer=pretrainer, overwrite=True, info={"steps": steps, "corpus": corpora})
+    encoder_dir, preprocess_dir = os.path.join(out_dir, ENCODER_DIR), os.path.join(out_dir, PREPROCESS_DIR)
+    logger.info("Pre-training done after %d steps; wrote %s and %s.", steps, encoder_dir, preprocess_dir)
+    return encoder_dir, preprocess_dir
 
 
 def _check_only_the_runs(out_dir):
@@ -252,36 +318,3 @@ def _check_only_the_runs(out_dir):
             f"{out_dir!r} (out_dir) holds entries this run did not write ({added[:5]}); the modules replace the whole "
             "directory, so they are not written. Move those entries out and rerun: training resumes from its backup."
         )
-
-
-def _train(harness, settings, encoder_config, dataset, steps_per_epoch, tokenizer, validation_corpus, progress,
-           progress_every, callbacks):
-    """Builds and compiles the pretrainer under the harness, and trains it; `(pretrainer, history, initial_epoch)`."""
-    replicas = harness.replicas
-    validation = validation_steps = None
-    if validation_corpus is not None:
-        validation = pretraining_dataset(validation_corpus, tokenizer, seed=settings.seed + 1, drop_remainder=replicas > 1,
-                                         **settings.data_args())
-        if replicas > 1:
-            validation_steps = validation.num_instances // settings.batch_size
-            if not validation_steps:
-                raise ValueError(f"The validation corpus has {validation.num_instances} instances, fewer than one "
-                                 f"global batch ({settings.batch_size}), which a distributed run needs.")
-            validation = _globally_normalised(validation)
-    num_instances = dataset.num_instances
-    if replicas > 1:
-        dataset = _globally_normalised(dataset)
-    with harness.building(settings.dtype):
-        pretrainer = BertPretrainer(BertEncoder(**encoder_config))
-    total_steps = settings.epochs * steps_per_epoch
-    warmup_steps = total_steps // 10 if settings.warmup_steps is None else settings.warmup_steps
-    losses = dict(loss=pretraining_losses(mlm_reduction="sum"), weighted_metrics=pretraining_metrics()) if replicas > 1 else {}
-    harness.compile(pretrainer, lambda: bert_optimizer(settings.learning_rate, total_steps, warmup_steps=warmup_steps,
-                                                       decay="cosine", weight_decay=settings.weight_decay), **losses)
-    logger.info("Pre-training %s parameters for %d steps (%d epochs of %d) on %d instances per pass.",
-                f"{pretrainer.count_params():,}", total_steps, settings.epochs, steps_per_epoch, num_instances)
-    all_callbacks = [ProgressCallback(progress, total_steps, progress_every)] if progress is not None else []
-    history, _ = harness.fit(pretrainer, dataset, epochs=settings.epochs, steps_per_epoch=steps_per_epoch,
-                             validation_data=validation, validation_steps=validation_steps,
-                             callbacks=all_callbacks + list(callbacks or []))
-    return pretrainer, history, harness.resumed_epoch

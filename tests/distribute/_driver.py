@@ -22,7 +22,7 @@ from bert_keras import distribute  # noqa: I001 - before TensorFlow starts its d
 
 FINETUNE = dict(seq_length=12, batch_size=8, head_epochs=1, epochs=2, learning_rate=1e-2, dropout=0.0, seed=0)
 PRETRAIN = dict(
-    config=dict(num_layers=1, hidden_size=16, num_heads=2, intermediate_size=32, max_sequence_length=16, dropout=0.0,
+    encoder_config=dict(num_layers=1, hidden_size=16, num_heads=2, intermediate_size=32, max_sequence_length=16, dropout=0.0,
                 attention_dropout=0.0),
     seq_length=16, batch_size=4, epochs=2, steps_per_epoch=2, seed=7, export=False,
 )

@@ -32,3 +32,10 @@ def test_lora_trains_phase_2_at_its_own_rate():
     assert FineTuneConfig().phase_2_learning_rate == 5e-5
     assert FineTuneConfig(lora_rank=8).phase_2_learning_rate == 2e-3
     assert FineTuneConfig(lora_rank=8, lora_learning_rate=3e-3, learning_rate=1.0).phase_2_learning_rate == 3e-3
+
+
+@pytest.mark.parametrize("cls, wrong", [(PretrainConfig, FineTuneConfig()), (FineTuneConfig, True)])
+def test_a_config_of_another_kind_is_refused(cls, wrong):
+    # `dataclasses.replace` would copy another recipe's config (or fail on a bool) without naming the argument.
+    with pytest.raises(ValueError, match=rf"argument `config`, expected a {cls.__name__} or None. Received: config="):
+        cls.of(wrong, epochs=1)
