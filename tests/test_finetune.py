@@ -6,9 +6,9 @@ import pytest
 import tensorflow as tf
 
 from bert_keras import BertEncoder
-from bert_keras._files import staged_directory
+from bert_keras._files import directory_under, staged_directory
 from bert_keras.training import claim_backup, finetune
-from bert_keras.training.backup import SNAPSHOT_KIND, STATE_FILE
+from bert_keras.training.backup import PHASE_KIND, SNAPSHOT_KIND, STATE_FILE
 from bert_keras.optimization import BertAdamW, WarmupDecay, bert_optimizer
 
 TINY = dict(vocab_size=30, num_layers=1, hidden_size=8, num_heads=2, intermediate_size=16, max_sequence_length=8)
@@ -195,6 +195,8 @@ def test_a_torn_backup_is_a_clear_error(tmp_path):
 
 
 def _damaged_snapshot(phase_dir):
-    """A whole (marked) snapshot of epoch 1 whose state file was emptied afterwards."""
+    """A whole (marked) snapshot of epoch 1 whose state file was emptied afterwards, in a phase folder made as the
+    backup makes it (marked)."""
+    directory_under(str(phase_dir.parent), phase_dir.name, kind=PHASE_KIND)
     with staged_directory(str(phase_dir / "epoch-0001"), kind=SNAPSHOT_KIND) as staging:
         open(os.path.join(staging, STATE_FILE), "w").close()
