@@ -19,7 +19,7 @@ from bert_keras._files import OutputLockedError
 from bert_keras.datasets import LabelledText
 from bert_keras.training import finetune, finetune_classifier
 from bert_keras.training.backup import held_backup, read_state
-from tests.test_finetune import _classifier, _data
+from tests.training.test_finetune import _classifier, _data
 
 
 def _stream(n=32):
