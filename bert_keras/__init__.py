@@ -2,8 +2,12 @@
 
 from bert_keras._backend import check_backend as _check_backend
 from bert_keras._backend import configured_backend as _configured_backend
+from bert_keras._native_log import quiet_tensorflow_import as _quiet_tensorflow_import
 
 _check_backend(_configured_backend())
+# TensorFlow's C++ start-up lines (CUDA, oneDNN, absl) stay off a Python user's terminal, as off the command
+# line's, unless TF_CPP_MIN_LOG_LEVEL is set: the first import of TensorFlow (ours or the user's) runs quietly.
+_quiet_tensorflow_import()
 
 __version__ = "0.1.0"
 

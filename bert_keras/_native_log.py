@@ -12,8 +12,15 @@ format (`I0000 00:00:1796113984.064114   23050 port.cc:153] ...`) and absl's
 "All log messages before absl::InitializeLog()" notice; Python's messages,
 warnings and tracebacks, and the output of child processes, pass through
 as written.
+
+`quiet_tensorflow_import` does the same for a Python user, for the one
+import of TensorFlow only (see its docstring): a library cannot filter
+descriptor 2 for the whole session.
 """
 
+import contextlib
+import importlib.abc
+import importlib.util
 import os
 import re
 import sys
@@ -45,20 +52,28 @@ class NativeLogFilter:
     """
 
     def __enter__(self):
-        sys.stderr.flush()
+        _flush_stderr()
         self._original = os.dup(2)
-        if os.isatty(2):
-            import tty
-
-            reader, writer = os.openpty()
-            tty.setraw(writer)  # bytes through unchanged (no "\n" -> "\r\n")
-        else:
-            reader, writer = os.pipe()
+        try:
+            reader, writer = self._open_pipe()
+        except OSError:
+            os.close(self._original)
+            raise
         os.dup2(writer, 2)
         os.close(writer)
         self._thread = threading.Thread(target=self._pump, args=(reader,), name="native-log-filter", daemon=True)
         self._thread.start()
         return self
+
+    @staticmethod
+    def _open_pipe():
+        if os.isatty(2):
+            import tty  # here, not at the top: Unix only, and `import bert_keras` imports this module
+
+            reader, writer = os.openpty()
+            tty.setraw(writer)  # bytes through unchanged (no "\n" -> "\r\n")
+            return reader, writer
+        return os.pipe()
 
     def _write(self, data):
         while data:
@@ -88,8 +103,88 @@ class NativeLogFilter:
         os.close(reader)
 
     def __exit__(self, *exc_info):
-        sys.stderr.flush()
+        _flush_stderr()
         os.dup2(self._original, 2)  # closes this process's end of the pipe: the pump reads to its end
         self._thread.join(timeout=2.0)  # a child process that still holds the pipe must not hold the exit too
         os.close(self._original)
         return False
+
+
+def _flush_stderr():
+    if sys.stderr is not None:  # None under pythonw and in some daemons
+        sys.stderr.flush()
+
+
+# The level TensorFlow's C++ log gets when the user left TF_CPP_MIN_LOG_LEVEL unset: 3 (none), as `bert-keras`
+# shows at its default verbosity. Level 2 still lets through the ERROR lines TensorFlow prints after its
+# import on a healthy machine ("failed call to cuInit" without a GPU, "oneDNN supports DT_INT64 only on
+# platforms with AVX-512" on one that has AVX-512); real failures reach Python as exceptions at any level.
+QUIET_LEVEL = "3"
+
+
+class _QuietTensorFlowFinder(importlib.abc.MetaPathFinder):
+    """Finds TensorFlow's package once, for the other finders, and has it loaded by `_QuietLoader`."""
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname != "tensorflow":
+            return None
+        if self in sys.meta_path:
+            sys.meta_path.remove(self)  # once: from here on imports are as if this finder had never been
+        # Found here by the other finders, every time: Python's own loop over sys.meta_path, which this
+        # removal shortened under it, would skip the finder after this one.
+        spec = importlib.util.find_spec(fullname)
+        if "TF_CPP_MIN_LOG_LEVEL" in os.environ:  # the user's choice (the command line sets its own)
+            return spec
+        if spec is not None and spec.loader is not None and hasattr(spec.loader, "exec_module"):
+            spec.loader = _QuietLoader(spec.loader)
+        return spec
+
+
+class _QuietLoader(importlib.abc.Loader):
+    """TensorFlow's own loader, run with its C++ log level at `QUIET_LEVEL` and its start-up lines dropped."""
+
+    def __init__(self, loader):
+        self._loader = loader
+
+    def create_module(self, spec):
+        return self._loader.create_module(spec)
+
+    def exec_module(self, module):
+        # TensorFlow sees its own loader, as it would without this one.
+        module.__spec__.loader = module.__loader__ = self._loader
+        os.environ["TF_CPP_MIN_LOG_LEVEL"] = QUIET_LEVEL
+        try:
+            with contextlib.ExitStack() as stack:
+                try:
+                    stack.enter_context(NativeLogFilter())
+                except OSError:  # descriptor 2 closed, or no pipe to be had: the import runs unfiltered
+                    pass
+                self._loader.exec_module(module)
+        finally:
+            # TensorFlow read the level while it loaded (measured on 2.21: later lines, as "failed call to
+            # cuInit" at the first op, stay quiet): the environment is left as the user had it, and child
+            # processes inherit nothing.
+            if os.environ.get("TF_CPP_MIN_LOG_LEVEL") == QUIET_LEVEL:
+                del os.environ["TF_CPP_MIN_LOG_LEVEL"]
+
+
+def quiet_tensorflow_import():
+    """Makes the first import of TensorFlow in this process print none of TensorFlow's C++ log lines.
+
+    Unless the user sets `TF_CPP_MIN_LOG_LEVEL` (any value, before
+    TensorFlow is imported), TensorFlow is then imported with it set to
+    `QUIET_LEVEL`, and the variable is removed again once the import is
+    done; the lines TensorFlow 2.21 prints while it loads whatever the
+    level is (absl's, before absl logging is initialised) are dropped by a
+    `NativeLogFilter` around that import only, so everything else written
+    to stderr meanwhile (Python warnings, other threads) passes through and
+    descriptor 2 is the original again afterwards. Nothing happens when
+    TensorFlow is already imported, and the hook (a `sys.meta_path` finder)
+    leaves `sys.meta_path` at TensorFlow's import, whatever it decides.
+    Where TensorFlow's import itself aborts the process, what it printed in
+    that window may be lost with the filter's thread: setting
+    `TF_CPP_MIN_LOG_LEVEL=0` shows it.
+    """
+    if "tensorflow" in sys.modules or any(isinstance(finder, _QuietTensorFlowFinder) for finder in sys.meta_path):
+        return
+    sys.meta_path.insert(0, _QuietTensorFlowFinder())

@@ -159,17 +159,28 @@ class BertEmbeddings(keras.layers.Layer):
         static_length = seq_length if isinstance(seq_length, int) else None
         if static_length is not None and static_length > self.max_sequence_length:
             raise ValueError(self._too_long_message(static_length))
-        checks = []
-        if static_length is None:
-            checks.append(tf.debugging.assert_less_equal(
-                seq_length,
-                self.max_sequence_length,
-                message=self._too_long_message("<seq_length>"),
-            ))
+        checks = [] if static_length is not None else [self._length_check(seq_length)]
         # The slice waits for the check, so that a graph fails with its message, not the slice's own.
-        with tf.control_dependencies([check for check in checks if check is not None]):
+        with tf.control_dependencies(checks):
             table = ops.convert_to_tensor(self.position_embeddings)
             return ops.slice(table, (0, 0), (seq_length, self.hidden_size))  # (seq, hidden)
+
+    def _length_check(self, seq_length):
+        """An op that fails with `_too_long_message` (an `InvalidArgumentError`) when the traced length is too long.
+
+        Not an `Assert` op: XLA drops every Assert with a warning line per
+        compilation ("Ignoring Assert operator ..."), one per length bucket
+        that `load_classifier` warms up. `CheckNumerics` on a scalar that is NaN only past
+        the limit raises the same error with the same message and compiles
+        under XLA without a word (where the shapes are static, so the slice
+        refuses a too-long input anyway). Eager calls never get here: their
+        length is known and `_learned_positions` raises a `ValueError`.
+        """
+        too_long = ops.greater(seq_length, self.max_sequence_length)
+        flag = tf.where(too_long, float("nan"), 0.0)  # a scalar: NaN only when the input is too long
+        # TensorFlow appends " : Tensor had NaN values" to the message: say that it is not a numerical fault.
+        message = self._too_long_message("<seq_length>") + " Found by a length check (no numerical fault)"
+        return tf.debugging.check_numerics(flag, message)
 
     def _too_long_message(self, seq_length):
         return (
