@@ -113,8 +113,13 @@ def as_text_tensors(x, num_inputs):
     """Texts as users pass them (a list of str, a numpy string array; a pair of them for text pairs) as tensors.
 
     Keras' own data handling takes string tensors and datasets, not Python
-    lists or numpy string arrays; anything else is returned as it is.
+    lists or numpy string arrays; anything else is returned as it is. One
+    str (a `(text, text_pair)` tuple of str for text pairs) is a batch of one.
     """
+    if num_inputs == 1 and isinstance(x, (str, bytes)):
+        x = [x]
+    if num_inputs == 2 and isinstance(x, tuple) and len(x) == 2 and all(isinstance(part, (str, bytes)) for part in x):
+        x = ([x[0]], [x[1]])
     if num_inputs == 1 and _is_text_array(x):
         return tf.constant(np.asarray(x, dtype=object).astype(str).tolist() if len(x) else [], dtype=tf.string)
     if num_inputs == 2 and isinstance(x, (list, tuple)) and len(x) == 2 and all(map(_is_text_array, x)):

@@ -122,3 +122,14 @@ def test_pair_classifiers_name_pairs_and_bad_label_names_are_refused(vocab_file)
             BertClassifier(_encoder(), num_classes=2, label_names=bad)
     with pytest.raises(ValueError, match="no preprocessor"):
         BertClassifier(_encoder(), num_classes=2).predict_labels(["a text"])
+
+
+def test_one_text_is_a_batch_of_one(vocab_file):
+    model = _classifier(vocab_file)
+    expected = np.asarray(model.predict(tf.constant(TEXTS[:1]), verbose=0))
+    assert expected.shape == (1, 2)
+    np.testing.assert_array_equal(model.predict(TEXTS[0], verbose=0), expected)
+    np.testing.assert_array_equal(model.predict(TEXTS[0].encode(), verbose=0), expected)
+    pairs = _classifier(vocab_file, text_pairs=True)
+    np.testing.assert_array_equal(pairs.predict((TEXTS[0], PAIRS[0]), verbose=0),
+                                  pairs.predict([tf.constant(TEXTS[:1]), tf.constant(PAIRS[:1])], verbose=0))
