@@ -514,8 +514,12 @@ def _as_probabilities(outputs):
 def load_classifier(export_dir, label_names=None, warm_up=True):
     """Loads a text classifier export (see `TextClassifier`), registering tensorflow-text's ops first.
 
-    No `import tensorflow_text` is needed before it (plain `tf.saved_model.load`
-    of such an export needs one, as TF Hub's BERT modules do). The export's
-    warm-up requests are replayed first unless `warm_up=False`.
+    No `import tensorflow_text` is needed before it. Plain
+    `tf.saved_model.load(export_dir)` needs one, as TF Hub's BERT modules do
+    (the export tokenizes with tensorflow-text's ops; without the import
+    TensorFlow stops with "Op type not registered 'RegexSplitWithOffsets'"),
+    and its call returns the model's outputs (logits), where `predict` here
+    gives probabilities and label names. The export's warm-up requests are
+    replayed first unless `warm_up=False`.
     """
     return TextClassifier(export_dir, label_names=label_names, warm_up=warm_up)
