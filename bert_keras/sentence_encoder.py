@@ -30,6 +30,7 @@ from bert_keras._checks import check_int
 from bert_keras._task import Task, call_encoder, check_encoder, model_inputs
 from bert_keras.checkpoints import load_checkpoint
 from bert_keras.embedder import BatchEmbedder, EmbeddingMethods, encode_in_batches
+from bert_keras.formats import detect_format
 from bert_keras.formats.sentence_transformers import (
     read_sentence_transformers_folder,
     tokenizer_json_vocabulary,
@@ -201,6 +202,7 @@ class SentenceEncoder(EmbeddingMethods, Task):
         path = os.fspath(path)
         folder = read_sentence_transformers_folder(path)
         if folder is None and pooling is None:
+            detect_format(path)  # a path that is no checkpoint at all is told so first, not asked for its pooling
             raise ValueError(
                 f"{path!r} has no sentence-transformers configuration (modules.json with a Pooling module and its "
                 f"1_Pooling/config.json), so how to pool its token vectors is unknown. Pass `pooling=` (one of "

@@ -401,3 +401,11 @@ def test_a_tokenizer_json_with_ids_that_are_not_integers_is_refused(tiny):
     with pytest.raises(ValueError, match=re.escape(f"{os.path.join(folder, 'tokenizer.json')} is not BERT's WordPiece "
                                                    "tokenizer")):
         SentenceEncoder.from_checkpoint(folder)
+
+
+def test_a_path_that_does_not_exist_is_told_so_not_asked_for_its_pooling(tmp_path, monkeypatch):
+    from bert_keras.formats import CheckpointError
+
+    monkeypatch.chdir(tmp_path)  # a model hub's name, as a user types it: no such folder here
+    with pytest.raises(CheckpointError, match=r"is not a checkpoint directory \(it does not exist.*nothing is downloaded"):
+        SentenceEncoder.from_checkpoint("sentence-transformers/all-MiniLM-L6-v2")
