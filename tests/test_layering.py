@@ -26,7 +26,7 @@ LAYERS = [
     ["embedding_files", "search"],
     ["lora"],
     ["saved_model"],
-    ["_records", "datasets", "optimization", "evaluate"],
+    ["_records", "entities", "tagged_data", "datasets", "optimization", "evaluate"],
     ["training"],
     ["inspect", "beam"],
     ["demo"],

