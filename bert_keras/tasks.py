@@ -12,6 +12,7 @@ layers).
 """
 
 import collections.abc
+import logging
 import os
 
 import keras
@@ -25,6 +26,7 @@ from bert_keras.checkpoints import holds_weights, load, load_checkpoint, read_hu
 from bert_keras.encoder import BertEncoder
 from bert_keras.export import read_module_pair
 from bert_keras.export.classifier import blank_prediction, check_top_k, labelled_predictions
+from bert_keras.formats import tables
 from bert_keras.heads import ClassificationHead, SpanHead, TokenClassificationHead
 from bert_keras.pretrainer import MLM_LOGITS, NSP_LOGITS, BertPretrainer, pretraining_losses, pretraining_metrics
 from bert_keras.text import BertPreprocessor
@@ -32,6 +34,8 @@ from bert_keras.text import BertPreprocessor
 START_LOGITS = "start_logits"
 END_LOGITS = "end_logits"
 ACTIVATIONS = (None, "softmax")
+
+logger = logging.getLogger(__name__)
 
 __all__ = [
     "BertClassifier",
@@ -89,6 +93,11 @@ def load_encoder_and_preprocessor(path, seq_length=128, trainable=True):
         `(encoder, preprocessor)`: a `BertEncoder` and a `BertPreprocessor`,
         or, for a module pair, a `hub.KerasLayer` and a `hub.PreprocessLayer`.
     """
+    return _load_pretrained(path, seq_length, trainable, with_heads=False)[:2]
+
+
+def _load_pretrained(path, seq_length, trainable, with_heads):
+    """`(encoder, preprocessor, loaded)`: `loaded` is the `LoadedCheckpoint` (heads: `with_heads`), None for modules."""
     check_int("seq_length", seq_length, minimum=3)
     if isinstance(path, (tuple, list)):
         pair = tuple(path)
@@ -109,8 +118,8 @@ def load_encoder_and_preprocessor(path, seq_length=128, trainable=True):
                 f"Received an invalid value for argument `seq_length`, expected at most the encoder module's "
                 f"{max_length} positions. Received: seq_length={seq_length}"
             )
-        return encoder, hub.PreprocessLayer(preprocess_dir, seq_length=seq_length, name="preprocessor")
-    loaded = load_checkpoint(path, with_heads=False)
+        return encoder, hub.PreprocessLayer(preprocess_dir, seq_length=seq_length, name="preprocessor"), None
+    loaded = load_checkpoint(path, with_heads=with_heads)
     if loaded.vocab_file is None:
         raise ValueError(
             f"The checkpoint at {path!r} has no vocabulary (vocab.txt), so no preprocessor can be built "
@@ -126,21 +135,45 @@ def load_encoder_and_preprocessor(path, seq_length=128, trainable=True):
     preprocessor = BertPreprocessor(
         loaded.vocab_file, lower_case=loaded.do_lower_case, seq_length=seq_length, name="preprocessor"
     )
-    return loaded.encoder, preprocessor
+    return loaded.encoder, preprocessor, loaded
 
 
 class _PretrainedTask(Task):
+    # The head of this task in a checkpoint fine-tuned elsewhere (`bert_keras.formats.tables`), and our attribute.
+    _checkpoint_head = _head_attribute = None
+
     @classmethod
     def from_checkpoint(cls, path, *, seq_length=128, **kwargs):
         """Builds this task on pretrained weights, taking raw strings (see `load_encoder_and_preprocessor`).
 
+        A Hugging Face checkpoint of this task (`BertForSequenceClassification`
+        for `BertClassifier`, `BertForTokenClassification` for
+        `BertTokenClassifier`, `BertForQuestionAnswering` for
+        `BertSpanLabeler`) brings its head, its number of classes and its
+        labels (config.json's `id2label`). One with another task's head gives
+        its encoder and a new, random head, as transformers does, and a
+        warning naming the head left unused (logger `bert_keras.tasks`).
+
         Args:
             path: str. A checkpoint folder or a Hub module pair directory.
             seq_length: int. Length the preprocessor packs to. Defaults to `128`.
-            **kwargs: the task's own arguments (e.g. `num_classes=3`).
+            **kwargs: the task's own arguments (e.g. `num_classes=3`). With the
+                checkpoint's head, `num_classes` is the head's (another number
+                is refused); `label_names` default to the checkpoint's (names
+                of your own rename the outputs; its names in another order are
+                refused).
         """
-        encoder, preprocessor = load_encoder_and_preprocessor(path, seq_length=seq_length)
-        return cls(encoder, preprocessor=preprocessor, **kwargs)
+        heads = [cls._checkpoint_head] if cls._checkpoint_head else False
+        encoder, preprocessor, loaded = _load_pretrained(path, seq_length, True, with_heads=heads)
+        head = loaded.heads.get(cls._checkpoint_head) if loaded is not None else None
+        if head is None:
+            _warn_unused_task_head(cls, path, loaded)
+            return cls(encoder, preprocessor=preprocessor, **kwargs)
+        if isinstance(head, ClassificationHead):
+            kwargs = _classifier_kwargs(cls, path, head.num_classes, loaded.label_names, kwargs)
+        task = cls(encoder, preprocessor=preprocessor, **kwargs)
+        getattr(task, cls._head_attribute).set_weights(head.get_weights())
+        return task
 
     @classmethod
     def from_preset(cls, name, **kwargs):
@@ -152,6 +185,34 @@ class _PretrainedTask(Task):
             "bert_keras.text.corpora.minilm_vocab_path()). Its presets are architectures without weights: "
             f"{cls.__name__}(BertEncoder.from_architecture(name), ...)."
         )
+
+
+def _classifier_kwargs(cls, path, num_classes, label_names, kwargs):
+    """`kwargs` with the checkpoint head's `num_classes` and `label_names`; a `num_classes` that disagrees refused."""
+    kwargs = dict(kwargs)
+    if kwargs.get("num_classes", num_classes) != num_classes:
+        raise ValueError(
+            f"Received an invalid value for argument `num_classes`, expected the {num_classes} classes of the head "
+            f"in the checkpoint {path!r} ({', '.join(label_names)}). Received: num_classes={kwargs['num_classes']}. "
+            f"Omit num_classes to use that head; for a new head of {kwargs['num_classes']} classes, build "
+            f"{cls.__name__} on the encoder alone (`load_encoder_and_preprocessor(path)`)."
+        )
+    given = _check_label_names(kwargs.get("label_names"), num_classes)
+    if given is not None and given != label_names and sorted(given) == sorted(label_names):  # the outputs misnamed
+        raise ValueError(f"Received an invalid value for argument `label_names`, expected the checkpoint's classes in "
+                         f"the order of its head's outputs: {label_names}. Received: label_names={given!r}")
+    kwargs.update(num_classes=num_classes, label_names=given or label_names)
+    return kwargs
+
+
+def _warn_unused_task_head(cls, path, loaded):
+    """Logs that a checkpoint's task head (another task's, or of no named architecture) was not used."""
+    if loaded is not None and loaded.unused_task_head:
+        ours = [name for name, part in tables.HF_TASK_ARCHITECTURES.items() if part == cls._checkpoint_head]
+        logger.warning("%s holds a task head for %s (%s), not one of %s: %s.from_checkpoint loads its encoder only, "
+                       "with a new, randomly initialized head (as transformers does); train it before use.",
+                       path, ", ".join(loaded.architectures) or "an unnamed model class (config.json lists no architectures)",
+                       ", ".join(loaded.unused_task_head), ours[0], cls.__name__)
 
 
 @keras.saving.register_keras_serializable(package="bert_keras")
@@ -203,6 +264,7 @@ class BertClassifier(_PretrainedTask):
     """
 
     _own_args = ("num_classes", "activation", "dropout", "text_pairs", "label_names")
+    _checkpoint_head, _head_attribute = tables.CLASSIFIER, "classifier_head"
 
     def __init__(self, encoder, num_classes, preprocessor=None, activation=None, dropout=0.1, text_pairs=False,
                  label_names=None, **kwargs):
@@ -418,6 +480,9 @@ class BertTokenClassifier(_PretrainedTask):
             model then takes raw strings and tags their word pieces.
         dropout: float. Dropout before the dense layer. Defaults to `0.1`.
         text_pairs: bool. With a preprocessor: two string inputs. Defaults to `False`.
+        label_names: optional list of `num_classes` str, the tags in the order
+            of the outputs (e.g. `["O", "B-PER", "I-PER"]`; `from_checkpoint`
+            takes a Hugging Face checkpoint's `id2label`). Saved with the model.
         **kwargs: other `keras.Model` arguments.
 
     Call arguments:
@@ -437,11 +502,14 @@ class BertTokenClassifier(_PretrainedTask):
     (1, 4, 5)
     """
 
-    _own_args = ("num_classes", "dropout", "text_pairs")
+    _own_args = ("num_classes", "dropout", "text_pairs", "label_names")
+    _checkpoint_head, _head_attribute = tables.TOKEN_CLASSIFIER, "classifier_head"
 
-    def __init__(self, encoder, num_classes, preprocessor=None, dropout=0.1, text_pairs=False, **kwargs):
+    def __init__(self, encoder, num_classes, preprocessor=None, dropout=0.1, text_pairs=False, label_names=None,
+                 **kwargs):
         check_encoder(encoder)
         check_positive_int("num_classes", num_classes)
+        label_names = _check_label_names(label_names, num_classes)
         # === Layers ===
         head = TokenClassificationHead(
             num_classes=num_classes,
@@ -461,6 +529,7 @@ class BertTokenClassifier(_PretrainedTask):
         self.num_classes = num_classes
         self.dropout = dropout
         self.text_pairs = bool(text_pairs)
+        self.label_names = label_names
 
 
 @keras.saving.register_keras_serializable(package="bert_keras")
@@ -503,6 +572,7 @@ class BertSpanLabeler(_PretrainedTask):
     """
 
     _own_args = ("context_segment_id",)
+    _checkpoint_head, _head_attribute = tables.SPAN, "span_head"
 
     def __init__(self, encoder, preprocessor=None, context_segment_id=1, **kwargs):
         check_encoder(encoder)

@@ -19,82 +19,122 @@ def _inputs(batch=3, seq=10, seed=0):
 
 
 # ---------------------------------------------------------------------------
-# Parity with transformers (random init, saved as safetensors).
+# Checkpoints fine-tuned elsewhere: transformers' task heads through from_checkpoint, on raw strings.
 # ---------------------------------------------------------------------------
-# How transformers' task heads map onto ours: (our weight, their tensor, transform).
-# The encoder itself loads through bert_keras.checkpoints; MLM and NSP head parity
-# with BertForPreTraining is tests/checkpoints/test_huggingface.py::test_pretraining_heads_match_transformers.
-HF_HEAD_TABLES = {
-    "BertForTokenClassification": (
-        ("classifier_head.dense.kernel", "classifier.weight", "transpose"),
-        ("classifier_head.dense.bias", "classifier.bias", "identity"),
-    ),
-    "BertForQuestionAnswering": (
-        ("span_head.dense.kernel", "qa_outputs.weight", "transpose"),
-        ("span_head.dense.bias", "qa_outputs.bias", "identity"),
-    ),
-    "BertForSequenceClassification": (
-        ("classifier_head.dense.kernel", "classifier.weight", "transpose"),
-        ("classifier_head.dense.bias", "classifier.bias", "identity"),
-    ),
-}
+TAGS = ["O", "B-PER", "I-PER", "B-LOC", "I-LOC"]
+SENTIMENTS = ["negative", "neutral", "positive"]
+# The folder's vocab.txt (tests/checkpoints/_models.py) is [PAD] [UNK] [CLS] [SEP] [MASK] tok0..tok34;
+# "hello" and "," are not in it ([UNK]), "TOK3" is lower-cased; the last text is cut at seq_length.
+TEXTS = ["tok1 tok2 tok30", "Hello, TOK3 tok4 tok5", "tok7", " ".join(f"tok{i}" for i in range(20))]
+QUESTIONS = ["tok1 tok2", "tok9", "tok3 hello tok4", "tok5"]
+SEQ_LENGTH = 12
 
 
-def _load_head_weights(task, directory, table):
-    from safetensors.numpy import load_file
-
-    tensors = load_file(os.path.join(directory, "model.safetensors"))
-    for target, name, transform in table:
-        owner = task
-        *path, attribute = target.split(".")
-        for part in path:
-            owner = getattr(owner, part)
-        value = tensors[name].T if transform == "transpose" else tensors[name]
-        getattr(owner, attribute).assign(value)
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize(
-    "architecture, build",
-    [
-        ("BertForTokenClassification", lambda encoder: BertTokenClassifier(encoder, num_classes=5)),
-        ("BertForQuestionAnswering", lambda encoder: BertSpanLabeler(encoder, context_segment_id=None)),
-        ("BertForSequenceClassification", lambda encoder: BertClassifier(encoder, num_classes=5)),
-    ],
-)
-def test_task_heads_match_transformers(tmp_path, architecture, build):
+@pytest.fixture(scope="module")
+def task_checkpoints(tmp_path_factory):
+    """Folders of a BertForTokenClassification, BertForQuestionAnswering and BertForSequenceClassification."""
     transformers = pytest.importorskip("transformers")
     pytest.importorskip("torch")
-    from bert_keras.checkpoints import load_checkpoint
-    from tests.checkpoints._models import TINY_HF, perturb_torch, random_inputs, save_hf_directory, torch_outputs
+    from tests.checkpoints._models import TINY_HF, perturb_torch, save_hf_directory
 
-    # qa_outputs has num_labels (2: start, end) outputs.
-    config = transformers.BertConfig(**TINY_HF, num_labels=2 if architecture == "BertForQuestionAnswering" else 5)
-    model = perturb_torch(getattr(transformers, architecture)(config), seed=3)
-    directory = save_hf_directory(model, tmp_path)
-    loaded = load_checkpoint(directory)
-    table = HF_HEAD_TABLES[architecture]
-    assert loaded.summary.unused == sorted(name for _, name, _ in table)
-    task = build(loaded.encoder)
-    _load_head_weights(task, directory, table)
+    labels = {"BertForTokenClassification": TAGS, "BertForQuestionAnswering": ["LABEL_0", "LABEL_1"],
+              "BertForSequenceClassification": SENTIMENTS}
+    folders, models = {}, {}
+    for architecture, names in labels.items():
+        config = transformers.BertConfig(**TINY_HF, id2label=dict(enumerate(names)))
+        models[architecture] = perturb_torch(getattr(transformers, architecture)(config), seed=3)
+        folders[architecture] = save_hf_directory(models[architecture], tmp_path_factory.mktemp(architecture))
+    return folders, models
 
-    inputs, _ = random_inputs(vocab=TINY_HF["vocab_size"])
-    expected = torch_outputs(model, inputs)
-    outputs = task(inputs, training=False)
-    # Per-token outputs are read (and trained) at real tokens only; the packed encoder leaves
-    # the hidden states of padding at zero, where transformers computes them.
-    real = np.asarray(inputs["input_mask"]).astype(bool)
-    if architecture == "BertForQuestionAnswering":
-        diffs = [
-            float(np.max(np.abs(np.asarray(outputs["start_logits"])[real] - expected.start_logits.numpy()[real]))),
-            float(np.max(np.abs(np.asarray(outputs["end_logits"])[real] - expected.end_logits.numpy()[real]))),
-        ]
-    elif architecture == "BertForTokenClassification":
-        diffs = [float(np.max(np.abs(np.asarray(outputs)[real] - expected.logits.numpy()[real])))]
+
+def _transformers_logits(model, folder, texts, pairs=None):
+    """transformers' outputs on the same strings, tokenized by BertTokenizerFast on the folder's vocab."""
+    import torch
+    import transformers
+
+    tokenizer = transformers.BertTokenizerFast(os.path.join(folder, "vocab.txt"), do_lower_case=True)
+    batch = tokenizer(texts, pairs, padding="max_length", truncation="only_second" if pairs else True,
+                      max_length=SEQ_LENGTH, return_tensors="pt")
+    with torch.no_grad():
+        return {key: value.numpy() for key, value in batch.items()}, model(**batch)
+
+
+@pytest.mark.parametrize("architecture", ["BertForTokenClassification", "BertForSequenceClassification"])
+def test_classifier_checkpoints_of_transformers_load_in_one_call(task_checkpoints, architecture):
+    folders, models = task_checkpoints
+    folder, model = folders[architecture], models[architecture]
+    task_class = BertTokenClassifier if architecture == "BertForTokenClassification" else BertClassifier
+    task = task_class.from_checkpoint(folder, seq_length=SEQ_LENGTH)
+    names = TAGS if task_class is BertTokenClassifier else SENTIMENTS
+    assert task.num_classes == len(names) and task.label_names == names
+
+    batch, expected = _transformers_logits(model, folder, TEXTS)
+    packed = task.preprocessor(tf.constant(TEXTS))
+    np.testing.assert_array_equal(np.asarray(packed["input_word_ids"]), batch["input_ids"])  # the same pieces
+    outputs = np.asarray(task(TEXTS, training=False))
+    if task_class is BertTokenClassifier:
+        # Read (and trained) at real tokens: the packed encoder leaves padding's hidden states at zero.
+        real = batch["attention_mask"].astype(bool)
+        outputs, reference = outputs[real], expected.logits.numpy()[real]
     else:
-        diffs = [float(np.max(np.abs(np.asarray(outputs) - expected.logits.numpy())))]
-    print(f"{architecture}: max abs diff {max(diffs):.2e}")
-    assert max(diffs) <= 1e-4
+        reference = expected.logits.numpy()
+    diff = float(np.max(np.abs(outputs - reference)))
+    print(f"{architecture} from_checkpoint vs transformers: max abs diff {diff:.2e}")
+    assert diff <= 1e-4
+    assert task.get_config()["label_names"] == names  # saved with the model (round trip: test_task_config_...)
+
+
+def test_question_answering_checkpoint_of_transformers_loads_in_one_call(task_checkpoints):
+    folders, models = task_checkpoints
+    folder, model = folders["BertForQuestionAnswering"], models["BertForQuestionAnswering"]
+    labeler = BertSpanLabeler.from_checkpoint(folder, seq_length=SEQ_LENGTH)
+    # transformers scores every position; context_segment_id=None does too.
+    unmasked = BertSpanLabeler(labeler.encoder, preprocessor=labeler.preprocessor, context_segment_id=None)
+    unmasked.span_head.set_weights(labeler.span_head.get_weights())
+    batch, expected = _transformers_logits(model, folder, QUESTIONS, TEXTS)
+    real = batch["attention_mask"].astype(bool)
+    context = real & (batch["token_type_ids"] == 1)
+    outputs, everywhere = labeler([QUESTIONS, TEXTS]), unmasked([QUESTIONS, TEXTS])
+    for key in ("start_logits", "end_logits"):
+        reference = getattr(expected, key).numpy()
+        assert float(np.max(np.abs(np.asarray(outputs[key])[context] - reference[context]))) <= 1e-4
+        assert (np.asarray(outputs[key])[~context] == -1e9).all()  # the answer lies in the context
+        assert float(np.max(np.abs(np.asarray(everywhere[key])[real] - reference[real]))) <= 1e-4
+
+
+def test_from_checkpoint_refuses_another_number_of_classes(task_checkpoints):
+    folders, _ = task_checkpoints
+    folder = folders["BertForTokenClassification"]
+    with pytest.raises(ValueError, match=r"`num_classes`, expected the 5 classes of the head in the checkpoint "
+                       r"'.*' \(O, B-PER, I-PER, B-LOC, I-LOC\)\. Received: num_classes=3\. Omit num_classes"):
+        BertTokenClassifier.from_checkpoint(folder, seq_length=SEQ_LENGTH, num_classes=3)
+    with pytest.raises(ValueError, match=r"`label_names`, expected the checkpoint's classes in the order of its "
+                       r"head's outputs: \['negative', 'neutral', 'positive'\]"):
+        BertClassifier.from_checkpoint(folders["BertForSequenceClassification"], seq_length=SEQ_LENGTH,
+                                       label_names=["positive", "neutral", "negative"])
+    # The same number, and names of the user's own: they rename the outputs.
+    tagger = BertTokenClassifier.from_checkpoint(folder, seq_length=SEQ_LENGTH, num_classes=5,
+                                                 label_names=["o", "bp", "ip", "bl", "il"])
+    assert tagger.label_names == ["o", "bp", "ip", "bl", "il"]
+
+
+def test_another_tasks_checkpoint_gives_the_encoder_and_a_new_head(task_checkpoints, caplog):
+    folders, models = task_checkpoints
+    folder = folders["BertForQuestionAnswering"]
+    with caplog.at_level("WARNING", logger="bert_keras.tasks"):
+        tagger = BertTokenClassifier.from_checkpoint(folder, seq_length=SEQ_LENGTH, num_classes=4)
+    warnings = [r.getMessage() for r in caplog.records if r.name == "bert_keras.tasks"]
+    assert len(warnings) == 1 and "holds a task head for BertForQuestionAnswering (qa_outputs.bias, " \
+        "qa_outputs.weight), not one of BertForTokenClassification: BertTokenClassifier.from_checkpoint loads its " \
+        "encoder only, with a new, randomly initialized head" in warnings[0]
+    assert tagger.num_classes == 4 and tagger.label_names is None
+    # The encoder is the checkpoint's: the same word embeddings as transformers'.
+    np.testing.assert_array_equal(tagger.encoder.embeddings.word_embeddings.embeddings.numpy(),
+                                  models["BertForQuestionAnswering"].bert.embeddings.word_embeddings.weight.detach().numpy())
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="bert_keras.tasks"):  # the checkpoint's own head: nothing to say
+        BertSpanLabeler.from_checkpoint(folder, seq_length=SEQ_LENGTH)
+    assert [r for r in caplog.records if r.name == "bert_keras.tasks"] == []
 
 
 # ---------------------------------------------------------------------------
@@ -206,7 +246,10 @@ def test_span_labeler_learns_synthetic_qa():
             lambda e: BertClassifier(e, num_classes=3, dropout=0.2, label_names=["neg", "neu", "pos"]),
             {"num_classes": 3, "dropout": 0.2, "activation": None, "text_pairs": False, "label_names": ["neg", "neu", "pos"]},
         ),
-        (lambda e: BertTokenClassifier(e, num_classes=4), {"num_classes": 4, "dropout": 0.1, "text_pairs": False}),
+        (
+            lambda e: BertTokenClassifier(e, num_classes=3, label_names=["O", "B-PER", "I-PER"]),
+            {"num_classes": 3, "dropout": 0.1, "text_pairs": False, "label_names": ["O", "B-PER", "I-PER"]},
+        ),
         (lambda e: BertSpanLabeler(e), {"context_segment_id": 1}),
     ],
 )
@@ -345,6 +388,8 @@ def test_task_argument_errors():
         BertClassifier(encoder, num_classes=0)
     with pytest.raises(ValueError, match="num_classes"):
         BertTokenClassifier(encoder, num_classes=-1)
+    with pytest.raises(ValueError, match=r"`label_names`, expected 2 distinct names \(num_classes=2\)"):
+        BertTokenClassifier(encoder, num_classes=2, label_names=["O", "O"])
     with pytest.raises(ValueError, match="dropout"):
         BertClassifier(encoder, num_classes=2, dropout=1.5)
     with pytest.raises(ValueError, match="context_segment_id"):

@@ -31,7 +31,13 @@ def load_checkpoint(path, *, format=None, with_heads=True, do_lower_case=None, d
             `keras_nlp.models.BertBackbone` object.
         format: optional str, one of `"huggingface"`, `"google"`, `"keras_nlp"`, `"hub_module"`.
             Detected when omitted (see `detect_format`).
-        with_heads: bool. Convert pre-training heads when present. Defaults to `True`.
+        with_heads: bool, or a list of head names. `True`: convert the
+            pre-training heads (`"mlm"`, `"nsp"`) when present; a list: the
+            heads named, when present, task heads of a Hugging Face checkpoint
+            among them: `"classifier"` (`BertForSequenceClassification`),
+            `"token_classifier"` (`BertForTokenClassification`), `"span"`
+            (`BertForQuestionAnswering`), read where config.json's
+            `architectures` names that class. Defaults to `True`.
         do_lower_case: optional bool. Overrides what the checkpoint says.
         dtype: optional dtype policy of the built models.
         allow_modules: bool. Whether `path` may be a TF Hub module, whose
@@ -40,7 +46,8 @@ def load_checkpoint(path, *, format=None, with_heads=True, do_lower_case=None, d
 
     Returns:
         `LoadedCheckpoint` with `encoder`, `heads`, `pretrainer`, `vocab_file`,
-        `do_lower_case` and `summary`.
+        `do_lower_case`, `summary`, and the config's `architectures` and
+        `label_names` (a classifier head's classes, from `id2label`).
 
     Raises:
         CheckpointError: naming the file and the tensor (or config field) at
@@ -68,8 +75,11 @@ def load_huggingface(path, *, with_heads=True, do_lower_case=None, dtype=None):
             installed, `pytorch_model.bin` or `pytorch_model.bin.index.json`),
             and optionally `vocab.txt` and `tokenizer_config.json`. An index
             may only name shard files in the same directory.
-        with_heads: bool. Also convert `cls.predictions.*` (masked LM) and
-            `cls.seq_relationship.*` (next sentence) when present. Defaults to `True`.
+        with_heads: bool, or a list of head names. `True`: also convert
+            `cls.predictions.*` (masked LM) and `cls.seq_relationship.*` (next
+            sentence) when present; a list: the heads named (`"mlm"`, `"nsp"`,
+            `"classifier"`, `"token_classifier"`, `"span"`: see
+            `load_checkpoint`). Defaults to `True`.
         do_lower_case: optional bool. Overrides `tokenizer_config.json`.
         dtype: optional dtype policy of the built models.
 

@@ -6,7 +6,7 @@ import keras
 
 from bert_keras.encoder import BertEncoder
 from bert_keras.formats import ConversionSummary, build_and_load, tables
-from bert_keras.heads import MaskedLMHead, NextSentenceHead
+from bert_keras.heads import ClassificationHead, MaskedLMHead, NextSentenceHead, SpanHead, TokenClassificationHead
 from bert_keras.pretrainer import BertPretrainer
 
 
@@ -17,12 +17,19 @@ class LoadedCheckpoint:
     Attributes:
         encoder: `BertEncoder` holding the converted weights.
         heads: dict of converted heads: `"mlm"` (`MaskedLMHead`, tied to the
-            encoder's word embeddings) and/or `"nsp"` (`NextSentenceHead`).
+            encoder's word embeddings) and/or `"nsp"` (`NextSentenceHead`);
+            a task's, where asked for (`with_heads=["token_classifier"]`):
+            `"classifier"` (`ClassificationHead`), `"token_classifier"`
+            (`TokenClassificationHead`), `"span"` (`SpanHead`).
         pretrainer: `BertPretrainer` or None. Built when both heads are present;
             its `.encoder`, `.mlm_head` and `.nsp_head` are the objects above.
         vocab_file: str or None. Path of the WordPiece vocabulary.
         do_lower_case: bool. Whether the vocabulary expects lower-cased text.
         summary: `ConversionSummary`.
+        architectures: list of str. The model classes the checkpoint's config
+            names (e.g. `["BertForTokenClassification"]`).
+        label_names: list of str or None. The classes of a classifier head,
+            in the order of its outputs (the config's `id2label`).
     """
 
     encoder: object
@@ -31,10 +38,18 @@ class LoadedCheckpoint:
     vocab_file: object
     do_lower_case: bool
     summary: ConversionSummary
+    architectures: list = dataclasses.field(default_factory=list)
+    label_names: object = None
+
+    @property
+    def unused_task_head(self):
+        """The tensors of a task head the checkpoint holds but that were not read (another task's head, say)."""
+        prefixes = tuple(tables.HF_PART_PREFIXES[part] for part in tables.TASK_HEADS)
+        return [name for name in self.summary.unused if name.startswith(prefixes)]
 
 
-def build_models(encoder_config, heads, mlm_activation, dtype=None):
-    """Builds the encoder and the requested heads. Returns `(roots, pretrainer)`."""
+def build_models(encoder_config, heads, mlm_activation, dtype=None, num_labels=None):
+    """Builds the encoder and the requested heads (`num_labels`: a classifier head's outputs). Returns `(roots, pretrainer)`."""
     encoder = BertEncoder(**encoder_config, dtype=dtype)
     roots = {"encoder": encoder}
     pretrainer = None
@@ -61,7 +76,26 @@ def build_models(encoder_config, heads, mlm_activation, dtype=None):
         )
         head.build((None, encoder.hidden_size))
         roots["nsp"] = head
+    roots.update(_task_heads(encoder, heads, num_labels))
     return roots, pretrainer
+
+
+def _task_heads(encoder, heads, num_labels):
+    """The task heads among `heads`, built on the encoder's hidden size, named as their roots."""
+    kwargs = dict(kernel_initializer=keras.initializers.TruncatedNormal(stddev=encoder.initializer_range),
+                  dtype=encoder.dtype_policy)
+    built = {}
+    if tables.CLASSIFIER in heads:
+        built[tables.CLASSIFIER] = ClassificationHead(num_labels, dropout=encoder.dropout, name="classifier", **kwargs)
+        built[tables.CLASSIFIER].build((None, encoder.hidden_size))
+    if tables.TOKEN_CLASSIFIER in heads:
+        built[tables.TOKEN_CLASSIFIER] = TokenClassificationHead(num_labels, dropout=encoder.dropout,
+                                                                 name="classifier", **kwargs)
+        built[tables.TOKEN_CLASSIFIER].build((None, None, encoder.hidden_size))
+    if tables.SPAN in heads:
+        built[tables.SPAN] = SpanHead(name="span", **kwargs)
+        built[tables.SPAN].build((None, None, encoder.hidden_size))
+    return built
 
 
 def load(weights, dtype=None):
@@ -70,15 +104,18 @@ def load(weights, dtype=None):
 
     def make_roots(config):
         nonlocal pretrainer
-        roots, pretrainer = build_models(config, weights.heads, weights.mlm_activation, dtype=dtype)
+        roots, pretrainer = build_models(config, weights.heads, weights.mlm_activation, dtype=dtype,
+                                         num_labels=weights.num_labels)
         return roots
 
     roots = build_and_load(weights, make_roots)
     return LoadedCheckpoint(
         encoder=roots["encoder"],
-        heads={key: roots[key] for key in (tables.MLM, tables.NSP) if key in roots},
+        heads={key: roots[key] for key in tables.HEADS if key in roots},
         pretrainer=pretrainer,
         vocab_file=weights.vocab_file,
         do_lower_case=weights.do_lower_case,
         summary=weights.summary,
+        architectures=list(weights.architectures),
+        label_names=weights.label_names,
     )

@@ -112,7 +112,9 @@ def read_checkpoint(path, *, format=None, with_heads=True, do_lower_case=None, a
             `keras_nlp.models.BertBackbone` object.
         format: optional str, one of `"huggingface"`, `"google"`, `"keras_nlp"`, `"hub_module"`.
             Detected when omitted (see `detect_format`).
-        with_heads: bool. Read pre-training heads when present. Defaults to `True`.
+        with_heads: bool, or a list of head names. `True`: read the
+            pre-training heads when present; a list: the heads named (a Hugging
+            Face checkpoint's task heads too: see `read_huggingface`). Defaults to `True`.
         do_lower_case: optional bool. Overrides what the checkpoint says.
         allow_modules: bool. Whether `path` may be a TF Hub / Model Garden
             module, whose graph runs when it is loaded. Pass `False` for a

@@ -60,7 +60,8 @@ class ConversionSummary:
             task head we do not convert).
         not_in_checkpoint: list of str. Parts we built that the checkpoint lacks
             and that keep their random initialization (e.g. `"pooler"`).
-        heads: list of str. The heads converted (`"mlm"`, `"nsp"`).
+        heads: list of str. The heads converted (`"mlm"`, `"nsp"`, and the task
+            heads `"classifier"`, `"token_classifier"`, `"span"`).
     """
 
     format: str
@@ -107,7 +108,8 @@ class CheckpointWeights:
         arrays: dict. Target path (`encoder.pooler.kernel`, `mlm.output_bias`:
             see `tables.py`) -> numpy array in the layout of our variable.
         origins: dict. Target path -> `(file, tensor)` it was read from.
-        heads: list of str. The heads whose weights are in `arrays` (`"mlm"`, `"nsp"`).
+        heads: list of str. The heads whose weights are in `arrays` (`"mlm"`,
+            `"nsp"`; a task's: `"classifier"`, `"token_classifier"`, `"span"`).
         mlm_activation: the activation of the masked-LM transform.
         vocab_file: str or None. Path of the WordPiece vocabulary.
         do_lower_case: bool. Whether the vocabulary expects lower-cased text.
@@ -117,6 +119,14 @@ class CheckpointWeights:
             relative to their largest value; None where the files fix the
             architecture.
         tolerance: float. The largest `difference` accepted.
+        architectures: list of str. The model classes the checkpoint's config
+            names (transformers' `architectures`, e.g.
+            `["BertForTokenClassification"]`); empty where it names none.
+        id2label: dict or None. Class index -> name, from the config
+            (transformers' `id2label`); with a classifier head read, one name
+            for each of its outputs.
+        num_labels: int or None. The number of classes of a classifier head
+            read (its stored outputs), else what the config says.
     """
 
     encoder_configs: list
@@ -129,11 +139,21 @@ class CheckpointWeights:
     summary: ConversionSummary
     difference: object = None
     tolerance: float = 0.0
+    architectures: list = dataclasses.field(default_factory=list)
+    id2label: object = None
+    num_labels: object = None
 
     @property
     def encoder_config(self):
         """The most likely encoder arguments (the only ones, unless this is a Hub module)."""
         return self.encoder_configs[0]
+
+    @property
+    def label_names(self):
+        """The class names in the order of the outputs (`id2label`), or None where the config has none."""
+        if not self.id2label or self.num_labels is None or set(self.id2label) != set(range(self.num_labels)):
+            return None
+        return [self.id2label[index] for index in range(self.num_labels)]
 
 
 # ---------------------------------------------------------------------------

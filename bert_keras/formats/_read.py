@@ -4,6 +4,7 @@ Nothing here builds a model: a reader returns `CheckpointWeights`, and
 models are built from it by whoever holds their classes (`build_and_load`).
 """
 
+import collections.abc
 import re
 
 import numpy as np
@@ -55,6 +56,10 @@ TARGET_SHAPES = {
     "mlm.output_bias": ("vocab_size",),
     "nsp.dense.kernel": (_H, 2),
     "nsp.dense.bias": (2,),
+    # The span head's 2 outputs: start and end. A classifier's outputs are as many as its checkpoint says
+    # (checked against its labels by the Hugging Face reader).
+    "span.dense.kernel": (_H, 2),
+    "span.dense.bias": (2,),
 }
 # A reshaped source tensor (keras-nlp, Model Garden) is stored in the layout of Keras'
 # MultiHeadAttention: (hidden, heads, head_size) in, (heads, head_size, hidden) out.
@@ -194,10 +199,33 @@ def _check_shape(source, name, target, transform, encoder_config, key, hint):
     raise CheckpointError(source.file_of(name), source.original_name(name), message)
 
 
+def wanted_heads(with_heads):
+    """The heads `with_heads` asks for: `True` the pre-training heads, `False` none, or the names given."""
+    if with_heads is True:
+        return tables.PRETRAINING_HEADS
+    if with_heads is False or with_heads is None:
+        return ()
+    if isinstance(with_heads, str) or not isinstance(with_heads, collections.abc.Iterable):
+        heads = None
+    else:
+        heads = tuple(with_heads)
+    if heads is None or any(head not in tables.HEADS for head in heads):
+        raise ValueError(
+            f"Received an invalid value for argument `with_heads`, expected a bool or a list of head names from "
+            f"{list(tables.HEADS)}. Received: with_heads={with_heads!r}"
+        )
+    return heads
+
+
 def plan_parts(source, part_prefixes, with_heads):
-    """`(parts, heads, not_in_checkpoint)`: the parts to convert, the heads among them, the parts left random."""
+    """`(parts, heads, not_in_checkpoint)`: the parts to convert, the heads among them, the parts left random.
+
+    `with_heads`: `True` (the pre-training heads), `False`, or a list of head
+    names (`tables.HEADS`); a head is read when it is asked for and present.
+    """
+    wanted = wanted_heads(with_heads)
     present = detect_parts(source, part_prefixes)
-    heads = [part for part in (tables.MLM, tables.NSP) if with_heads and part in present]
+    heads = [part for part in tables.HEADS if part in wanted and part in present]
     parts = [tables.EMBEDDINGS, tables.LAYER]
     not_in_checkpoint = []
     if tables.POOLER in present:

@@ -1,6 +1,9 @@
 """Hugging Face `transformers` BERT checkpoints -> our encoder config and weights (and the heads')."""
 
+import collections
+import dataclasses
 import os
+import re
 
 from bert_keras.formats import tables
 from bert_keras.formats._common import (
@@ -17,6 +20,8 @@ from bert_keras.formats._common import (
 from bert_keras.formats._read import check_tied_decoder, read_weights
 from bert_keras.formats.sources import SafetensorsSource, TorchSource
 
+# A class index of `id2label`, as transformers writes it ("0", "1", ...).
+_INDEX = re.compile(r"0|[1-9][0-9]{0,8}")
 CONFIG_FILE = "config.json"
 VOCAB_FILE = "vocab.txt"
 TOKENIZER_CONFIG_FILE = "tokenizer_config.json"
@@ -89,18 +94,36 @@ def read_huggingface(path, *, with_heads=True, do_lower_case=None):
             installed, `pytorch_model.bin` or `pytorch_model.bin.index.json`),
             and optionally `vocab.txt` and `tokenizer_config.json`. An index
             may only name shard files in the same directory.
-        with_heads: bool. Also read `cls.predictions.*` (masked LM) and
-            `cls.seq_relationship.*` (next sentence) when present. Defaults to `True`.
+        with_heads: bool, or a list of head names. `True`: also read
+            `cls.predictions.*` (masked LM) and `cls.seq_relationship.*` (next
+            sentence) when present; a list names the heads to read when
+            present, the task heads among them: `"classifier"`
+            (`BertForSequenceClassification`'s `classifier`),
+            `"token_classifier"` (`BertForTokenClassification`'s `classifier`),
+            `"span"` (`BertForQuestionAnswering`'s `qa_outputs`). A task head
+            is read only where config.json's `architectures` names its class:
+            both classifiers call their head `classifier`. Defaults to `True`.
         do_lower_case: optional bool. Overrides `tokenizer_config.json`.
 
     Returns:
-        `CheckpointWeights`.
+        `CheckpointWeights`, with the config's `architectures`, and its
+        `id2label` and `num_labels` (with a classifier head read: one name for
+        each of the head's outputs; transformers' `LABEL_0`, `LABEL_1`, ...
+        where the config names none).
+
+    Raises:
+        CheckpointError: also a classifier head whose number of outputs is
+            not the number of labels `id2label` names.
+        ConfigError: `architectures` or, with a classifier head read,
+            `id2label` malformed.
     """
     directory = os.path.dirname(path) if os.path.isfile(path) else path
     config_file = os.path.join(directory, CONFIG_FILE)
     if not os.path.exists(config_file):
         raise CheckpointError(directory, None, f"has no {CONFIG_FILE}; is it a Hugging Face model directory?")
-    kwargs = config_to_kwargs(read_json(config_file), config_file)
+    config = read_json(config_file)
+    kwargs = config_to_kwargs(config, config_file)
+    architectures = read_architectures(config, config_file)
     source = open_weights(directory)
 
     vocab_file = first_existing(directory, (VOCAB_FILE,))
@@ -124,11 +147,11 @@ def read_huggingface(path, *, with_heads=True, do_lower_case=None):
     table[tables.MLM] = tuple(
         (target, _alias(source, name), transform) for target, name, transform in table[tables.MLM]
     )
-    return read_weights(
+    weights = read_weights(
         format="huggingface",
         source=source,
         table=table,
-        part_prefixes=tables.HF_PART_PREFIXES,
+        part_prefixes=part_prefixes(architectures),
         encoder_config=kwargs,
         mlm_activation=kwargs["activation"],
         with_heads=with_heads,
@@ -138,6 +161,85 @@ def read_huggingface(path, *, with_heads=True, do_lower_case=None):
         vocab_file=vocab_file,
         do_lower_case=do_lower_case,
     )
+    classifier = next((head for head in weights.heads if head in (tables.CLASSIFIER, tables.TOKEN_CLASSIFIER)), None)
+    if classifier is None:
+        try:
+            id2label = read_id2label(config, config_file)
+        except ConfigError:  # labels of no head read: they do not stop the encoder from loading
+            id2label = None
+        num_labels = len(id2label) if id2label else None
+    else:
+        id2label = classifier_labels(source, table[classifier], read_id2label(config, config_file), config_file,
+                                     kwargs["hidden_size"])
+        num_labels = len(id2label)
+    return dataclasses.replace(weights, architectures=architectures, id2label=id2label, num_labels=num_labels)
+
+
+def read_architectures(config, file):
+    """config.json's `architectures`: a list of class names (empty where it has none)."""
+    architectures = config.get("architectures") or []
+    if not isinstance(architectures, list) or not all(isinstance(name, str) for name in architectures):
+        raise ConfigError(file, "architectures", f"expected a list of class names, found {architectures!r}.")
+    return architectures
+
+
+def part_prefixes(architectures):
+    """The parts a checkpoint may hold: the encoder's, the pre-training heads, the task heads its architectures name.
+
+    `classifier.*` is the head of a sequence classifier and of a token
+    classifier alike: without an architecture that says which, it is left unused.
+    """
+    named = {tables.HF_TASK_ARCHITECTURES[name] for name in architectures if name in tables.HF_TASK_ARCHITECTURES}
+    return {part: prefix for part, prefix in tables.HF_PART_PREFIXES.items()
+            if part not in tables.TASK_HEADS or part in named}
+
+
+def read_id2label(config, file):
+    """transformers' `id2label` as `{int: str}` with the indices 0..n-1 and distinct names, or None if absent."""
+    id2label = config.get("id2label")
+    if id2label is None:
+        return None
+    if not isinstance(id2label, dict) or not id2label:
+        raise ConfigError(file, "id2label", f"expected an object of class index -> name, found {id2label!r}.")
+    labels = {}
+    for key, name in id2label.items():
+        index = int(key) if isinstance(key, str) and _INDEX.fullmatch(key) else None
+        if index is None or not isinstance(name, str):
+            raise ConfigError(file, "id2label", f"expected class indices (\"0\", \"1\", ...) mapped to names, found "
+                              f"{key!r}: {name!r}.")
+        labels[index] = name
+    if set(labels) != set(range(len(labels))):
+        raise ConfigError(file, "id2label", f"expected the class indices 0 to {len(labels) - 1}, found "
+                          f"{sorted(labels)}.")
+    repeated = sorted(name for name, count in collections.Counter(labels.values()).items() if count > 1)
+    if repeated:
+        raise ConfigError(file, "id2label", f"names {repeated} more than one class; each class needs its own name.")
+    return labels
+
+
+def classifier_labels(source, entries, id2label, config_file, hidden_size):
+    """The labels of a classifier head read: `id2label`, checked against the head's outputs, or transformers' defaults.
+
+    Raises:
+        CheckpointError: the head is not `(outputs, hidden_size)`, or its
+            number of outputs is not the number of labels.
+    """
+    name = next(name for target, name, _ in entries if target.endswith(".kernel"))
+    shape = tuple(source.shape(name))
+    if len(shape) != 2 or shape[0] < 1 or shape[1] != hidden_size:  # a torch Linear: (outputs, inputs)
+        raise CheckpointError(source.file_of(name), source.original_name(name), f"has shape {shape}, expected "
+                              f"(number of classes, {hidden_size}): a classifier on hidden_size={hidden_size}.")
+    outputs = shape[0]
+    if id2label is None:
+        return {index: f"LABEL_{index}" for index in range(outputs)}  # what transformers calls them
+    if len(id2label) != outputs:
+        raise CheckpointError(
+            source.file_of(name),
+            source.original_name(name),
+            f"has shape {shape}: {outputs} classes, but {config_file}'s id2label names {len(id2label)} "
+            f"({', '.join(id2label[i] for i in range(len(id2label)))}). The config does not belong to these weights.",
+        )
+    return id2label
 
 
 def _alias(source, name):

@@ -3,8 +3,11 @@
 Weight tables are tuples of `(target, source, transform)`:
 
 - `target`: an attribute path from one of the converted objects: `encoder.` (a
-  `BertEncoder`), `mlm.` (a `MaskedLMHead`) or `nsp.` (a `NextSentenceHead`).
-  `{i}` stands for the Transformer block index.
+  `BertEncoder`), `mlm.` (a `MaskedLMHead`), `nsp.` (a `NextSentenceHead`), or a
+  task's head: `classifier.` (the `ClassificationHead` of a `BertClassifier`),
+  `token_classifier.` (the `TokenClassificationHead` of a `BertTokenClassifier`),
+  `span.` (the `SpanHead` of a `BertSpanLabeler`). `{i}` stands for the
+  Transformer block index.
 - `source`: the tensor name in the other project's checkpoint (`{i}` likewise).
 - `transform`: how the source array becomes ours: `"identity"`, `"transpose"`
   (PyTorch `Linear` weights are `(out, in)`, Keras kernels `(in, out)`) or
@@ -21,6 +24,13 @@ LAYER = "layer"
 POOLER = "pooler"
 MLM = "mlm"
 NSP = "nsp"
+# Task heads, named as the roots of their targets: what a model fine-tuned elsewhere carries.
+CLASSIFIER = "classifier"
+TOKEN_CLASSIFIER = "token_classifier"
+SPAN = "span"
+PRETRAINING_HEADS = (MLM, NSP)
+TASK_HEADS = (CLASSIFIER, TOKEN_CLASSIFIER, SPAN)
+HEADS = PRETRAINING_HEADS + TASK_HEADS
 
 _BLOCK = "encoder.transformer_layers.{i}."
 
@@ -68,9 +78,37 @@ HF_WEIGHTS = {
         ("nsp.dense.kernel", "cls.seq_relationship.weight", TRANSPOSE),
         ("nsp.dense.bias", "cls.seq_relationship.bias", IDENTITY),
     ),
+    # The task heads: one Linear on the pooled output (sequence classification) or on every token
+    # (token classification; question answering, whose 2 outputs are the start and end logits).
+    CLASSIFIER: (
+        ("classifier.dense.kernel", "classifier.weight", TRANSPOSE),
+        ("classifier.dense.bias", "classifier.bias", IDENTITY),
+    ),
+    TOKEN_CLASSIFIER: (
+        ("token_classifier.dense.kernel", "classifier.weight", TRANSPOSE),
+        ("token_classifier.dense.bias", "classifier.bias", IDENTITY),
+    ),
+    SPAN: (
+        ("span.dense.kernel", "qa_outputs.weight", TRANSPOSE),
+        ("span.dense.bias", "qa_outputs.bias", IDENTITY),
+    ),
 }
-# Prefixes that tell which heads a checkpoint holds.
-HF_PART_PREFIXES = {POOLER: "pooler.", MLM: "cls.predictions.", NSP: "cls.seq_relationship."}
+# Prefixes that tell which heads a checkpoint holds. A sequence and a token classifier both name their
+# head `classifier`: only config.json's `architectures` tells which one a checkpoint holds.
+HF_PART_PREFIXES = {
+    POOLER: "pooler.",
+    MLM: "cls.predictions.",
+    NSP: "cls.seq_relationship.",
+    CLASSIFIER: "classifier.",
+    TOKEN_CLASSIFIER: "classifier.",
+    SPAN: "qa_outputs.",
+}
+# transformers' task classes (config.json `architectures`) -> the head part they hold.
+HF_TASK_ARCHITECTURES = {
+    "BertForSequenceClassification": CLASSIFIER,
+    "BertForTokenClassification": TOKEN_CLASSIFIER,
+    "BertForQuestionAnswering": SPAN,
+}
 # Names with another spelling in some checkpoints: {name we look up: alternatives}.
 HF_ALIASES = {"cls.predictions.bias": ("cls.predictions.decoder.bias",)}
 # Tied to the word embeddings; read only to check that it is tied.

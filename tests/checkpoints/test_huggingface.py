@@ -7,12 +7,13 @@ import numpy as np
 import pytest
 from safetensors.numpy import load_file, save_file
 
-from bert_keras.checkpoints import load_checkpoint, load_huggingface
+from bert_keras.checkpoints import CheckpointError, ConfigError, load_checkpoint, load_huggingface
 from bert_keras.formats.huggingface import normalize_name
 from tests.checkpoints._models import (
     TINY_HF,
     hf_pretraining_model,
     max_diff,
+    perturb_torch,
     random_inputs,
     save_hf_directory,
     torch_outputs,
@@ -211,3 +212,109 @@ def test_sharded_safetensors(tmp_path):
     whole = load_checkpoint(directory)
     for a, b in zip(whole.pretrainer.weights, loaded.pretrainer.weights):
         np.testing.assert_array_equal(a.numpy(), b.numpy())
+
+
+# --- transformers' task heads: read where config.json's architectures names them ---
+
+
+def _task_folder(directory, architecture, **config):
+    model = perturb_torch(getattr(transformers, architecture)(transformers.BertConfig(**TINY_HF, **config)), seed=4)
+    return model, save_hf_directory(model, directory)
+
+
+def _edit_config(directory, **changes):
+    path = os.path.join(directory, "config.json")
+    with open(path) as f:
+        config = json.load(f)
+    config.update(changes)
+    config = {key: value for key, value in config.items() if value is not None}
+    with open(path, "w") as f:
+        json.dump(config, f)
+
+
+def test_task_heads_are_read_when_asked_for_by_name(tmp_path):
+    model, directory = _task_folder(tmp_path, "BertForTokenClassification", id2label={0: "O", 1: "B-X", 2: "I-X"})
+    # By default only the pre-training heads: a task head is listed as unused (what `bert-keras convert` exports).
+    plain = load_checkpoint(directory)
+    assert plain.heads == {} and plain.summary.unused == ["classifier.bias", "classifier.weight"]
+    assert plain.architectures == ["BertForTokenClassification"] and plain.label_names == ["O", "B-X", "I-X"]
+
+    loaded = load_checkpoint(directory, with_heads=["token_classifier"])
+    assert loaded.summary.heads == ["token_classifier"] and loaded.summary.unused == []
+    assert ("classifier.weight", "token_classifier.dense.kernel") in loaded.summary.loaded
+    assert loaded.summary.not_in_checkpoint == ["pooler"]  # BertForTokenClassification has none
+    head = loaded.heads["token_classifier"]
+    assert type(head).__name__ == "TokenClassificationHead" and head.num_classes == 3
+    np.testing.assert_array_equal(head.dense.kernel.numpy(), model.classifier.weight.detach().numpy().T)
+    np.testing.assert_array_equal(head.dense.bias.numpy(), model.classifier.bias.detach().numpy())
+    assert loaded.label_names == ["O", "B-X", "I-X"]
+    # `classifier.*` is a sequence classifier's head too: the architecture says whose it is.
+    other = load_checkpoint(directory, with_heads=["classifier", "span"])
+    assert other.heads == {} and other.summary.unused == ["classifier.bias", "classifier.weight"]
+
+
+def test_question_answering_head_and_default_labels(tmp_path):
+    model, directory = _task_folder(tmp_path, "BertForQuestionAnswering")
+    loaded = load_checkpoint(directory, with_heads=["span", "mlm"])
+    assert loaded.summary.heads == ["span"] and loaded.summary.unused == []
+    np.testing.assert_array_equal(loaded.heads["span"].dense.kernel.numpy(), model.qa_outputs.weight.detach().numpy().T)
+    inputs, _ = random_inputs()
+    start, end = loaded.heads["span"](loaded.encoder(inputs)["sequence_output"])
+    expected = torch_outputs(model, inputs)
+    real = inputs["input_mask"].astype(bool)
+    assert max_diff(np.asarray(start)[real], expected.start_logits.numpy()[real]) <= 1e-4
+    assert max_diff(np.asarray(end)[real], expected.end_logits.numpy()[real]) <= 1e-4
+
+    _, directory = _task_folder(tmp_path / "sequence", "BertForSequenceClassification")  # 2 labels: not written
+    with open(os.path.join(directory, "config.json")) as f:
+        assert "id2label" not in json.load(f)
+    loaded = load_checkpoint(directory, with_heads=["classifier"])
+    assert loaded.label_names == ["LABEL_0", "LABEL_1"]  # what transformers calls them
+    assert type(loaded.heads["classifier"]).__name__ == "ClassificationHead"
+
+
+def test_task_head_errors(tmp_path):
+    _, directory = _task_folder(tmp_path, "BertForSequenceClassification", id2label={0: "a", 1: "b", 2: "c"})
+    _edit_config(directory, id2label={"0": "a", "1": "b"})
+    with pytest.raises(CheckpointError, match=r"model.safetensors, tensor 'classifier.weight': has shape \(3, 16\): 3 "
+                       r"classes, but .*config.json's id2label names 2 \(a, b\)\. The config does not belong"):
+        load_checkpoint(directory, with_heads=["classifier"])
+    _edit_config(directory, id2label={"0": "a", "2": "b", "3": "c"})
+    with pytest.raises(ConfigError, match=r"config.json, field 'id2label': expected the class indices 0 to 2, found "
+                       r"\[0, 2, 3\]"):
+        load_checkpoint(directory, with_heads=["classifier"])
+    _edit_config(directory, id2label={"0": "a", "1": "a", "2": "c"})
+    with pytest.raises(ConfigError, match=r"field 'id2label': names \['a'\] more than one class"):
+        load_checkpoint(directory, with_heads=["classifier"])
+    # Labels of a head not read do not stop the encoder.
+    assert load_checkpoint(directory).label_names is None
+    with pytest.raises(ValueError, match=r"`with_heads`, expected a bool or a list of head names from \['mlm', 'nsp', "
+                       r"'classifier', 'token_classifier', 'span'\]\. Received: with_heads='classifier'"):
+        load_checkpoint(directory, with_heads="classifier")
+    # Without an architecture, `classifier.*` might be either classifier's: left unused.
+    _edit_config(directory, id2label={"0": "a", "1": "b", "2": "c"}, architectures=None)
+    loaded = load_checkpoint(directory, with_heads=["classifier", "token_classifier"])
+    assert loaded.heads == {} and loaded.summary.unused == ["classifier.bias", "classifier.weight"]
+    _edit_config(directory, architectures="BertForSequenceClassification")
+    with pytest.raises(ConfigError, match=r"field 'architectures': expected a list of class names"):
+        load_checkpoint(directory)
+
+
+def _replace_tensor(directory, name, array):
+    path = os.path.join(directory, "model.safetensors")
+    tensors = load_file(path)
+    tensors[name] = array
+    save_file(tensors, path)
+
+
+def test_task_heads_of_another_shape_are_refused(tmp_path):
+    _, directory = _task_folder(tmp_path / "qa", "BertForQuestionAnswering")
+    _replace_tensor(directory, "qa_outputs.weight", np.zeros((3, 16), "float32"))
+    with pytest.raises(CheckpointError, match=r"tensor 'qa_outputs.weight': has shape \(3, 16\), expected \(2, 16\) "
+                       r"for span.dense.kernel"):
+        load_checkpoint(directory, with_heads=["span"])
+    _, directory = _task_folder(tmp_path / "ner", "BertForTokenClassification", num_labels=3)
+    _replace_tensor(directory, "classifier.weight", np.zeros((3, 8), "float32"))
+    with pytest.raises(CheckpointError, match=r"tensor 'classifier.weight': has shape \(3, 8\), expected \(number of "
+                       r"classes, 16\): a classifier on hidden_size=16\."):
+        load_checkpoint(directory, with_heads=["token_classifier"])
