@@ -43,7 +43,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, ROOT)
 
-from bert_keras.distribute import local_tf_configs  # noqa: E402 - no TensorFlow devices started by importing it
+from bert_keras.cluster import local_tf_configs  # noqa: E402 - no TensorFlow devices started by importing it
 from run_all import cpu_description  # noqa: E402 - benchmarks/ is this script's directory
 
 
@@ -139,11 +139,11 @@ def scaling_worker(args):
     import numpy as np
     import tensorflow as tf
 
-    from bert_keras import distribute
+    from bert_keras.training.strategy import is_multi_worker, make_strategy
 
     tf.config.threading.set_intra_op_parallelism_threads(args.threads)
     tf.config.threading.set_inter_op_parallelism_threads(args.threads)
-    strategy = distribute.make_strategy("multi-worker" if os.environ.get("TF_CONFIG") else "default")
+    strategy = make_strategy("multi-worker" if os.environ.get("TF_CONFIG") else "default")
     import keras
 
     from bert_keras.demo import DemoConfig, load_tweet_splits
@@ -175,7 +175,7 @@ def scaling_worker(args):
     Harness(strategy, batch_size=args.batch_size, verbose=0).fit(model, text_dataset(train, args.batch_size, shuffle_seed=0),
                                                                  epochs=1, steps_per_epoch=steps, callbacks=[timer])
     result = {"step_s": statistics.median(timer.times[args.warmup:]), "steps": len(timer.times) - args.warmup}
-    if distribute.is_multi_worker(strategy):
+    if is_multi_worker(strategy):
         tensors = [tf.zeros(v.shape, v.dtype) for v in model.trainable_variables]
 
         @tf.function

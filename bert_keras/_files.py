@@ -55,6 +55,7 @@ import threading
 
 import tensorflow as tf
 
+from bert_keras._faults import fault_point
 from bert_keras._locks import OutputLockedError, output_lock  # noqa: F401 (the package's writers import them from here)
 
 logger = logging.getLogger(__name__)
@@ -588,18 +589,4 @@ def staged_directory(target, overwrite=False, kind="output", info=None, argument
 def _file_too_large(target):
     return (f"A file grew past this process's file-size limit (`ulimit -f`) or the file system's while writing "
             f"{target!r}; it was left as it was. Raise the limit or write to another file system.")
-
-
-FAULT_VARIABLE = "BERT_KERAS_FAULT_POINT"
-
-
-def fault_point(point):
-    """Test hook: `BERT_KERAS_FAULT_POINT=NAME` kills this process with SIGKILL at the point `NAME`.
-
-    Lets the fault-injection tests stop a run at a chosen place, deterministically.
-    """
-    wanted = os.environ.get(FAULT_VARIABLE)
-    if wanted and (wanted == point or wanted == point.split(":")[0]):
-        logger.warning("Fault point %s reached: killing this process (%s is set).", point, FAULT_VARIABLE)
-        os.kill(os.getpid(), 9)
 

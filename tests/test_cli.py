@@ -1,6 +1,7 @@
 import pytest
 
 from bert_keras import cli
+from bert_keras.commands import presets
 
 
 def test_presets_lists_every_configuration(capsys):
@@ -51,7 +52,7 @@ def test_an_internal_failure_exits_1_with_a_message(monkeypatch, capsys):
     def broken(args):
         raise KeyError("boom")
 
-    monkeypatch.setattr(cli, "_presets", broken)
+    monkeypatch.setattr(presets, "run", broken)
     assert cli.main(["presets"]) == 1
     assert capsys.readouterr().err == ("bert-keras presets: internal error: KeyError: 'boom' "
                                        "(rerun with -v for the traceback)\n")
@@ -166,3 +167,47 @@ def test_missing_paths_are_reported_before_tensorflow_is_imported(tmp_path, argv
               "sys.stderr.write('TF' if 'tensorflow' in sys.modules else 'no TF'); sys.exit(code)")
     done = subprocess.run([sys.executable, "-c", script, *argv], capture_output=True, text=True, cwd=tmp_path, timeout=120)
     assert done.returncode == 2 and message in done.stderr and done.stderr.endswith("no TF"), done.stderr
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["finetune", "--train", "nolabel.csv", "--out", "o"], "nolabel.csv: missing column(s) ['label']"),
+    (["finetune", "--train", "empty.csv", "--out", "o"], "empty.csv"),
+    (["evaluate", "--model", ".", "--data", "nolabel.csv"], "nolabel.csv: missing column(s) ['label']"),
+    (["predict", "--model", ".", "--input", "empty.txt"], "--input empty.txt holds no text."),
+    (["predict", "--model", ".", "--input", "nolabel.csv", "--text-column", "body"], "missing column(s) ['body']"),
+    (["embed", "--model", ".", "--input", "empty.txt", "--out", "e.npy"], "no text given"),
+    (["index", "--model", ".", "--input", "empty.txt", "--out", "i"], "no text given"),
+])
+def test_data_errors_are_reported_before_tensorflow_is_imported(tmp_path, argv, message):
+    """Bad data is exit 2 before TensorFlow and the model load (which take seconds): its header and first record."""
+    (tmp_path / "nolabel.csv").write_text("text,sentiment\nwhat a day,1\n")
+    (tmp_path / "empty.csv").write_text("")
+    (tmp_path / "empty.txt").write_text("")
+    test_missing_paths_are_reported_before_tensorflow_is_imported(tmp_path, argv, message)
+    assert not (tmp_path / "o").exists() and not (tmp_path / "e.npy").exists() and not (tmp_path / "i").exists()
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["finetune", "--train", "t.csv", "--out", "o", "--epoch", "2"], "--epoch 2 (did you mean --epochs?)"),
+    (["--verb", "presets"], "--verb (did you mean --verbose?)"),
+    (["presets", "--verb"], "--verb (did you mean --verbose?)"),
+])
+def test_an_abbreviated_option_is_refused_not_guessed(argv, message, capsys):
+    # issue 42, item 7: `--epoch 2` was taken as `--epochs 2` (argparse's allow_abbrev), silently.
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(argv)
+    assert exit_info.value.code == 2
+    assert capsys.readouterr().err.endswith(f"bert-keras: error: unrecognized arguments: {message}\n")
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["search", "index", "q", "--topk", "3"], "unrecognized arguments: --topk 3 (did you mean --top-k?)"),
+    (["finetune", "--train", "t.csv", "--out", "o", "--epoch=2"], "unrecognized arguments: --epoch=2 (did you mean --epochs?)"),
+    (["-vv", "predict", "--model", "m", "--formt", "json", "hi"], "unrecognized arguments: --formt (did you mean --format?)"),  # json: a TEXT
+    (["presets", "--zzz"], "unrecognized arguments: --zzz\n"),  # nothing close: no guess
+])
+def test_an_unknown_option_names_the_closest_one(argv, message, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(argv)
+    assert exit_info.value.code == 2
+    assert capsys.readouterr().err.endswith(f"bert-keras: error: {message}".rstrip("\n") + "\n")

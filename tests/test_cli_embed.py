@@ -357,3 +357,47 @@ def test_an_index_with_a_bad_probe_is_refused(models, tiny_index, tmp_path, caps
         load_index(index)
     code, stdout, err = _run(["search", index, "ok", "--model", models["export"]], capsys)
     assert code == 2 and stdout == "" and info_path in err and "probe" in err
+
+
+def test_index_piped_prints_progress_lines_and_q_silences_them(models, tmp_path, capsys, monkeypatch):
+    from bert_keras.commands import _common
+
+    source = tmp_path / "corpus.txt"
+    source.write_text("".join(f"text number {i}\n" for i in range(1200)), encoding="utf-8")
+    monkeypatch.setattr(_common, "PROGRESS_SECONDS", 0.0)  # a line per chunk of 16 batches, not per 10 s
+    argv = ["index", "--model", models["export"], "--input", str(source), "--batch-size", "32"]
+    code, _, err = _run([*argv, "--out", str(tmp_path / "a")], capsys)  # capsys: standard error is no terminal
+    assert code == 0, err
+    lines = [line for line in err.splitlines() if line.startswith("bert-keras index: ")]
+    assert [line.split(" texts (")[0] for line in lines] == ["bert-keras index: 512", "bert-keras index: 1024",
+                                                             "bert-keras index: 1200"]
+    assert all(line.endswith(" texts/s)") for line in lines)
+    code, _, err = _run(["-q", *argv, "--out", str(tmp_path / "b")], capsys)
+    assert code == 0 and "bert-keras index: " not in err, err
+    _common.set_quiet(False)
+
+
+def test_search_answers_queries_from_standard_input_with_one_load(models, tmp_path, capsys, monkeypatch):
+    source = tmp_path / "corpus.txt"
+    source.write_text("the good day\na bad day\nnot ok\nvery good\nquick brown fox\n", encoding="utf-8")
+    index = str(tmp_path / "index")
+    assert _run(["index", "--model", models["export"], "--input", str(source), "--out", index], capsys)[0] == 0
+    queries = ["good day", "a fox", "bad"]
+    search = ["search", index, "--model", models["export"], "--top-k", "2"]
+    code, expected, err = _run([*search, "--format", "json", *queries], capsys)
+    assert code == 0, err
+    code, stdout, err = _run([*search, "--format", "json"], capsys, stdin="good day\n\na fox\r\nbad\n".encode(),
+                             monkeypatch=monkeypatch)
+    assert code == 0, err
+    answers, expected = [json.loads(line) for line in stdout.splitlines()], json.loads(expected)  # a line per query
+    assert [a["query"] for a in answers] == queries  # blank lines skipped, \r\n ends a line
+    for answer, reference in zip(answers, expected):  # one query per batch here, three there: float rounding only
+        assert [hit["index"] for hit in answer["results"]] == [hit["index"] for hit in reference["results"]]
+        np.testing.assert_allclose([h["score"] for h in answer["results"]], [h["score"] for h in reference["results"]],
+                                   atol=1e-5)
+    code, stdout, err = _run(search, capsys, stdin="good day\n".encode(), monkeypatch=monkeypatch)
+    assert code == 0 and stdout.startswith("query: good day\n1\t") and stdout.endswith("\n\n"), (stdout, err)
+    code, _, err = _run(search, capsys, stdin=b"good day\n\xff\n", monkeypatch=monkeypatch)
+    assert code == 2 and "standard input: line 2: not valid UTF-8" in err
+    code, _, err = _run(search, capsys, stdin=b"\n \n", monkeypatch=monkeypatch)
+    assert code == 2 and "no query given" in err

@@ -10,7 +10,7 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent / "bert_keras"
 
 # The layers, first to last (README, "API map"). A module may import its own layer's and earlier layers' modules.
 LAYERS = [
-    ["_backend", "_checks", "_contract", "_keras_compat", "_files", "_locks", "_native_log", "dtypes", "distribute"],
+    ["_backend", "_checks", "_contract", "_keras_compat", "_faults", "_files", "_locks", "_native_log", "dtypes", "cluster"],
     ["layers"],
     ["presets"],
     ["text"],
@@ -30,6 +30,7 @@ LAYERS = [
     ["training"],
     ["inspect", "beam"],
     ["demo"],
+    ["commands"],
     ["cli"],
 ]
 RANK = {name: rank for rank, names in enumerate(LAYERS) for name in names}
@@ -160,3 +161,46 @@ def test_the_sentence_encoder_jobs_live_on_their_own_floors():
     assert _layer(defined["read_sentence_transformers_folder"]) == "formats"
     jobs = ["SentenceEncoder", "write_embeddings", "SentenceIndex", "read_sentence_transformers_folder"]
     assert len({defined[name] for name in jobs}) == len(jobs), {name: defined[name] for name in jobs}
+
+
+def test_the_distribution_jobs_live_on_their_own_floors():
+    """The cluster (TF_CONFIG, the rendezvous) is a low module of its own; the strategy, the feeding of replicas and
+    the workers' backups are the training harness's; each is defined once, and the dead helpers are gone."""
+    defined = {}
+    for module, path in PATHS.items():
+        for node in ast.parse(path.read_text()).body:
+            if isinstance(node, (ast.ClassDef, ast.FunctionDef)):
+                defined.setdefault(node.name, []).append(module)
+    jobs = {
+        "read_tf_config": "bert_keras.cluster", "rendezvous": "bert_keras.cluster",
+        "make_strategy": "bert_keras.training.strategy", "is_chief": "bert_keras.training.strategy",
+        "trainable_model": "bert_keras.training.strategy", "distribute_batches": "bert_keras.training.feeding",
+        "worker_backup_dir": "bert_keras.training.backup", "agree_on_epoch": "bert_keras.training.backup",
+    }
+    assert {name: defined.get(name) for name in jobs} == {name: [module] for name, module in jobs.items()}
+    assert [name for name in ("agree_on_backup", "all_workers", "_all_gather_int") if name in defined] == []
+    assert "bert_keras.distribute" not in PATHS
+    assert RANK["cluster"] == 0 and _imported("bert_keras.cluster", ast.parse(PATHS["bert_keras.cluster"].read_text())) == {
+        "bert_keras._checks"}
+
+
+# Data tables are exempt from the size limits below: modules that are mostly one literal table.
+DATA_TABLES = {"bert_keras.text._unicode_tables"}
+MAX_MODULE_LINES, MAX_FUNCTION_LINES = 600, 120
+
+
+def test_no_module_over_600_lines_and_no_function_over_120():
+    """One job per module, a function readable in one sitting (docstrings count; data tables are exempt)."""
+    too_long = []
+    for module, path in PATHS.items():
+        if module in DATA_TABLES:
+            continue
+        text = path.read_text()
+        if text.count("\n") > MAX_MODULE_LINES:
+            too_long.append(f"{module}: {text.count(chr(10))} lines")
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                length = node.end_lineno - node.lineno + 1
+                if length > MAX_FUNCTION_LINES:
+                    too_long.append(f"{module}.{node.name}: {length} lines")
+    assert not too_long, too_long

@@ -11,7 +11,8 @@ import os
 import tensorflow as tf
 
 from bert_keras._contract import ARCHITECTURE_FILE
-from bert_keras._files import directory_under, fault_point, read_marker, staged_directory
+from bert_keras._faults import fault_point
+from bert_keras._files import directory_under, read_marker, staged_directory
 from bert_keras._keras_compat import traced_as_saved
 from bert_keras.dtypes import check_compute_dtype, compute_dtype
 from bert_keras.encoder import INPUT_KEYS

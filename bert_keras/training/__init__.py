@@ -2,7 +2,12 @@
 
 - `Harness` (`harness.py`): a run's strategy, dtype scope, feeding, per-epoch
   snapshots and exact resume, and who writes.
-- `training.backup`: the atomic snapshots, the backup's lock and run record.
+- `training.backup`: the atomic snapshots, the backup's lock and run record,
+  each worker's own backup and the epoch the workers resume from.
+- `training.strategy`: `make_strategy` (over `cluster`'s `TF_CONFIG` and
+  rendezvous), who is the chief, a `fit` of one's own under several replicas
+  (`trainable_model`); `training.feeding`: each replica's slice of every
+  global batch (`distribute_batches`).
 - Recipes: `finetune` / `finetune_classifier` (`FineTuneConfig`),
   `run_pretraining` (`PretrainConfig`) and `finetune_sentence_encoder`
   (`ContrastiveConfig`: pairs, in-batch negatives gathered across replicas).

@@ -50,7 +50,7 @@ from bert_keras._files import (
     staged_directory,
     write_json_atomically,
 )
-from bert_keras.distribute import all_gather_ints, is_multi_worker, task_name
+from bert_keras.training.strategy import all_gather_ints, is_multi_worker, task_name
 
 logger = logging.getLogger(__name__)
 

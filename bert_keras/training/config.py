@@ -7,7 +7,7 @@ the config's (`FineTuneConfig.of`).
 
 import dataclasses
 
-from bert_keras.lora import LORA_TARGETS
+from bert_keras.lora import LORA_TARGETS, check_lora_targets
 
 
 class _Options:
@@ -76,6 +76,16 @@ class FineTuneConfig(_Options):
     lora_targets: tuple = tuple(LORA_TARGETS)
     lora_learning_rate: float = 2e-3
     export_dtype: str = "float32"
+
+    def __post_init__(self):
+        # LoRA's options are checked here, where they are defined: the command line passes them through.
+        self.lora_targets = check_lora_targets(self.lora_targets)
+        if self.lora_rank is None:
+            defaults = {field.name: field.default for field in dataclasses.fields(self)}
+            for name in ("lora_targets", "lora_learning_rate"):
+                if getattr(self, name) != defaults[name]:
+                    raise ValueError(f"`{name}` needs `lora_rank`: LoRA's options apply to a LoRA fine-tune only. "
+                                     f"Received: {name}={getattr(self, name)!r} and lora_rank=None")
 
     @property
     def phase_2_learning_rate(self):

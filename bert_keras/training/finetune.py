@@ -29,8 +29,9 @@ import numpy as np
 import tensorflow as tf
 from sklearn.utils.class_weight import compute_class_weight
 
-from bert_keras import distribute, lora
-from bert_keras._files import check_target, fault_point, output_lock
+from bert_keras import lora
+from bert_keras._faults import fault_point
+from bert_keras._files import check_target, output_lock
 from bert_keras.datasets import stratified_split
 from bert_keras.dtypes import check_compute_dtype
 from bert_keras.evaluate import classification_report, format_report, report_files
@@ -40,7 +41,9 @@ from bert_keras.tasks import BertClassifier
 from bert_keras.training.config import FineTuneConfig
 from bert_keras.training.backup import check_run_record, fingerprint, held_backup, remove_backup
 from bert_keras.training.data import text_dataset
+from bert_keras.training.feeding import check_global_batch
 from bert_keras.training.harness import Harness
+from bert_keras.training.strategy import is_chief, task_name
 
 logger = logging.getLogger(__name__)
 
@@ -208,7 +211,7 @@ def finetune_classifier(source, train, validation=None, test=None, export_dir=No
             a new directory, or the backup of an interrupted run of the same
             source, data and config. Removed once the export is written.
         strategy: optional `tf.distribute.Strategy` (see
-            `bert_keras.distribute.make_strategy`); defaults to the current
+            `training.strategy.make_strategy`); defaults to the current
             one. With more than one replica the test scores and the export are
             made by the chief, from a copy of the trained model outside the
             strategy; the other workers return with `export_dir` None.
@@ -222,8 +225,8 @@ def finetune_classifier(source, train, validation=None, test=None, export_dir=No
     config = FineTuneConfig.of(config, **options)
     strategy = strategy or tf.distribute.get_strategy()
     if strategy.num_replicas_in_sync > 1:
-        distribute.check_global_batch(config.batch_size, strategy.num_replicas_in_sync)
-    if not distribute.is_chief(strategy):
+        check_global_batch(config.batch_size, strategy.num_replicas_in_sync)
+    if not is_chief(strategy):
         report = logger.debug  # progress is the chief's to show
     if export_dir is not None:
         check_target(export_dir, overwrite, argument="export_dir", kind="classifier")
@@ -234,7 +237,7 @@ def finetune_classifier(source, train, validation=None, test=None, export_dir=No
             _check_apart(export_dir, backup_dir)
     # The output's lock from the start (the chief writes it): a second run of the same export_dir is refused
     # before it trains, not after.
-    locked = output_lock(export_dir, reentrant=True) if export_dir is not None and distribute.is_chief(strategy) else contextlib.nullcontext()
+    locked = output_lock(export_dir, reentrant=True) if export_dir is not None and is_chief(strategy) else contextlib.nullcontext()
     with locked, held_backup(backup_dir, strategy) as own_backup:
         if backup_dir is not None:
             run = dict(source=source if isinstance(source, str) else list(source), **config.record(),
@@ -263,7 +266,7 @@ def _train_and_export(harness, source, train, validation, test, export_dir, conf
     replicas, batching = harness.replicas, f"batch {config.batch_size}"
     if replicas > 1:
         batching = f"global batch {config.batch_size} = {config.batch_size // replicas} per replica x {replicas} replicas"
-        report(f"Strategy: {type(harness.strategy).__name__}, {replicas} replicas ({distribute.task_name(harness.strategy)} here)")
+        report(f"Strategy: {type(harness.strategy).__name__}, {replicas} replicas ({task_name(harness.strategy)} here)")
     phase_2 = "unfrozen" if config.lora_rank is None else f"adapted by LoRA (rank {config.lora_rank})"
     report(f"Fine-tuning (seq_length {config.seq_length}, {batching}): {config.head_epochs} epoch(s) with the encoder "
            f"frozen, then {config.epochs} with it {phase_2} (AdamW {config.phase_2_learning_rate:g})")

@@ -2,7 +2,7 @@
 
 A `Harness` owns one run: the `tf.distribute` strategy and the dtype policy
 the model is built under (`building`), the feeding of global batches (split
-among replicas by `distribute.distribute_batches`, the epochs a backup has
+among replicas by `training.feeding.distribute_batches`, the epochs a backup has
 done skipped), the per-epoch snapshots and the exact resume of each phase
 (`training.backup`), and who reports and writes (the chief). Recipes build a
 model inside `harness.building(dtype)`, compile with `harness.compile` and
@@ -22,9 +22,10 @@ import os
 import keras
 import tensorflow as tf
 
-from bert_keras import distribute
 from bert_keras._keras_compat import strategy_fit
 from bert_keras.training.backup import EpochBackup, agree_on_epoch, read_state
+from bert_keras.training.feeding import check_global_batch, distribute_batches
+from bert_keras.training.strategy import is_chief
 
 logger = logging.getLogger(__name__)
 
@@ -50,10 +51,10 @@ class Harness:
             if batch_size is None:
                 raise ValueError("Pass `batch_size` (the global batch size of the training data): the strategy has "
                                  f"{self.replicas} replicas, among which each batch is split.")
-            distribute.check_global_batch(batch_size, self.replicas)
+            check_global_batch(batch_size, self.replicas)
         self.batch_size = batch_size
         self.backup_dir = backup_dir
-        self.chief = distribute.is_chief(self.strategy)
+        self.chief = is_chief(self.strategy)
         self.verbose = verbose if self.chief else 0
         self.report = (report or logger.info) if self.chief else logger.debug
         self.resumed_epoch = 0  # the epoch the last `fit` resumed from
@@ -134,10 +135,10 @@ class Harness:
         elif not _one_epoch(data, steps_per_epoch):
             feed["steps_per_epoch"] = steps_per_epoch
         if self.replicas > 1:
-            data = distribute.distribute_batches(self.strategy, data, self.batch_size)
+            data = distribute_batches(self.strategy, data, self.batch_size)
             if validation_data is not None:
                 feed["validation_steps"] = validation_steps
-                validation_data = distribute.distribute_batches(
+                validation_data = distribute_batches(
                     self.strategy, validation_data.repeat(), self.batch_size, scale_partial=scale_partial_validation
                 )
         elif validation_steps is not None:

@@ -10,7 +10,7 @@ same data), and writes TF Hub modules: the encoder (with its `mlm`
 sub-object) and the matching preprocessor. What it trains is one
 `PretrainConfig`, stored in the backup's run record.
 
-Under a strategy of more than one replica (`bert_keras.distribute`) every
+Under a strategy of more than one replica (`training.strategy`) every
 worker builds the same instance stream and each replica takes its slice of
 every global batch, so N replicas train on what one replica with the same
 global batch would; the masked-LM loss is then summed over weights
@@ -27,7 +27,8 @@ import keras
 import tensorflow as tf
 
 from bert_keras._checks import check_positive_int
-from bert_keras._files import MARKER, check_target, claim_directory, fault_point
+from bert_keras._faults import fault_point
+from bert_keras._files import MARKER, check_target, claim_directory
 from bert_keras.encoder import BertEncoder
 from bert_keras.export import ENCODER_DIR, PREPROCESS_DIR, export_module_pair
 from bert_keras.optimization import bert_optimizer
@@ -138,7 +139,7 @@ def run_pretraining(corpus, out_dir, vocab_file, config=None, *, encoder_config=
         export: bool. Write the Hub modules at the end. Defaults to `True`;
             with `False`, `encoder_dir` and `preprocess_dir` are `None`.
         strategy: optional `tf.distribute.Strategy` (see
-            `bert_keras.distribute.make_strategy`); defaults to the current
+            `training.strategy.make_strategy`); defaults to the current
             one. `batch_size` is the global batch: a multiple of the
             replicas. On workers other than the chief nothing is exported
             (`encoder_dir` is None) and progress is not reported.

@@ -15,7 +15,7 @@ import random
 
 import numpy as np
 
-from bert_keras import distribute  # noqa: I001 - before TensorFlow starts its devices
+from bert_keras.training.strategy import is_chief, make_strategy  # noqa: I001 - before TensorFlow starts its devices
 
 OPTIONS = dict(batch_size=32, epochs=2, learning_rate=5e-3, seed=3)
 
@@ -38,7 +38,7 @@ def main():
     parser.add_argument("inputs")
     parser.add_argument("out")
     args = parser.parse_args()
-    strategy = distribute.make_strategy("default" if args.mode == "single" else "multi-worker", connect_timeout=60)
+    strategy = make_strategy("default" if args.mode == "single" else "multi-worker", connect_timeout=60)
 
     import keras
 
@@ -51,7 +51,7 @@ def main():
         model = SentenceEncoder.from_checkpoint(inputs["checkpoint"], pooling="mean", max_seq_length=12)
     initial = model.get_weights()
     history = finetune_sentence_encoder(model, *pairs(), strategy=strategy, verbose=0, **OPTIONS)
-    if distribute.is_chief(strategy):
+    if is_chief(strategy):
         np.savez(os.path.join(args.out, "contrastive.npz"), *model.get_weights())
         np.savez(os.path.join(args.out, "initial.npz"), *initial)
         with open(os.path.join(args.out, "contrastive.json"), "w") as f:

@@ -18,7 +18,8 @@ import os
 
 import numpy as np
 
-from bert_keras import distribute  # noqa: I001 - before TensorFlow starts its devices (cpu_replicas)
+from bert_keras.training.feeding import distribute_batches  # noqa: I001 - before TensorFlow starts its devices (cpu_replicas)
+from bert_keras.training.strategy import is_chief, make_strategy, task_name
 
 FINETUNE = dict(seq_length=12, batch_size=8, head_epochs=1, epochs=2, learning_rate=1e-2, dropout=0.0, seed=0)
 PRETRAIN = dict(
@@ -37,7 +38,7 @@ def main():
     parser.add_argument("--only", choices=("finetune",))
     args = parser.parse_args()
     name = {"single": "default", "mirrored": "mirrored", "multi-worker": "multi-worker"}[args.mode]
-    strategy = distribute.make_strategy(name, cpu_replicas=2 if name == "mirrored" else None, connect_timeout=60)
+    strategy = make_strategy(name, cpu_replicas=2 if name == "mirrored" else None, connect_timeout=60)
 
     from bert_keras.datasets import read_labelled_file
     from bert_keras.training import finetune_classifier
@@ -48,17 +49,17 @@ def main():
     export_dir = os.path.join(args.out, "classifier") if args.backup else None  # the resumed run exports too
     result = finetune_classifier(inputs["checkpoint"], train, export_dir=export_dir, strategy=strategy, backup_dir=args.backup,
                                  verbose=0, **FINETUNE)
-    chief = distribute.is_chief(strategy)
+    chief = is_chief(strategy)
     if chief:
         np.savez(os.path.join(args.out, "finetune.npz"), *result.model.get_weights())
     if args.only:
         return
-    pretrained = run_pretraining(inputs["corpus"], os.path.join(args.out, f"pretrain-{distribute.task_name(strategy)}"),
+    pretrained = run_pretraining(inputs["corpus"], os.path.join(args.out, f"pretrain-{task_name(strategy)}"),
                                  inputs["vocab"], strategy=strategy, **PRETRAIN)
     if chief:
         np.savez(os.path.join(args.out, "pretrain.npz"), *pretrained.pretrainer.get_weights())
     if strategy.num_replicas_in_sync > 1:
-        _record_seen(strategy, os.path.join(args.out, f"seen-{distribute.task_name(strategy)}.json"))
+        _record_seen(strategy, os.path.join(args.out, f"seen-{task_name(strategy)}.json"))
 
 
 def _record_seen(strategy, path):
@@ -69,7 +70,7 @@ def _record_seen(strategy, path):
     data = LabelledText([f"ex{i}" for i in range(27)], np.zeros(27, dtype=np.int32), ["a"])
     batch_size = FINETUNE["batch_size"]
     steps = math.ceil(len(data) / batch_size)
-    batches = iter(distribute.distribute_batches(strategy, text_dataset(data, batch_size, shuffle_seed=0), batch_size))
+    batches = iter(distribute_batches(strategy, text_dataset(data, batch_size, shuffle_seed=0), batch_size))
     seen = []
     for _ in range(2):
         epoch = []

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from bert_keras.distribute import local_tf_configs
+from bert_keras.cluster import local_tf_configs
 from tests import forked
 from tests.checkpoints._models import write_training_inputs
 

@@ -10,8 +10,10 @@ import time
 import numpy as np
 import pytest
 
-from bert_keras import distribute
-from bert_keras.training.backup import resumed_epoch
+from bert_keras.cluster import TFConfigError, local_tf_configs, read_tf_config, wait_for_workers
+from bert_keras.training.backup import resumed_epoch, worker_backup_dir
+from bert_keras.training.feeding import check_global_batch, distribute_batches
+from bert_keras.training.strategy import is_chief, task_name
 from tests.distribute.conftest import ROOT, check, driver, environment, finish, run_cluster, start, wait_for
 
 pytestmark = [pytest.mark.distributed, pytest.mark.slow]
@@ -61,7 +63,7 @@ def test_two_workers_give_the_weights_of_one_replica(inputs, single, tmp_path):
 def test_a_worker_killed_in_phase_two_resumes_from_the_backups(inputs, single, tmp_path):
     backup = tmp_path / "backup"
     argv = driver("multi-worker", inputs, tmp_path, "--backup", backup, "--only", "finetune")
-    configs = distribute.local_tf_configs(2)
+    configs = local_tf_configs(2)
     chief = start(argv, TF_CONFIG=configs[0])
     # worker 1 is killed (SIGKILL) right after its backup of the first unfrozen epoch
     worker = start(argv, TF_CONFIG=configs[1], BERT_KERAS_FAULT_POINT="epoch-end:full:1")
@@ -130,7 +132,7 @@ def test_malformed_tf_config_is_a_clear_error(inputs, tmp_path, capsys, monkeypa
 
 @pytest.mark.slow
 def test_an_unreachable_worker_is_a_clear_error_in_bounded_time(inputs, tmp_path, capsys, monkeypatch):
-    config = distribute.local_tf_configs(2)[0]  # nobody listens on the second
+    config = local_tf_configs(2)[0]  # nobody listens on the second
     args = _finetune_args(inputs, tmp_path / "out", "--strategy", "multi-worker", "--connect-timeout", 3)
     returncode, stderr, seconds = _cli_in_process(capsys, monkeypatch, args, tf_config=config)
     assert returncode == 2, stderr[-2000:]
@@ -161,26 +163,26 @@ def test_a_global_batch_that_does_not_divide_among_replicas_is_refused(inputs, t
     ],
 )
 def test_tf_config_is_checked(raw, message):
-    with pytest.raises(distribute.TFConfigError, match=message):
-        distribute.read_tf_config({"TF_CONFIG": raw})
+    with pytest.raises(TFConfigError, match=message):
+        read_tf_config({"TF_CONFIG": raw})
 
 
 def test_chief_comes_first_in_the_cluster():
     raw = '{"cluster": {"worker": ["b:2"], "chief": ["a:1"]}, "task": {"type": "chief", "index": 0}}'
-    assert distribute.read_tf_config({"TF_CONFIG": raw}) == (["a:1", "b:2"], "chief", 0)
+    assert read_tf_config({"TF_CONFIG": raw}) == (["a:1", "b:2"], "chief", 0)
 
 
 def test_global_batch_divisibility():
-    assert distribute.check_global_batch(32, 4) == 8
+    assert check_global_batch(32, 4) == 8
     with pytest.raises(ValueError, match="does not divide among the 3 replicas: pass a multiple of 3"):
-        distribute.check_global_batch(32, 3)
+        check_global_batch(32, 3)
 
 
 def test_waiting_for_a_worker_ends_with_a_clear_error():
-    address = json.loads(distribute.local_tf_configs(1)[0])["cluster"]["worker"][0]  # free: nobody listens
+    address = json.loads(local_tf_configs(1)[0])["cluster"]["worker"][0]  # free: nobody listens
     started = time.monotonic()
     with pytest.raises(ConnectionError, match=f"Worker {address} could not be reached within 1 s"):
-        distribute.wait_for_workers(["127.0.0.1:1", address], "127.0.0.1:1", timeout=1)
+        wait_for_workers(["127.0.0.1:1", address], "127.0.0.1:1", timeout=1)
     assert time.monotonic() - started < 10
 
 
@@ -188,6 +190,6 @@ def test_one_replica_keeps_the_dataset_as_it_is():
     import tensorflow as tf
 
     dataset = tf.data.Dataset.range(5).batch(2)
-    assert distribute.distribute_batches(tf.distribute.get_strategy(), dataset, 2) is dataset
-    assert distribute.worker_backup_dir("/x", tf.distribute.get_strategy()) == "/x"
-    assert distribute.is_chief() and distribute.task_name() == "chief"
+    assert distribute_batches(tf.distribute.get_strategy(), dataset, 2) is dataset
+    assert worker_backup_dir("/x", tf.distribute.get_strategy()) == "/x"
+    assert is_chief() and task_name() == "chief"

@@ -11,12 +11,13 @@ import time
 
 import pytest
 
-from bert_keras import cli, distribute
+from bert_keras import cli, cluster
+from bert_keras.commands import _common as commands_common
 from tests.distribute.conftest import finish, start
 
 
 def _cluster(count):
-    return json.loads(distribute.local_tf_configs(count)[0])["cluster"]["worker"]
+    return json.loads(cluster.local_tf_configs(count)[0])["cluster"]["worker"]
 
 
 def _port(address):
@@ -29,7 +30,7 @@ def _meet(workers, run_ids, timeout=10.0, clusters=None):
 
     def run(i):
         try:
-            distribute.rendezvous(workers[i], clusters[i] if clusters else workers, timeout, run_id=run_ids[i])
+            cluster.rendezvous(workers[i], clusters[i] if clusters else workers, timeout, run_id=run_ids[i])
         except ConnectionError as error:
             errors[i] = str(error)
 
@@ -77,6 +78,16 @@ class _Listener:
 # --- units: rendezvous in threads -----------------------------------------------------------------------
 
 
+def test_the_cluster_module_loads_no_tensorflow():
+    """TF_CONFIG and the rendezvous are sockets and JSON: a worker can check its cluster before TensorFlow starts."""
+    loaded = json.loads(subprocess.run(
+        [sys.executable, "-c", "import json, sys, bert_keras.cluster; print(json.dumps(sorted(sys.modules)))"],
+        capture_output=True, text=True, check=True, timeout=60,
+    ).stdout)
+    assert "bert_keras.cluster" in loaded
+    assert [name for name in ("tensorflow", "keras", "numpy") if name in loaded] == []
+
+
 def test_two_workers_of_one_run_meet():
     workers = _cluster(2)
     errors, seconds = _meet(workers, ["run-a", "run-a"])
@@ -96,7 +107,7 @@ def test_an_http_server_at_a_worker_address_is_refused_after_the_timeout():
     started = time.monotonic()
     try:
         with pytest.raises(ConnectionError) as raised:
-            distribute.rendezvous(workers[0], workers, 2, run_id="run-a")
+            cluster.rendezvous(workers[0], workers, 2, run_id="run-a")
     finally:
         server.close()
     assert 2 <= time.monotonic() - started < 5
@@ -112,7 +123,7 @@ def test_a_listener_that_says_nothing_is_refused_after_the_timeout():
     try:
         with pytest.raises(ConnectionError, match=rf"Worker {workers[1]} answered but is not a bert_keras worker of this run "
                            r"\(it sent nothing within (2|1\.\d+) s\)"):  # what was left of the 2 s when it called
-            distribute.rendezvous(workers[0], workers, 2, run_id="run-a")
+            cluster.rendezvous(workers[0], workers, 2, run_id="run-a")
     finally:
         silent.close()
     assert 2 <= time.monotonic() - started < 5
@@ -123,7 +134,7 @@ def test_a_listener_that_hangs_up_is_refused():
     closer = _Listener(_port(workers[1]), b"", read_first=False)
     try:
         with pytest.raises(ConnectionError, match=r"not a bert_keras worker of this run \(it sent nothing: it (closed|reset) the connection\)"):
-            distribute.rendezvous(workers[0], workers, 1, run_id="run-a")
+            cluster.rendezvous(workers[0], workers, 1, run_id="run-a")
     finally:
         closer.close()
 
@@ -156,7 +167,7 @@ def test_another_protocol_version_is_refused_at_once():
     try:
         with pytest.raises(ConnectionError, match=f"Worker {workers[1]} is a bert_keras worker of rendezvous protocol 2, "
                            "this one of protocol 1. Install the same bert_keras version"):
-            distribute.rendezvous(workers[0], workers, 30, run_id="run-a")
+            cluster.rendezvous(workers[0], workers, 30, run_id="run-a")
     finally:
         newer.close()
     assert time.monotonic() - started < 10
@@ -169,7 +180,7 @@ def test_a_worker_at_the_wrong_address_is_refused():
     try:
         with pytest.raises(ConnectionError, match=rf"Worker {workers[1]} answered as worker 0 of the cluster \({workers[0]}\), "
                            "not as worker 1"):
-            distribute.rendezvous(workers[0], workers, 30, run_id="run-a")
+            cluster.rendezvous(workers[0], workers, 30, run_id="run-a")
     finally:
         impostor.close()
 
@@ -180,12 +191,12 @@ def test_a_stranger_calling_a_worker_is_ignored(caplog):
 
     def run(i):
         try:
-            distribute.rendezvous(workers[i], workers, 20, run_id="r")
+            cluster.rendezvous(workers[i], workers, 20, run_id="r")
         except ConnectionError as error:
             errors[i] = str(error)
 
     threads = [threading.Thread(target=run, args=(i,)) for i in range(2)]
-    with caplog.at_level(logging.WARNING, logger="bert_keras.distribute"):
+    with caplog.at_level(logging.WARNING, logger="bert_keras.cluster"):
         threads[0].start()  # worker 0 listens alone: a stranger calls it before worker 1 starts
         deadline = time.monotonic() + 10
         while True:
@@ -207,12 +218,12 @@ def test_a_stranger_calling_a_worker_is_ignored(caplog):
 
 def test_a_worker_that_never_dials_back_is_a_clear_error():
     workers = _cluster(2)
-    answering = distribute._Meeting(workers[1], workers, 10, "r")  # answers worker 0, never dials it
+    answering = cluster._Meeting(workers[1], workers, 10, "r")  # answers worker 0, never dials it
     answering.listen()
     try:
         with pytest.raises(ConnectionError, match=rf"Worker {workers[1]} answered but did not connect back to this worker "
                            rf"\({workers[0]}\) within 1 s"):
-            distribute.rendezvous(workers[0], workers, 1, run_id="r")
+            cluster.rendezvous(workers[0], workers, 1, run_id="r")
     finally:
         answering.close()
 
@@ -232,13 +243,13 @@ def test_the_run_id_is_the_same_on_hosts_with_other_paths_and_differs_with_the_r
     (tmp_path / "b").mkdir()
     for host in "ab":
         (tmp_path / host / "train.csv").write_text("text,label\nhello,1\nbye,0\n")
-    run_id = cli._run_id(_finetune_namespace(tmp_path / "a" / "train.csv", out="/host-a/out"))
-    assert run_id == cli._run_id(_finetune_namespace(tmp_path / "b" / "train.csv", out="/host-b/out", connect_timeout=5.0))
-    assert run_id != cli._run_id(_finetune_namespace(tmp_path / "a" / "train.csv", batch_size=16))
-    assert run_id != cli._run_id(_finetune_namespace(tmp_path / "a" / "train.csv", command="pretrain"))
+    run_id = commands_common.run_id(_finetune_namespace(tmp_path / "a" / "train.csv", out="/host-a/out"))
+    assert run_id == commands_common.run_id(_finetune_namespace(tmp_path / "b" / "train.csv", out="/host-b/out", connect_timeout=5.0))
+    assert run_id != commands_common.run_id(_finetune_namespace(tmp_path / "a" / "train.csv", batch_size=16))
+    assert run_id != commands_common.run_id(_finetune_namespace(tmp_path / "a" / "train.csv", command="pretrain"))
     (tmp_path / "b" / "train.csv").write_text("text,label\nhello,1\nbye,0\nagain,1\n")
-    assert run_id != cli._run_id(_finetune_namespace(tmp_path / "b" / "train.csv"))
-    assert cli._run_id(_finetune_namespace(tmp_path / "b" / "train.csv", run_id="mine")) == "mine"
+    assert run_id != commands_common.run_id(_finetune_namespace(tmp_path / "b" / "train.csv"))
+    assert commands_common.run_id(_finetune_namespace(tmp_path / "b" / "train.csv", run_id="mine")) == "mine"
     assert cli._build_parser().parse_args(["pretrain", "--corpus", "c", "--out", "o", "--run-id", "x"]).run_id == "x"
 
 
@@ -267,7 +278,7 @@ def _wait_until_listening(port):
 @pytest.mark.slow
 @pytest.mark.distributed
 def test_an_http_server_as_the_other_worker_ends_the_command_with_status_2(tmp_path):
-    configs = distribute.local_tf_configs(2)
+    configs = cluster.local_tf_configs(2)
     other = json.loads(configs[0])["cluster"]["worker"][1]
     server = subprocess.Popen([sys.executable, "-m", "http.server", "--bind", "127.0.0.1", str(_port(other))], cwd=tmp_path,
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -291,10 +302,10 @@ def test_an_http_server_as_the_other_worker_ends_the_command_with_status_2(tmp_p
 @pytest.mark.parametrize("task", [0, 1], ids=["leader", "follower"])
 def test_a_worker_that_stops_after_the_rendezvous_ends_the_command_with_status_2(tmp_path, task):
     """The other worker meets this one, then never starts TensorFlow: the cluster does not form, in bounded time."""
-    configs = distribute.local_tf_configs(2)
+    configs = cluster.local_tf_configs(2)
     workers = json.loads(configs[0])["cluster"]["worker"]
     met = []
-    peer = threading.Thread(target=lambda: met.append(distribute.rendezvous(workers[1 - task], workers, 60, run_id="shared")),
+    peer = threading.Thread(target=lambda: met.append(cluster.rendezvous(workers[1 - task], workers, 60, run_id="shared")),
                             daemon=True)
     peer.start()
     (tmp_path / "train.csv").write_text("text,label\nhello,1\nbye,0\n")

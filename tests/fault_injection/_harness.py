@@ -17,7 +17,8 @@ import numpy as np
 import tensorflow as tf
 
 from bert_keras import hub
-from bert_keras._files import FAULT_VARIABLE, MARKER, read_marker
+from bert_keras._faults import FAULT_VARIABLE
+from bert_keras._files import MARKER, read_marker
 from bert_keras.training.backup import resumed_epoch
 from tests import forked
 

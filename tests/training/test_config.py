@@ -39,3 +39,15 @@ def test_a_config_of_another_kind_is_refused(cls, wrong):
     # `dataclasses.replace` would copy another recipe's config (or fail on a bool) without naming the argument.
     with pytest.raises(ValueError, match=rf"argument `config`, expected a {cls.__name__} or None. Received: config="):
         cls.of(wrong, epochs=1)
+
+
+def test_lora_options_are_checked_where_they_are_defined():
+    # The command line passes them through and names its flags (tests/test_cli_finetune.py).
+    assert FineTuneConfig(lora_rank=2, lora_targets="value, query,value").lora_targets == ("value", "query")
+    with pytest.raises(ValueError, match=r"argument `lora_targets`, expected one of \['query', .*Received: lora_targets='qurey'"):
+        FineTuneConfig(lora_rank=2, lora_targets=["query", "qurey"])
+    with pytest.raises(ValueError, match=r"^`lora_targets` needs `lora_rank`: .* Received: lora_targets=\('query',\) and lora_rank=None"):
+        FineTuneConfig(lora_targets="query", lora_learning_rate=1e-3)  # the first of the two is named
+    with pytest.raises(ValueError, match=r"^`lora_learning_rate` needs `lora_rank`: .* Received: lora_learning_rate=0.001 and"):
+        FineTuneConfig.of(lora_learning_rate=1e-3)
+    assert FineTuneConfig(lora_targets=["query", "key", "value", "attention_output", "intermediate", "output"]).lora_rank is None

@@ -1,0 +1,204 @@
+"""What the commands share: argument types, messages, verbosity, the parser class, the strategy of a training run.
+
+Nothing here imports TensorFlow at module level: `bert-keras --help` and the checks before a command's run must not
+pay for it; `strategy` imports `bert_keras.training.strategy` (TensorFlow) when a run asks for one.
+"""
+
+import argparse
+import hashlib
+import json
+import os
+import sys
+import time
+
+from bert_keras import dtypes  # no TensorFlow import; read at call time (tests replace its CPU check)
+
+
+def at_least(minimum):
+    """An argparse type: an integer >= `minimum` (argparse names the flag and exits with status 2)."""
+
+    def parse(text):
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"expected an integer >= {minimum}, got {value}")
+        return value
+
+    parse.__name__ = "integer"
+    return parse
+
+
+def positive_float(text):
+    """An argparse type: a number > 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {text}")
+    return value
+
+
+def say(text):
+    print(text, flush=True)
+
+
+def fail(command, message):
+    """Prints `bert-keras COMMAND: message` on standard error; returns exit status 2."""
+    print(f"bert-keras {command}: {message}", file=sys.stderr)
+    return 2
+
+
+def fit_verbosity():
+    """Keras' `verbose` for `fit`: a progress bar on a terminal, one line per epoch in a log."""
+    return 1 if sys.stdout.isatty() else 2
+
+
+# Progress on standard error: updated in place on a terminal; piped or logged, one line every PROGRESS_SECONDS.
+PROGRESS_SECONDS = 10.0
+_quiet = False
+
+
+def set_quiet(quiet):
+    """`-q`: no progress lines (`bert_keras.cli` sets it from the verbosity before a command runs)."""
+    global _quiet
+    _quiet = bool(quiet)
+
+
+def progress(command, clock=time.monotonic):
+    """A callable `progress(done)` that reports how many texts are done, on standard error; None with `-q`.
+
+    On a terminal the count is updated in place; otherwise (piped, a log file) a line is written every
+    `PROGRESS_SECONDS`, with the rate so far, so that a long run is never silent.
+    """
+    if _quiet:
+        return None
+    if sys.stderr.isatty():
+        return lambda done: print(f"\rbert-keras {command}: {done} texts", end="", file=sys.stderr, flush=True)
+    started = clock()
+    last = [started]
+
+    def report(done):
+        now = clock()
+        if now - last[0] >= PROGRESS_SECONDS:
+            last[0] = now
+            rate = done / max(now - started, 1e-9)
+            print(f"bert-keras {command}: {done} texts ({rate:.0f} texts/s)", file=sys.stderr, flush=True)
+
+    return report
+
+
+class UsageError(Exception):
+    """Bad arguments or environment found by a command: `bert-keras COMMAND: message`, exit status 2."""
+
+    def __init__(self, command, message):
+        super().__init__(message)
+        self.command = command
+
+
+def verbosity_arguments(parser, default):
+    parser.add_argument("-v", "--verbose", action="count", default=default,
+                        help="show the library's log lines (-v: info, -vv: debug, with TensorFlow's)")
+    parser.add_argument("-q", "--quiet", action="count", default=default, help="errors only")
+
+
+class CommandParser(argparse.ArgumentParser):
+    """A command's parser: every option's default in its help line, unless the help states it already; no
+    abbreviated options (`--epoch 2` is refused, not taken as `--epochs 2`)."""
+
+    # A command whose trailing positional takes zero or more values (`search INDEX [QUERY ...]`) sets this, so that
+    # its values may follow options too (`search INDEX --top-k 2 QUERY`): argparse would otherwise give the empty
+    # list to the positional at once and refuse the later values as unrecognized.
+    intermixed = False
+    _parsing_intermixed = False
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, allow_abbrev=False, **kwargs)
+
+    def parse_known_args(self, args=None, namespace=None):
+        if not self.intermixed or self._parsing_intermixed:
+            return super().parse_known_args(args, namespace)
+        self._parsing_intermixed = True  # parse_known_intermixed_args calls parse_known_args itself
+        try:
+            return self.parse_known_intermixed_args(args, namespace)
+        finally:
+            self._parsing_intermixed = False
+
+    def add_argument(self, *flags, **kwargs):
+        default, text = kwargs.get("default"), kwargs.get("help") or ""
+        stated = "default" in text or kwargs.get("action") in ("store_true", "store_false", "count", "help", "version")
+        if flags and flags[0].startswith("-") and default not in (None, False, argparse.SUPPRESS) and not stated:
+            kwargs["help"] = f"{text} (default: %(default)s)".lstrip()
+        return super().add_argument(*flags, **kwargs)
+
+
+def distributed_arguments():
+    """The parent parser of the training commands' --strategy, --cpu-replicas, --connect-timeout and --run-id."""
+    distributed = argparse.ArgumentParser(add_help=False)
+    scale = distributed.add_argument_group("training on more than one device or machine")
+    scale.add_argument("--strategy", choices=("default", "mirrored", "multi-worker"), default="default",
+                       help="tf.distribute strategy (default: default): default (one device), mirrored (the local GPUs, or --cpu-replicas "
+                       "logical CPUs), multi-worker (the cluster in the TF_CONFIG environment variable; run the same "
+                       "command on every worker). --batch-size is the global batch, split among the replicas")
+    scale.add_argument("--cpu-replicas", type=at_least(1), metavar="N",
+                       help="with --strategy mirrored: split the CPU into N logical devices, one replica each")
+    scale.add_argument("--connect-timeout", type=positive_float, default=120.0, metavar="SECONDS",
+                       help="with --strategy multi-worker: how long to wait for the other workers (default: 120)")
+    scale.add_argument("--run-id", metavar="TEXT",
+                       help="with --strategy multi-worker: what the workers of this run share (default: a hash of the "
+                       "command, its arguments and the sizes of its input files); a worker of another run is refused")
+    return distributed
+
+
+def strategy(args, command):
+    """The `tf.distribute` strategy of `--strategy` (made first: `--cpu-replicas` must precede TensorFlow's start)."""
+    from bert_keras.training.strategy import make_strategy  # TensorFlow: imported in a run, never for --help
+
+    try:
+        shared = run_id(args) if args.strategy == "multi-worker" else ""
+        return make_strategy(args.strategy, cpu_replicas=args.cpu_replicas, connect_timeout=args.connect_timeout,
+                             run_id=shared)
+    except (ValueError, ConnectionError, RuntimeError) as error:
+        raise UsageError(command, str(error)) from None
+
+
+# Arguments that may differ between the workers of one run, and those that name input files or folders.
+PER_WORKER_ARGUMENTS = ("func", "verbose", "quiet", "out", "backup_dir", "force", "connect_timeout", "run_id")
+INPUT_ARGUMENTS = ("train", "validation", "test", "checkpoint", "modules", "encoder", "preprocess", "corpus",
+                   "validation_corpus", "vocab")
+
+
+def run_id(args):
+    """What the workers of one multi-worker run share: `--run-id`, else a hash of the command, its arguments and inputs.
+
+    Paths may differ between hosts: an input file counts by its size, a folder by its files' names and sizes.
+    """
+    if args.run_id is not None:
+        return args.run_id
+    described = {name: _input_identity(value) if name in INPUT_ARGUMENTS else value
+                 for name, value in vars(args).items() if name not in PER_WORKER_ARGUMENTS}  # `command` included
+    return hashlib.sha256(json.dumps(described, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def _input_identity(value):
+    if isinstance(value, list):
+        return [_input_identity(item) for item in value]
+    if value is None or not os.path.exists(value):
+        return value  # a Hub handle (or a missing file, refused later)
+    if os.path.isfile(value):
+        return os.path.getsize(value)
+    return sorted((os.path.relpath(os.path.join(folder, name), value), os.lstat(os.path.join(folder, name)).st_size)
+                  for folder, _, names in os.walk(value) for name in names)
+
+
+def warn_emulated_bfloat16(args, command):
+    if getattr(args, "dtype", None) == "mixed_bfloat16" and not dtypes.cpu_supports_bfloat16():
+        print(f"bert-keras {command}: warning: this CPU has no bfloat16 arithmetic (avx512_bf16 or amx_bf16): "
+              "mixed_bfloat16 is emulated there and slower than float32", file=sys.stderr)
+
+
+def default_backup_dir(out):
+    parent, name = os.path.split(os.path.abspath(out))
+    return os.path.join(parent, f".{name}.backup")

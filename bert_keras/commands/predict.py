@@ -1,0 +1,128 @@
+"""`bert-keras predict`: an exported classifier on TEXT arguments, --input FILE or standard input, streamed.
+
+The classifier's loader (TensorFlow) is imported in `run`: --help and the checks before TensorFlow loads (the TEXT
+arguments' encoding, --top-k) must not pay for it.
+"""
+
+import sys
+
+from bert_keras.commands._common import at_least, fail
+from bert_keras.commands._io import InputError, argument_texts, input_records, json_text, tsv_field
+from bert_keras.datasets import DataError
+
+
+def register(commands, common):
+    predict = commands.add_parser(
+        "predict", parents=[common], help="classify texts with an exported classifier",
+        description="Classifies TEXT arguments, the records of --input FILE, or the lines of standard input, "
+        "streamed in batches (constant memory), and prints one prediction per input, in input order. "
+        "tsv: LABEL<TAB>SCORE<TAB>TEXT (with --top-k K: K label/score pairs), with tabs, line breaks, backslashes "
+        "and control characters in the text escaped (\\t, \\x1b); json / jsonl: text, label, score and the "
+        "score of every class. For a classifier of text pairs, give TEXT<TAB>TEXT_PAIR (or --text-pair-column). "
+        "A blank input gives an empty prediction (or, with --skip-blank, none).",
+    )
+    predict.add_argument("--model", required=True, help="a classifier exported by bert-keras finetune or demo, "
+                         "by export_classifier, or by model.export() of a classifier built with bert_keras")
+    predict.add_argument("texts", nargs="*", metavar="TEXT", help="texts to classify (default: --input, else standard input)")
+    predict.add_argument("--input", help="a file of texts: .csv, .tsv, .jsonl or .json (one object per line, or an "
+                         "array, read whole) with --text-column; any other file: one text per line")
+    predict.add_argument("--text-column", help="column (or JSON key) of the text in --input (default: text)")
+    predict.add_argument("--text-pair-column", help="column of the second text, for classifiers of text pairs (default: text_pair)")
+    predict.add_argument("--delimiter", help="field separator of a .csv or .tsv --input (default: , or tab)")
+    predict.add_argument("--format", choices=("tsv", "json", "jsonl"), default="tsv", help="output format (default: tsv)")
+    predict.add_argument("--top-k", type=at_least(1), help="print the K best classes (json: their scores only)")
+    predict.add_argument("--batch-size", type=at_least(1), default=64, help="texts per model call (default: 64)")
+    predict.add_argument("--skip-blank", action="store_true", help="skip blank inputs (counted on standard error) "
+                         "instead of printing an empty prediction")
+    predict.set_defaults(func=run)
+
+
+class _Writer:
+    """Prints predictions as tsv, jsonl or one JSON array, a batch at a time."""
+
+    def __init__(self, fmt, top_k, out):
+        self.fmt, self.top_k, self.out, self.count = fmt, top_k, out, 0
+
+    def write(self, fields, prediction):
+        if self.fmt == "tsv":
+            if prediction["label"] is None:
+                scores = ["", ""] * (self.top_k or 1)
+            else:
+                best = sorted(prediction["scores"].items(), key=lambda item: -item[1])[: self.top_k or 1]
+                scores = [cell for name, score in best for cell in (tsv_field(name), f"{score:.4f}")]
+            line = "\t".join(scores + [tsv_field(field) for field in fields])
+        else:
+            record = {"text": fields[0]}
+            if len(fields) == 2:
+                record["text_pair"] = fields[1]
+            if prediction["label"] is None:
+                record.update(prediction)
+            else:
+                record.update(label=prediction["label"], score=round(prediction["score"], 6),
+                              scores={name: round(score, 6) for name, score in prediction["scores"].items()})
+            line = json_text(record)
+            if self.fmt == "json":
+                line = ("[" if self.count == 0 else ",") + line
+        self.out.write(line + "\n")
+        self.count += 1
+
+    def close(self):
+        if self.fmt == "json":
+            self.out.write("[]\n" if self.count == 0 else "]\n")
+        self.out.flush()
+
+
+def _batches(records, size):
+    batch = []
+    for record in records:
+        batch.append(record)
+        if len(batch) == size:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
+
+
+def run(args):
+    if args.top_k is not None and args.top_k < 1:
+        return fail("predict", f"--top-k must be at least 1. Received: {args.top_k}")
+    try:
+        texts = list(argument_texts(args.texts))  # checked before the model loads
+        if args.input and not texts:  # so is the file's start: its columns and a first record (no TensorFlow yet)
+            if next(input_records(args, pairs=bool(args.text_pair_column)), None) is None:
+                raise InputError(f"--input {args.input} holds no text.")
+    except (InputError, DataError) as error:
+        return fail("predict", str(error))
+    from bert_keras.export import load_classifier  # after the checks: they must not wait for TensorFlow
+
+    try:
+        classifier = load_classifier(args.model, warm_up=False)  # one run of the command: only its lengths compile
+    except (OSError, ValueError, RuntimeError) as error:
+        return fail("predict", f"cannot load a classifier from {args.model}: {error}")
+    if args.top_k is not None and args.top_k > classifier.num_classes:
+        return fail("predict", f"--top-k {args.top_k} exceeds the classifier's {classifier.num_classes} classes.")
+    pairs = len(classifier.inputs) == 2
+    if not texts and not args.input and sys.stdin.isatty():
+        print("Reading texts from standard input, one per line (end with Ctrl-D).", file=sys.stderr)
+    writer = _Writer(args.format, args.top_k, sys.stdout)
+    seen = skipped = 0
+    try:
+        for batch in _batches(input_records(args, pairs), args.batch_size):
+            predictions = classifier.predict([tuple(f) if pairs else f[0] for _, f in batch], top_k=args.top_k,
+                                             batch_size=args.batch_size)  # a blank text: label None
+            for (_, fields), prediction in zip(batch, predictions):
+                seen += 1
+                if prediction["label"] is None and args.skip_blank:
+                    skipped += 1
+                    continue
+                writer.write(fields, prediction)
+            sys.stdout.flush()
+    except (InputError, DataError) as error:
+        writer.close()
+        return fail("predict", str(error))
+    writer.close()
+    if not seen:
+        return fail("predict", "no text given: pass TEXT arguments, --input FILE, or lines on standard input.")
+    if skipped:
+        print(f"bert-keras predict: skipped {skipped} blank input(s) of {seen}.", file=sys.stderr)
+    return 0
