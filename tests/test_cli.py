@@ -113,6 +113,11 @@ def _command_parsers():
     return commands.choices
 
 
+def test_a_default_of_zero_is_stated():
+    commands = cli._build_parser().commands.choices
+    assert "(default: 0)" in commands["finetune"].format_help().split("\n  --seed SEED", 1)[1].split("\n  --", 1)[0]
+
+
 def test_every_commands_help_states_each_default():
     import argparse
 
@@ -198,6 +203,13 @@ def test_an_abbreviated_option_is_refused_not_guessed(argv, message, capsys):
         cli.main(argv)
     assert exit_info.value.code == 2
     assert capsys.readouterr().err.endswith(f"bert-keras: error: unrecognized arguments: {message}\n")
+
+
+def test_a_misspelled_required_option_is_named_not_reported_missing(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["predict", "--modle", "clf", "hi"])
+    assert exit_info.value.code == 2
+    assert capsys.readouterr().err.endswith("bert-keras predict: error: unrecognized arguments: --modle (did you mean --model?)\n")
 
 
 @pytest.mark.parametrize("argv, message", [

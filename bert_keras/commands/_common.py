@@ -5,9 +5,11 @@ pay for it; `strategy` imports `bert_keras.training.strategy` (TensorFlow) when 
 """
 
 import argparse
+import difflib
 import hashlib
 import json
 import os
+import re
 import sys
 import time
 
@@ -118,6 +120,7 @@ class CommandParser(argparse.ArgumentParser):
         super().__init__(*args, allow_abbrev=False, **kwargs)
 
     def parse_known_args(self, args=None, namespace=None):
+        self._arguments = list(sys.argv[1:] if args is None else args)  # for `error`
         if not self.intermixed or self._parsing_intermixed:
             return super().parse_known_args(args, namespace)
         self._parsing_intermixed = True  # parse_known_intermixed_args calls parse_known_args itself
@@ -129,9 +132,26 @@ class CommandParser(argparse.ArgumentParser):
     def add_argument(self, *flags, **kwargs):
         default, text = kwargs.get("default"), kwargs.get("help") or ""
         stated = "default" in text or kwargs.get("action") in ("store_true", "store_false", "count", "help", "version")
-        if flags and flags[0].startswith("-") and default not in (None, False, argparse.SUPPRESS) and not stated:
+        # By identity: a default of 0 (`--seed`) is stated too; `0 in (None, False)` would be True.
+        unstated = default is None or default is False or default is argparse.SUPPRESS
+        if flags and flags[0].startswith("-") and not unstated and not stated:
             kwargs["help"] = f"{text} (default: %(default)s)".lstrip()
         return super().add_argument(*flags, **kwargs)
+
+
+    def error(self, message):
+        """A required option reported missing next to an unknown one close to it (`--modle x`) is the misspelling,
+        named as such; every other message is argparse's (the top parser adds "did you mean" to the rest)."""
+        if message.startswith("the following arguments are required"):
+            flags = sorted(set(re.findall(r"(?<![\w-])--[a-z][a-z0-9-]*", self.format_help())))  # public: no ._actions
+            arguments = getattr(self, "_arguments", [])
+            for arg in arguments[: arguments.index("--")] if "--" in arguments else arguments:
+                name = arg.split("=", 1)[0]
+                close = difflib.get_close_matches(name, flags, n=1) if name.startswith("--") and name not in flags else []
+                if close:
+                    message = f"unrecognized arguments: {arg} (did you mean {close[0]}?)"
+                    break
+        super().error(message)
 
 
 def distributed_arguments():
