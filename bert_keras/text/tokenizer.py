@@ -493,14 +493,7 @@ class WordPieceTokenizer(keras.layers.Layer):
             into `normalize(inputs)` (the normalised text, which equals the
             input for clean ASCII text that is already lower-case).
         """
-        inputs = self._check_inputs(inputs)
-        scalar = inputs.shape.rank == 0
-        if scalar:
-            inputs = tf.expand_dims(inputs, 0)
-        outputs = self._traced.tokenize_rows(inputs)
-        if scalar:
-            outputs = tuple(output[0] for output in outputs)
-        return outputs
+        return self._rows(self._traced.tokenize_rows, inputs)
 
     @_do_not_convert
     def tokenize_with_char_offsets(self, inputs):
@@ -530,11 +523,15 @@ class WordPieceTokenizer(keras.layers.Layer):
         >>> [text[s:e] for s, e in zip(starts.flat_values.numpy(), ends.flat_values.numpy())]
         ['CAFÉ', 'Qu', 'ick', '!']
         """
+        return self._rows(self._traced.tokenize_rows_with_char_offsets, inputs)
+
+    def _rows(self, tokenize_rows, inputs):
+        """`tokenize_rows` on a batch of strings; a scalar string is a batch of one, given back without its batch."""
         inputs = self._check_inputs(inputs)
         scalar = inputs.shape.rank == 0
         if scalar:
             inputs = tf.expand_dims(inputs, 0)
-        outputs = self._traced.tokenize_rows_with_char_offsets(inputs)
+        outputs = tokenize_rows(inputs)
         if scalar:
             outputs = tuple(output[0] for output in outputs)
         return outputs
