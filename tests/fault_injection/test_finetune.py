@@ -61,7 +61,8 @@ def test_killed_finetune_resumes_to_the_uninterrupted_result(index, point, finet
     assert backup_epoch(os.path.join(backup, "full")) == left["full"]
     if left.get("partial"):
         full = os.path.join(backup, "full")
-        assert entries(full) == [".epoch-0002.lock", ".partial-epoch-0002-*", "epoch-0001"]  # the lock is stale
+        # The phase folder's own marker, the stale lock, the staged snapshot and the last whole one.
+        assert entries(full) == [MARKER, ".epoch-0002.lock", ".partial-epoch-0002-*", "epoch-0001"]
         (staged,) = [name for name in os.listdir(full) if name.startswith(".partial-")]
         assert sorted(os.listdir(os.path.join(full, staged))) == sorted([MARKER] + left["partial"])
         assert marker(os.path.join(full, staged))["complete"] is False
