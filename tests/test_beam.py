@@ -76,6 +76,7 @@ def test_the_handler_embeds_a_batch_as_the_export_does(export):
         beam.SentenceEncoderHandler(export, batch_size=0)
 
 
+@pytest.mark.slow  # over 3 s: the whole suite runs it, the fast loop does not
 def test_the_command_refuses_a_directory_that_is_no_export(tmp_path):
     (tmp_path / "in.txt").write_text("a\n")
     result = subprocess.run([sys.executable, "-m", "bert_keras.beam", "--model", str(tmp_path), "--input", str(tmp_path / "in.txt"),

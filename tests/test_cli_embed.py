@@ -359,6 +359,7 @@ def test_an_index_with_a_bad_probe_is_refused(models, tiny_index, tmp_path, caps
     assert code == 2 and stdout == "" and info_path in err and "probe" in err
 
 
+@pytest.mark.slow  # over 3 s: the whole suite runs it, the fast loop does not
 def test_index_piped_prints_progress_lines_and_q_silences_them(models, tmp_path, capsys, monkeypatch):
     from bert_keras.commands import _common
 
@@ -377,6 +378,7 @@ def test_index_piped_prints_progress_lines_and_q_silences_them(models, tmp_path,
     _common.set_quiet(False)
 
 
+@pytest.mark.slow  # over 3 s: the whole suite runs it, the fast loop does not
 def test_search_answers_queries_from_standard_input_with_one_load(models, tmp_path, capsys, monkeypatch):
     source = tmp_path / "corpus.txt"
     source.write_text("the good day\na bad day\nnot ok\nvery good\nquick brown fox\n", encoding="utf-8")

@@ -139,6 +139,7 @@ def _stored_values(export_dir):
     return sum(int(np.prod(shape)) for name, shape in names if not name.startswith("_CHECKPOINTABLE_OBJECT_GRAPH"))
 
 
+@pytest.mark.slow  # over 3 s: the whole suite runs it, the fast loop does not
 def test_exports_hold_each_weight_once(tmp_path):
     from bert_keras.export import export_sentence_encoder
     from bert_keras.sentence_encoder import SentenceEncoder
@@ -175,6 +176,7 @@ def test_the_models_own_label_names_are_exported_and_a_keras_file_is_refused_wit
         load_classifier(str(tmp_path / "clf.keras"))
 
 
+@pytest.mark.slow  # over 3 s: the whole suite runs it, the fast loop does not
 def test_the_export_carries_tf_servings_warm_up_requests_and_the_loader_replays_them(fp32_export, classifier, monkeypatch,
                                                                                      tmp_path):
     import shutil

@@ -124,6 +124,7 @@ def test_pair_classifiers_name_pairs_and_bad_label_names_are_refused(vocab_file)
         BertClassifier(_encoder(), num_classes=2).predict_labels(["a text"])
 
 
+@pytest.mark.slow  # over 3 s: the whole suite runs it, the fast loop does not
 def test_one_text_is_a_batch_of_one(vocab_file):
     model = _classifier(vocab_file)
     expected = np.asarray(model.predict(tf.constant(TEXTS[:1]), verbose=0))
