@@ -1,0 +1,80 @@
+"""BertSpanLabeler: extractive question answering, start and end logits over the context."""
+
+import keras
+from keras import ops
+
+from bert_keras._checks import check_int
+from bert_keras._task import call_encoder, check_encoder, head_dtype, head_initializer, model_inputs
+from bert_keras.formats import tables
+from bert_keras.heads import SpanHead
+from bert_keras.tasks._pretrained import _PretrainedTask
+
+START_LOGITS = "start_logits"
+END_LOGITS = "end_logits"
+
+
+@keras.saving.register_keras_serializable(package="bert_keras")
+class BertSpanLabeler(_PretrainedTask):
+    """Extractive QA: start and end logits of the answer span, masked to the context.
+
+    Inputs are packed as `[CLS] question [SEP] context [SEP]`; the answer may
+    start and end only where `input_mask == 1` and `input_type_ids ==
+    context_segment_id` (the context, and its final `[SEP]`).
+
+    Args:
+        encoder: `BertEncoder` or a layer with the Hub dict in and out.
+            Reachable as `.encoder`.
+        preprocessor: optional `BertPreprocessor` or Hub preprocess layer
+            (`hub.PreprocessLayer`: two segments); the model then takes two
+            string inputs, the question and the context.
+        context_segment_id: int or None. Segment id of the context. `None`
+            masks nothing (all positions are scored, as
+            `BertForQuestionAnswering` does). Defaults to `1`.
+        **kwargs: other `keras.Model` arguments.
+
+    Call arguments:
+        inputs: `[questions, contexts]` strings (with a preprocessor), or the
+            Hub input dict.
+
+    Returns:
+        A dict: `start_logits` and `end_logits`, each `(batch, seq)`; train
+        each with `SparseCategoricalCrossentropy(from_logits=True)` on the
+        answer's first and last token positions.
+
+    Example:
+    >>> encoder = BertEncoder(vocab_size=100, num_layers=2, hidden_size=16,
+    ...                       num_heads=2, intermediate_size=32)
+    >>> labeler = BertSpanLabeler(encoder)
+    >>> ids = np.array([[2, 7, 3, 9, 8, 3]], dtype="int32")  # [CLS] q [SEP] c c [SEP]
+    >>> outputs = labeler({"input_word_ids": ids, "input_mask": np.ones_like(ids),
+    ...                    "input_type_ids": np.array([[0, 0, 0, 1, 1, 1]], dtype="int32")})
+    >>> tuple(outputs["start_logits"].shape)
+    (1, 6)
+    """
+
+    _own_args = ("context_segment_id",)
+    _checkpoint_head, _head_attribute = tables.SPAN, "span_head"
+
+    def __init__(self, encoder, preprocessor=None, context_segment_id=1, **kwargs):
+        check_encoder(encoder)
+        if context_segment_id is not None:
+            check_int("context_segment_id", context_segment_id, minimum=0)
+        # === Layers ===
+        head = SpanHead(kernel_initializer=head_initializer(encoder), dtype=head_dtype(encoder), name="span")
+        # === Functional model ===
+        inputs, packed = model_inputs(preprocessor, 2 if preprocessor is not None else 1)
+        encoder_outputs = call_encoder(encoder, packed, "sequence_output")
+        context_mask = None
+        if context_segment_id is not None:
+            # context_mask: (batch, seq), True on real tokens of the context segment
+            context_mask = ops.logical_and(
+                ops.equal(packed["input_mask"], 1), ops.equal(packed["input_type_ids"], context_segment_id)
+            )
+        start_logits, end_logits = head(encoder_outputs["sequence_output"], context_mask)
+        outputs = {START_LOGITS: start_logits, END_LOGITS: end_logits}
+        super().__init__(inputs=inputs, outputs=outputs, **kwargs)
+        # === Config ===
+        self.encoder = encoder
+        self.preprocessor = preprocessor
+        self.span_head = head
+        self.context_segment_id = context_segment_id

@@ -1,0 +1,73 @@
+"""BertTokenClassifier: a tagger (named entities) on the sequence output."""
+
+import keras
+
+from bert_keras._checks import check_positive_int, check_rate
+from bert_keras._task import call_encoder, check_encoder, head_dtype, head_initializer, model_inputs
+from bert_keras.formats import tables
+from bert_keras.heads import TokenClassificationHead
+from bert_keras.tasks._pretrained import _PretrainedTask, _check_label_names
+
+
+@keras.saving.register_keras_serializable(package="bert_keras")
+class BertTokenClassifier(_PretrainedTask):
+    """Token classifier (tagger, e.g. NER): `TokenClassificationHead` on the sequence output.
+
+    Args:
+        encoder: `BertEncoder` or a layer with the Hub dict in and out.
+            Reachable as `.encoder`.
+        num_classes: int. Number of tags.
+        preprocessor: optional `BertPreprocessor` or Hub preprocess layer; the
+            model then takes raw strings and tags their word pieces.
+        dropout: float. Dropout before the dense layer. Defaults to `0.1`.
+        text_pairs: bool. With a preprocessor: two string inputs. Defaults to `False`.
+        label_names: optional list of `num_classes` str, the tags in the order
+            of the outputs (e.g. `["O", "B-PER", "I-PER"]`; `from_checkpoint`
+            takes a Hugging Face checkpoint's `id2label`). Saved with the model.
+        **kwargs: other `keras.Model` arguments.
+
+    Call arguments:
+        inputs: strings (with a preprocessor) or the Hub input dict.
+
+    Returns:
+        Logits `(batch, seq, num_classes)`. Padding positions get logits too;
+        give them sample weight 0 (e.g. `input_mask`) when training.
+
+    Example:
+    >>> encoder = BertEncoder(vocab_size=100, num_layers=2, hidden_size=16,
+    ...                       num_heads=2, intermediate_size=32)
+    >>> tagger = BertTokenClassifier(encoder, num_classes=5)
+    >>> ids = np.array([[2, 7, 4, 3]], dtype="int32")
+    >>> tuple(tagger({"input_word_ids": ids, "input_mask": np.ones_like(ids),
+    ...               "input_type_ids": np.zeros_like(ids)}).shape)
+    (1, 4, 5)
+    """
+
+    _own_args = ("num_classes", "dropout", "text_pairs", "label_names")
+    _checkpoint_head, _head_attribute = tables.TOKEN_CLASSIFIER, "classifier_head"
+
+    def __init__(self, encoder, num_classes, preprocessor=None, dropout=0.1, text_pairs=False, label_names=None,
+                 **kwargs):
+        check_encoder(encoder)
+        check_positive_int("num_classes", num_classes)
+        label_names = _check_label_names(label_names, num_classes)
+        # === Layers ===
+        head = TokenClassificationHead(
+            num_classes=num_classes,
+            dropout=check_rate("dropout", dropout),
+            kernel_initializer=head_initializer(encoder),
+            dtype=head_dtype(encoder),
+            name="classifier",
+        )
+        # === Functional model ===
+        inputs, packed = model_inputs(preprocessor, 2 if text_pairs else 1)
+        outputs = head(call_encoder(encoder, packed, "sequence_output")["sequence_output"])
+        super().__init__(inputs=inputs, outputs=outputs, **kwargs)
+        # === Config ===
+        self.encoder = encoder
+        self.preprocessor = preprocessor
+        self.classifier_head = head
+        self.num_classes = num_classes
+        self.dropout = dropout
+        self.text_pairs = bool(text_pairs)
+        self.label_names = label_names
