@@ -8,7 +8,7 @@ def test_presets_lists_every_configuration(capsys):
     assert cli.main(["presets"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].split()[:5] == ["name", "L", "H", "A", "vocab"]
-    assert len(lines) == 1 + 29 + 2
+    assert len(lines) == 1 + 29 + 5 + 2  # BERTs, then ALBERT, ELECTRA (2), DistilBERT, RoBERTa
     base = next(line for line in lines if line.startswith("bert_base_en_uncased "))
     assert base.split()[1:5] == ["12", "768", "12", "30522"]
     small = [line.split()[0] for line in lines if line.startswith("small_bert_en_uncased_L-")]
@@ -179,6 +179,8 @@ def test_missing_paths_are_reported_before_tensorflow_is_imported(tmp_path, argv
     (["finetune", "--train", "empty.csv", "--out", "o"], "empty.csv"),
     (["evaluate", "--model", ".", "--data", "nolabel.csv"], "nolabel.csv: missing column(s) ['label']"),
     (["predict", "--model", ".", "--input", "empty.txt"], "--input empty.txt holds no text."),
+    (["finetune", "--task", "ner", "--train", "bad.conll", "--out", "o"], "bad.conll: line 3: 'I-LOC' follows 'O'"),
+    (["finetune", "--task", "ner", "--train", "empty.csv", "--out", "o"], "empty.csv"),
     (["predict", "--model", ".", "--input", "nolabel.csv", "--text-column", "body"], "missing column(s) ['body']"),
     (["embed", "--model", ".", "--input", "empty.txt", "--out", "e.npy"], "no text given"),
     (["index", "--model", ".", "--input", "empty.txt", "--out", "i"], "no text given"),
@@ -188,6 +190,7 @@ def test_data_errors_are_reported_before_tensorflow_is_imported(tmp_path, argv, 
     (tmp_path / "nolabel.csv").write_text("text,sentiment\nwhat a day,1\n")
     (tmp_path / "empty.csv").write_text("")
     (tmp_path / "empty.txt").write_text("")
+    (tmp_path / "bad.conll").write_text("Ada\tB-PER\nwent\tO\nhome\tI-LOC\n\n")
     test_missing_paths_are_reported_before_tensorflow_is_imported(tmp_path, argv, message)
     assert not (tmp_path / "o").exists() and not (tmp_path / "e.npy").exists() and not (tmp_path / "i").exists()
 

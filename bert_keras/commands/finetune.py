@@ -1,4 +1,4 @@
-"""`bert-keras finetune`: a classifier fine-tuned on the user's CSV / TSV / JSONL file, then exported.
+"""`bert-keras finetune`: a classifier (CSV / TSV / JSONL) or a tagger (CoNLL / JSONL) fine-tuned on the user's file, then exported.
 
 The training recipe and the file writer (TensorFlow) are imported in `run`: --help and the checks before TensorFlow
 loads must not pay for it. The recipe's settings are checked by `FineTuneConfig`, where they are defined; a
@@ -12,13 +12,19 @@ from bert_keras.commands._common import (at_least, default_backup_dir, distribut
                                          positive_float, say, strategy, warn_emulated_bfloat16)
 from bert_keras.commands._io import READER_ARGUMENTS
 from bert_keras.datasets import DataError, read_labelled_file
+from bert_keras.tagged_data import read_tagged_file
 from bert_keras.text.corpora import minilm_vocab_path
 
 
 def register(commands, common):
     tune = commands.add_parser("finetune", parents=[common, distributed_arguments()],
-                               help="fine-tune a classifier on your CSV / TSV / JSONL file")
-    tune.add_argument("--train", required=True, help="labelled examples (.csv, .tsv or .jsonl)")
+                               help="fine-tune a classifier (CSV / TSV / JSONL) or a tagger (CoNLL / JSONL) on your file")
+    tune.add_argument("--task", choices=("classify", "ner"), default="classify",
+                      help="classify: a label per text (the default); ner: a tag per word (named entities, BIO / IOB1 / "
+                      "BIOES tags), scored by entity F1 and exported to serve raw strings with character offsets")
+    tune.add_argument("--train", required=True, help="labelled examples (.csv, .tsv or .jsonl); with --task ner, "
+                      "tagged sentences (CoNLL: a word and its tag per line, a blank line between sentences; or .jsonl "
+                      "with tokens and tags)")
     tune.add_argument("--validation", help="validation file (default: 10%% of --train, stratified)")
     tune.add_argument("--test", help="test file, scored after training")
     tune.add_argument("--text-column", default="text")
@@ -37,9 +43,9 @@ def register(commands, common):
     tune.add_argument("--preprocess", help="Hub preprocess handle (with --encoder)")
     tune.add_argument("--out", required=True, help="directory for the exported classifier")
     tune.add_argument("--seq-length", type=at_least(3), default=128, help="tokens per text, [CLS] and [SEP] included; longer texts are cut")
-    tune.add_argument("--batch-size", type=at_least(1), default=32, help="examples per training step")
+    tune.add_argument("--batch-size", type=at_least(1), help="examples per training step (default: 32; ner: 16)")
     tune.add_argument("--head-epochs", type=at_least(0), default=1, help="phase 1: epochs of the head alone, encoder frozen (Adam 1e-3); 0 skips it")
-    tune.add_argument("--epochs", type=at_least(1), default=2, help="phase 2: epochs with the encoder unfrozen")
+    tune.add_argument("--epochs", type=at_least(1), help="phase 2: epochs with the encoder unfrozen (default: 2; ner: 3)")
     tune.add_argument("--learning-rate", type=positive_float, default=5e-5,
                       help="peak AdamW rate of phase 2 (10%% warmup, then linear decay); LoRA's is --lora-learning-rate")
     tune.add_argument("--seed", type=int, default=0, help="shuffling, dropout and the head's initial weights")
@@ -92,9 +98,13 @@ def _config(args):
     """The `FineTuneConfig` of the arguments; LoRA's options only where given (else the config's defaults)."""
     from bert_keras.training import FineTuneConfig
 
-    given = dict(lora_targets=args.lora_targets, lora_learning_rate=args.lora_learning_rate)
+    from bert_keras.training.tagging import TAGGER_DEFAULTS
+
+    defaults = TAGGER_DEFAULTS if args.task == "ner" else {}
+    given = dict(lora_targets=args.lora_targets, lora_learning_rate=args.lora_learning_rate,
+                 batch_size=args.batch_size or defaults.get("batch_size"), epochs=args.epochs or defaults.get("epochs"))
     return FineTuneConfig(
-        seq_length=args.seq_length, batch_size=args.batch_size, head_epochs=args.head_epochs, epochs=args.epochs,
+        seq_length=args.seq_length, head_epochs=args.head_epochs,
         learning_rate=args.learning_rate, seed=args.seed, dtype=args.dtype, early_stopping=args.early_stopping,
         class_weights=args.class_weights, export_dtype=args.export_dtype, lora_rank=args.lora_rank,
         **{name: value for name, value in given.items() if value is not None},
@@ -103,6 +113,11 @@ def _config(args):
 
 def _read_data(args):
     """The train, validation and test files, read whole (no TensorFlow: bad data is reported in well under a second)."""
+    if args.task == "ner":
+        train = read_tagged_file(args.train)
+        validation, test = (read_tagged_file(path, tag_names=train.tag_names) if path else None
+                            for path in (args.validation, args.test))
+        return train, validation, test
     columns = dict(text_column=args.text_column, label_column=args.label_column, text_pair_column=args.text_pair_column,
                    delimiter=args.delimiter, arguments=READER_ARGUMENTS)
     train = read_labelled_file(args.train, **columns)
@@ -119,13 +134,14 @@ def run(args):
     except (FileNotFoundError, DataError, ValueError) as error:
         return fail("finetune", str(error))
     from bert_keras._files import OutputLockedError, check_target  # after the data: they import TensorFlow
-    from bert_keras.training import finetune_classifier
+    from bert_keras.training import finetune_classifier, finetune_tagger
     from bert_keras.training.strategy import is_chief
 
     distribution = strategy(args, "finetune")
     warn_emulated_bfloat16(args, "finetune")
+    kind = "tagger" if args.task == "ner" else "classifier"
     try:  # before any work: never train for an output that cannot be written
-        check_target(args.out, args.force, argument="--out", kind="classifier")
+        check_target(args.out, args.force, argument="--out", kind=kind)
     except (OSError, ValueError) as error:
         return fail("finetune", str(error))
     try:
@@ -133,7 +149,8 @@ def run(args):
     except ValueError as error:
         return fail("finetune", _in_flags(str(error)))
     try:
-        finetune_classifier(
+        recipe = finetune_tagger if args.task == "ner" else finetune_classifier
+        recipe(
             _source(args), train, validation, test, args.out, config, overwrite=args.force,
             backup_dir=args.backup_dir or default_backup_dir(args.out), verbose=fit_verbosity(), report=say,
             strategy=distribution,

@@ -8,7 +8,7 @@
   rendezvous), who is the chief, a `fit` of one's own under several replicas
   (`trainable_model`); `training.feeding`: each replica's slice of every
   global batch (`distribute_batches`).
-- Recipes: `finetune` / `finetune_classifier` (`FineTuneConfig`),
+- Recipes: `finetune` / `finetune_classifier` / `finetune_tagger` (`FineTuneConfig`),
   `run_pretraining` (`PretrainConfig`) and `finetune_sentence_encoder`
   (`ContrastiveConfig`: pairs, in-batch negatives gathered across replicas).
 """
@@ -19,6 +19,7 @@ from bert_keras.training.config import ContrastiveConfig, FineTuneConfig, Pretra
 from bert_keras.training.contrastive import InBatchNegatives, finetune_sentence_encoder
 from bert_keras.training.finetune import FineTuneHistory, FineTuneResult, finetune, finetune_classifier
 from bert_keras.training.harness import Harness
+from bert_keras.training.tagging import finetune_tagger
 from bert_keras.training.pretrain import PretrainingResult, ProgressCallback, run_pretraining
 
 __all__ = [
@@ -36,6 +37,7 @@ __all__ = [
     "finetune",
     "finetune_classifier",
     "finetune_sentence_encoder",
+    "finetune_tagger",
     "run_pretraining",
     "text_dataset",
 ]

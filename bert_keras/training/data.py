@@ -32,9 +32,18 @@ def text_dataset(data, batch_size, shuffle_seed=None, class_weight=None):
         for label, weight in class_weight.items():
             table[int(label)] = weight
         columns = (features, labels, tf.gather(tf.constant(table), labels))
+    return example_dataset(columns, len(data), batch_size, shuffle_seed)
+
+
+def example_dataset(columns, size, batch_size, shuffle_seed=None):
+    """Batches of `columns` (a nest of tensors whose first dimension is `size`), in order or shuffled per epoch.
+
+    Without `shuffle_seed`: one pass in order (finite). With it: an endless
+    stream of passes, pass `k` in the order of a stateless shuffle seeded by
+    `(shuffle_seed, k)` and batched on its own (see `text_dataset`).
+    """
     if shuffle_seed is None:
         return tf.data.Dataset.from_tensor_slices(columns).batch(batch_size).prefetch(tf.data.AUTOTUNE)
-    size = len(data)
 
     def one_pass(index):
         # order: (size,) a permutation that depends on (shuffle_seed, index) only

@@ -127,8 +127,11 @@ def finetune(model, train_data, validation_data=None, config=None, *, encoder=No
 
 
 def _two_phases(harness, model, config, train_data, *, encoder, validation_data=None, loss=None, metrics=("accuracy",),
-                steps_per_epoch=None, validation_steps=None, callbacks=None, class_weight=None):
-    """`finetune`'s two phases on `harness`, with `finetune`'s arguments; returns the `FineTuneHistory`."""
+                steps_per_epoch=None, validation_steps=None, callbacks=None, class_weight=None, weighted_metrics=None):
+    """`finetune`'s two phases on `harness`, with `finetune`'s arguments; returns the `FineTuneHistory`.
+
+    `weighted_metrics` (Keras' `compile` argument) count each position by the data's sample weights.
+    """
     if config.lora_rank is not None:
         with harness.strategy.scope():  # the adapters are variables of the strategy too
             lora.enable_lora(model, rank=config.lora_rank, targets=config.lora_targets)
@@ -148,7 +151,8 @@ def _two_phases(harness, model, config, train_data, *, encoder, validation_data=
     head = {}
     if config.head_epochs > 0:
         encoder.trainable = False
-        harness.compile(model, lambda: keras.optimizers.Adam(config.head_learning_rate), loss=loss, metrics=metrics)
+        harness.compile(model, lambda: keras.optimizers.Adam(config.head_learning_rate), loss=loss, metrics=metrics,
+                        weighted_metrics=weighted_metrics)
         harness.report(f"Phase 1 of 2, head: encoder frozen, {config.head_epochs} epoch(s) of the head alone "
                        f"(Adam {config.head_learning_rate:g})")
         _, head = harness.fit(model, train_data, phase="head", epochs=config.head_epochs, **fit)
@@ -158,7 +162,7 @@ def _two_phases(harness, model, config, train_data, *, encoder, validation_data=
     total, rate = config.epochs * steps, config.phase_2_learning_rate
     harness.compile(model, lambda: bert_optimizer(rate, total, warmup_fraction=config.warmup_fraction,
                                                   weight_decay=config.weight_decay, clipnorm=config.clipnorm),
-                    loss=loss, metrics=metrics)
+                    loss=loss, metrics=metrics, weighted_metrics=weighted_metrics)
     trains = ("full: encoder unfrozen" if config.lora_rank is None else
               f"LoRA: adapters of rank {config.lora_rank} on {', '.join(config.lora_targets)} and the head")
     harness.report(f"Phase {2 if config.head_epochs > 0 else 1} of {2 if config.head_epochs > 0 else 1}, {trains}, "
@@ -223,13 +227,33 @@ def finetune_classifier(source, train, validation=None, test=None, export_dir=No
         `FineTuneResult`.
     """
     config = FineTuneConfig.of(config, **options)
+    return run_pipeline(_train_and_export, source, dict(train=train, validation=validation, test=test), export_dir,
+                        config, kind="classifier", fingerprint=_fingerprint, backup_dir=backup_dir, strategy=strategy,
+                        overwrite=overwrite, verbose=verbose, report=report)
+
+
+def run_pipeline(train_and_export, source, data, export_dir, config, *, kind, fingerprint, backup_dir=None,
+                 strategy=None, overwrite=False, verbose="auto", report=logger.info):
+    """The shell of every fine-tune pipeline: checks, the output's lock, the backup and its run record, the harness.
+
+    Args:
+        train_and_export: callable `(harness, source, train, validation, test,
+            export_dir, config, overwrite, report)` -> the result; it builds,
+            trains, scores and exports.
+        source: where the pretrained model comes from (recorded in the run record).
+        data: dict with the `train`, `validation` and `test` data (None where absent).
+        export_dir, config, backup_dir, strategy, overwrite, verbose, report:
+            as `finetune_classifier`'s.
+        kind: str. What is exported (in messages: "classifier", "tagger", ...).
+        fingerprint: callable `(part or None)` -> the part's fingerprint for the run record.
+    """
     strategy = strategy or tf.distribute.get_strategy()
     if strategy.num_replicas_in_sync > 1:
         check_global_batch(config.batch_size, strategy.num_replicas_in_sync)
     if not is_chief(strategy):
         report = logger.debug  # progress is the chief's to show
     if export_dir is not None:
-        check_target(export_dir, overwrite, argument="export_dir", kind="classifier")
+        check_target(export_dir, overwrite, argument="export_dir", kind=kind)
         check_compute_dtype(config.export_dtype, argument="export_dtype")
     if backup_dir is not None:
         check_target(backup_dir, overwrite=True, argument="backup_dir")  # before anything is written
@@ -241,11 +265,12 @@ def finetune_classifier(source, train, validation=None, test=None, export_dir=No
     with locked, held_backup(backup_dir, strategy) as own_backup:
         if backup_dir is not None:
             run = dict(source=source if isinstance(source, str) else list(source), **config.record(),
-                       **{f"{name}_data": _fingerprint(part) for name, part in (("train", train), ("validation", validation), ("test", test))})
+                       **{f"{name}_data": fingerprint(data.get(name)) for name in ("train", "validation", "test")})
             if check_run_record(backup_dir, run):
                 report(f"Resuming from the backup in {backup_dir}")
         harness = Harness(strategy, own_backup, config.batch_size, verbose, report=report)
-        result = _train_and_export(harness, source, train, validation, test, export_dir, config, overwrite, report)
+        result = train_and_export(harness, source, data["train"], data.get("validation"), data.get("test"), export_dir,
+                                  config, overwrite, report)
         if harness.chief:
             remove_backup(backup_dir)  # only now: everything it protected is written
         else:

@@ -1,0 +1,93 @@
+"""The tagging pipeline: windows and labels of tagged sentences, and `finetune_tagger` on a tiny checkpoint."""
+
+import json
+import os
+
+import numpy as np
+import pytest
+
+from bert_keras.tagged_data import TaggedText
+from bert_keras.text import WordPieceTokenizer
+from bert_keras.text.alignment import IGNORE_LABEL
+from bert_keras.training.tagging import finetune_tagger, predict_tags, tagger_config, tagging_examples
+
+VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "in", "met", "lives", "and", "paris", "london", "rome",
+         "ada", "alan", "grace", "##s", "new", "york"]
+PEOPLE, PLACES, OTHER = ["ada", "alan", "grace"], ["paris", "london", "rome", "romes"], ["the", "met", "lives", "and"]
+
+
+def _sentences(n, seed):
+    """Sentences of people (B-PER), places (B-LOC, "new york" B-LOC I-LOC) and other words."""
+    rng = np.random.default_rng(seed)
+    words, tags = [], []
+    for _ in range(n):
+        sentence, sentence_tags = [], []
+        for _ in range(rng.integers(2, 7)):
+            kind = rng.integers(4)
+            if kind == 0:
+                sentence.append(str(rng.choice(PEOPLE))); sentence_tags.append("B-PER")
+            elif kind == 1:
+                sentence.append(str(rng.choice(PLACES))); sentence_tags.append("B-LOC")
+            elif kind == 2:
+                sentence += ["new", "york"]; sentence_tags += ["B-LOC", "I-LOC"]
+            else:
+                sentence.append(str(rng.choice(OTHER))); sentence_tags.append("O")
+        words.append(sentence)
+        tags.append(sentence_tags)
+    return TaggedText.from_lists(words, tags, tag_names=["O", "B-LOC", "I-LOC", "B-PER", "I-PER"])
+
+
+def test_examples_label_first_pieces_and_split_long_sentences():
+    tokenizer = WordPieceTokenizer(VOCAB)
+    data = TaggedText.from_lists([["Ada", "romes", "in", "New", "York"], ["rome"] * 9],
+                                 [["B-PER", "B-LOC", "O", "B-LOC", "I-LOC"], ["B-LOC"] * 9],
+                                 tag_names=["O", "B-LOC", "I-LOC", "B-PER", "I-PER"])
+    examples = tagging_examples(tokenizer, data, seq_length=8)
+    # The first sentence: [CLS] ada rome ##s in new york [SEP]; "##s" carries no label.
+    assert examples.labels[0].tolist() == [IGNORE_LABEL, 3, 1, IGNORE_LABEL, 0, 1, 2, IGNORE_LABEL]
+    assert examples.word_index[0].tolist() == [-1, 0, 1, 1, 2, 3, 4, -1]
+    # Nine one-piece words in windows of 6 pieces: two windows, no word lost.
+    assert examples.windows["sentence"] == [0, 1, 1] and examples.windows["num_words"] == [5, 6, 3]
+    assert examples.labels[2].tolist() == [IGNORE_LABEL, 1, 1, 1, IGNORE_LABEL, IGNORE_LABEL, IGNORE_LABEL, IGNORE_LABEL]
+
+
+def test_tagger_config_defaults_and_refusals():
+    assert (tagger_config().batch_size, tagger_config().epochs) == (16, 3)
+    assert tagger_config(epochs=5).epochs == 5 and tagger_config(epochs=5).batch_size == 16
+    with pytest.raises(ValueError, match="class_weights"):
+        finetune_tagger("unused", _sentences(4, 0), class_weights="balanced")
+    other = TaggedText.from_lists([["ada"]], [["B-PER"]])
+    with pytest.raises(ValueError, match="test data's tags"):
+        finetune_tagger("unused", _sentences(4, 0), test=other)
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory):
+    transformers = pytest.importorskip("transformers")
+    import torch
+
+    directory = tmp_path_factory.mktemp("tagger-checkpoint")
+    config = transformers.BertConfig(vocab_size=len(VOCAB), hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                                     intermediate_size=64, max_position_embeddings=64, hidden_dropout_prob=0.0,
+                                     attention_probs_dropout_prob=0.0)
+    torch.manual_seed(0)
+    transformers.BertModel(config).save_pretrained(directory)
+    with open(os.path.join(directory, "vocab.txt"), "w", encoding="utf-8") as f:
+        f.write("\n".join(VOCAB) + "\n")
+    return str(directory)
+
+
+@pytest.mark.slow
+def test_finetune_tagger_learns_entities_and_scores_them(checkpoint, tmp_path):
+    train, test = _sentences(96, 0), _sentences(24, 1)
+    lines = []
+    result = finetune_tagger(checkpoint, train, test=test, seq_length=16, head_epochs=1, epochs=4, batch_size=8,
+                             head_learning_rate=1e-2, learning_rate=5e-3, report=lines.append, verbose=0)
+    assert result.sizes == {"train": 86, "validation": 10, "test": 24}
+    assert result.scores["f1"] >= 0.95, result.evaluation
+    assert set(result.evaluation["per_type"]) == {"LOC", "PER"}
+    assert any("micro avg" in line for line in lines)
+    predicted = predict_tags(result.model, tagging_examples(result.model.preprocessor.tokenizer, test, 16),
+                             train.tag_names)
+    assert [len(sentence) for sentence in predicted] == [len(sentence) for sentence in test.words]
+    assert json.dumps(result.evaluation)  # JSON-ready, as metrics.json stores it
