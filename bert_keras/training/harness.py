@@ -18,6 +18,7 @@ compiled optimizer) is trained and handed back.
 import contextlib
 import logging
 import os
+import time
 
 import keras
 import tensorflow as tf
@@ -28,6 +29,40 @@ from bert_keras.training.feeding import check_global_batch, distribute_batches
 from bert_keras.training.strategy import is_chief
 
 logger = logging.getLogger(__name__)
+
+# Within an epoch at verbosity 2, the seconds between two progress lines.
+LINE_SECONDS = 10.0
+
+
+class ProgressLines(keras.callbacks.Callback):
+    """Reports `phase: epoch e/E, step s/S (p%), loss x, t s` every `seconds` of an epoch (a line, not a bar).
+
+    Args:
+        report: callable taking one line.
+        phase: str, the phase's name in the line.
+        steps: int, the steps of an epoch.
+        seconds: float. Defaults to `LINE_SECONDS`.
+        clock: callable returning seconds (a test's own clock). Defaults to `time.monotonic`.
+    """
+
+    def __init__(self, report, phase, steps, seconds=LINE_SECONDS, clock=None):
+        super().__init__()
+        self.report, self.phase, self.steps, self.seconds = report, phase, steps, seconds
+        self.clock = clock or time.monotonic
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self.epoch, self.started = epoch, self.clock()
+        self.last = self.started
+
+    def on_train_batch_end(self, batch, logs=None):
+        now = self.clock()
+        if now - self.last < self.seconds:
+            return
+        self.last = now
+        loss = (logs or {}).get("loss")
+        shown = "" if loss is None else f", loss {float(loss):.4f}"
+        self.report(f"{self.phase}: epoch {self.epoch + 1}/{self.params.get('epochs', '?')}, step {batch + 1}/{self.steps} "
+                    f"({100 * (batch + 1) // max(self.steps, 1)}%){shown}, {now - self.started:.0f} s")
 
 
 class Harness:
@@ -40,6 +75,9 @@ class Harness:
         batch_size: optional int. The global batch size of the datasets fed;
             needed with more than one replica (a multiple of their number).
         verbose: `fit` verbosity on the chief (the other workers are silent).
+            With 2 (Keras' line per epoch, what the command line uses when its
+            output is piped or logged) a progress line also goes to `report`
+            every `LINE_SECONDS` within an epoch, so that no epoch is silent.
         report: callable taking one line of progress (the phases, a resume);
             defaults to the module logger's `info`. Silent on other workers.
     """
@@ -150,9 +188,10 @@ class Harness:
                         f"restored from the backup {phase_dir})")
         # Under several replicas Keras' own fit fails (keras#20585); in one process this builds the model before the
         # step is traced, which saves TensorFlow a second trace of each step function.
+        lines = [ProgressLines(self.report, phase or "training", steps_per_epoch)] if self.verbose == 2 else []
         with strategy_fit(model):
-            history = model.fit(data, validation_data=validation_data, callbacks=callbacks + ([backup] if backup else []),
-                                **feed)
+            history = model.fit(data, validation_data=validation_data,
+                                callbacks=callbacks + ([backup] if backup else []) + lines, **feed)
         whole = backup.history if backup is not None else {key: [float(v) for v in values] for key, values in history.history.items()}
         return history, whole
 

@@ -50,3 +50,21 @@ def test_the_harness_fits_the_users_model_with_the_workaround_for_that_fit_only(
     assert [id(w) for w in model.weights] == [id(w) for w in weights]  # the user's variables were trained
     assert int(model.optimizer.iterations.numpy()) == 4
     assert history.model is model and len(whole["loss"]) == 2 and len(whole["val_loss"]) == 2
+
+
+def test_a_piped_fit_reports_progress_lines_within_each_epoch(monkeypatch):
+    """At verbosity 2 (the command line when piped) an epoch is never silent: a line every LINE_SECONDS."""
+    from bert_keras.training import harness as harness_module
+
+    ticks = iter(range(0, 10_000, 6))  # every clock reading is 6 s after the last
+    monkeypatch.setattr(harness_module.time, "monotonic", lambda: next(ticks))
+    x, y = np.arange(48, dtype="float32").reshape(16, 3) / 10, np.arange(16) % 2
+    model = keras.Sequential([keras.layers.Dense(2)])
+    lines = []
+    harness = Harness(verbose=2, report=lines.append)
+    harness.compile(model, lambda: keras.optimizers.SGD(0.1), loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    harness.fit(model, tf.data.Dataset.from_tensor_slices((x, y)).batch(2), epochs=2, steps_per_epoch=8, phase="head")
+    # A reading at each epoch start, then one per step: a line every second step (12 s >= 10 s).
+    assert [line.split(", loss")[0] for line in lines] == [f"head: epoch {e}/2, step {s}/8 ({25 * s // 2}%)"
+                                                          for e in (1, 2) for s in (2, 4, 6, 8)]
+    assert lines[0].endswith(", 12 s")
