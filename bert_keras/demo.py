@@ -158,6 +158,7 @@ def run_demo(config=None, report=print, verbose=2):
     report(f"Fine-tuned MiniLM on the test split: accuracy {ours['accuracy']:.4f}, macro-F1 {ours['macro_f1']:.4f}")
     report(f"The report (evaluation.json, confusion_matrix.png, training_curves.png) is in {export_dir}/assets.extra")
 
+    report(f"Reloading the export from {export_dir} and scoring the {len(test)} test tweets with it")
     reloaded = load_classifier(export_dir, warm_up=False)  # batches only: no length bucket to compile ahead
     reloaded_probabilities = reloaded.predict_proba(test.texts)
     difference = float(np.max(np.abs(reloaded_probabilities - probabilities)))

@@ -30,6 +30,7 @@ def register(commands, common):
 
 
 def run(args):
+    say("The demo: MiniLM-L6 fine-tuned on tweets through the TF Hub workflow, exported, reloaded (loading TensorFlow)")
     from bert_keras.demo import DemoConfig, run_demo
 
     config = DemoConfig(

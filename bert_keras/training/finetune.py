@@ -317,7 +317,8 @@ def _train_and_export(harness, source, train, validation, test, export_dir, conf
         model.set_weights(trained.get_weights())
     scores = probabilities = evaluation = None
     if test is not None:
-        logits = model.predict(text_dataset(test, 64).map(lambda x, y: x), verbose=0)
+        logits = harness.predict(model, text_dataset(test, 64).map(lambda x, y: x), steps=math.ceil(len(test) / 64),
+                                 what=f"Scoring the test set ({len(test)} examples)")
         probabilities = keras.ops.convert_to_numpy(keras.ops.softmax(keras.ops.cast(logits, "float32"), axis=-1))
         evaluation = classification_report(test.labels, probabilities, train.label_names)
         scores = {"accuracy": evaluation["accuracy"], "macro_f1": evaluation["macro_f1"]}

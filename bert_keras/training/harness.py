@@ -54,14 +54,25 @@ class ProgressLines(keras.callbacks.Callback):
         self.epoch, self.started = epoch, self.clock()
         self.last = self.started
 
+    def on_predict_begin(self, logs=None):
+        self.epoch, self.started = None, self.clock()
+        self.last = self.started
+
     def on_train_batch_end(self, batch, logs=None):
+        self._line(batch, logs)
+
+    def on_predict_batch_end(self, batch, logs=None):
+        self._line(batch, None)
+
+    def _line(self, batch, logs):
         now = self.clock()
         if now - self.last < self.seconds:
             return
         self.last = now
         loss = (logs or {}).get("loss")
         shown = "" if loss is None else f", loss {float(loss):.4f}"
-        self.report(f"{self.phase}: epoch {self.epoch + 1}/{self.params.get('epochs', '?')}, step {batch + 1}/{self.steps} "
+        epoch = "" if self.epoch is None else f" epoch {self.epoch + 1}/{self.params.get('epochs', '?')},"
+        self.report(f"{self.phase}:{epoch} step {batch + 1}/{self.steps} "
                     f"({100 * (batch + 1) // max(self.steps, 1)}%){shown}, {now - self.started:.0f} s")
 
 
@@ -194,6 +205,11 @@ class Harness:
                                 callbacks=callbacks + ([backup] if backup else []) + lines, **feed)
         whole = backup.history if backup is not None else {key: [float(v) for v in values] for key, values in history.history.items()}
         return history, whole
+
+    def predict(self, model, data, *, steps, what="predicting"):
+        """`model.predict(data)` (a finite dataset of `steps` batches), with progress lines at verbosity 2."""
+        lines = [ProgressLines(self.report, what, steps)] if self.verbose == 2 else []
+        return model.predict(data, verbose=0, callbacks=lines)
 
 
 def _one_epoch(data, steps):

@@ -91,9 +91,17 @@ def tagging_examples(tokenizer, data, seq_length):
     return TaggingExamples(windows, np.concatenate(labels or [empty]), np.concatenate(word_index or [empty]))
 
 
-def predict_tags(model, examples, tag_names, batch_size=64):
-    """The tagger's tag for every word of every sentence (its first piece's argmax; `"O"` for a word without pieces)."""
-    logits = model.predict(examples.dataset(batch_size, with_labels=False), verbose=0)
+def predict_tags(model, examples, tag_names, batch_size=64, harness=None):
+    """The tagger's tag for every word of every sentence (its first piece's argmax; `"O"` for a word without pieces).
+
+    With a `harness`, its `predict` runs the model (progress lines at verbosity 2).
+    """
+    data = examples.dataset(batch_size, with_labels=False)
+    if harness is None:
+        logits = model.predict(data, verbose=0)
+    else:
+        logits = harness.predict(model, data, steps=math.ceil(len(examples) / batch_size),
+                                 what=f"Tagging the test set ({len(examples)} examples)")
     predicted = np.argmax(keras.ops.convert_to_numpy(keras.ops.cast(logits, "float32")), axis=-1)
     merged = merge_windows(examples.windows, examples.word_index, predicted)
     return [[tag_names[tag] if tag is not None else "O" for tag in sentence] for sentence in merged]
@@ -184,7 +192,7 @@ def _train_and_export(harness, source, train, validation, test, export_dir, conf
         model.set_weights(trained.get_weights())
     scores = evaluation = None
     if test is not None:
-        predicted = predict_tags(model, tagging_examples(tokenizer, test, config.seq_length), tag_names)
+        predicted = predict_tags(model, tagging_examples(tokenizer, test, config.seq_length), tag_names, harness=harness)
         evaluation = entity_scores(test.tags, predicted, scheme=train.scheme)
         scores = {key: evaluation[key] for key in ("precision", "recall", "f1")}
         report(f"Test set ({len(test)} sentences), entities (exact type and span):\n{format_entity_report(evaluation)}")
