@@ -37,12 +37,24 @@ def _check_sizes(num_layers, hidden_size, num_heads, dropout, attention_dropout,
     check_positive_float("initializer_range", initializer_range)
     get_activation(activation)
 
+def _check_flag(name, value):
+    if not isinstance(value, bool):
+        raise ValueError(f"Received an invalid value for argument `{name}`, expected a bool. Received: {name}={value!r}")
+    return value
+
+
 @keras.saving.register_keras_serializable(package="bert_keras")
 class BertEncoder(keras.Model):
     """The BERT encoder (Devlin et al., 2019) with TF Hub's inputs and outputs.
 
     Embeddings (word + position + segment, LayerNorm, dropout), `num_layers`
     Transformer blocks, and a pooler (`tanh(dense(sequence_output[:, 0]))`).
+
+    One family with options, each defaulting to BERT: ALBERT
+    (`embedding_size=128, shared_layers=True`), ELECTRA (`embedding_size`
+    where it differs from `hidden_size`, `use_pooler=False`), DistilBERT
+    (`type_vocab_size=0, use_pooler=False`) and RoBERTa (`position_offset=2,
+    type_vocab_size=1, layer_norm_epsilon=1e-5`); see `bert_keras.presets`.
 
     Args:
         vocab_size: int. Size of the WordPiece vocabulary.
@@ -55,7 +67,8 @@ class BertEncoder(keras.Model):
         dropout: float. Dropout on embeddings and sublayer outputs. Defaults to `0.1`.
         attention_dropout: float. Dropout on attention probabilities. Defaults to `0.1`.
         max_sequence_length: int. Number of learned positions. Defaults to `512`.
-        type_vocab_size: int. Number of segment types. Defaults to `2`.
+        type_vocab_size: int. Number of segment types; `0` for none
+            (DistilBERT: `input_type_ids` are then ignored). Defaults to `2`.
         position_embedding: str. `"learned"` or `"sinusoidal"`. Defaults to `"learned"`.
         norm_first: bool. Pre-LayerNorm blocks with a final LayerNorm. Defaults to `False`.
         layer_norm_epsilon: float. Defaults to `1e-12`.
@@ -71,6 +84,24 @@ class BertEncoder(keras.Model):
             encoder outputs are zero (except the first position of a row, which
             is always computed). Saves the batch's share of padding.
             Under XLA every position is kept. Defaults to `True`.
+        embedding_size: optional int. Width of the embedding tables, mapped
+            to `hidden_size` by a dense layer after the embedding LayerNorm
+            (`embeddings.projection`; ALBERT, ELECTRA). Defaults to `None`: no
+            projection, tables of `hidden_size`.
+        shared_layers: bool. One Transformer block whose weights every one of
+            the `num_layers` steps uses (ALBERT): the same layer object is
+            called `num_layers` times, so there is one set of variables and
+            training updates it once per step. `transformer_layers` then
+            holds that one block. Defaults to `False`.
+        position_offset: int. The learned position table's row of the first
+            position (RoBERTa: padding index + 1 = 2); the table has
+            `max_sequence_length + position_offset` rows, and
+            `max_sequence_length` stays the longest input. Defaults to `0`.
+        use_pooler: bool. Whether `pooled_output` is BERT's pooler,
+            `tanh(dense(sequence_output[:, 0]))`. Without one (DistilBERT,
+            ELECTRA) `pooled_output` is the first token's sequence output,
+            `sequence_output[:, 0]`, with no weights of its own: what those
+            models' own classifiers read. Defaults to `True`.
         dtype: dtype or `keras.DTypePolicy`, e.g. `"mixed_bfloat16"`.
 
     Call arguments:
@@ -115,10 +146,15 @@ class BertEncoder(keras.Model):
         initializer_range=0.02,
         return_attention_probs=False,
         pack_tokens=True,
+        embedding_size=None,
+        shared_layers=False,
+        position_offset=0,
+        use_pooler=True,
         dtype=None,
         **kwargs,
     ):
         _check_sizes(num_layers, hidden_size, num_heads, dropout, attention_dropout, initializer_range, activation)
+        shared_layers, use_pooler = _check_flag("shared_layers", shared_layers), _check_flag("use_pooler", use_pooler)
 
         # === Layers ===
         initializer = keras.initializers.TruncatedNormal(stddev=initializer_range)
@@ -131,36 +167,28 @@ class BertEncoder(keras.Model):
             dropout=dropout,
             layer_norm_epsilon=layer_norm_epsilon,
             initializer=initializer,
+            embedding_size=embedding_size,
+            position_offset=position_offset,
             dtype=dtype,
             name="embeddings",
         )
-        blocks = [
-            TransformerEncoderBlock(
-                num_heads=num_heads,
-                intermediate_size=intermediate_size,
-                activation=activation,
-                dropout=dropout,
-                attention_dropout=attention_dropout,
-                layer_norm_epsilon=layer_norm_epsilon,
-                norm_first=norm_first,
-                kernel_initializer=keras.initializers.TruncatedNormal(stddev=initializer_range),
-                dtype=dtype,
-                name=f"transformer_layer_{i}",
-            )
-            for i in range(num_layers)
-        ]
-        output_layer_norm = None
-        if norm_first:
-            output_layer_norm = keras.layers.LayerNormalization(
-                epsilon=layer_norm_epsilon, dtype=dtype, name="output_layer_norm"
-            )
-        pooler = keras.layers.Dense(
-            hidden_size,
-            activation="tanh",
-            kernel_initializer=keras.initializers.TruncatedNormal(stddev=initializer_range),
+        # ALBERT: one block object, called num_layers times below (shared variables, not copies).
+        blocks = _make_blocks(
+            1 if shared_layers else num_layers,
+            num_heads=num_heads,
+            intermediate_size=intermediate_size,
+            activation=activation,
+            dropout=dropout,
+            attention_dropout=attention_dropout,
+            layer_norm_epsilon=layer_norm_epsilon,
+            norm_first=norm_first,
+            initializer_range=initializer_range,
             dtype=dtype,
-            name="pooler_dense",
         )
+        output_layer_norm = None  # pre-LayerNorm blocks end with one
+        if norm_first:
+            output_layer_norm = keras.layers.LayerNormalization(epsilon=layer_norm_epsilon, dtype=dtype, name="output_layer_norm")
+        pooler = _make_pooler(hidden_size, initializer_range, dtype) if use_pooler else None
 
         # === Functional model ===
         inputs = {key: keras.Input(shape=(None,), dtype="int32", name=key) for key in INPUT_KEYS}
@@ -172,8 +200,8 @@ class BertEncoder(keras.Model):
             packing = PackedTokenIndex(name="packed_token_index")(inputs["input_mask"])
             x = PackTokens(dtype=dtype, name="pack_tokens")(x, packing)  # (n_packed, hidden)
         encoder_outputs, attention_probs = [], []
-        for block in blocks:
-            x, probs = block(
+        for i in range(num_layers):
+            x, probs = blocks[0 if shared_layers else i](
                 x, attention_bias=attention_bias, packing=packing, return_attention_scores=True
             )
             encoder_outputs.append(x)
@@ -184,7 +212,7 @@ class BertEncoder(keras.Model):
             unpack = UnpackTokens(dtype=dtype, name="unpack_tokens")
             encoder_outputs = [unpack(x, packing) for x in encoder_outputs]  # (batch, seq, hidden)
         sequence_output = encoder_outputs[-1]
-        pooled_output = pooler(sequence_output[:, 0, :])
+        pooled_output = _pool(pooler, sequence_output[:, 0, :])
         outputs = {
             "sequence_output": sequence_output,
             "pooled_output": pooled_output,
@@ -212,6 +240,10 @@ class BertEncoder(keras.Model):
         self.initializer_range = initializer_range
         self.return_attention_probs = return_attention_probs
         self.pack_tokens = pack_tokens
+        self.embedding_size = embedding_size
+        self.shared_layers = shared_layers
+        self.position_offset = position_offset
+        self.use_pooler = use_pooler
         self.embeddings = embeddings
         self.transformer_layers = blocks
         self.output_layer_norm = output_layer_norm
@@ -297,12 +329,13 @@ class BertEncoder(keras.Model):
         inputs = _check_inputs(inputs)
         x = self.embeddings(inputs["input_word_ids"], inputs["input_type_ids"], training=training)  # (batch, seq, hidden)
         attention_bias = attention_bias_from_mask(inputs["input_mask"])  # (batch, 1, 1, seq)
-        last = len(self.transformer_layers) - 1
-        for i, block in enumerate(self.transformer_layers):
+        last = self.num_layers - 1
+        for i in range(self.num_layers):
+            block = self.transformer_layers[0 if self.shared_layers else i]
             x = block(x, attention_bias=attention_bias, training=training, first_token_only=i == last)
         if self.output_layer_norm is not None:
             x = self.output_layer_norm(x)
-        return self.pooler(x[:, 0, :])  # (batch, hidden)
+        return _pool(self.pooler, x[:, 0, :])  # (batch, hidden)
 
     def get_config(self):
         config = {
@@ -325,6 +358,10 @@ class BertEncoder(keras.Model):
             "initializer_range": self.initializer_range,
             "return_attention_probs": self.return_attention_probs,
             "pack_tokens": self.pack_tokens,
+            "embedding_size": self.embedding_size,
+            "shared_layers": self.shared_layers,
+            "position_offset": self.position_offset,
+            "use_pooler": self.use_pooler,
         }
         return config
 
@@ -334,6 +371,34 @@ class BertEncoder(keras.Model):
         if isinstance(config.get("dtype"), dict):
             config["dtype"] = keras.dtype_policies.deserialize(config["dtype"])
         return cls(**config)
+
+
+def _make_blocks(count, initializer_range, **kwargs):
+    """`count` Transformer blocks named `transformer_layer_{i}`."""
+    return [
+        TransformerEncoderBlock(
+            kernel_initializer=keras.initializers.TruncatedNormal(stddev=initializer_range),
+            name=f"transformer_layer_{i}",
+            **kwargs,
+        )
+        for i in range(count)
+    ]
+
+
+def _make_pooler(hidden_size, initializer_range, dtype):
+    """BERT's pooler: `tanh(dense(first token))`."""
+    return keras.layers.Dense(
+        hidden_size,
+        activation="tanh",
+        kernel_initializer=keras.initializers.TruncatedNormal(stddev=initializer_range),
+        dtype=dtype,
+        name="pooler_dense",
+    )
+
+
+def _pool(pooler, first_token):
+    """`pooled_output` from the first token's `(batch, hidden)`: the pooler's, or the token itself without one."""
+    return first_token if pooler is None else pooler(first_token)
 
 
 def _check_inputs(inputs):

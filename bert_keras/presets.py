@@ -50,6 +50,34 @@ PRESETS = {
     },
 }
 
+
+def _family(num_layers, hidden_size, num_heads, vocab_size, do_lower_case, description, **options):
+    """A model of BERT's family: BERT's sizes plus the options that make it ALBERT, ELECTRA, DistilBERT or RoBERTa."""
+    preset = _bert(num_layers, hidden_size, num_heads, vocab_size, do_lower_case, description)
+    preset["config"].update(options)
+    return preset
+
+
+# BERT's family, as in keras-hub's preset names; the sizes of the Hugging Face models of the same name
+# (albert-base-v2, google/electra-{base,small}-discriminator, distilbert-base-uncased, roberta-base).
+PRESETS.update({
+    "albert_base_en_uncased": _family(
+        12, 768, 12, 30000, True, "ALBERT-Base v2, English, uncased (L-12 H-768 A-12, E-128, one shared block).",
+        embedding_size=128, shared_layers=True, activation="gelu_approximate"),
+    "electra_base_discriminator_uncased_en": _family(
+        12, 768, 12, _UNCASED_VOCAB, True, "ELECTRA-Base discriminator, English, uncased (L-12 H-768 A-12, no pooler).",
+        use_pooler=False),
+    "electra_small_discriminator_uncased_en": _family(
+        12, 256, 4, _UNCASED_VOCAB, True, "ELECTRA-Small discriminator, English, uncased (L-12 H-256 A-4, E-128, no "
+        "pooler).", embedding_size=128, use_pooler=False),
+    "distil_bert_base_en_uncased": _family(
+        6, 768, 12, _UNCASED_VOCAB, True, "DistilBERT-Base, English, uncased (L-6 H-768 A-12, no token types, no "
+        "pooler).", type_vocab_size=0, use_pooler=False),
+    "roberta_base_en": _family(
+        12, 768, 12, 50265, False, "RoBERTa-Base, English, cased byte-level BPE (L-12 H-768 A-12, positions from 2).",
+        type_vocab_size=1, position_offset=2, layer_norm_epsilon=1e-5),
+})
+
 # The 24 "small BERTs" of Turc et al. (2019): uncased, heads = hidden / 64.
 for _layers in (2, 4, 6, 8, 10, 12):
     for _hidden in (128, 256, 512, 768):

@@ -337,7 +337,9 @@ def encoder_kwargs(config, key_table, file, defaults=None):
                 f"missing; a BERT config needs {sorted(key_table.values())}.",
             )
     for ours in ("vocab_size", "num_layers", "hidden_size", "num_heads", "intermediate_size",
-                 "max_sequence_length", "type_vocab_size"):
+                 "max_sequence_length", "type_vocab_size", "embedding_size"):
+        if ours not in key_table:  # a size the format does not have (DistilBERT's segments, BERT's embedding_size)
+            continue
         value = kwargs[ours]
         if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
             raise ConfigError(file, key_table[ours], f"expected a positive integer, found {value!r}.")

@@ -24,6 +24,10 @@ from bert_keras.formats._common import (
 
 # Each format's config key for our argument, to name the field in messages.
 CONFIG_KEYS = {"huggingface": tables.HF_CONFIG, "google": tables.GOOGLE_CONFIG, "keras_nlp": tables.KERAS_NLP_CONFIG}
+# Sizes derived from the arguments (`_sizes`) -> the argument a message names where a format's keys lack them: the
+# tables' width (`embedding_size`, else `hidden_size`) and the position table's rows (`max_sequence_length` +
+# `position_offset`: transformers' `max_position_embeddings`).
+_DERIVED_FROM = {"embedding_width": "hidden_size", "position_rows": "max_sequence_length"}
 
 # The encoder arguments that fix the shape of every target, in our layout (a Keras kernel is
 # (inputs, outputs)); an int is a fixed size. Block targets stand for every block. A config is checked
@@ -31,12 +35,15 @@ CONFIG_KEYS = {"huggingface": tables.HF_CONFIG, "google": tables.GOOGLE_CONFIG, 
 # shapes of built models.
 _H = "hidden_size"
 _BLOCK = "encoder.transformer_layers.{i}."
+_E = "embedding_width"
 TARGET_SHAPES = {
-    "encoder.embeddings.word_embeddings.embeddings": ("vocab_size", _H),
-    "encoder.embeddings.position_embeddings": ("max_sequence_length", _H),
-    "encoder.embeddings.type_embeddings.embeddings": ("type_vocab_size", _H),
-    "encoder.embeddings.layer_norm.gamma": (_H,),
-    "encoder.embeddings.layer_norm.beta": (_H,),
+    "encoder.embeddings.word_embeddings.embeddings": ("vocab_size", _E),
+    "encoder.embeddings.position_embeddings": ("position_rows", _E),
+    "encoder.embeddings.type_embeddings.embeddings": ("type_vocab_size", _E),
+    "encoder.embeddings.layer_norm.gamma": (_E,),
+    "encoder.embeddings.layer_norm.beta": (_E,),
+    "encoder.embeddings.projection.kernel": (_E, _H),
+    "encoder.embeddings.projection.bias": (_H,),
     **{_BLOCK + f"attention.{name}_dense.kernel": (_H, _H) for name in ("query", "key", "value", "output")},
     **{_BLOCK + f"attention.{name}_dense.bias": (_H,) for name in ("query", "key", "value", "output")},
     _BLOCK + "attention_layer_norm.gamma": (_H,),
@@ -60,6 +67,10 @@ TARGET_SHAPES = {
     # (checked against its labels by the Hugging Face reader).
     "span.dense.kernel": (_H, 2),
     "span.dense.bias": (2,),
+    "discriminator.dense.kernel": (_H, _H),
+    "discriminator.dense.bias": (_H,),
+    "discriminator.prediction.kernel": (_H, 1),
+    "discriminator.prediction.bias": (1,),
 }
 # A reshaped source tensor (keras-nlp, Model Garden) is stored in the layout of Keras'
 # MultiHeadAttention: (hidden, heads, head_size) in, (heads, head_size, hidden) out.
@@ -74,10 +85,13 @@ _FIRST_QUERY = "encoder.transformer_layers.0.attention.query_dense.kernel"
 
 
 def _sizes(encoder_config):
-    """The config's sizes, with `head_size` (hidden_size / num_heads, None when it does not divide)."""
+    """The config's sizes, with `head_size` (hidden_size / num_heads, None when it does not divide), the tables'
+    width `embedding_width` and the position table's `position_rows` (max_sequence_length + position_offset)."""
     sizes = dict(encoder_config)
     hidden, heads = sizes["hidden_size"], sizes["num_heads"]
     sizes["head_size"] = hidden // heads if hidden % heads == 0 else None
+    sizes["embedding_width"] = sizes.get("embedding_size") or hidden
+    sizes["position_rows"] = sizes["max_sequence_length"] + sizes.get("position_offset", 0)
     return sizes
 
 
@@ -107,7 +121,12 @@ def expected_shape(target, encoder_config):
 
 
 def held_blocks(source, table):
-    """How many Transformer blocks `source` holds: one more than the highest block index in it."""
+    """How many Transformer blocks `source` holds: one more than the highest block index in it.
+
+    None for a table of one shared block (ALBERT), whose names have no block index.
+    """
+    if not any("{i}" in name for _, name, _ in table[tables.LAYER]):
+        return None
     patterns = [
         re.compile(re.escape(name).replace(re.escape("{i}"), r"(\d+)")) for _, name, _ in table[tables.LAYER]
     ]
@@ -133,11 +152,13 @@ def check_config(source, table, parts, encoder_config, config_keys, hint=""):
     """
 
     def key(field):  # our name -> the config's
+        if field not in config_keys:
+            field = _DERIVED_FROM.get(field, field)
         return config_keys.get(field, field)
 
     num_layers = encoder_config["num_layers"]
     held = held_blocks(source, table)
-    if held != num_layers:
+    if held is not None and held != num_layers:
         raise CheckpointError(
             source.file,
             None,
@@ -187,14 +208,16 @@ def _check_shape(source, name, target, transform, encoder_config, key, hint):
             consistent = consistent and size == field
         elif implied.setdefault(field, size) != size:
             consistent = False  # e.g. a square kernel stored (16, 8)
-    wrong = [f for f, size in implied.items() if f in encoder_config and encoder_config[f] != size]
+    # The config's sizes and those derived from them (not head_size: a wrong num_heads is checked on its own).
+    said = {f: size for f, size in sizes.items() if f in encoder_config or f in _DERIVED_FROM}
+    wrong = [f for f, size in implied.items() if f in said and said[f] != size]
     if consistent and wrong:
         means = ", ".join(f"{key(f)}={size}" for f, size in implied.items())
-        says = ", ".join(f"{key(f)}={encoder_config[f]}" for f in wrong)
+        says = ", ".join(f"{key(f)}={said[f]}" for f in wrong)
         message = f"has shape {stored}, which means {means}; the config says {says}.{hint}"
     else:
-        named = dict.fromkeys(f for f in fields if isinstance(f, str) and f in encoder_config)
-        says = ", ".join(f"{key(f)}={encoder_config[f]}" for f in named)
+        named = dict.fromkeys(f for f in fields if isinstance(f, str) and f in said)
+        says = ", ".join(f"{key(f)}={said[f]}" for f in named)
         message = f"has shape {stored}, expected {expected} for {target} (the config says {says}).{hint}"
     raise CheckpointError(source.file_of(name), source.original_name(name), message)
 
@@ -217,20 +240,21 @@ def wanted_heads(with_heads):
     return heads
 
 
-def plan_parts(source, part_prefixes, with_heads):
+def plan_parts(source, part_prefixes, with_heads, pooler=True):
     """`(parts, heads, not_in_checkpoint)`: the parts to convert, the heads among them, the parts left random.
 
     `with_heads`: `True` (the pre-training heads), `False`, or a list of head
     names (`tables.HEADS`); a head is read when it is asked for and present.
+    `pooler`: whether the encoder has a pooler (DistilBERT and ELECTRA have none).
     """
     wanted = wanted_heads(with_heads)
     present = detect_parts(source, part_prefixes)
     heads = [part for part in tables.HEADS if part in wanted and part in present]
     parts = [tables.EMBEDDINGS, tables.LAYER]
     not_in_checkpoint = []
-    if tables.POOLER in present:
+    if pooler and tables.POOLER in present:
         parts.append(tables.POOLER)
-    else:
+    elif pooler:
         not_in_checkpoint.append("pooler")
     return parts + heads, heads, not_in_checkpoint
 
@@ -255,6 +279,7 @@ def read_weights(
     hint="",
     vocab_file=None,
     do_lower_case=True,
+    config_keys=None,
 ):
     """Checks `source` against the config, reads it through `table` into our layout, and summarizes.
 
@@ -262,6 +287,8 @@ def read_weights(
         ignored: callable `name -> bool` for source tensors skipped on purpose.
         extra_checks: optional callable `(source, heads) -> list of ignored names`,
             run after the tensors are read.
+        config_keys: optional dict of our argument -> the config's key, to
+            name fields in messages; defaults to the format's (`CONFIG_KEYS`).
 
     Returns:
         `CheckpointWeights`.
@@ -270,11 +297,14 @@ def read_weights(
         CheckpointError: a config that disagrees with the stored shapes, a
             missing tensor, a weight that is not finite floating point.
     """
-    parts, heads, not_in_checkpoint = plan_parts(source, part_prefixes, with_heads)
+    parts, heads, not_in_checkpoint = plan_parts(source, part_prefixes, with_heads,
+                                                 pooler=encoder_config.get("use_pooler", True))
 
     # Everything is checked before any model exists: a config of 60 blocks for a 6-block
     # checkpoint, of a 2-billion-wide feed-forward layer, or a NaN weight, is refused here.
-    check_config(source, table, parts, encoder_config, CONFIG_KEYS.get(format, {}), hint=hint)
+    if config_keys is None:
+        config_keys = CONFIG_KEYS.get(format, {})
+    check_config(source, table, parts, encoder_config, config_keys, hint=hint)
     entries = expand_table(table, parts, encoder_config["num_layers"])
     arrays = read_tensors(source, [name for _, name, _ in entries])
     ours, origins = {}, {}

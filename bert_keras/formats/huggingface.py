@@ -1,7 +1,13 @@
-"""Hugging Face `transformers` BERT checkpoints -> our encoder config and weights (and the heads')."""
+"""Hugging Face `transformers` checkpoints of BERT and its family -> our encoder config and weights (and the heads').
+
+The family: BERT, ELECTRA (`ElectraModel`, the discriminator `ElectraForPreTraining`), DistilBERT, ALBERT and
+RoBERTa, told apart by config.json's `model_type`; each is one `tables.HF_FAMILIES` entry (its weight table, its
+config keys, what it fixes) and one `BertEncoder` with options, not a class of its own.
+"""
 
 import collections
 import dataclasses
+import functools
 import os
 import re
 
@@ -33,10 +39,10 @@ WEIGHT_FILES = (
 )
 
 
-def normalize_name(name):
-    """Drops the `bert.` prefix and renames legacy `LayerNorm.gamma/beta` to `weight/bias`."""
-    if name.startswith("bert."):
-        name = name[len("bert."):]
+def normalize_name(name, prefix="bert."):
+    """Drops the model's prefix (`bert.`, `roberta.`, ...) and renames legacy `LayerNorm.gamma/beta` to `weight/bias`."""
+    if name.startswith(prefix):
+        name = name[len(prefix):]
     for legacy, current in ((".LayerNorm.gamma", ".LayerNorm.weight"), (".LayerNorm.beta", ".LayerNorm.bias")):
         if name.endswith(legacy):
             name = name[: -len(legacy)] + current
@@ -47,18 +53,32 @@ def is_ignored(name):
     return name.endswith(tables.HF_IGNORED_SUFFIXES)
 
 
-def config_to_kwargs(config, file):
-    """Translates a `transformers.BertConfig` dict to `BertEncoder` arguments."""
+def model_type_of(config, file):
+    """config.json's `model_type`, one of `tables.HF_MODEL_TYPES` ('bert' where it is missing and a Bert class is listed).
+
+    Raises:
+        ConfigError: naming the file, the type found and the types supported.
+    """
     model_type = config.get("model_type")
     if model_type is None and not any("Bert" in a for a in config.get("architectures") or []):
         raise ConfigError(file, "model_type", "missing, and no Bert architecture is listed; is this a BERT config?")
-    if model_type is not None and model_type not in tables.HF_MODEL_TYPES:
+    if model_type is None:
+        return "bert"
+    if model_type not in tables.HF_MODEL_TYPES:
         raise ConfigError(
             file,
             "model_type",
-            f"this is a {model_type!r} config, not BERT (expected model_type 'bert'). "
-            "Only BERT checkpoints can be converted to BertEncoder.",
+            f"this is a {model_type!r} config, not BERT or a model of its family (supported model_type: "
+            f"{', '.join(repr(name) for name in tables.HF_MODEL_TYPES)}). Only those can be converted to BertEncoder.",
         )
+    return model_type
+
+
+def config_to_kwargs(config, file):
+    """Translates a `transformers` config dict of BERT's family (`BertConfig`, `ElectraConfig`, `DistilBertConfig`,
+    `AlbertConfig`, `RobertaConfig`) to `BertEncoder` arguments."""
+    model_type = model_type_of(config, file)
+    family = tables.HF_FAMILIES[model_type]
     position_type = config.get("position_embedding_type", "absolute")
     if position_type != "absolute":
         raise ConfigError(
@@ -66,23 +86,68 @@ def config_to_kwargs(config, file):
             "position_embedding_type",
             f"{position_type!r} is not supported; BertEncoder has absolute (learned) positions.",
         )
-    kwargs = encoder_kwargs(config, tables.HF_CONFIG, file, defaults={"layer_norm_epsilon": 1e-12})
-    kwargs["activation"] = translate_activation(
-        config.get("hidden_act", "gelu"), tables.HF_ACTIVATIONS, file, "hidden_act"
-    )
+    kwargs = encoder_kwargs(config, family["config"], file, defaults={"layer_norm_epsilon": 1e-12})
+    kwargs.update(family["fixed"])
+    key = family["activation_key"]
+    kwargs["activation"] = translate_activation(config.get(key, "gelu"), tables.HF_ACTIVATIONS, file, key)
+    if model_type == "electra" and kwargs["embedding_size"] == kwargs["hidden_size"]:
+        kwargs["embedding_size"] = None  # ElectraModel has no projection where the widths agree
+    if model_type == "albert":
+        _check_albert_groups(config, file)
+    if model_type == "roberta":
+        _roberta_positions(config, kwargs, file)
     return kwargs
 
 
-def open_weights(directory):
-    """The tensor source of a Hugging Face directory (safetensors preferred)."""
+def _check_albert_groups(config, file):
+    """ALBERT's released models share one group of one layer; more groups or layers per group are refused."""
+    for field in ("num_hidden_groups", "inner_group_num"):
+        value = config.get(field, 1)
+        if value != 1:
+            raise ConfigError(file, field, f"is {value!r}; only 1 is supported (one block shared by every layer, as "
+                              "in every released ALBERT). BertEncoder(shared_layers=True) has one shared block.")
+
+
+def _roberta_positions(config, kwargs, file):
+    """RoBERTa's positions start after its padding index: rows 0..pad_token_id are never read."""
+    pad = config.get("pad_token_id", 1)
+    if isinstance(pad, bool) or not isinstance(pad, int) or pad < 0:
+        raise ConfigError(file, "pad_token_id", f"expected a non-negative integer, found {pad!r}.")
+    offset = pad + 1
+    rows = kwargs["max_sequence_length"]
+    if rows <= offset:
+        raise ConfigError(file, "max_position_embeddings", f"is {rows}, which leaves no position after the "
+                          f"padding index {pad} (RoBERTa's positions start at pad_token_id + 1 = {offset}).")
+    kwargs["position_offset"] = offset
+    kwargs["max_sequence_length"] = rows - offset  # the longest input: 512 for roberta-base's 514 rows
+
+
+def open_weights(directory, prefix="bert."):
+    """The tensor source of a Hugging Face directory (safetensors preferred); `prefix`: the model's (`bert.`, ...)."""
     path = first_existing(directory, WEIGHT_FILES)
     if path is None:
         raise CheckpointError(
             directory, None, f"holds no weights; expected one of {list(WEIGHT_FILES)}."
         )
+    normalize = functools.partial(normalize_name, prefix=prefix)
     if path.endswith((".bin", ".bin.index.json")):
-        return TorchSource(path, normalize=normalize_name)
-    return SafetensorsSource(path, normalize=normalize_name)
+        return TorchSource(path, normalize=normalize)
+    return SafetensorsSource(path, normalize=normalize)
+
+
+def family_table(model_type, encoder_config):
+    """The weight table of a family for one config: its table, with the embedding projection where there is one."""
+    family = tables.HF_FAMILIES[model_type]
+    table = dict(family["weights"])
+    if encoder_config.get("embedding_size") is not None:
+        table[tables.EMBEDDINGS] = table[tables.EMBEDDINGS] + family["projection"]
+    return table
+
+
+def family_config_keys(model_type):
+    """Our argument -> the family's config key, for messages (derived sizes too: the tables' width, the positions)."""
+    config = tables.HF_FAMILIES[model_type]["config"]
+    return {**config, "embedding_width": config.get("embedding_size", config["hidden_size"])}
 
 
 def read_huggingface(path, *, with_heads=True, do_lower_case=None):
@@ -123,8 +188,9 @@ def read_huggingface(path, *, with_heads=True, do_lower_case=None):
         raise CheckpointError(directory, None, f"has no {CONFIG_FILE}; is it a Hugging Face model directory?")
     config = read_json(config_file)
     kwargs = config_to_kwargs(config, config_file)
+    model_type = model_type_of(config, config_file)
     architectures = read_architectures(config, config_file)
-    source = open_weights(directory)
+    source = open_weights(directory, tables.HF_FAMILIES[model_type]["prefix"])
 
     vocab_file = first_existing(directory, (VOCAB_FILE,))
     embeddings_name = "embeddings.word_embeddings.weight"
@@ -142,16 +208,17 @@ def read_huggingface(path, *, with_heads=True, do_lower_case=None):
     if do_lower_case is None:
         do_lower_case = _read_do_lower_case(directory, tokens)
 
-    # Some checkpoints spell the MLM output bias `cls.predictions.decoder.bias`.
-    table = dict(tables.HF_WEIGHTS)
-    table[tables.MLM] = tuple(
-        (target, _alias(source, name), transform) for target, name, transform in table[tables.MLM]
-    )
+    table = family_table(model_type, kwargs)
+    if tables.MLM in table:  # Some checkpoints spell the MLM output bias `cls.predictions.decoder.bias`.
+        table[tables.MLM] = tuple(
+            (target, _alias(source, name), transform) for target, name, transform in table[tables.MLM]
+        )
     weights = read_weights(
         format="huggingface",
         source=source,
         table=table,
-        part_prefixes=part_prefixes(architectures),
+        part_prefixes=part_prefixes(architectures, model_type),
+        config_keys=family_config_keys(model_type),
         encoder_config=kwargs,
         mlm_activation=kwargs["activation"],
         with_heads=with_heads,
@@ -183,14 +250,16 @@ def read_architectures(config, file):
     return architectures
 
 
-def part_prefixes(architectures):
+def part_prefixes(architectures, model_type="bert"):
     """The parts a checkpoint may hold: the encoder's, the pre-training heads, the task heads its architectures name.
 
     `classifier.*` is the head of a sequence classifier and of a token
     classifier alike: without an architecture that says which, it is left unused.
+    The family's other heads (RoBERTa's `lm_head`, ALBERT's `predictions` and
+    `sop_classifier`, ELECTRA's generator) are not read: the summary lists them unused.
     """
     named = {tables.HF_TASK_ARCHITECTURES[name] for name in architectures if name in tables.HF_TASK_ARCHITECTURES}
-    return {part: prefix for part, prefix in tables.HF_PART_PREFIXES.items()
+    return {part: prefix for part, prefix in tables.HF_FAMILIES[model_type]["part_prefixes"].items()
             if part not in tables.TASK_HEADS or part in named}
 
 

@@ -28,9 +28,12 @@ NSP = "nsp"
 CLASSIFIER = "classifier"
 TOKEN_CLASSIFIER = "token_classifier"
 SPAN = "span"
-PRETRAINING_HEADS = (MLM, NSP)
+# ELECTRA's replaced-token detection head (ElectraForPreTraining): dense, GELU, dense to one logit a token.
+# Read and reported (`CheckpointWeights.arrays["discriminator.*"]`); no model of ours is built for it yet.
+DISCRIMINATOR = "discriminator"
+PRETRAINING_HEADS = (MLM, NSP, DISCRIMINATOR)
 TASK_HEADS = (CLASSIFIER, TOKEN_CLASSIFIER, SPAN)
-HEADS = PRETRAINING_HEADS + TASK_HEADS
+HEADS = (MLM, NSP) + TASK_HEADS + (DISCRIMINATOR,)
 
 _BLOCK = "encoder.transformer_layers.{i}."
 
@@ -138,7 +141,117 @@ HF_ACTIVATIONS = {
     "gelu_fast": "gelu_approximate",
     "relu": "relu",
 }
-HF_MODEL_TYPES = ("bert",)
+
+# ---------------------------------------------------------------------------
+# BERT's family in transformers: ELECTRA, DistilBERT, ALBERT, RoBERTa. Names without the model's prefix
+# (`electra.`, `distilbert.`, `albert.`, `roberta.`), as the BERT names drop `bert.`.
+# ---------------------------------------------------------------------------
+_HF_BERT_EMBEDDINGS = HF_WEIGHTS[EMBEDDINGS]
+# ELECTRA (where embedding_size != hidden_size) and ALBERT map the embeddings to the hidden size.
+HF_ELECTRA_PROJECTION = (
+    ("encoder.embeddings.projection.kernel", "embeddings_project.weight", TRANSPOSE),
+    ("encoder.embeddings.projection.bias", "embeddings_project.bias", IDENTITY),
+)
+HF_ALBERT_PROJECTION = (
+    ("encoder.embeddings.projection.kernel", "encoder.embedding_hidden_mapping_in.weight", TRANSPOSE),
+    ("encoder.embeddings.projection.bias", "encoder.embedding_hidden_mapping_in.bias", IDENTITY),
+)
+HF_ELECTRA_WEIGHTS = {
+    EMBEDDINGS: _HF_BERT_EMBEDDINGS,
+    LAYER: HF_WEIGHTS[LAYER],
+    DISCRIMINATOR: (
+        ("discriminator.dense.kernel", "discriminator_predictions.dense.weight", TRANSPOSE),
+        ("discriminator.dense.bias", "discriminator_predictions.dense.bias", IDENTITY),
+        ("discriminator.prediction.kernel", "discriminator_predictions.dense_prediction.weight", TRANSPOSE),
+        ("discriminator.prediction.bias", "discriminator_predictions.dense_prediction.bias", IDENTITY),
+    ),
+}
+_D_BLOCK = "transformer.layer.{i}."
+HF_DISTILBERT_WEIGHTS = {
+    EMBEDDINGS: tuple(entry for entry in _HF_BERT_EMBEDDINGS if "token_type" not in entry[1]),
+    LAYER: (
+        (_BLOCK + "attention.query_dense.kernel", _D_BLOCK + "attention.q_lin.weight", TRANSPOSE),
+        (_BLOCK + "attention.query_dense.bias", _D_BLOCK + "attention.q_lin.bias", IDENTITY),
+        (_BLOCK + "attention.key_dense.kernel", _D_BLOCK + "attention.k_lin.weight", TRANSPOSE),
+        (_BLOCK + "attention.key_dense.bias", _D_BLOCK + "attention.k_lin.bias", IDENTITY),
+        (_BLOCK + "attention.value_dense.kernel", _D_BLOCK + "attention.v_lin.weight", TRANSPOSE),
+        (_BLOCK + "attention.value_dense.bias", _D_BLOCK + "attention.v_lin.bias", IDENTITY),
+        (_BLOCK + "attention.output_dense.kernel", _D_BLOCK + "attention.out_lin.weight", TRANSPOSE),
+        (_BLOCK + "attention.output_dense.bias", _D_BLOCK + "attention.out_lin.bias", IDENTITY),
+        (_BLOCK + "attention_layer_norm.gamma", _D_BLOCK + "sa_layer_norm.weight", IDENTITY),
+        (_BLOCK + "attention_layer_norm.beta", _D_BLOCK + "sa_layer_norm.bias", IDENTITY),
+        (_BLOCK + "feed_forward.intermediate_dense.kernel", _D_BLOCK + "ffn.lin1.weight", TRANSPOSE),
+        (_BLOCK + "feed_forward.intermediate_dense.bias", _D_BLOCK + "ffn.lin1.bias", IDENTITY),
+        (_BLOCK + "feed_forward.output_dense.kernel", _D_BLOCK + "ffn.lin2.weight", TRANSPOSE),
+        (_BLOCK + "feed_forward.output_dense.bias", _D_BLOCK + "ffn.lin2.bias", IDENTITY),
+        (_BLOCK + "feed_forward_layer_norm.gamma", _D_BLOCK + "output_layer_norm.weight", IDENTITY),
+        (_BLOCK + "feed_forward_layer_norm.beta", _D_BLOCK + "output_layer_norm.bias", IDENTITY),
+    ),
+}
+# ALBERT: one group of one layer, shared by every step. No `{i}`: the one block is
+# `transformer_layers.0`, read once.
+_A_SHARED = "encoder.transformer_layers.0."
+_A_LAYER = "encoder.albert_layer_groups.0.albert_layers.0."
+HF_ALBERT_WEIGHTS = {
+    EMBEDDINGS: _HF_BERT_EMBEDDINGS,
+    LAYER: (
+        (_A_SHARED + "attention.query_dense.kernel", _A_LAYER + "attention.query.weight", TRANSPOSE),
+        (_A_SHARED + "attention.query_dense.bias", _A_LAYER + "attention.query.bias", IDENTITY),
+        (_A_SHARED + "attention.key_dense.kernel", _A_LAYER + "attention.key.weight", TRANSPOSE),
+        (_A_SHARED + "attention.key_dense.bias", _A_LAYER + "attention.key.bias", IDENTITY),
+        (_A_SHARED + "attention.value_dense.kernel", _A_LAYER + "attention.value.weight", TRANSPOSE),
+        (_A_SHARED + "attention.value_dense.bias", _A_LAYER + "attention.value.bias", IDENTITY),
+        (_A_SHARED + "attention.output_dense.kernel", _A_LAYER + "attention.dense.weight", TRANSPOSE),
+        (_A_SHARED + "attention.output_dense.bias", _A_LAYER + "attention.dense.bias", IDENTITY),
+        (_A_SHARED + "attention_layer_norm.gamma", _A_LAYER + "attention.LayerNorm.weight", IDENTITY),
+        (_A_SHARED + "attention_layer_norm.beta", _A_LAYER + "attention.LayerNorm.bias", IDENTITY),
+        (_A_SHARED + "feed_forward.intermediate_dense.kernel", _A_LAYER + "ffn.weight", TRANSPOSE),
+        (_A_SHARED + "feed_forward.intermediate_dense.bias", _A_LAYER + "ffn.bias", IDENTITY),
+        (_A_SHARED + "feed_forward.output_dense.kernel", _A_LAYER + "ffn_output.weight", TRANSPOSE),
+        (_A_SHARED + "feed_forward.output_dense.bias", _A_LAYER + "ffn_output.bias", IDENTITY),
+        (_A_SHARED + "feed_forward_layer_norm.gamma", _A_LAYER + "full_layer_layer_norm.weight", IDENTITY),
+        (_A_SHARED + "feed_forward_layer_norm.beta", _A_LAYER + "full_layer_layer_norm.bias", IDENTITY),
+    ),
+    POOLER: (
+        ("encoder.pooler.kernel", "pooler.weight", TRANSPOSE),
+        ("encoder.pooler.bias", "pooler.bias", IDENTITY),
+    ),
+}
+# RoBERTa's encoder has BERT's names; its masked-LM head (`lm_head.*`) is not read (reported unused).
+HF_ROBERTA_WEIGHTS = {part: HF_WEIGHTS[part] for part in (EMBEDDINGS, LAYER, POOLER)}
+
+# Each family: its prefix in task checkpoints, weight table, the parts it may hold, its config keys, and what its
+# config fixes. Config keys default to BERT's (HF_CONFIG); the projection is added where `embedding_size` is set.
+HF_FAMILIES = {
+    "bert": dict(prefix="bert.", weights=HF_WEIGHTS, part_prefixes=HF_PART_PREFIXES, config=HF_CONFIG,
+                 activation_key="hidden_act", fixed={}),
+    "electra": dict(prefix="electra.", weights=HF_ELECTRA_WEIGHTS, projection=HF_ELECTRA_PROJECTION,
+                    part_prefixes={DISCRIMINATOR: "discriminator_predictions."},
+                    config={**HF_CONFIG, "embedding_size": "embedding_size"}, activation_key="hidden_act",
+                    fixed={"use_pooler": False}),
+    "distilbert": dict(prefix="distilbert.", weights=HF_DISTILBERT_WEIGHTS, part_prefixes={},
+                       config={
+                           "vocab_size": "vocab_size",
+                           "num_layers": "n_layers",
+                           "hidden_size": "dim",
+                           "num_heads": "n_heads",
+                           "intermediate_size": "hidden_dim",
+                           "dropout": "dropout",
+                           "attention_dropout": "attention_dropout",
+                           "max_sequence_length": "max_position_embeddings",
+                           "initializer_range": "initializer_range",
+                       },
+                       # DistilBERT's LayerNorms use torch's eps=1e-12, fixed in its code, not in its config.
+                       activation_key="activation",
+                       fixed={"type_vocab_size": 0, "use_pooler": False, "layer_norm_epsilon": 1e-12}),
+    "albert": dict(prefix="albert.", weights=HF_ALBERT_WEIGHTS, projection=HF_ALBERT_PROJECTION,
+                   part_prefixes={POOLER: "pooler."},
+                   config={**HF_CONFIG, "embedding_size": "embedding_size"}, activation_key="hidden_act",
+                   fixed={"shared_layers": True}),
+    "roberta": dict(prefix="roberta.", weights=HF_ROBERTA_WEIGHTS, part_prefixes={POOLER: "pooler."},
+                    config=HF_CONFIG, activation_key="hidden_act", fixed={}),
+}
+HF_MODEL_TYPES = tuple(sorted(HF_FAMILIES))
 
 # ---------------------------------------------------------------------------
 # Original Google BERT (google-research/bert, TF1 checkpoints `bert_model.ckpt`).

@@ -6,7 +6,7 @@ import keras
 import tensorflow as tf
 from keras import ops
 
-from bert_keras._checks import check_choice, check_positive_int, check_rate
+from bert_keras._checks import check_choice, check_int, check_positive_int, check_rate
 from bert_keras.layers._utils import clone_initializer
 from bert_keras.layers.dropout import Dropout
 
@@ -70,13 +70,29 @@ class SinusoidalPositionEncoding(keras.layers.Layer):
 class BertEmbeddings(keras.layers.Layer):
     """BERT input embeddings: word + position + segment, then LayerNorm and dropout.
 
+    The options of BERT's family: ALBERT and ELECTRA keep narrower tables
+    (`embedding_size`) and map them to `hidden_size` with a dense layer after
+    the LayerNorm and dropout; DistilBERT has no segment table
+    (`type_vocab_size=0`); RoBERTa's positions start after its padding index
+    (`position_offset`).
+
     Args:
         vocab_size: int. Size of the WordPiece vocabulary.
-        hidden_size: int. Width of the embeddings.
-        max_sequence_length: int. Number of learned positions; longer inputs
-            are rejected. With sinusoidal positions it is only recorded.
-            Defaults to `512`.
-        type_vocab_size: int. Number of segment types. Defaults to `2`.
+        hidden_size: int. Width of the output.
+        max_sequence_length: int. Longest input; with learned positions the
+            table has `max_sequence_length + position_offset` rows and longer
+            inputs are rejected. With sinusoidal positions it is only
+            recorded. Defaults to `512`.
+        type_vocab_size: int. Number of segment types; `0` for none (the
+            `input_type_ids` are then ignored). Defaults to `2`.
+        embedding_size: optional int. Width of the tables; when given, a
+            dense layer (`projection`) maps the normalized embeddings to
+            `hidden_size` (even when the widths are equal, as ALBERT's
+            checkpoints hold one). Defaults to `None`: tables of `hidden_size`,
+            no projection.
+        position_offset: int. Index of the first position's row of the
+            learned table (RoBERTa: its padding index + 1 = 2; the rows before
+            it are never read). Defaults to `0`.
         position_embedding: str. `"learned"` (a trained table, as in BERT) or
             `"sinusoidal"` (fixed, no weights). Defaults to `"learned"`.
         dropout: float. Dropout rate after the LayerNorm. Defaults to `0.0`.
@@ -109,13 +125,17 @@ class BertEmbeddings(keras.layers.Layer):
         dropout=0.0,
         layer_norm_epsilon=1e-12,
         initializer=None,
+        embedding_size=None,
+        position_offset=0,
         **kwargs,
     ):
         super().__init__(**kwargs)
         self.vocab_size = check_positive_int("vocab_size", vocab_size)
         self.hidden_size = check_positive_int("hidden_size", hidden_size)
         self.max_sequence_length = check_positive_int("max_sequence_length", max_sequence_length)
-        self.type_vocab_size = check_positive_int("type_vocab_size", type_vocab_size)
+        self.type_vocab_size = check_int("type_vocab_size", type_vocab_size, minimum=0)
+        self.embedding_size = None if embedding_size is None else check_positive_int("embedding_size", embedding_size)
+        self.position_offset = check_int("position_offset", position_offset, minimum=0)
         self.position_embedding = check_choice("position_embedding", position_embedding, POSITION_EMBEDDINGS)
         self.dropout = check_rate("dropout", dropout)
         self.layer_norm_epsilon = float(layer_norm_epsilon)
@@ -123,26 +143,34 @@ class BertEmbeddings(keras.layers.Layer):
             initializer if initializer is not None else keras.initializers.TruncatedNormal(stddev=0.02)
         )
 
+    @property
+    def table_width(self):
+        """The width of the tables: `embedding_size`, or `hidden_size` without a projection."""
+        return self.embedding_size if self.embedding_size is not None else self.hidden_size
+
     def build(self, input_word_ids_shape, input_type_ids_shape=None):
+        width = self.table_width
         self.word_embeddings = keras.layers.Embedding(
             self.vocab_size,
-            self.hidden_size,
+            width,
             embeddings_initializer=clone_initializer(self.initializer),
             dtype=self.dtype_policy,
             name="word_embeddings",
         )
         self.word_embeddings.build(input_word_ids_shape)
-        self.type_embeddings = keras.layers.Embedding(
-            self.type_vocab_size,
-            self.hidden_size,
-            embeddings_initializer=clone_initializer(self.initializer),
-            dtype=self.dtype_policy,
-            name="type_embeddings",
-        )
-        self.type_embeddings.build(input_word_ids_shape)
+        self.type_embeddings = None
+        if self.type_vocab_size:
+            self.type_embeddings = keras.layers.Embedding(
+                self.type_vocab_size,
+                width,
+                embeddings_initializer=clone_initializer(self.initializer),
+                dtype=self.dtype_policy,
+                name="type_embeddings",
+            )
+            self.type_embeddings.build(input_word_ids_shape)
         if self.position_embedding == "learned":
             self.position_embeddings = self.add_weight(
-                shape=(self.max_sequence_length, self.hidden_size),
+                shape=(self.max_sequence_length + self.position_offset, width),
                 initializer=clone_initializer(self.initializer),
                 name="position_embeddings",
             )
@@ -151,8 +179,17 @@ class BertEmbeddings(keras.layers.Layer):
         self.layer_norm = keras.layers.LayerNormalization(
             epsilon=self.layer_norm_epsilon, dtype=self.dtype_policy, name="layer_norm"
         )
-        self.layer_norm.build(tuple(input_word_ids_shape) + (self.hidden_size,))
+        self.layer_norm.build(tuple(input_word_ids_shape) + (width,))
         self.dropout_layer = Dropout(self.dropout, dtype=self.dtype_policy, name="dropout")
+        self.projection = None
+        if self.embedding_size is not None:
+            self.projection = keras.layers.Dense(
+                self.hidden_size,
+                kernel_initializer=clone_initializer(self.initializer),
+                dtype=self.dtype_policy,
+                name="projection",
+            )
+            self.projection.build(tuple(input_word_ids_shape) + (width,))
         self.built = True
 
     def _learned_positions(self, seq_length):
@@ -163,7 +200,7 @@ class BertEmbeddings(keras.layers.Layer):
         # The slice waits for the check, so that a graph fails with its message, not the slice's own.
         with tf.control_dependencies(checks):
             table = ops.convert_to_tensor(self.position_embeddings)
-            return ops.slice(table, (0, 0), (seq_length, self.hidden_size))  # (seq, hidden)
+            return ops.slice(table, (self.position_offset, 0), (seq_length, self.table_width))  # (seq, width)
 
     def _length_check(self, seq_length):
         """An op that fails with `_too_long_message` (an `InvalidArgumentError`) when the traced length is too long.
@@ -193,17 +230,21 @@ class BertEmbeddings(keras.layers.Layer):
     def call(self, input_word_ids, input_type_ids=None, training=None):
         if input_type_ids is None:
             input_type_ids = ops.zeros_like(input_word_ids)
-        embeddings = self.word_embeddings(input_word_ids)  # (batch, seq, hidden)
-        embeddings = embeddings + self.type_embeddings(input_type_ids)  # (batch, seq, hidden)
+        embeddings = self.word_embeddings(input_word_ids)  # (batch, seq, width)
+        if self.type_embeddings is not None:
+            embeddings = embeddings + self.type_embeddings(input_type_ids)  # (batch, seq, width)
         if self.position_embedding == "learned":
             static_length = input_word_ids.shape[1]
             seq_length = static_length if static_length is not None else ops.shape(input_word_ids)[1]
-            positions = self._learned_positions(seq_length)  # (seq, hidden)
+            positions = self._learned_positions(seq_length)  # (seq, width)
             embeddings = embeddings + ops.cast(positions, embeddings.dtype)[None, :, :]
         else:
             embeddings = embeddings + self.sinusoidal_encoding(embeddings)
         embeddings = self.layer_norm(embeddings)
-        return self.dropout_layer(embeddings, training=training)
+        embeddings = self.dropout_layer(embeddings, training=training)
+        if self.projection is not None:
+            embeddings = self.projection(embeddings)  # (batch, seq, hidden)
+        return embeddings
 
     def compute_output_shape(self, input_word_ids_shape, input_type_ids_shape=None):
         return tuple(input_word_ids_shape) + (self.hidden_size,)
@@ -220,6 +261,8 @@ class BertEmbeddings(keras.layers.Layer):
                 "dropout": self.dropout,
                 "layer_norm_epsilon": self.layer_norm_epsilon,
                 "initializer": keras.initializers.serialize(self.initializer),
+                "embedding_size": self.embedding_size,
+                "position_offset": self.position_offset,
             }
         )
         return config

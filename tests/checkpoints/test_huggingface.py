@@ -289,7 +289,7 @@ def test_task_head_errors(tmp_path):
     # Labels of a head not read do not stop the encoder.
     assert load_checkpoint(directory).label_names is None
     with pytest.raises(ValueError, match=r"`with_heads`, expected a bool or a list of head names from \['mlm', 'nsp', "
-                       r"'classifier', 'token_classifier', 'span'\]\. Received: with_heads='classifier'"):
+                       r"'classifier', 'token_classifier', 'span', 'discriminator'\]\. Received: with_heads='classifier'"):
         load_checkpoint(directory, with_heads="classifier")
     # Without an architecture, `classifier.*` might be either classifier's: left unused.
     _edit_config(directory, id2label={"0": "a", "1": "b", "2": "c"}, architectures=None)
