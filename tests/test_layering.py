@@ -26,7 +26,7 @@ LAYERS = [
     ["embedding_files", "search"],
     ["lora"],
     ["saved_model"],
-    ["_records", "entities", "tagged_data", "datasets", "optimization", "evaluate"],
+    ["_records", "entities", "tagged_data", "squad", "datasets", "optimization", "evaluate"],
     ["training"],
     ["inspect", "beam"],
     ["demo"],

@@ -93,12 +93,12 @@ def test_question_answering_checkpoint_of_transformers_loads_in_one_call(task_ch
     unmasked.span_head.set_weights(labeler.span_head.get_weights())
     batch, expected = _transformers_logits(model, folder, QUESTIONS, TEXTS)
     real = batch["attention_mask"].astype(bool)
-    context = real & (batch["token_type_ids"] == 1)
+    context = _answerable(batch["attention_mask"], batch["token_type_ids"])
     outputs, everywhere = labeler([QUESTIONS, TEXTS]), unmasked([QUESTIONS, TEXTS])
     for key in ("start_logits", "end_logits"):
         reference = getattr(expected, key).numpy()
         assert float(np.max(np.abs(np.asarray(outputs[key])[context] - reference[context]))) <= 1e-4
-        assert (np.asarray(outputs[key])[~context] == -1e9).all()  # the answer lies in the context
+        assert (np.asarray(outputs[key])[~context] == -1e9).all()  # the answer lies in the context (or is [CLS])
         assert float(np.max(np.abs(np.asarray(everywhere[key])[real] - reference[real]))) <= 1e-4
 
 
@@ -274,11 +274,20 @@ def test_task_config_freezing_and_keras_round_trip(tmp_path, build, own_config):
     assert isinstance(restored.encoder, BertEncoder)
 
 
+def _answerable(mask, type_ids):
+    """[CLS] and the context's pieces (segment 1 without its closing [SEP]): transformers' pipeline's p_mask."""
+    mask = np.asarray(mask)
+    position = np.arange(mask.shape[1])[None, :]
+    closing = position == mask.sum(axis=1, keepdims=True) - 1
+    return (position == 0) | ((mask == 1) & (np.asarray(type_ids) == 1) & ~closing)
+
+
 def test_span_labeler_masks_everything_outside_the_context():
     labeler = BertSpanLabeler(BertEncoder(**TINY))
     inputs = _inputs()
     outputs = labeler(inputs)
-    context = (inputs["input_mask"] == 1) & (inputs["input_type_ids"] == 1)
+    context = _answerable(inputs["input_mask"], inputs["input_type_ids"])
+    assert context[:, 0].all() and not context[np.arange(3), inputs["input_mask"].sum(axis=1) - 1].any()
     for key in ("start_logits", "end_logits"):
         logits = np.asarray(outputs[key])
         assert logits.shape == (3, 10)

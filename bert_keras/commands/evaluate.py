@@ -1,24 +1,35 @@
-"""`bert-keras evaluate`: an exported classifier scored on a labelled file (report, confusion matrix).
+"""`bert-keras evaluate`: an exported classifier scored on a labelled file (report, confusion matrix), or an
+exported tagger on a tagged file (entity-level precision, recall and F1, as conlleval counts them).
 
-The classifier's loader, the report writer and the file writer (TensorFlow, matplotlib) are imported in `run`:
+The loaders, the report writer and the file writer (TensorFlow, matplotlib) are imported in `run`:
 --help and the checks before TensorFlow loads must not pay for them.
 """
 
+import json
 import os
 
 from bert_keras.commands._common import at_least, fail, say
 from bert_keras.commands._io import READER_ARGUMENTS
+from bert_keras.commands.predict import is_tagger_export
 from bert_keras.datasets import DataError, read_labelled_file
+from bert_keras.entities import entity_scores, format_entity_report
+from bert_keras.tagged_data import read_tagged_file
+
+ENTITY_REPORT_FILE = "evaluation.json"
 
 
 def register(commands, common):
     evaluate = commands.add_parser(
-        "evaluate", parents=[common], help="score an exported classifier on a labelled file",
+        "evaluate", parents=[common], help="score an exported classifier on a labelled file, or a tagger on a tagged file",
         description="Prints accuracy, macro-F1, per-class precision / recall / F1 / support and the confusion "
-        "matrix; with --out also writes evaluation.json and confusion_matrix.png.",
+        "matrix; with --out also writes evaluation.json and confusion_matrix.png. On a tagger (export_tagger), "
+        "--data is a CoNLL file (a word and its tag per line) or JSONL with tokens and tags: each word is tagged by "
+        "its first word piece, and entity-level precision / recall / F1 (micro and per type, conlleval's counts) "
+        "are printed, and with --out written to evaluation.json.",
     )
-    evaluate.add_argument("--model", required=True, help="an exported classifier (as for predict)")
-    evaluate.add_argument("--data", required=True, help="labelled examples (.csv, .tsv, .json or .jsonl)")
+    evaluate.add_argument("--model", required=True, help="an exported classifier or tagger (as for predict)")
+    evaluate.add_argument("--data", required=True, help="labelled examples (.csv, .tsv, .json or .jsonl); for a "
+                          "tagger, tagged sentences (CoNLL, or .jsonl with tokens and tags)")
     evaluate.add_argument("--text-column", default="text")
     evaluate.add_argument("--text-pair-column", help="second text column, for sentence pairs")
     evaluate.add_argument("--label-column", default="label")
@@ -36,6 +47,8 @@ def _read(args, label_names=None):
 
 
 def run(args):
+    if is_tagger_export(args.model):
+        return _run_tagger(args)
     try:  # the data's own errors first: they must not wait for TensorFlow and the model (its labels are checked after)
         _read(args)
     except (FileNotFoundError, DataError, ValueError) as error:
@@ -70,3 +83,68 @@ def run(args):
             return fail("evaluate", str(error))
         say(f"Wrote {', '.join(os.path.basename(f) for f in files)} to {args.out}")
     return 0
+
+
+def _run_tagger(args):
+    """`evaluate` on a tagger export: entity scores of the words' tags (each word's first piece's tag)."""
+    try:  # the data's own errors first: they must not wait for TensorFlow and the model (its tags are checked after)
+        read_tagged_file(args.data)
+    except (FileNotFoundError, DataError, ValueError) as error:
+        return fail("evaluate", str(error))
+    from bert_keras._files import OutputLockedError, check_target, staged_directory  # they import TensorFlow
+    from bert_keras.export import load_tagger
+
+    try:  # before any work: never evaluate for an output that cannot be written
+        if args.out:
+            check_target(args.out, args.force, argument="--out", kind="evaluation")
+    except (OSError, ValueError) as error:
+        return fail("evaluate", str(error))
+    try:
+        tagger = load_tagger(args.model, warm_up=False)
+    except (OSError, ValueError, RuntimeError) as error:
+        return fail("evaluate", f"cannot load a tagger from {args.model}: {error}")
+    try:
+        data = read_tagged_file(args.data, tag_names=tagger.tag_names)
+    except (FileNotFoundError, DataError, ValueError) as error:
+        return fail("evaluate", f"{error} (the tagger's tags: {tagger.tag_names})")
+    texts, spans = zip(*(_joined(words) for words in data.words))
+    pieces = tagger.tag_pieces(list(texts), batch_size=args.batch_size)
+    predicted = [word_tags(piece, starts, tagger.tag_names) for piece, (starts, _) in zip(pieces, spans)]
+    try:
+        scores = entity_scores(data.tags, predicted, scheme=None)
+    except ValueError as error:  # a tag of the model's outside B-, I-, E-, S-
+        return fail("evaluate", f"cannot score the tagger's tags {tagger.tag_names}: {error}")
+    say(format_entity_report(scores))
+    if args.out:
+        try:
+            with staged_directory(args.out, args.force, kind="evaluation", argument="--out") as staging:
+                with open(os.path.join(staging, ENTITY_REPORT_FILE), "w") as f:
+                    json.dump(scores, f, indent=2)
+        except (OSError, ValueError, OutputLockedError) as error:
+            return fail("evaluate", str(error))
+        say(f"Wrote {ENTITY_REPORT_FILE} to {args.out}")
+    return 0
+
+
+def _joined(words):
+    """A sentence's text (its words joined by single spaces) and the words' `(starts, ends)` in it."""
+    starts, position = [], 0
+    for word in words:
+        starts.append(position)
+        position += len(word) + 1
+    return " ".join(words), (starts, [start + len(word) for start, word in zip(starts, words)])
+
+
+def word_tags(pieces, word_starts, tag_names):
+    """Each word's tag: the tag of its first piece (as a tagger is trained); `O` for a word without pieces.
+
+    `pieces` is one text's outputs of `TextTagger.tag_pieces` (of an over-long
+    text, each piece's `primary` copy is read); a word's first piece is the
+    one that starts at the word's first character (words are joined by single
+    spaces, so a word's pieces start inside it).
+    """
+    first = {}
+    for start, tag, primary in zip(pieces["char_starts"], pieces["tag_ids"], pieces["primary"]):
+        if primary:
+            first.setdefault(int(start), tag_names[int(tag)])
+    return [first.get(start, "O") for start in word_starts]

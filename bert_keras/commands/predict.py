@@ -1,9 +1,12 @@
-"""`bert-keras predict`: an exported classifier on TEXT arguments, --input FILE or standard input, streamed.
+"""`bert-keras predict`: an exported classifier or tagger on TEXT arguments, --input FILE or standard input, streamed.
 
-The classifier's loader (TensorFlow) is imported in `run`: --help and the checks before TensorFlow loads (the TEXT
-arguments' encoding, --top-k) must not pay for it.
+The loaders (TensorFlow) are imported in `run`: --help and the checks before TensorFlow loads (the TEXT
+arguments' encoding, --top-k) must not pay for it. A tagger export is told from a classifier by its
+`assets.extra/labels.json` (read as data: `"task": "tagger"`).
 """
 
+import json
+import os
 import sys
 
 from bert_keras.commands._common import at_least, fail
@@ -13,16 +16,18 @@ from bert_keras.datasets import DataError
 
 def register(commands, common):
     predict = commands.add_parser(
-        "predict", parents=[common], help="classify texts with an exported classifier",
+        "predict", parents=[common], help="classify texts, or find their entities, with an exported classifier or tagger",
         description="Classifies TEXT arguments, the records of --input FILE, or the lines of standard input, "
         "streamed in batches (constant memory), and prints one prediction per input, in input order. "
         "tsv: LABEL<TAB>SCORE<TAB>TEXT (with --top-k K: K label/score pairs), with tabs, line breaks, backslashes "
         "and control characters in the text escaped (\\t, \\x1b); json / jsonl: text, label, score and the "
         "score of every class. For a classifier of text pairs, give TEXT<TAB>TEXT_PAIR (or --text-pair-column). "
-        "A blank input gives an empty prediction (or, with --skip-blank, none).",
+        "A blank input gives an empty prediction (or, with --skip-blank, none). On a tagger (export_tagger): "
+        "each text's entities (see --aggregation).",
     )
     predict.add_argument("--model", required=True, help="a classifier exported by bert-keras finetune or demo, "
-                         "by export_classifier, or by model.export() of a classifier built with bert_keras")
+                         "by export_classifier, or by model.export() of a classifier built with bert_keras; or a "
+                         "tagger exported by export_tagger")
     predict.add_argument("texts", nargs="*", metavar="TEXT", help="texts to classify (default: --input, else standard input)")
     predict.add_argument("--input", help="a file of texts: .csv, .tsv, .jsonl or .json (one object per line, or an "
                          "array, read whole) with --text-column; any other file: one text per line")
@@ -34,7 +39,63 @@ def register(commands, common):
     predict.add_argument("--batch-size", type=at_least(1), default=64, help="texts per model call (default: 64)")
     predict.add_argument("--skip-blank", action="store_true", help="skip blank inputs (counted on standard error) "
                          "instead of printing an empty prediction")
+    predict.add_argument("--aggregation", choices=AGGREGATIONS, default="simple",
+                         help="taggers: how word pieces make entities, as transformers' token-classification "
+                         "pipeline's aggregation_strategy (default: simple). tsv prints each text with its entities "
+                         "marked, [characters](TYPE SCORE); json / jsonl: {text, entities}, the entities as "
+                         "load_tagger(...).predict gives them")
     predict.set_defaults(func=run)
+
+
+# bert_keras.export.entity_groups.AGGREGATIONS, named here so that --help does not import TensorFlow.
+AGGREGATIONS = ("simple", "first", "max", "average", "none")
+TAGGER_METADATA = os.path.join("assets.extra", "labels.json")
+
+
+def is_tagger_export(path):
+    """Whether `path` is a tagger export: its `assets.extra/labels.json` says `"task": "tagger"` (no TensorFlow)."""
+    try:
+        with open(os.path.join(path, TAGGER_METADATA), encoding="utf-8") as f:
+            metadata = json.load(f)
+    except (OSError, ValueError):
+        return False
+    return isinstance(metadata, dict) and metadata.get("task") == "tagger"
+
+
+def marked_text(text, entities):
+    """`text` with each entity's characters marked `[characters](TYPE SCORE)`, escaped as a tsv field."""
+    parts, position = [], 0
+    for entity in entities:
+        if entity["start"] < position:  # entities do not overlap; kept safe if one ever did
+            continue
+        group = entity.get("entity_group", entity.get("entity"))
+        parts += [text[position : entity["start"]],
+                  f"[{text[entity['start']:entity['end']]}]({group} {entity['score']:.4f})"]
+        position = entity["end"]
+    parts.append(text[position:])
+    return tsv_field("".join(parts))
+
+
+class _EntityWriter:
+    """Prints a tagger's entities: a marked text per line (tsv), `{text, entities}` (jsonl) or one JSON array."""
+
+    def __init__(self, fmt, out):
+        self.fmt, self.out, self.count = fmt, out, 0
+
+    def write(self, text, entities):
+        if self.fmt == "tsv":
+            line = marked_text(text, entities)
+        else:
+            line = json_text({"text": text, "entities": entities})
+            if self.fmt == "json":
+                line = ("[" if self.count == 0 else ",") + line
+        self.out.write(line + "\n")
+        self.count += 1
+
+    def close(self):
+        if self.fmt == "json":
+            self.out.write("[]\n" if self.count == 0 else "]\n")
+        self.out.flush()
 
 
 class _Writer:
@@ -93,6 +154,8 @@ def run(args):
                 raise InputError(f"--input {args.input} holds no text.")
     except (InputError, DataError) as error:
         return fail("predict", str(error))
+    if is_tagger_export(args.model):
+        return _run_tagger(args, texts)
     from bert_keras.export import load_classifier  # after the checks: they must not wait for TensorFlow
 
     try:
@@ -116,6 +179,43 @@ def run(args):
                     skipped += 1
                     continue
                 writer.write(fields, prediction)
+            sys.stdout.flush()
+    except (InputError, DataError) as error:
+        writer.close()
+        return fail("predict", str(error))
+    writer.close()
+    if not seen:
+        return fail("predict", "no text given: pass TEXT arguments, --input FILE, or lines on standard input.")
+    if skipped:
+        print(f"bert-keras predict: skipped {skipped} blank input(s) of {seen}.", file=sys.stderr)
+    return 0
+
+
+def _run_tagger(args, texts):
+    """`predict` on a tagger export: each text's entities, in input order."""
+    if args.top_k is not None or args.text_pair_column:
+        flag = "--top-k" if args.top_k is not None else "--text-pair-column"
+        return fail("predict", f"{flag} applies to classifiers; {args.model} is a tagger (use --aggregation).")
+    from bert_keras.export import load_tagger  # after the checks: they must not wait for TensorFlow
+
+    try:
+        tagger = load_tagger(args.model, warm_up=False)  # one run of the command: only its lengths compile
+    except (OSError, ValueError, RuntimeError) as error:
+        return fail("predict", f"cannot load a tagger from {args.model}: {error}")
+    if not texts and not args.input and sys.stdin.isatty():
+        print("Reading texts from standard input, one per line (end with Ctrl-D).", file=sys.stderr)
+    writer = _EntityWriter(args.format, sys.stdout)
+    seen = skipped = 0
+    try:
+        for batch in _batches(input_records(args, False), args.batch_size):
+            batch_texts = [fields[0] for _, fields in batch]
+            predictions = tagger.predict(batch_texts, aggregation=args.aggregation, batch_size=args.batch_size)
+            for text, entities in zip(batch_texts, predictions):
+                seen += 1
+                if args.skip_blank and not text.strip():
+                    skipped += 1
+                    continue
+                writer.write(text, entities)
             sys.stdout.flush()
     except (InputError, DataError) as error:
         writer.close()

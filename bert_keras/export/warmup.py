@@ -7,6 +7,8 @@ load waits for a compile. TF Serving replays the requests of
 `assets.extra/tf_serving_warmup_requests` (a TFRecord file of
 `tensorflow.serving.PredictionLog`s) when it loads a model; `load_classifier`
 replays the same file, so a Python server is warm from its first request too.
+A tagger export (`export_tagger`) writes the same requests plus one text of
+several windows, and `load_tagger` replays them.
 """
 
 import logging

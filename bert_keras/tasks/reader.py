@@ -18,8 +18,11 @@ class BertSpanLabeler(_PretrainedTask):
     """Extractive QA: start and end logits of the answer span, masked to the context.
 
     Inputs are packed as `[CLS] question [SEP] context [SEP]`; the answer may
-    start and end only where `input_mask == 1` and `input_type_ids ==
-    context_segment_id` (the context, and its final `[SEP]`).
+    start and end only on the context's pieces (`input_type_ids ==
+    context_segment_id`, real tokens, its closing `[SEP]` left out) and on
+    `[CLS]` (position 0), the "no answer" of SQuAD v2.0 and of windows that
+    do not hold the answer: the positions transformers' question-answering
+    pipeline scores (its `p_mask`, `[CLS]` kept).
 
     Args:
         encoder: `BertEncoder` or a layer with the Hub dict in and out.
@@ -64,12 +67,7 @@ class BertSpanLabeler(_PretrainedTask):
         # === Functional model ===
         inputs, packed = model_inputs(preprocessor, 2 if preprocessor is not None else 1)
         encoder_outputs = call_encoder(encoder, packed, "sequence_output")
-        context_mask = None
-        if context_segment_id is not None:
-            # context_mask: (batch, seq), True on real tokens of the context segment
-            context_mask = ops.logical_and(
-                ops.equal(packed["input_mask"], 1), ops.equal(packed["input_type_ids"], context_segment_id)
-            )
+        context_mask = answer_mask(packed, context_segment_id)
         start_logits, end_logits = head(encoder_outputs["sequence_output"], context_mask)
         outputs = {START_LOGITS: start_logits, END_LOGITS: end_logits}
         super().__init__(inputs=inputs, outputs=outputs, **kwargs)
@@ -78,3 +76,39 @@ class BertSpanLabeler(_PretrainedTask):
         self.preprocessor = preprocessor
         self.span_head = head
         self.context_segment_id = context_segment_id
+
+    def serving_outputs(self, inputs):
+        """The start and end logits as served, on the Hub input dict (e.g. packed windows).
+
+        The model's own computation (encoder, span head, the mask of
+        `answer_mask`) without the preprocessor, so that an export can pack
+        its own windows (`bert_keras.export.export_reader`). Equal to
+        `self(inputs, training=False)` for a model without a preprocessor.
+
+        Args:
+            inputs: the Hub input dict of int32 `(batch, seq)` tensors.
+
+        Returns:
+            A dict: `start_logits`, `end_logits`, each `(batch, seq)` in the
+            encoder's compute dtype.
+        """
+        sequence_output = self.encoder(inputs, training=False)["sequence_output"]  # (batch, seq, hidden)
+        start_logits, end_logits = self.span_head(sequence_output, answer_mask(inputs, self.context_segment_id))
+        return {START_LOGITS: start_logits, END_LOGITS: end_logits}
+
+
+def answer_mask(packed, context_segment_id=1):
+    """Where an answer may start or end: `[CLS]` and the context's pieces (`(batch, seq)` bool), or None.
+
+    The context's pieces are the real tokens of segment `context_segment_id`
+    but its closing `[SEP]` (the last real token). `None` for a
+    `context_segment_id` of None (every position is scored).
+    """
+    if context_segment_id is None:
+        return None
+    mask = packed["input_mask"]
+    position = ops.cumsum(ops.ones_like(mask), axis=1) - 1  # (batch, seq): 0, 1, 2, ...
+    last = ops.sum(mask, axis=1, keepdims=True) - 1  # (batch, 1): the closing [SEP]
+    context = ops.logical_and(ops.equal(mask, 1), ops.equal(packed["input_type_ids"], context_segment_id))
+    context = ops.logical_and(context, ops.not_equal(position, last))
+    return ops.logical_or(context, ops.equal(position, 0))

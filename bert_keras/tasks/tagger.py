@@ -1,6 +1,9 @@
 """BertTokenClassifier: a tagger (named entities) on the sequence output."""
 
+import collections.abc
+
 import keras
+from keras import ops
 
 from bert_keras._checks import check_positive_int, check_rate
 from bert_keras._task import call_encoder, check_encoder, head_dtype, head_initializer, model_inputs
@@ -71,3 +74,47 @@ class BertTokenClassifier(_PretrainedTask):
         self.dropout = dropout
         self.text_pairs = bool(text_pairs)
         self.label_names = label_names
+
+    def serving_outputs(self, inputs):
+        """The model's outputs as served: the packed pieces through the encoder and the head, as float32 logits.
+
+        Equal to `self(inputs, training=False)` up to float rounding.
+        `bert_keras.export.export_tagger` traces this method on packed
+        windows of the texts' pieces (trimmed of their padding), so that no
+        text longer than the packed length loses pieces.
+
+        Args:
+            inputs: strings when the model has a preprocessor (a `(batch,)`
+                string tensor or a list of str), or the Hub input dict of
+                int32 `(batch, seq)` tensors `input_word_ids`, `input_mask`,
+                `input_type_ids`.
+
+        Returns:
+            float32 logits `(batch, seq, num_classes)`; padding positions get
+            logits too (ignore them by `input_mask`).
+
+        Example:
+        >>> encoder = BertEncoder(vocab_size=100, num_layers=2, hidden_size=16,
+        ...                       num_heads=2, intermediate_size=32)
+        >>> from bert_keras.text import BertPreprocessor
+        >>> vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "paris"] + [f"w{i}" for i in range(94)]
+        >>> tagger = BertTokenClassifier(encoder, num_classes=3, preprocessor=BertPreprocessor(vocab, seq_length=8))
+        >>> texts = ["Paris w1", "w2"]
+        >>> bool(np.allclose(tagger.serving_outputs(texts), tagger(tf.constant(texts)), atol=1e-6))
+        True
+        """
+        sequence = self.encoder(self._packed(inputs), training=False)["sequence_output"]  # (batch, seq, hidden)
+        return ops.cast(self.classifier_head(sequence, training=False), "float32")  # (batch, seq, num_classes)
+
+    def _packed(self, inputs):
+        """The Hub input dict of `inputs`: itself, or the preprocessor's packing of the strings."""
+        if isinstance(inputs, collections.abc.Mapping):
+            return inputs
+        if self.preprocessor is None:
+            raise ValueError(
+                "Received strings, but this tagger has no preprocessor: pass the Hub input dict "
+                "(`input_word_ids`, `input_mask`, `input_type_ids`), or build it with `preprocessor=`."
+            )
+        if self.text_pairs:
+            return self.preprocessor([ops.convert_to_tensor(segment, dtype="string") for segment in inputs])
+        return self.preprocessor(ops.convert_to_tensor(inputs, dtype="string"))

@@ -1,0 +1,344 @@
+"""The extractive question-answering export: a SavedModel from a raw question and context to the answer's span.
+
+`export_reader` writes a `BertSpanLabeler`'s own computation behind two
+signatures that take raw strings: `serving_default` returns the best answer's
+character span (`start`, `end`, code points into the context), its `score`
+and text, and the null (`[CLS]`) score; `windows` returns every window's
+start and end probabilities and its pieces' offsets. `load_reader` reads it
+back as an `ExportedReader`, whose `predict` decodes the windows as
+transformers 4's question-answering pipeline does (top-k, unanswerable
+questions, `max_answer_len`, answers widened to whole words).
+
+The windows are transformers' (`bert_keras.text.windows.qa_windows`: 384
+pieces, stride 128, `only_second`); probabilities are a softmax per window
+over `[CLS]` and the context's pieces; a span's score is p(start) x p(end)
+with `[CLS]` left out, start <= end, at most `max_answer_len` pieces; the
+best window wins.
+"""
+
+import json
+import logging
+import os
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from bert_keras._checks import check_int
+from bert_keras._files import directory_under, staged_directory
+from bert_keras._keras_compat import variables_once, write_archive
+from bert_keras.dtypes import check_compute_dtype, compute_dtype
+from bert_keras.encoder import BertEncoder
+from bert_keras.export import warmup
+from bert_keras.hub.loader import load
+from bert_keras.text.windows import check_window_arguments, qa_windows
+
+logger = logging.getLogger(__name__)
+
+READER_FILE = "reader.json"
+EXPORT_KIND = "reader"
+INPUTS = ("question", "context")
+WINDOW_OUTPUTS = ("example_index", "start_probabilities", "end_probabilities", "context_mask", "char_starts",
+                  "char_ends", "word_starts", "word_ends")
+
+
+def _tokenizer_of(model):
+    """The model's tokenizer with character offsets, or a `ValueError` saying what the export needs."""
+    tokenizer = getattr(getattr(model, "preprocessor", None), "tokenizer", None)
+    if not callable(getattr(model, "serving_outputs", None)) or not callable(
+            getattr(tokenizer, "tokenize_with_char_offsets", None)):
+        raise ValueError(
+            "Received an invalid value for argument `model`, expected a BertSpanLabeler with a BertPreprocessor "
+            "(e.g. BertSpanLabeler.from_checkpoint(folder)): the export cuts its own windows with the "
+            f"preprocessor's tokenizer and keeps each piece's character offsets. Received: {type(model).__name__} "
+            f"with preprocessor {type(getattr(model, 'preprocessor', None)).__name__}"
+        )
+    return tokenizer
+
+
+def window_probabilities(model, tokenizer, questions, contexts, seq_length, doc_stride, max_question_length):
+    """Every window of the batch with its start and end probabilities (float32), as `windows` serves them."""
+    windows = qa_windows(tokenizer, questions, contexts, seq_length, doc_stride, max_question_length)
+    width = tf.maximum(tf.reduce_max(tf.reduce_sum(windows["input_mask"], axis=1)), 1)  # the longest window
+    windows = {key: value[:, :width] if value.shape.rank == 2 else value for key, value in windows.items()}
+    packed = {key: windows[key] for key in ("input_word_ids", "input_mask", "input_type_ids")}
+    logits = model.serving_outputs(packed)  # masked to [CLS] and the context (-1e9 elsewhere)
+    outputs = {key: windows[key] for key in WINDOW_OUTPUTS if key in windows}
+    outputs["start_probabilities"] = tf.nn.softmax(tf.cast(logits["start_logits"], tf.float32), axis=-1)
+    outputs["end_probabilities"] = tf.nn.softmax(tf.cast(logits["end_logits"], tf.float32), axis=-1)
+    return outputs
+
+
+def best_answers(windows, contexts, max_answer_len):
+    """Per example, in the graph: the best span over its windows (top 1 of `ExportedReader.predict`).
+
+    Returns:
+        A dict of `(batch,)` tensors: `start`, `end` (int64 code points,
+        widened to whole words), `score` (float32 p(start) x p(end); 0 when
+        the context has no piece), `answer` (the context's characters), and
+        `null_score` (the smallest p([CLS]) x p([CLS]) over the windows).
+    """
+    start_p, end_p = windows["start_probabilities"], windows["end_probabilities"]
+    in_context = windows["context_mask"]
+    example, batch = windows["example_index"], tf.size(contexts, out_type=tf.int64)
+    null = start_p[:, 0] * end_p[:, 0]  # (windows,)
+    width = tf.shape(start_p)[1]
+    padded_end = tf.pad(end_p, [[0, 0], [0, max_answer_len]])
+    padded_mask = tf.pad(in_context, [[0, 0], [0, max_answer_len]])
+    # scores[w, s, k]: the span from piece s to piece s + k (transformers' band of the outer product).
+    scores = tf.stack([start_p * padded_end[:, k : k + width] for k in range(max_answer_len)], axis=2)
+    valid = tf.stack([in_context & padded_mask[:, k : k + width] for k in range(max_answer_len)], axis=2)
+    flat = tf.reshape(tf.where(valid, scores, -1.0), [tf.shape(scores)[0], -1])  # (windows, width * K)
+    index = tf.argmax(flat, axis=1, output_type=tf.int64)  # first best: smallest start, then end
+    best = tf.reduce_max(flat, axis=1)
+    # The best window: the first with the example's highest score.
+    top = tf.math.unsorted_segment_max(best, example, batch)
+    windows_count = tf.size(best, out_type=tf.int64)
+    candidates = tf.where(best >= tf.gather(top, example), tf.range(windows_count, dtype=tf.int64), windows_count)
+    window = tf.math.unsorted_segment_min(candidates, example, batch)
+    index = tf.gather(index, window)
+    start_piece, end_piece = index // max_answer_len, index // max_answer_len + index % max_answer_len
+    found = tf.gather(best, window) >= 0
+    start = tf.where(found, tf.gather_nd(windows["word_starts"], tf.stack([window, start_piece], 1)), 0)
+    end = tf.where(found, tf.gather_nd(windows["word_ends"], tf.stack([window, end_piece], 1)), 0)
+    return {
+        "start": start,
+        "end": end,
+        "score": tf.where(found, tf.gather(best, window), 0.0),
+        "answer": tf.strings.substr(contexts, start, end - start, unit="UTF8_CHAR"),
+        "null_score": tf.math.unsorted_segment_min(null, example, batch),
+    }
+
+
+def export_reader(model, export_dir, overwrite=False, extra_assets=None, dtype="float32", seq_length=384,
+                  doc_stride=128, max_question_length=64, max_answer_len=15):
+    """Exports an extractive question-answering model as a SavedModel that takes the raw question and context.
+
+    `serving_default` takes `question` and `context` (`(batch,)` strings) and
+    returns the best answer per example: `start`, `end` (int64 code points
+    into the context, `context[start:end]` is the answer), `score`,
+    `answer` (string) and `null_score` (compare it with `score` for SQuAD
+    v2.0's unanswerable questions). `windows` (same inputs) returns every
+    window's `example_index`, `start_probabilities`, `end_probabilities`,
+    `context_mask` and offsets (`char_starts`, `char_ends`, and
+    `word_starts`, `word_ends` of the piece's word), which
+    `ExportedReader.predict` decodes for top-k. All in the graph:
+    `tf.saved_model.load(dir)` users and TF Serving get spans without Python
+    (after `import tensorflow_text`). A TF Serving warm-up file is written.
+
+    Args:
+        model: a `BertSpanLabeler` with a `BertPreprocessor` (its tokenizer
+            cuts the windows).
+        export_dir: str. Written to a temporary sibling and moved into place.
+        overwrite: bool. Replace an earlier export of this package. Defaults to `False`.
+        extra_assets: optional dict of file name -> JSON-serialisable value
+            (or `bytes`), written to `assets.extra/`.
+        dtype: `"float32"`, or `"bfloat16"` for a model on a `BertEncoder`.
+            Defaults to `"float32"`.
+        seq_length: int. Pieces per window. Defaults to `384`.
+        doc_stride: int. Context pieces shared by consecutive windows.
+            Defaults to `128`.
+        max_question_length: int. A longer question keeps its first pieces.
+            Defaults to `64`.
+        max_answer_len: int. The longest answer of `serving_default`, in
+            pieces (`predict` takes its own). Defaults to `15`.
+
+    Returns:
+        `export_dir`.
+    """
+    export_dir = os.fspath(export_dir)
+    check_compute_dtype(dtype)
+    check_window_arguments(seq_length, doc_stride, max_question_length)
+    max_answer_len = check_int("max_answer_len", max_answer_len, minimum=1)
+    tokenizer = _tokenizer_of(model)
+    if dtype != "float32" and not isinstance(getattr(model, "encoder", None), BertEncoder):
+        raise ValueError(f"Received dtype={dtype!r} for a model on a {type(model.encoder).__name__}; only a model on a "
+                         "BertEncoder can be exported in bfloat16.")
+    info = {"inputs": list(INPUTS), "seq_length": seq_length, "doc_stride": doc_stride,
+            "max_question_length": max_question_length, "max_answer_len": max_answer_len, "dtype": dtype}
+    signature = [tf.TensorSpec([None], tf.string, name=name) for name in INPUTS]
+    with compute_dtype(model, dtype):
+        def windows(questions, contexts):
+            return window_probabilities(model, tokenizer, questions, contexts, seq_length, doc_stride,
+                                        max_question_length)
+
+        run = tf.function(windows, input_signature=signature, autograph=False)  # traced once for both endpoints
+        archive = keras.export.ExportArchive()
+        archive.track(model)
+        variables_once(archive)
+        archive.add_endpoint("serve", lambda question, context: best_answers(run(question, context), context,
+                                                                             max_answer_len),
+                             input_signature=signature)
+        archive.add_endpoint("windows", run, input_signature=signature)
+        with staged_directory(export_dir, overwrite, kind=EXPORT_KIND) as staging:
+            write_archive(archive, staging)
+            directory_under(staging, "assets.extra", argument="export_dir")  # made now: a planted link is refused
+            with open(os.path.join(staging, "assets.extra", READER_FILE), "w") as f:
+                json.dump(info, f, indent=2)
+            warmup.write_warmup_requests(os.path.join(staging, "assets.extra", warmup.WARMUP_FILE),
+                                         warmup_requests(seq_length))
+            for name, value in (extra_assets or {}).items():
+                with open(os.path.join(staging, "assets.extra", name), "wb" if isinstance(value, bytes) else "w") as f:
+                    f.write(value) if isinstance(value, bytes) else json.dump(value, f, indent=2)
+    logger.info("Exported the reader to %s", export_dir)
+    return export_dir
+
+
+def warmup_requests(seq_length):
+    """A short pair, a context of about two windows, and a batch: each path traced before the first request."""
+    long_context = " ".join(["a"] * (seq_length * 3 // 2))
+    batch = [" ".join(["a"] * (1 + 7 * i)) for i in range(4)]
+    return [{"question": ["a"], "context": ["a a"]}, {"question": ["a"], "context": [long_context]},
+            {"question": ["a"] * len(batch), "context": batch}]
+
+
+# ---------------------------------------------------------------------------
+# The loaded export: transformers 4's question-answering decoding on the windows.
+# ---------------------------------------------------------------------------
+
+
+def _window_candidates(start_p, end_p, in_context, count, max_answer_len):
+    """The `count` best spans `(scores, starts, ends)` of one window, best first (ties: smaller start, end)."""
+    width = len(start_p)
+    start_p = np.where(in_context, start_p, 0.0).astype("float32")  # [CLS] and outside the context: never a span
+    end_p = np.where(in_context, end_p, 0.0).astype("float32")
+    starts, offsets = np.meshgrid(np.arange(width), np.arange(max_answer_len), indexing="ij")  # (width, K)
+    ends = starts + offsets
+    inside = ends < width
+    ends_clipped = np.minimum(ends, width - 1)
+    valid = inside & in_context[:, None] & in_context[ends_clipped]
+    scores = np.where(valid, start_p[:, None] * end_p[ends_clipped], 0.0)
+    order = np.argsort(-scores, axis=None, kind="stable")[:count]  # row-major: (start, end) order on ties
+    keep = scores.flat[order] > 0  # spans of zero probability are no answers
+    order = order[keep]
+    return scores.flat[order], starts.flat[order], ends.flat[order]
+
+
+def decode_answers(windows, context, top_k=1, handle_impossible_answer=False, max_answer_len=15,
+                   align_to_words=True, merge_duplicates=False):
+    """One example's answers from its windows, as transformers 4's question-answering pipeline postprocesses.
+
+    Args:
+        windows: dict of numpy arrays, the rows of one example of the
+            `windows` signature.
+        context: str.
+        top_k, handle_impossible_answer, max_answer_len, align_to_words:
+            as `ExportedReader.predict`.
+        merge_duplicates: bool. As transformers 4.54 to 4.57: answers of the
+            same text (case-insensitive) add their scores, and each window
+            offers `2 * top_k + 10` candidates (with `align_to_words`).
+
+    Returns:
+        A list of `{"score", "start", "end", "answer"}`, best first.
+    """
+    count = top_k * 2 + 10 if merge_duplicates and align_to_words else top_k
+    starts_key, ends_key = ("word_starts", "word_ends") if align_to_words else ("char_starts", "char_ends")
+    answers, by_text, null = [], {}, 1e6
+    for w in range(len(windows["start_probabilities"])):
+        start_p, end_p = windows["start_probabilities"][w], windows["end_probabilities"][w]
+        null = min(null, float(start_p[0] * end_p[0]))
+        scores, starts, ends = _window_candidates(start_p, end_p, windows["context_mask"][w], count, max_answer_len)
+        for score, s, e in zip(scores, starts, ends):
+            begin, finish = int(windows[starts_key][w, s]), int(windows[ends_key][w, e])
+            text = context[begin:finish]
+            if merge_duplicates and text.lower() in by_text:
+                by_text[text.lower()]["score"] += float(score)
+                continue
+            answer = {"score": float(score), "start": begin, "end": finish, "answer": text}
+            answers.append(answer)
+            by_text.setdefault(text.lower(), answer)
+    if handle_impossible_answer or not answers:  # no piece in the context: the empty answer
+        answers.append({"score": null if handle_impossible_answer else 0.0, "start": 0, "end": 0, "answer": ""})
+    return sorted(answers, key=lambda answer: answer["score"], reverse=True)[:top_k]
+
+
+class ExportedReader:
+    """A question-answering export loaded from `export_reader`'s directory.
+
+    Args:
+        export_dir: str. The SavedModel directory.
+        warm_up: bool. Replay the export's TF Serving warm-up requests before
+            returning. Defaults to `True`.
+
+    Attributes:
+        info: dict. `assets.extra/reader.json` (seq_length, doc_stride,
+            max_question_length, max_answer_len, dtype).
+    """
+
+    def __init__(self, export_dir, warm_up=True):
+        self.export_dir = os.fspath(export_dir)
+        info_file = os.path.join(self.export_dir, "assets.extra", READER_FILE)
+        if not os.path.isfile(os.path.join(self.export_dir, "saved_model.pb")) or not os.path.isfile(info_file):
+            raise ValueError(f"{self.export_dir!r} is not a reader written by export_reader (it needs saved_model.pb "
+                             f"and assets.extra/{READER_FILE}).")
+        try:
+            with open(info_file, encoding="utf-8") as f:
+                self.info = dict(json.load(f))
+        except (OSError, ValueError, TypeError, RecursionError) as error:
+            raise ValueError(f"{info_file} cannot be read ({error}): the export is damaged; export again.") from None
+        self._saved = load(self.export_dir)
+        self._windows = self._saved.signatures["windows"]
+        self.warm_up_seconds = warmup.replay(self.export_dir, self._saved.signatures["serving_default"]) if warm_up else 0.0
+
+    def __call__(self, question, context):
+        """`serving_default` on `(batch,)` string tensors: the best span per example (see `export_reader`)."""
+        return self._saved.signatures["serving_default"](question=question, context=context)
+
+    def predict(self, question, context, top_k=1, handle_impossible_answer=False, max_answer_len=15,
+                align_to_words=True, merge_duplicates=False, batch_size=8):
+        """Answers from the contexts, as transformers 4's `pipeline("question-answering")` gives them.
+
+        Args:
+            question: str or list of str.
+            context: str or list of str (one context for many questions is
+                shared, as the pipeline does).
+            top_k: int. Answers per question, best first. Fewer come back
+                when the context holds fewer spans of non-zero probability.
+                Defaults to `1`.
+            handle_impossible_answer: bool. Let the empty answer (score: the
+                smallest `[CLS]` probability product over the windows)
+                compete. Defaults to `False`.
+            max_answer_len: int. The longest answer, in pieces. Defaults to `15`.
+            align_to_words: bool. Widen answers to whole words. Defaults to `True`.
+            merge_duplicates: bool. Add the scores of answers of the same
+                text, as transformers 4.54 to 4.57 do. Defaults to `False`
+                (each span scored alone, as transformers 4.0 to 4.52).
+            batch_size: int. Examples per call of the model. Defaults to `8`.
+
+        Returns:
+            Per example, `{"score", "start", "end", "answer"}` with
+            `context[start:end] == answer` (a list of them for `top_k > 1`);
+            a list of those for a list of questions. An empty or blank
+            context gives the empty answer `{"score": 0.0, "start": 0,
+            "end": 0, "answer": ""}`.
+        """
+        single = isinstance(question, str) and isinstance(context, str)
+        questions = [question] if isinstance(question, str) else list(question)
+        contexts = [context] * len(questions) if isinstance(context, str) else list(context)
+        if len(questions) != len(contexts):
+            raise ValueError(f"Received {len(questions)} questions and {len(contexts)} contexts; pass as many of each, "
+                             "or one context for all questions.")
+        for name, column in (("question", questions), ("context", contexts)):
+            bad = next((item for item in column if not isinstance(item, str)), None)
+            if bad is not None:
+                raise TypeError(f"Expected `{name}` to hold strings. Received an item of type {type(bad).__name__}.")
+        top_k = check_int("top_k", top_k, minimum=1)
+        max_answer_len = check_int("max_answer_len", max_answer_len, minimum=1)
+        batch_size = check_int("batch_size", batch_size, minimum=1)
+        results = []
+        for begin in range(0, len(questions), batch_size):
+            part = slice(begin, begin + batch_size)
+            outputs = self._windows(question=tf.constant(questions[part], tf.string),
+                                    context=tf.constant(contexts[part], tf.string))
+            outputs = {key: value.numpy() for key, value in outputs.items()}
+            for i, text in enumerate(contexts[part]):
+                rows = outputs["example_index"] == i
+                answers = decode_answers({key: value[rows] for key, value in outputs.items()}, text, top_k,
+                                         handle_impossible_answer, max_answer_len, align_to_words, merge_duplicates)
+                results.append(answers[0] if top_k == 1 else answers)
+        return results[0] if single else results
+
+
+def load_reader(export_dir, warm_up=True):
+    """Loads `export_reader`'s directory (tensorflow-text's ops registered first): an `ExportedReader`."""
+    return ExportedReader(export_dir, warm_up=warm_up)

@@ -1,0 +1,369 @@
+"""The tagger export: a SavedModel from raw strings to per-piece tags with character offsets, and its loader.
+
+`export_tagger` traces the model's own serving computation (a
+`BertTokenClassifier`'s `serving_outputs`) on windows of each text's word
+pieces, cut in the graph, so that a text longer than the packed length loses
+no piece. `load_tagger` reads what it writes and turns the pieces into
+entities as transformers' token-classification pipeline does
+(`bert_keras.export.entity_groups`), with offsets from the graph: Python
+never tokenizes again.
+"""
+
+import json
+import logging
+import os
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from bert_keras._checks import check_int
+from bert_keras._files import directory_under, staged_directory
+from bert_keras._keras_compat import variables_once, write_archive
+from bert_keras.dtypes import check_compute_dtype, compute_dtype
+from bert_keras.export import warmup
+from bert_keras.export.classifier import LABELS_FILE, XLA_LENGTHS, _bucket, _pad_to, _trim_padding
+from bert_keras.export.entity_groups import AGGREGATIONS, check_aggregation, text_entities
+from bert_keras.hub.loader import load
+from bert_keras.text.packer import pack_inputs
+
+logger = logging.getLogger(__name__)
+
+TASK = "tagger"
+# What `serving_default` returns; a directory whose signature lacks one of these is not a tagger export.
+OUTPUTS = ("tag_ids", "scores", "char_starts", "char_ends", "tokens", "token_ids", "window", "piece_index",
+           "primary", "lengths")
+
+
+def _check_tagger(model):
+    """The model's WordPiece tokenizer (offsets come from it); a `ValueError` for a model export_tagger cannot serve."""
+    preprocessor = getattr(model, "preprocessor", None)
+    tokenizer = getattr(preprocessor, "tokenizer", None)
+    outputs = getattr(model, "outputs", None) or [None]
+    if not callable(getattr(model, "serving_outputs", None)) or len(getattr(outputs[0], "shape", ())) != 3:
+        raise ValueError(f"Received a model of type {type(model).__name__}; export_tagger exports a "
+                         "BertTokenClassifier. Build it with BertTokenClassifier(...) or "
+                         "BertTokenClassifier.from_checkpoint(...).")
+    if getattr(model, "text_pairs", False):
+        raise ValueError("Received a tagger of text pairs; export_tagger serves single texts (build the "
+                         "BertTokenClassifier with text_pairs=False).")
+    if not callable(getattr(tokenizer, "tokenize_with_char_offsets", None)) or not isinstance(
+            getattr(preprocessor, "seq_length", None), int):
+        raise ValueError(
+            f"Received a tagger whose preprocessor is {type(preprocessor).__name__}; export_tagger needs a "
+            "BertPreprocessor (its WordPiece tokenizer gives each piece's characters in the raw text, which a Hub "
+            "preprocess module does not). Build the tagger with BertTokenClassifier.from_checkpoint(...) or "
+            "preprocessor=BertPreprocessor(vocab_file)."
+        )
+    return tokenizer
+
+
+def _windows(lengths, window, step):
+    """The windows of texts with `lengths` pieces, as transformers' tokenizers cut overflowing tokens.
+
+    A text of at most `window` pieces is one window (an empty text too);
+    a longer one is windows of `window` pieces starting every `step` pieces,
+    the last one reaching its end (shorter or not).
+
+    Returns:
+        `(text, index, first, last)`, int64 `(windows,)` each: the window's
+        text, its index within the text (0, 1, ...) and its pieces
+        `[first, last)`.
+    """
+    counts = 1 + tf.maximum(lengths - window + step - 1, 0) // step  # (batch,)
+    text = tf.repeat(tf.range(tf.size(lengths, out_type=tf.int64)), counts)  # (windows,)
+    index = tf.ragged.range(counts).flat_values  # (windows,)
+    first = index * step
+    return text, index, first, tf.minimum(first + window, tf.gather(lengths, text))
+
+
+def _primary(entry_piece, entry_window, first, last, num_pieces):
+    """Whether each entry is its piece's copy with the most context: min(pieces left, pieces right), earliest window."""
+    position = entry_piece - tf.gather(first, entry_window)
+    context = tf.minimum(position, tf.gather(last, entry_window) - 1 - entry_piece + tf.gather(first, entry_window))
+    windows = tf.size(first, out_type=tf.int64) + 1
+    key = context * windows + (windows - 1 - entry_window)  # more context first, then the earlier window
+    best = tf.math.unsorted_segment_max(key, entry_piece, num_pieces)
+    return tf.equal(key, tf.gather(best, entry_piece))
+
+
+def _tag_pieces(model, tokenizer, vocabulary, texts, stride, xla):
+    """`serving_default`'s computation: texts -> the dict of `OUTPUTS`, `(batch, entries)` each (see export_tagger)."""
+    window = model.preprocessor.seq_length - 2
+    ids, starts, ends = (x.merge_dims(1, 2) for x in tokenizer.tokenize_with_char_offsets(texts))  # (batch, (pieces))
+    text, index, first, last = _windows(ids.row_lengths(), window, window - stride)
+    positions = tf.ragged.range(first, last)  # (windows, (pieces)): the piece's index within its text
+    entry_window = positions.value_rowids()  # (entries,)
+    entry_text = tf.gather(text, entry_window)
+    entry_piece = positions.flat_values + tf.gather(ids.row_starts(), entry_text)  # index into the flat pieces
+    packed = _trim_padding(pack_inputs([positions.with_flat_values(tf.gather(ids.flat_values, entry_piece))],
+                                       window + 2, tokenizer.cls_id, tokenizer.sep_id, tokenizer.pad_id))
+    logits = _run_model(model, packed, xla)  # (windows, length, num_classes)
+    column = tf.range(tf.size(entry_window, out_type=tf.int64)) - tf.gather(positions.row_starts(), entry_window)
+    # Each entry's row of the window's outputs: after [CLS], at its place in the window.
+    entry_scores = tf.nn.softmax(tf.gather_nd(logits, tf.stack([entry_window, column + 1], axis=1)), axis=-1)
+    entry_ids = tf.gather(ids.flat_values, entry_piece)
+    values = {
+        "tag_ids": (tf.argmax(entry_scores, axis=-1, output_type=tf.int32), -1),
+        "scores": (entry_scores, 0.0),
+        "char_starts": (tf.gather(starts.flat_values, entry_piece), -1),
+        "char_ends": (tf.gather(ends.flat_values, entry_piece), -1),
+        "tokens": (tf.gather(vocabulary, entry_ids), ""),
+        "token_ids": (entry_ids, -1),
+        "window": (tf.cast(tf.gather(index, entry_window), tf.int32), -1),
+        "piece_index": (tf.cast(positions.flat_values, tf.int32), -1),
+        "primary": (_primary(entry_piece, entry_window, first, last, tf.size(ids.flat_values)), False),
+    }
+    batch = tf.shape(texts, out_type=tf.int64)[0]
+    outputs = {name: tf.RaggedTensor.from_value_rowids(value, entry_text, nrows=batch).to_tensor(default)
+               for name, (value, default) in values.items()}
+    outputs["lengths"] = tf.cast(tf.math.bincount(tf.cast(entry_text, tf.int32), minlength=tf.cast(batch, tf.int32)),
+                                 tf.int32)
+    return outputs
+
+
+def _run_model(model, packed, xla):
+    """The model's float32 logits on the packed windows; one window of a few pieces XLA-compiled with `xla`."""
+    if xla is None:
+        return model.serving_outputs(packed)
+    shape = tf.shape(packed["input_mask"])  # (windows, length)
+    small = tf.logical_and(tf.equal(shape[0], 1), shape[1] <= XLA_LENGTHS[-1])
+    return tf.cond(small, lambda: xla(_pad_to(packed, _bucket(shape[1])))[:, : shape[1]],
+                   lambda: model.serving_outputs(packed))
+
+
+def export_tagger(model, export_dir, tag_names=None, overwrite=False, extra_assets=None, dtype="float32",
+                  stride=None, xla=False):
+    """Exports a tagger (named entities) as a SavedModel from raw strings to per-piece tags and character offsets.
+
+    The `serving_default` signature takes a `(batch,)` string tensor `text`
+    and returns, per text, one entry per word piece of each window (below),
+    padded to the batch's longest row:
+
+    - `tag_ids` int32 `(batch, entries)`: the most probable tag (-1: padding);
+    - `scores` float32 `(batch, entries, num_tags)`: every tag's probability
+      (a softmax of the model's logits);
+    - `char_starts`, `char_ends` int64: the piece's code point span in the
+      text as given (`text[start:end]` in Python; -1: padding);
+    - `tokens` (string) and `token_ids` (int32): the piece;
+    - `window` int32: the window the entry comes from (0, 1, ...; -1: padding);
+    - `piece_index` int32: the piece's place among the text's pieces;
+    - `primary` bool: the one copy of each piece to read (below);
+    - `lengths` int32 `(batch,)`: the entries of each text.
+
+    A text of at most `seq_length - 2` pieces (the preprocessor's length
+    less `[CLS]` and `[SEP]`) is one window: its entries are its pieces, in
+    order, all primary. A longer one is not truncated: it is cut into windows
+    of `seq_length - 2` pieces starting every `seq_length - 2 - stride`
+    pieces (the last reaching the end), as transformers' tokenizers cut
+    overflowing tokens with `stride` (the token-classification pipeline's
+    `stride=`), each run through the model as a text of its own; the entries
+    list window after window, so a piece in `stride` pieces of overlap
+    appears once per window. Its `primary` copy is the one with the most
+    pieces around it in its window (the fewer of those to its left and to
+    its right; ties: the earlier window), BERT's "max context" rule: keep
+    the entries where `primary` is true for one prediction per piece.
+    `load_tagger` aggregates each window and merges overlapping entities,
+    as the pipeline does. `tag_names()` returns the tags.
+
+    Every batch runs op by op on its windows' longest row. With `xla` (float32
+    only), a batch of one text that fits one window runs XLA-compiled instead,
+    padded to its length bucket (8 to 64 pieces in steps of 8, compiled on
+    first use; the warm-up file covers each). Measured on MiniLM-L6 it saved
+    at most a few milliseconds per warm request (none in one of two runs)
+    and cost ~4 s of compiling per bucket (`load_tagger`'s warm-up: 32-36 s
+    instead of 3-8 s; docs/token_tasks.md), so it is off by default.
+
+    Args:
+        model: a `BertTokenClassifier` with a `BertPreprocessor`.
+        export_dir: str. Written to a temporary sibling and moved into place.
+        tag_names: list of str, in the order of the model's outputs. Defaults
+            to the model's `label_names`; required when it has none.
+        overwrite: bool. Replace an existing `export_dir` (a tagger written by
+            bert_keras). Defaults to `False`.
+        extra_assets: optional dict of file name -> JSON-serialisable value (or
+            `bytes`), written to `assets.extra/`.
+        dtype: str. `"float32"`, or `"bfloat16"` (Keras' `mixed_bfloat16`;
+            float32 outputs). Defaults to `"float32"`.
+        stride: optional int. Pieces shared by consecutive windows, from 0 to
+            `seq_length - 3`. Defaults to a quarter of the window,
+            `(seq_length - 2) // 4`.
+        xla: bool. Compile the single-text path (float32 only), for a server
+            that loads once and answers one text at a time. Defaults to `False`.
+
+    Returns:
+        `export_dir`.
+    """
+    export_dir = os.fspath(export_dir)
+    check_compute_dtype(dtype)
+    tokenizer = _check_tagger(model)
+    window = model.preprocessor.seq_length - 2
+    stride = window // 4 if stride is None else check_int("stride", stride, minimum=0)
+    if stride >= window:
+        raise ValueError(f"Received an invalid value for argument `stride`, expected fewer pieces than a window "
+                         f"holds ({window}: seq_length {window + 2} less [CLS] and [SEP]). Received: stride={stride}")
+    if tag_names is None:
+        tag_names = getattr(model, "label_names", None)
+        if tag_names is None:
+            raise ValueError("Received no `tag_names`, and the model carries none: pass the tags in the order of its "
+                             "outputs, e.g. export_tagger(model, export_dir, ['O', 'B-PER', 'I-PER']).")
+    tag_names = [str(name) for name in tag_names]
+    if len(tag_names) != model.num_classes or len(set(tag_names)) != len(tag_names):
+        raise ValueError(f"Received an invalid value for argument `tag_names`, expected {model.num_classes} distinct "
+                         f"names (the model's outputs). Received: tag_names={tag_names!r}")
+    with compute_dtype(model, dtype):
+        _write_export(model, tokenizer, export_dir, tag_names, overwrite, extra_assets, dtype, stride,
+                      xla and dtype == "float32")
+    logger.info("Exported the tagger to %s", export_dir)
+    return export_dir
+
+
+def _write_export(model, tokenizer, export_dir, tag_names, overwrite, extra_assets, dtype, stride, xla):
+    names, vocabulary = tf.constant(tag_names), tf.constant(list(tokenizer.vocabulary))
+    archive = keras.export.ExportArchive()
+    archive.track(model)
+    variables_once(archive)  # each weight saved once (Keras lists it twice)
+    compiled = tf.function(model.serving_outputs, jit_compile=True, reduce_retracing=True) if xla else None
+    signature = [tf.TensorSpec([None], tf.string, name="text")]
+    archive.add_endpoint("serve", lambda texts: _tag_pieces(model, tokenizer, vocabulary, texts, stride, compiled),
+                         input_signature=signature)
+    archive.add_endpoint("tag_names", lambda: names, input_signature=[])
+    metadata = {"task": TASK, "tag_names": tag_names, "inputs": ["text"], "dtype": dtype, "stride": stride,
+                "seq_length": model.preprocessor.seq_length, "unknown_token": tokenizer.unknown_token,
+                "suffix_indicator": tokenizer.suffix_indicator}
+    with staged_directory(export_dir, overwrite, kind=TASK) as staging:
+        write_archive(archive, staging)
+        directory_under(staging, "assets.extra", argument="export_dir")  # made now: a planted link is refused
+        with open(os.path.join(staging, "assets.extra", LABELS_FILE), "w") as f:
+            json.dump(metadata, f)
+        requests = warmup.warmup_requests(model.preprocessor, ["text"], XLA_LENGTHS)
+        # One text of three windows: the windowed path (and a cut at a window's end) warmed up too.
+        requests.append({"text": [" ".join(["a"] * (2 * model.preprocessor.seq_length))]})
+        warmup.write_warmup_requests(os.path.join(staging, "assets.extra", warmup.WARMUP_FILE), requests)
+        for name, value in (extra_assets or {}).items():
+            with open(os.path.join(staging, "assets.extra", name), "wb" if isinstance(value, bytes) else "w") as f:
+                if isinstance(value, bytes):
+                    f.write(value)
+                else:
+                    json.dump(value, f, indent=2)
+
+
+class TextTagger:
+    """A loaded tagger export: raw strings in; per text its entities, with their exact characters, out.
+
+    Reads a directory written by `export_tagger`; anything else (a classifier
+    export, another SavedModel) is refused with a `ValueError` saying what
+    was found.
+
+    Args:
+        export_dir: str. The SavedModel directory.
+        warm_up: bool. Replay the export's TF Serving warm-up requests before
+            returning, so that no request after the load waits for a compile;
+            `warm_up_seconds` says what it took. Defaults to `True`.
+
+    Example (`tagger` is a `BertTokenClassifier` with tags `O`, `B-PER`, `I-PER`):
+
+    ```python
+    export_tagger(tagger, "ner")
+    load_tagger("ner").predict("Ada Lovelace wrote")
+    # [{'entity_group': 'PER', 'score': 0.98, 'word': 'ada lovelace', 'start': 0, 'end': 12}]
+    ```
+    """
+
+    def __init__(self, export_dir, warm_up=True):
+        self.export_dir = os.fspath(export_dir)
+        self._saved = load(self.export_dir)
+        signatures = getattr(self._saved, "signatures", None) or {}
+        self._signature = signatures.get("serving_default")
+        if self._signature is None:
+            raise self._refuse(f"it has no `serving_default` signature (signatures: {sorted(signatures)})")
+        outputs = self._signature.structured_outputs
+        _, inputs = self._signature.structured_input_signature
+        missing = [name for name in OUTPUTS if name not in outputs]
+        if missing or list(inputs) != ["text"] or not hasattr(self._saved, "tag_names"):
+            found = {name: f"{spec.dtype.name} {spec.shape}" for name, spec in outputs.items()}
+            raise self._refuse(f"its inputs are {sorted(inputs)} and its outputs {found}")
+        self.tag_names = [name.decode("utf-8") for name in self._saved.tag_names().numpy()]
+        self.num_tags = len(self.tag_names)
+        metadata = self._metadata()
+        self._unknown_token = str(metadata.get("unknown_token", "[UNK]"))
+        self._suffix_indicator = str(metadata.get("suffix_indicator", "##"))
+        self.warm_up_seconds = warmup.replay(self.export_dir, self._signature) if warm_up else 0.0
+
+    def _refuse(self, found):
+        hint = (" It is a classifier export: load it with load_classifier." if os.path.isfile(
+            os.path.join(self.export_dir, "assets.extra", LABELS_FILE)) and self._metadata().get("task") != TASK else "")
+        return ValueError(f"{self.export_dir!r} is not a tagger written by bert_keras' `export_tagger`: {found}. "
+                          f"Expected a `serving_default` signature from a string tensor `text` to per-piece "
+                          f"{', '.join(OUTPUTS)}.{hint}")
+
+    def _metadata(self):
+        try:
+            with open(os.path.join(self.export_dir, "assets.extra", LABELS_FILE)) as f:
+                metadata = json.load(f)
+        except (OSError, ValueError):
+            return {}
+        return metadata if isinstance(metadata, dict) else {}
+
+    def tag_pieces(self, texts, batch_size=32):
+        """The signature's outputs for `texts` (a list of str), as numpy arrays, one dict per text, padding cut."""
+        batch_size = check_int("batch_size", batch_size, minimum=1)
+        rows = []
+        for begin in range(0, len(texts), batch_size):
+            outputs = {name: value.numpy() for name, value in
+                       self._signature(text=tf.constant(texts[begin : begin + batch_size], tf.string)).items()}
+            for row, length in enumerate(outputs.pop("lengths")):
+                piece = {name: value[row, :length] for name, value in outputs.items()}
+                piece["tokens"] = [token.decode("utf-8") for token in piece["tokens"]]
+                rows.append(piece)
+        return rows
+
+    def predict(self, texts, aggregation="simple", batch_size=32):
+        """The entities of one text or many, as transformers' token-classification pipeline gives them.
+
+        Args:
+            texts: a str, or a list (or numpy array) of str.
+            aggregation: str. The pipeline's `aggregation_strategy`:
+                `"simple"` (adjacent pieces of one type grouped, a `B-`
+                starting a new group), `"first"`, `"max"`, `"average"` (each
+                word gets one tag: its first piece's, its most confident
+                piece's, or the best of its pieces' averaged scores, then
+                grouped), or `"none"` (one dict per piece). Defaults to
+                `"simple"`.
+            batch_size: int. Texts per call of the model. Defaults to `32`.
+
+        Returns:
+            Per text a list of entities `{"entity_group", "score", "word",
+            "start", "end"}` (for `"none"`: `{"entity", "score", "index",
+            "word", "start", "end"}`, `index` the piece's place after
+            `[CLS]`), tag `O` left out; `text[start:end]` is the entity's
+            characters. For one str, its list; for a list, a list of them.
+            Over-long texts: see `export_tagger` (each window aggregated,
+            overlapping entities merged, the longest kept).
+        """
+        check_aggregation(aggregation)
+        single = isinstance(texts, str)
+        if isinstance(texts, np.ndarray):
+            texts = texts.tolist() if texts.ndim else [texts.item()]
+        texts = [texts] if single else list(texts)
+        bad = next((text for text in texts if not isinstance(text, str)), None)
+        if bad is not None:
+            raise TypeError(f"Expected `texts` to hold strings. Received an item of type {type(bad).__name__}: {bad!r}")
+        pieces = self.tag_pieces(texts, batch_size=batch_size)
+        results = [text_entities(text, piece, self.tag_names, aggregation, self._unknown_token,
+                                 self._suffix_indicator)
+                   for text, piece in zip(texts, pieces)]
+        return results[0] if single else results
+
+
+def load_tagger(export_dir, warm_up=True):
+    """Loads a tagger export (see `TextTagger`), registering tensorflow-text's ops first.
+
+    Plain `tf.saved_model.load(export_dir)` needs `import tensorflow_text`
+    first; its `signatures["serving_default"]` gives the per-piece outputs
+    that `TextTagger.predict` aggregates.
+    """
+    return TextTagger(export_dir, warm_up=warm_up)
+
+
+__all__ = ["AGGREGATIONS", "TextTagger", "export_tagger", "load_tagger"]

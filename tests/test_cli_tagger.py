@@ -1,0 +1,122 @@
+"""`bert-keras predict` and `bert-keras evaluate` on a tagger export: load_tagger's entities, entity-level scores."""
+
+import io
+import json
+import os
+import subprocess
+import sys
+
+import keras
+import numpy as np
+import pytest
+
+from bert_keras import BertEncoder, cli
+from bert_keras.commands.evaluate import word_tags
+from bert_keras.commands.predict import AGGREGATIONS, marked_text
+from bert_keras.entities import entity_scores
+from bert_keras.export import export_tagger, load_tagger
+from bert_keras.export.entity_groups import AGGREGATIONS as LIBRARY_AGGREGATIONS
+from bert_keras.tasks import BertTokenClassifier
+from bert_keras.text import BertPreprocessor
+
+VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "ada", "love", "##lace", "paris", "is", "nice", "in",
+         "london", "the", "city", "!", ","]
+TAGS = ["O", "B-PER", "I-PER", "B-LOC", "I-LOC"]
+TEXTS = ["Ada Lovelace in Paris !", "the city is nice , London", "Café 😀", "paris " * 12]
+CONLL = "-DOCSTART- -X- O\n\nAda\tB-PER\nLovelace\tI-PER\nin\tO\nParis\tB-LOC\n\nLondon\tB-LOC\nis\tO\nnice\tO\n"
+
+
+@pytest.fixture(scope="module")
+def tagger_dir(tmp_path_factory):
+    keras.utils.set_random_seed(11)
+    encoder = BertEncoder(vocab_size=len(VOCAB), num_layers=1, hidden_size=8, num_heads=2, intermediate_size=16,
+                          max_sequence_length=16)
+    tagger = BertTokenClassifier(encoder, num_classes=len(TAGS), preprocessor=BertPreprocessor(VOCAB, seq_length=10),
+                                 label_names=TAGS)
+    kernel, bias = tagger.classifier_head.weights[-2:]
+    kernel.assign(np.asarray(kernel) * 40.0)  # decisive, varied tags
+    bias.assign(np.array([1.0, 0.0, 0.5, 0.0, 0.5], "float32"))
+    return export_tagger(tagger, str(tmp_path_factory.mktemp("taggers") / "ner"), stride=2)
+
+
+def _run(argv, capsys, stdin=None, monkeypatch=None):
+    if stdin is not None:
+        monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(stdin)))
+    code = cli.main(argv)
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+@pytest.mark.slow
+def test_predict_prints_load_taggers_entities(tagger_dir, capsys):
+    loaded = load_tagger(tagger_dir, warm_up=False)
+    assert AGGREGATIONS == LIBRARY_AGGREGATIONS
+    for aggregation in ("simple", "first", "none"):
+        code, out, _ = _run(["predict", "--model", tagger_dir, "--format", "jsonl", "--aggregation", aggregation,
+                             *TEXTS], capsys)
+        assert code == 0
+        records = [json.loads(line) for line in out.splitlines()]
+        assert records == [{"text": text, "entities": entities}
+                           for text, entities in zip(TEXTS, loaded.predict(TEXTS, aggregation=aggregation))]
+    assert sum(len(record["entities"]) for record in records) >= 5
+    code, out, _ = _run(["predict", "--model", tagger_dir, *TEXTS], capsys)  # tsv: each text, its entities marked
+    expected = loaded.predict(TEXTS)
+    assert out.splitlines() == [marked_text(text, entities) for text, entities in zip(TEXTS, expected)]
+    first = expected[0][0]
+    assert f"[{TEXTS[0][first['start']:first['end']]}]({first['entity_group']} {first['score']:.4f})" in out
+    code, out, _ = _run(["predict", "--model", tagger_dir, "--format", "json", "paris"], capsys)
+    assert json.loads(out) == [{"text": "paris", "entities": loaded.predict("paris")}]
+
+
+@pytest.mark.slow
+def test_predict_reads_files_and_standard_input(tagger_dir, tmp_path, capsys, monkeypatch):
+    loaded = load_tagger(tagger_dir, warm_up=False)
+    path = tmp_path / "texts.txt"
+    path.write_text("\n".join(TEXTS[:2]) + "\n", encoding="utf-8")
+    code, out, _ = _run(["predict", "--model", tagger_dir, "--input", str(path), "--format", "jsonl"], capsys)
+    assert code == 0 and [json.loads(line)["entities"] for line in out.splitlines()] == loaded.predict(TEXTS[:2])
+    stdin = "ada lovelace\n   \nparis\n".encode()
+    code, out, err = _run(["predict", "--model", tagger_dir, "--skip-blank", "--format", "jsonl"], capsys, stdin,
+                          monkeypatch)
+    assert code == 0 and [json.loads(line)["text"] for line in out.splitlines()] == ["ada lovelace", "paris"]
+    assert "skipped 1 blank input(s) of 3" in err
+    code, _, err = _run(["predict", "--model", tagger_dir, "--top-k", "2", "paris"], capsys)
+    assert code == 2 and "--top-k applies to classifiers;" in err and "is a tagger" in err
+
+
+@pytest.mark.slow
+def test_evaluate_scores_entities(tagger_dir, tmp_path, capsys):
+    data = tmp_path / "test.conll"
+    data.write_text(CONLL, encoding="utf-8")
+    out_dir = tmp_path / "report"
+    code, out, err = _run(["evaluate", "--model", tagger_dir, "--data", str(data), "--out", str(out_dir)], capsys)
+    assert code == 0, err
+    loaded = load_tagger(tagger_dir, warm_up=False)
+    sentences = [["Ada", "Lovelace", "in", "Paris"], ["London", "is", "nice"]]
+    pieces = loaded.tag_pieces([" ".join(words) for words in sentences])
+    starts = [[0, 4, 13, 16], [0, 7, 10]]
+    predicted = [word_tags(piece, start, loaded.tag_names) for piece, start in zip(pieces, starts)]
+    expected = entity_scores([["B-PER", "I-PER", "O", "B-LOC"], ["B-LOC", "O", "O"]], predicted)
+    written = json.loads((out_dir / "evaluation.json").read_text())
+    assert written == json.loads(json.dumps(expected))
+    assert written["true_entities"] == 3 and written["num_words"] == 7
+    assert f"micro avg  {expected['precision']:.4f}" in out and "Wrote evaluation.json" in out
+    # A tag the tagger does not have: exit 2, the file's line and the tagger's tags named.
+    data.write_text("Ada\tB-ORG\n", encoding="utf-8")
+    code, _, err = _run(["evaluate", "--model", tagger_dir, "--data", str(data)], capsys)
+    assert code == 2 and f"{data}" in err and "line 1" in err and "the tagger's tags: ['O', 'B-PER'" in err
+
+
+def test_evaluate_refuses_bad_data_before_tensorflow_loads(tmp_path):
+    # Told a tagger by its labels.json (data); the data's error comes before the export would be loaded.
+    tagger_dir = tmp_path / "ner"
+    (tagger_dir / "assets.extra").mkdir(parents=True)
+    (tagger_dir / "assets.extra" / "labels.json").write_text(json.dumps({"task": "tagger", "tag_names": TAGS}))
+    data = tmp_path / "bad.conll"
+    data.write_text("Ada\tB-PER\nLovelace\n", encoding="utf-8")
+    program = ("import sys; from bert_keras import cli; code = cli.main(sys.argv[1:]); "
+               "print('tensorflow' in sys.modules); sys.exit(code)")
+    result = subprocess.run([sys.executable, "-c", program, "evaluate", "--model", str(tagger_dir), "--data",
+                             str(data)], capture_output=True, text=True, timeout=120, env=dict(os.environ, PYTHONPATH=os.getcwd()))
+    assert result.returncode == 2 and result.stdout.strip() == "False"
+    assert f"{data}" in result.stderr and "line 2" in result.stderr

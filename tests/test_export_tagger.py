@@ -1,0 +1,258 @@
+"""The tagger export on an imported transformers BertForTokenClassification: the pipeline's entities, offsets, windows.
+
+The reference is transformers' token-classification pipeline on the same folder (BertTokenizerFast with
+`model_max_length=SEQ_LENGTH`, so that it cuts an over-long text into the same windows with `stride=STRIDE`).
+"""
+
+import json
+import os
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from bert_keras.export import export_classifier, export_tagger, load_tagger
+from bert_keras.export.entity_groups import text_entities, tokens_to_string
+from bert_keras.export.tagger import _primary, _windows
+from bert_keras.export.warmup import WARMUP_FILE, read_warmup_requests
+from bert_keras.tasks import BertClassifier, BertTokenClassifier
+
+TAGS = ["O", "B-PER", "I-PER", "B-LOC", "I-LOC", "B-ORG", "I-ORG"]
+WORDS = ["new", "york", "##er", "paris", "is", "nice", "cafe", "love", "the", "city", "ada", "##lace", "!",
+         ",", ".", "@", "#", "東", "京", "berlin", "and"]
+LETTERS = [chr(c) for c in range(ord("a"), ord("z") + 1)]
+VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + WORDS + LETTERS + [f"##{c}" for c in LETTERS]
+SEQ_LENGTH, STRIDE = 16, 4
+LONG = ("Ada Lovelace and I love the city of lights , Paris ! New Yorkers love Berlin and Zürich too , "
+        "the café is nice @ada #paris ! " * 2).strip()
+TEXTS = [
+    "Ada Lovelace loves Paris!",
+    "Café in Zürich 😀 with @New_Yorker #berlin",
+    "東京都 is nice, 東京 !",
+    "",
+    "   ",
+    "new\t\t york  \n\n   PARIS   cafe",
+    "Ｆｕｌｌ width and e\u0301 combining, ﬁ ligature",
+    LONG,
+]
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory):
+    """A BertForTokenClassification with 7 tags (3 types), its vocab and tokenizer files, saved by transformers."""
+    transformers = pytest.importorskip("transformers")
+    torch = pytest.importorskip("torch")
+    from tests.checkpoints._models import perturb_torch
+
+    directory = str(tmp_path_factory.mktemp("ner_checkpoint"))
+    config = transformers.BertConfig(vocab_size=len(VOCAB), hidden_size=16, num_hidden_layers=2, num_attention_heads=2,
+                                     intermediate_size=32, max_position_embeddings=32, id2label=dict(enumerate(TAGS)))
+    model = perturb_torch(transformers.BertForTokenClassification(config), seed=7)
+    with torch.no_grad():  # decisive, varied tags: entities of every type
+        model.classifier.weight.mul_(60.0)
+        model.classifier.bias.copy_(torch.tensor([2.5, 0.0, 0.5, 0.0, 0.5, 0.0, 0.5]))
+    model.save_pretrained(directory)
+    with open(os.path.join(directory, "vocab.txt"), "w", encoding="utf-8") as f:
+        f.write("\n".join(VOCAB) + "\n")
+    transformers.BertTokenizerFast(os.path.join(directory, "vocab.txt"), do_lower_case=True,
+                                   model_max_length=SEQ_LENGTH).save_pretrained(directory)
+    return directory
+
+
+@pytest.fixture(scope="module")
+def exported(folder, tmp_path_factory):
+    tagger = BertTokenClassifier.from_checkpoint(folder, seq_length=SEQ_LENGTH)
+    export_dir = export_tagger(tagger, str(tmp_path_factory.mktemp("exports") / "tagger"), stride=STRIDE, xla=True)
+    return tagger, export_dir, load_tagger(export_dir)
+
+
+def _pipeline(folder, aggregation, stride=STRIDE):
+    import transformers
+
+    kwargs = {} if aggregation == "none" else {"stride": stride}
+    return transformers.pipeline("token-classification", model=folder, aggregation_strategy=aggregation, **kwargs)
+
+
+def _assert_same_entities(ours, theirs, text):
+    assert [{k: v for k, v in e.items() if k != "score"} for e in ours] == \
+        [{k: (int(v) if k in ("start", "end", "index") else v) for k, v in e.items() if k != "score"} for e in theirs], text
+    np.testing.assert_allclose([e["score"] for e in ours], [float(e["score"]) for e in theirs], rtol=1e-4, err_msg=text)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("aggregation", ["simple", "first", "max", "average"])
+def test_entities_equal_transformers_pipeline(folder, exported, aggregation):
+    _, _, loaded = exported
+    ours = loaded.predict(TEXTS, aggregation=aggregation)
+    pipe = _pipeline(folder, aggregation)
+    for text, mine in zip(TEXTS, ours):
+        _assert_same_entities(mine, pipe(text) if text else [], text)  # the pipeline refuses ""
+    assert sum(len(e) for e in ours) >= 20 and {e["entity_group"] for t in ours for e in t} == {"PER", "LOC", "ORG"}
+    assert ours[3] == ours[4] == []  # empty, blank
+    assert len(ours[-1]) >= 10 and ours[-1][-1]["end"] > len(LONG) - 10  # the over-long text's end is tagged too
+    for text, entities in zip(TEXTS, ours):
+        assert all(0 <= e["start"] < e["end"] <= len(text) for e in entities)
+        # The span's characters are the word's, but for case, accents, the spaces between words and "##".
+        for entity in entities:
+            span = text[entity["start"]:entity["end"]].lower().replace("\u0301", "")
+            assert "".join(span.translate(str.maketrans("éü", "eu")).split()) == \
+                "".join(entity["word"].lower().replace("##", "").split()), (text, entity)
+
+
+@pytest.mark.slow
+def test_pieces_without_aggregation_equal_transformers_pipeline(folder, exported):
+    _, _, loaded = exported
+    ours = loaded.predict(TEXTS, aggregation="none")
+    pipe = _pipeline(folder, "none")
+    window = SEQ_LENGTH - 2
+    fits = [int(pieces["window"].max(initial=0)) == 0 for pieces in loaded.tag_pieces(TEXTS)]
+    assert fits == [True, False, True, True, True, True, False, False]
+    for text, mine, whole in zip(TEXTS, ours, fits):
+        if whole:
+            _assert_same_entities(mine, pipe(text) if text else [], text)
+        else:  # the pipeline truncates to the first window; ours has every piece once, numbered on
+            _assert_same_entities([e for e in mine if e["index"] <= window - STRIDE],
+                                  [e for e in pipe(text) if e["index"] <= window - STRIDE], text)
+    pieces = loaded.tag_pieces([LONG])[0]
+    assert int(pieces["primary"].sum()) == len(set(pieces["piece_index"].tolist())) > 3 * window
+    assert max(e["index"] for e in ours[-1]) > 2 * window
+    # An unknown piece's word is the raw text it spans (the pipeline's rule), not "[UNK]".
+    unknown = {e["word"]: (text, e) for text, entities in zip(TEXTS, ours) for e in entities if not e["word"].isascii()}
+    assert {"都", "Ｆｕｌｌ", "ﬁ"} <= set(unknown)
+    assert all(text[e["start"]:e["end"]] == word for word, (text, e) in unknown.items())
+
+
+@pytest.mark.slow
+def test_saved_model_signature_serves_raw_strings(exported):
+    import tensorflow_text  # noqa: F401 - registers the tokenizer's ops, as plain tf.saved_model.load needs
+
+    tagger, export_dir, loaded = exported
+    signature = tf.saved_model.load(export_dir).signatures["serving_default"]
+    outputs = signature(text=tf.constant(TEXTS))
+    pieces = loaded.tag_pieces(TEXTS)
+    lengths = outputs["lengths"].numpy()
+    assert outputs["tag_ids"].dtype == tf.int32 and outputs["char_starts"].dtype == tf.int64
+    assert outputs["scores"].shape[-1] == len(TAGS)
+    for row, (text, piece) in enumerate(zip(TEXTS, pieces)):
+        n = lengths[row]
+        np.testing.assert_array_equal(outputs["tag_ids"].numpy()[row, :n], piece["tag_ids"])
+        np.testing.assert_array_equal(outputs["char_starts"].numpy()[row, :n], piece["char_starts"])
+        np.testing.assert_array_equal(outputs["char_ends"].numpy()[row, n:], -1)  # padding
+        np.testing.assert_allclose(outputs["scores"].numpy()[row, :n].sum(-1), 1.0, rtol=1e-5)
+    # A text that fits: the model's own logits at its pieces (after [CLS]), the tags their argmax.
+    fitting = [0, 2, 5]
+    logits = np.asarray(tagger(tf.constant([TEXTS[row] for row in fitting]), training=False))
+    for position, row in enumerate(fitting):
+        n = lengths[row]
+        expected = tf.nn.softmax(logits[position, 1 : n + 1]).numpy()
+        np.testing.assert_allclose(outputs["scores"].numpy()[row, :n], expected, atol=1e-5)
+        np.testing.assert_array_equal(outputs["tag_ids"].numpy()[row, :n], expected.argmax(-1))
+    assert lengths[3] == lengths[4] == 0 and lengths[5] == 4  # empty, blank; the whitespace runs' four words
+    assert [TEXTS[5][s:e] for s, e in zip(pieces[5]["char_starts"], pieces[5]["char_ends"])] == \
+        ["new", "york", "PARIS", "cafe"]
+    assert pieces[5]["tokens"] == ["new", "york", "paris", "cafe"] and pieces[5]["token_ids"].tolist() == \
+        [VOCAB.index(t) for t in pieces[5]["tokens"]]
+
+
+@pytest.mark.slow
+def test_windows_cover_an_over_long_text(exported):
+    _, _, loaded = exported
+    pieces = loaded.tag_pieces([LONG, "paris"])
+    long, short = pieces
+    window = SEQ_LENGTH - 2
+    count = len(set(long["piece_index"].tolist()))
+    # Windows of 14 pieces every 10 (stride 4), the last reaching the end, as the tokenizer's overflow cuts them.
+    expected_windows = 1 + -(-(count - window) // (window - STRIDE))
+    assert long["window"].max() + 1 == expected_windows
+    for w in range(expected_windows):
+        indices = long["piece_index"][long["window"] == w]
+        assert indices.tolist() == list(range(w * (window - STRIDE), min(w * (window - STRIDE) + window, count)))
+    assert np.all(short["window"] == 0) and short["primary"].all() and short["tokens"] == ["paris"]
+    # Each piece is primary once: in the overlap of windows 0 and 1 (pieces 10-13), 10 and 11 in window 0.
+    primary = {int(i): int(w) for i, w, p in zip(long["piece_index"], long["window"], long["primary"]) if p}
+    assert len(primary) == count and [primary[i] for i in range(9, 15)] == [0, 0, 0, 1, 1, 1]
+
+
+@pytest.mark.slow
+def test_warm_up_file_replays(exported):
+    _, export_dir, loaded = exported
+    requests = read_warmup_requests(os.path.join(export_dir, "assets.extra", WARMUP_FILE))
+    texts = [request["text"] for request in requests]
+    assert len(requests) == 2 + 1 + 1  # 8 and 16 tokens (the packed length), a batch, a text of three windows
+    assert len(texts[-1][0].split()) == 2 * SEQ_LENGTH
+    assert loaded.warm_up_seconds > 0
+    metadata = json.load(open(os.path.join(export_dir, "assets.extra", "labels.json")))
+    assert metadata["tag_names"] == TAGS and metadata["stride"] == STRIDE and metadata["task"] == "tagger"
+    assert load_tagger(export_dir, warm_up=False).warm_up_seconds == 0.0
+
+
+@pytest.mark.slow
+def test_predict_inputs_and_errors(exported, tmp_path):
+    _, export_dir, loaded = exported
+    single = loaded.predict(TEXTS[0])
+    assert single == loaded.predict([TEXTS[0]])[0] == loaded.predict(np.array([TEXTS[0]]))[0]
+    # One text at a time (the XLA path) and both together (op by op): the same entities, scores up to rounding.
+    for one, both, text in zip(loaded.predict(np.array(TEXTS[:2], dtype=object), batch_size=1),
+                               loaded.predict(TEXTS[:2]), TEXTS):
+        _assert_same_entities(one, both, text)
+    assert loaded.predict([]) == []
+    with pytest.raises(ValueError, match=r"`aggregation`, expected one of 'simple', 'first', 'max', 'average', "
+                       r"'none'\. Received: aggregation='longest'"):
+        loaded.predict("paris", aggregation="longest")
+    with pytest.raises(TypeError, match=r"`texts` to hold strings\. Received an item of type bytes"):
+        loaded.predict([b"paris"])
+    with pytest.raises(ValueError, match="batch_size"):
+        loaded.predict("paris", batch_size=0)
+
+
+@pytest.mark.slow
+def test_export_errors_and_a_classifier_export_refused(folder, exported, tmp_path):
+    tagger, _, _ = exported
+    with pytest.raises(ValueError, match=r"`stride`, expected fewer pieces than a window holds \(14"):
+        export_tagger(tagger, str(tmp_path / "x"), stride=14)
+    with pytest.raises(ValueError, match=r"`tag_names`, expected 7 distinct names"):
+        export_tagger(tagger, str(tmp_path / "x"), tag_names=["O", "B-PER"])
+    assert not os.path.exists(tmp_path / "x")
+    classifier = BertClassifier.from_checkpoint(folder, seq_length=SEQ_LENGTH, num_classes=2, label_names=["a", "b"])
+    with pytest.raises(ValueError, match=r"export_tagger exports a BertTokenClassifier"):
+        export_tagger(classifier, str(tmp_path / "x"))
+    export_dir = export_classifier(classifier, str(tmp_path / "classifier"))
+    with pytest.raises(ValueError, match=r"is not a tagger written by bert_keras' `export_tagger`: .*tag_ids.*"
+                       r"It is a classifier export: load it with load_classifier"):
+        load_tagger(export_dir)
+
+
+def test_word_pieces_join_as_the_wordpiece_decoder():
+    transformers = pytest.importorskip("transformers")
+    from tokenizers import decoders
+
+    decoder = decoders.WordPiece(prefix="##", cleanup=True)
+    for tokens in (["new", "york", "##er", ",", "hi", "."], ["##er", "'", "s", "do", "not", "?"], ["[UNK]", "😀"]):
+        assert tokens_to_string(tokens) == decoder.decode(tokens)
+    assert transformers  # the reference decoder is the one BertTokenizerFast uses
+
+
+def test_overlapping_window_entities_keep_the_longer():
+    scores = np.eye(3, dtype="float32")[[1, 2, 1, 2]]  # B-X I-X | B-X I-X over two windows sharing piece 1
+    pieces = {"scores": scores, "char_starts": np.array([0, 4, 4, 8]), "char_ends": np.array([3, 7, 7, 11]),
+              "tokens": ["aaa", "bbb", "bbb", "ccc"], "window": np.array([0, 0, 1, 1]),
+              "piece_index": np.array([0, 1, 1, 2]), "primary": np.array([True, True, False, True])}
+    entities = text_entities("aaa bbb ccc", pieces, ["O", "B-X", "I-X"])
+    assert [(e["start"], e["end"], e["word"]) for e in entities] == [(0, 7, "aaa bbb")]
+    none = text_entities("aaa bbb ccc", pieces, ["O", "B-X", "I-X"], aggregation="none")
+    assert [(e["index"], e["entity"]) for e in none] == [(1, "B-X"), (2, "I-X"), (3, "I-X")]
+
+
+def test_windows_and_primary_copies_in_the_graph():
+    # Texts of 0, 5, 6, 7 and 15 pieces; windows of 5 pieces every 3 (stride 2), as tokenizers' overflow cuts them.
+    text, index, first, last = (x.numpy().tolist() for x in _windows(tf.constant([0, 5, 6, 7, 15], tf.int64), 5, 3))
+    assert text == [0, 1, 2, 2, 3, 3, 4, 4, 4, 4, 4]
+    assert list(zip(first, last)) == [(0, 0), (0, 5), (0, 5), (3, 6), (0, 5), (3, 7), (0, 5), (3, 8), (6, 11),
+                                      (9, 14), (12, 15)]
+    assert index == [0, 0, 0, 1, 0, 1, 0, 1, 2, 3, 4]
+    # One text of 7 pieces in windows [0, 5) and [3, 7): pieces 3 and 4 appear twice.
+    piece = tf.constant([0, 1, 2, 3, 4, 3, 4, 5, 6], tf.int64)
+    window = tf.constant([0, 0, 0, 0, 0, 1, 1, 1, 1], tf.int64)
+    primary = _primary(piece, window, tf.constant([0, 3], tf.int64), tf.constant([5, 7], tf.int64), 7)
+    # Piece 3: 1 piece right of it in window 0, 1 left in window 1: a tie, the earlier window. Piece 4: window 1.
+    assert primary.numpy().tolist() == [True, True, True, True, False, False, True, True, True]
