@@ -357,6 +357,72 @@ class SpanHead(keras.layers.Layer):
         return config
 
 
+@keras.saving.register_keras_serializable(package="bert_keras")
+class DiscriminatorHead(keras.layers.Layer):
+    """ELECTRA's replaced-token detection head: one logit a token, "this token was replaced".
+
+    `logits = prediction(activation(dense(sequence_output)))`, a dense layer
+    of width `hidden`, the activation, and a dense layer to one output, as
+    transformers' `ElectraDiscriminatorPredictions` (the head of
+    `ElectraForPreTraining`; the encoder's activation is the checkpoint's
+    `hidden_act`). A positive logit means "replaced".
+
+    Args:
+        activation: str or callable. `"gelu"` (exact), `"gelu_approximate"`,
+            `"relu"` or a callable. Defaults to `"gelu"`.
+        kernel_initializer: str or initializer. Defaults to
+            `TruncatedNormal(stddev=0.02)`.
+        **kwargs: other `keras.layers.Layer` arguments (`name`, `dtype`, ...).
+
+    Call arguments:
+        sequence_output: float tensor `(batch, seq, hidden)`.
+
+    Returns:
+        Logits `(batch, seq)`.
+
+    Example:
+    >>> tuple(DiscriminatorHead()(np.zeros((2, 7, 16))).shape)
+    (2, 7)
+    """
+
+    def __init__(self, activation="gelu", kernel_initializer=None, **kwargs):
+        super().__init__(**kwargs)
+        self.activation = activation
+        self._activation_fn = get_activation(activation)
+        self.kernel_initializer = keras.initializers.get(
+            kernel_initializer if kernel_initializer is not None else _default_initializer()
+        )
+
+    def build(self, sequence_output_shape):
+        hidden_size = sequence_output_shape[-1]
+        self.dense = keras.layers.Dense(
+            hidden_size, kernel_initializer=_clone(self.kernel_initializer), dtype=self.dtype_policy, name="dense"
+        )
+        self.dense.build(sequence_output_shape)
+        self.prediction = keras.layers.Dense(
+            1, kernel_initializer=_clone(self.kernel_initializer), dtype=self.dtype_policy, name="prediction"
+        )
+        self.prediction.build(tuple(sequence_output_shape[:-1]) + (hidden_size,))
+        self.built = True
+
+    def call(self, sequence_output):
+        x = self._activation_fn(self.dense(sequence_output))  # (batch, seq, hidden)
+        return self.prediction(x)[..., 0]  # (batch, seq)
+
+    def compute_output_shape(self, sequence_output_shape):
+        return tuple(sequence_output_shape[:-1])
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            {
+                "activation": serialize_activation(self.activation),
+                "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
+            }
+        )
+        return config
+
+
 POOLING_MODES = ("mean", "cls", "max", "mean_sqrt_len", "weighted_mean", "last_token")
 
 

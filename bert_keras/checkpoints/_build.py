@@ -6,7 +6,14 @@ import keras
 
 from bert_keras.encoder import BertEncoder
 from bert_keras.formats import ConversionSummary, build_and_load, tables
-from bert_keras.heads import ClassificationHead, MaskedLMHead, NextSentenceHead, SpanHead, TokenClassificationHead
+from bert_keras.heads import (
+    ClassificationHead,
+    DiscriminatorHead,
+    MaskedLMHead,
+    NextSentenceHead,
+    SpanHead,
+    TokenClassificationHead,
+)
 from bert_keras.pretrainer import BertPretrainer
 
 
@@ -20,7 +27,8 @@ class LoadedCheckpoint:
             encoder's word embeddings) and/or `"nsp"` (`NextSentenceHead`);
             a task's, where asked for (`with_heads=["token_classifier"]`):
             `"classifier"` (`ClassificationHead`), `"token_classifier"`
-            (`TokenClassificationHead`), `"span"` (`SpanHead`).
+            (`TokenClassificationHead`), `"span"` (`SpanHead`); ELECTRA's
+            `"discriminator"` (`DiscriminatorHead`, with the encoder's activation).
         pretrainer: `BertPretrainer` or None. Built when both heads are present;
             its `.encoder`, `.mlm_head` and `.nsp_head` are the objects above.
         vocab_file: str or None. Path of the WordPiece vocabulary.
@@ -81,7 +89,7 @@ def build_models(encoder_config, heads, mlm_activation, dtype=None, num_labels=N
 
 
 def _task_heads(encoder, heads, num_labels):
-    """The task heads among `heads`, built on the encoder's hidden size, named as their roots."""
+    """The task heads and ELECTRA's discriminator among `heads`, built on the hidden size, named as their roots."""
     kwargs = dict(kernel_initializer=keras.initializers.TruncatedNormal(stddev=encoder.initializer_range),
                   dtype=encoder.dtype_policy)
     built = {}
@@ -95,6 +103,9 @@ def _task_heads(encoder, heads, num_labels):
     if tables.SPAN in heads:
         built[tables.SPAN] = SpanHead(name="span", **kwargs)
         built[tables.SPAN].build((None, None, encoder.hidden_size))
+    if tables.DISCRIMINATOR in heads:  # ElectraDiscriminatorPredictions applies the config's hidden_act, as the encoder
+        built[tables.DISCRIMINATOR] = DiscriminatorHead(activation=encoder.activation, name="discriminator", **kwargs)
+        built[tables.DISCRIMINATOR].build((None, None, encoder.hidden_size))
     return built
 
 

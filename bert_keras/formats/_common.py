@@ -292,8 +292,9 @@ def build_and_load(weights, make_roots):
         if weights.difference is None:
             return roots
         difference = weights.difference(roots["encoder"])
-        logger.info("%s: num_heads=%d, activation=%s: max difference %.3g", weights.summary.files[0],
-                    config["num_heads"], config["activation"], difference)
+        logger.info("%s: num_heads=%d, activation=%s, position_offset=%d: max difference %.3g",
+                    weights.summary.files[0], config["num_heads"], config["activation"],
+                    config.get("position_offset", 0), difference)
         if difference <= weights.tolerance:
             return roots
         if best is None or difference < best[0]:
@@ -302,8 +303,9 @@ def build_and_load(weights, make_roots):
         weights.summary.files[0],
         None,
         f"no BertEncoder reproduces this module's outputs (closest: num_heads={best[1]['num_heads']}, "
-        f"activation={best[1]['activation']!r}, relative difference {best[0]:.3g}). It may be a BERT variant "
-        "this package does not build (pre-LayerNorm, an embedding projection, another activation).",
+        f"activation={best[1]['activation']!r}, position_offset={best[1].get('position_offset', 0)}, relative "
+        f"difference {best[0]:.3g}). It may be a BERT variant this package does not build (pre-LayerNorm, another "
+        "activation, another position offset).",
     )
 
 

@@ -11,6 +11,13 @@ reader lists the candidate configs, and each encoder built from them is run
 next to the module on a probe batch (`build_and_load`) until one gives its
 outputs: a module that is not a post-LayerNorm BERT is refused, not
 silently misread.
+
+A module of the family (ALBERT, ELECTRA, DistilBERT, RoBERTa) that our
+exporter wrote shows its options by the variables it holds: an embedding
+projection, no type embeddings, no pooler, one block called once per
+`encoder_outputs` entry (ALBERT's shared block). Only RoBERTa's position
+offset leaves no trace in the shapes: each candidate is tried with the
+recorded offset (or 0), then with RoBERTa's 2.
 """
 
 import dataclasses
@@ -128,6 +135,16 @@ BERT_KERAS_SHAPES = {
     "type_vocab_size": ("embeddings/type_embeddings/embeddings", 0),
     "intermediate_size": ("transformer_layer_0/feed_forward/intermediate/kernel", 1),
 }
+# The family's options in our layout: the projection of ALBERT and ELECTRA, present or not like the type
+# embeddings (DistilBERT has none) and the pooler (DistilBERT and ELECTRA have none).
+BERT_KERAS_PROJECTION = (
+    ("encoder.embeddings.projection.kernel", "embeddings/projection/kernel", I),
+    ("encoder.embeddings.projection.bias", "embeddings/projection/bias", I),
+)
+_BK_OPTIONAL_SIZES = ("type_vocab_size",)  # a size whose variable may be absent: 0 then
+_BK_POOLER = "pooler_dense/kernel"
+# The position table's first rows a module may skip (RoBERTa: padding index + 1 = 2). Its shape does not tell.
+POSITION_OFFSETS = (0, 2)
 
 # kind: (weight table, shape table, first query kernel of block i, pooler prefix)
 LAYOUTS = {
@@ -206,25 +223,32 @@ def read_hub_module(path, *, do_lower_case=None, module=None):
     source = ModuleSource(module, directory)
     layout = _layout(source, directory)
     table, shape_table, query_kernel, pooler_prefix = LAYOUTS[layout]
-    config = _config(source, shape_table, query_kernel)
+    config = _config(source, shape_table, query_kernel,
+                     optional=_BK_OPTIONAL_SIZES if layout == "bert_keras" else ())
     vocab_file = _vocab_file(module, directory, preprocess_dir)
     check_vocabulary(vocab_file, read_vocabulary(vocab_file), directory, shape_table["vocab_size"][0], config["vocab_size"])
     if do_lower_case is None:
         do_lower_case = _do_lower_case(module, preprocess_dir, vocab_file)
+    probe_inputs = _probe_inputs(config)
+    expected = module(probe_inputs, training=False)
+    if layout == "bert_keras":
+        config = _family_options(source, config, num_outputs=len(expected.get("encoder_outputs", ())))
+        table = _bert_keras_table(config)
 
     candidates = list(_candidates(config, layout, _graph_ops(directory)))
     recorded = _recorded_architecture(directory, config)
     if recorded is not None:
         candidates = [recorded] + [candidate for candidate in candidates if candidate != recorded]
+    if layout == "bert_keras":
+        candidates = _with_position_offsets(candidates, config["max_sequence_length"])
     weights = read_weights(
         format="hub_module", source=source, table=table,
         part_prefixes={tables.POOLER: pooler_prefix}, encoder_config=candidates[0],
         mlm_activation=candidates[0]["activation"], with_heads=False, ignored=_is_bookkeeping,
         hint=f" Is {directory} a BERT encoder module?", vocab_file=vocab_file, do_lower_case=bool(do_lower_case),
     )
-    probe_inputs = _probe_inputs(config)
-    expected = module(probe_inputs, training=False)
-    # The candidates differ in the head count and the activation, on which no weight's shape in our layout depends.
+    # The candidates differ in the head count, the activation and the position offset, on which no weight's
+    # shape in our layout depends.
     return dataclasses.replace(
         weights,
         encoder_configs=candidates,
@@ -273,9 +297,11 @@ def _layout(source, directory):
     )
 
 
-def _config(source, shape_table, query_kernel):
+def _config(source, shape_table, query_kernel, optional=()):
+    """The sizes the variables' shapes show; a size in `optional` whose variable is absent is 0."""
     config = {key: int(source.shape(name)[axis]) for key, (name, axis) in shape_table.items() if source.has(name)}
-    missing = [name for name, _ in shape_table.values() if not source.has(name)]
+    config.update({key: 0 for key in optional if key not in config})
+    missing = [name for key, (name, _) in shape_table.items() if key not in config]
     if missing:
         raise CheckpointError(source.file, missing[0], "missing from the module; it is needed to read the architecture.")
     num_layers = 0
@@ -283,6 +309,49 @@ def _config(source, shape_table, query_kernel):
         num_layers += 1
     config.update(num_layers=num_layers, dropout=0.1, attention_dropout=0.1, layer_norm_epsilon=1e-12)
     return config
+
+
+def _family_options(source, config, num_outputs):
+    """`config` with the family options a module of our exporter shows by the variables it holds and its outputs."""
+    options = {}
+    if source.has(BERT_KERAS_PROJECTION[0][1]):  # ALBERT, ELECTRA: tables of embedding_size, mapped to hidden_size
+        options.update(embedding_size=config["hidden_size"],
+                       hidden_size=int(source.shape(BERT_KERAS_PROJECTION[0][1])[1]))
+    if not source.has(_BK_POOLER):  # DistilBERT, ELECTRA: pooled_output is the first token's sequence output
+        options["use_pooler"] = False
+    if config["num_layers"] == 1 and num_outputs > 1:  # ALBERT: one block, called once for each of the outputs
+        options.update(num_layers=num_outputs, shared_layers=True)
+    return dict(config, **options)
+
+
+def _bert_keras_table(config):
+    """Our layout's table for the family options of `config`: projection, no type embeddings, one shared block."""
+    embeddings = tuple(entry for entry in BERT_KERAS_WEIGHTS[tables.EMBEDDINGS]
+                       if config["type_vocab_size"] or "type_embeddings" not in entry[0])
+    if config.get("embedding_size") is not None:
+        embeddings += BERT_KERAS_PROJECTION
+    layer = BERT_KERAS_WEIGHTS[tables.LAYER]
+    if config.get("shared_layers"):  # the one block, `transformer_layer_0`, read once (no `{i}`: held_blocks is None)
+        layer = tuple((target.format(i=0), name.format(i=0), transform) for target, name, transform in layer)
+    return dict(BERT_KERAS_WEIGHTS, **{tables.EMBEDDINGS: embeddings, tables.LAYER: layer})
+
+
+def _with_position_offsets(candidates, rows):
+    """Each candidate with its recorded position offset (else 0), then the other `POSITION_OFFSETS`, once each.
+
+    `rows` is the position table's; `max_sequence_length` is what the offset leaves of it.
+    """
+    expanded = {}
+    for candidate in candidates:
+        first = candidate.get("position_offset", 0)
+        for offset in dict.fromkeys((first,) + POSITION_OFFSETS):
+            if offset < rows:
+                config = dict(candidate, max_sequence_length=rows - offset)
+                config.pop("position_offset", None)
+                if offset:
+                    config["position_offset"] = offset
+                expanded.setdefault(tuple(sorted(config.items())), config)
+    return list(expanded.values())
 
 
 def _candidates(config, layout, ops):
@@ -303,19 +372,24 @@ def _candidates(config, layout, ops):
 def _recorded_architecture(directory, config):
     """The config with the head count, activation and epsilon that bert_keras's exporter records, or None.
 
-    Only a candidate: the probe checks it like any other.
+    A recorded `position_offset` (which the shapes do not show) is kept too. Only a candidate: the probe checks
+    it like any other.
     """
     try:
         with open(os.path.join(directory, ARCHITECTURE_FILE), encoding="utf-8") as f:
             recorded = json.load(f)
         heads, activation, epsilon = (recorded[key] for key in ("num_heads", "activation", "layer_norm_epsilon"))
-    except (OSError, ValueError, TypeError, KeyError, RecursionError):
+        offset = recorded.get("position_offset", 0)
+    except (OSError, ValueError, TypeError, KeyError, RecursionError, AttributeError):
         return None
     valid = (isinstance(heads, int) and heads > 0 and config["hidden_size"] % heads == 0
              and activation in ("gelu", "gelu_approximate", "relu") and isinstance(epsilon, float) and 0 < epsilon < 1)
     if not valid or config.get("num_heads", heads) != heads:
         return None
-    return dict(config, num_heads=heads, activation=activation, layer_norm_epsilon=epsilon)
+    architecture = dict(config, num_heads=heads, activation=activation, layer_norm_epsilon=epsilon)
+    if isinstance(offset, int) and not isinstance(offset, bool) and 0 < offset < config["max_sequence_length"]:
+        architecture["position_offset"] = offset
+    return architecture
 
 
 def _graph_ops(directory):
@@ -366,7 +440,8 @@ def _probe_inputs(config):
     """A fixed batch of two rows: two segments, then one with padding."""
     import tensorflow as tf  # the module is called with tensors
 
-    length = min(12, config["max_sequence_length"])
+    # Short enough for every position offset tried (`max_sequence_length` here is the table's rows).
+    length = max(1, min(12, config["max_sequence_length"] - max(POSITION_OFFSETS)))
     rng = np.random.default_rng(0)
     ids = rng.integers(min(5, config["vocab_size"] - 1), config["vocab_size"], size=(2, length))
     mask = np.ones((2, length), dtype=np.int32)

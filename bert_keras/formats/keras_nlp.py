@@ -250,7 +250,10 @@ def to_keras_nlp(encoder, *, preset_dir=None, vocab_file=None, do_lower_case=Tru
     """Converts a `BertEncoder` to a `keras_nlp.models.BertBackbone`.
 
     `BertBackbone` always uses the tanh GELU, LayerNorm epsilon 1e-12, learned
-    positions and post-LayerNorm blocks; the encoder must match.
+    positions and post-LayerNorm blocks; the encoder must match. It has none
+    of the family's options: an encoder with an embedding projection, shared
+    layers, a position offset, no token types or no pooler (ALBERT, ELECTRA,
+    RoBERTa, DistilBERT) is refused, naming the option.
 
     Args:
         encoder: `BertEncoder`.
@@ -265,7 +268,11 @@ def to_keras_nlp(encoder, *, preset_dir=None, vocab_file=None, do_lower_case=Tru
 
     Returns:
         The `BertBackbone`, with the encoder's weights.
+
+    Raises:
+        ValueError: the encoder has an option `BertBackbone` cannot hold.
     """
+    _check_family_options(encoder)
     for name, fixed in tables.KERAS_NLP_FIXED.items():
         value = getattr(encoder, name)
         if value == fixed:
@@ -298,6 +305,23 @@ def to_keras_nlp(encoder, *, preset_dir=None, vocab_file=None, do_lower_case=Tru
             tokenizer = _keras_hub().models.BertTokenizer(vocabulary=vocab_file, lowercase=do_lower_case)
             tokenizer.save_to_preset(preset_dir)
     return backbone
+
+
+def _check_family_options(encoder):
+    """Refuses an encoder of the family that BertBackbone would hold wrongly (it has no argument for the option)."""
+    for name, (bert, family) in tables.KERAS_NLP_NO_FAMILY_OPTIONS.items():
+        value = getattr(encoder, name, bert)
+        if value != bert:
+            raise ValueError(
+                f"BertBackbone cannot hold this encoder: it has no {family}, and requires {name}={bert!r}. "
+                f"Received: {name}={value!r}"
+            )
+    types = getattr(encoder, "type_vocab_size", 1)
+    if types < 1:
+        raise ValueError(
+            "BertBackbone cannot hold this encoder: it always adds segment embeddings, and requires "
+            f"type_vocab_size >= 1 (DistilBERT has none). Received: type_vocab_size={types!r}"
+        )
 
 
 def _read_lowercase(path, tokens):

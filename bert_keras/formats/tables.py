@@ -29,7 +29,7 @@ CLASSIFIER = "classifier"
 TOKEN_CLASSIFIER = "token_classifier"
 SPAN = "span"
 # ELECTRA's replaced-token detection head (ElectraForPreTraining): dense, GELU, dense to one logit a token.
-# Read and reported (`CheckpointWeights.arrays["discriminator.*"]`); no model of ours is built for it yet.
+# Read into `CheckpointWeights.arrays["discriminator.*"]`, built as `bert_keras.heads.DiscriminatorHead`.
 DISCRIMINATOR = "discriminator"
 PRETRAINING_HEADS = (MLM, NSP, DISCRIMINATOR)
 TASK_HEADS = (CLASSIFIER, TOKEN_CLASSIFIER, SPAN)
@@ -371,6 +371,14 @@ KERAS_NLP_FIXED = {
     "layer_norm_epsilon": 1e-12,
     "position_embedding": "learned",
     "norm_first": False,
+}
+# The family's options, which BertBackbone has no argument for: an encoder must have BERT's value of each.
+# (Its token types: at least one, checked on their own.) Each with the family it comes from, for the message.
+KERAS_NLP_NO_FAMILY_OPTIONS = {
+    "embedding_size": (None, "the embedding projection of ALBERT and ELECTRA"),
+    "shared_layers": (False, "ALBERT's one block shared by every layer"),
+    "position_offset": (0, "RoBERTa's position offset"),
+    "use_pooler": (True, "no pooler, as DistilBERT and ELECTRA"),
 }
 KERAS_NLP_CLASS_NAMES = ("BertBackbone",)
 KERAS_NLP_VOCABULARY = "assets/tokenizer/vocabulary.txt"
