@@ -1,10 +1,11 @@
-"""`bert-keras finetune`: a classifier (CSV / TSV / JSONL) or a tagger (CoNLL / JSONL) fine-tuned on the user's file, then exported.
+"""`bert-keras finetune`: a classifier, a tagger (named entities) or a reader (extractive answers) fine-tuned on the user's file, then exported.
 
 The training recipe and the file writer (TensorFlow) are imported in `run`: --help and the checks before TensorFlow
 loads must not pay for it. The recipe's settings are checked by `FineTuneConfig`, where they are defined; a
 refused setting is reported with the flag that gave it.
 """
 
+import functools
 import os
 import re
 
@@ -12,19 +13,22 @@ from bert_keras.commands._common import (at_least, default_backup_dir, distribut
                                          positive_float, say, strategy, warn_emulated_bfloat16)
 from bert_keras.commands._io import READER_ARGUMENTS
 from bert_keras.datasets import DataError, read_labelled_file
+from bert_keras.squad import read_squad
 from bert_keras.tagged_data import read_tagged_file
 from bert_keras.text.corpora import minilm_vocab_path
 
 
 def register(commands, common):
     tune = commands.add_parser("finetune", parents=[common, distributed_arguments()],
-                               help="fine-tune a classifier (CSV / TSV / JSONL) or a tagger (CoNLL / JSONL) on your file")
-    tune.add_argument("--task", choices=("classify", "ner"), default="classify",
+                               help="fine-tune a classifier (CSV / TSV / JSONL), a tagger (CoNLL / JSONL) or a reader (SQuAD) on your file")
+    tune.add_argument("--task", choices=("classify", "ner", "qa"), default="classify",
                       help="classify: a label per text (the default); ner: a tag per word (named entities, BIO / IOB1 / "
-                      "BIOES tags), scored by entity F1 and exported to serve raw strings with character offsets")
+                      "BIOES tags), scored by entity F1 and exported to serve raw strings with character offsets; qa: "
+                      "extractive question answering on SQuAD v1.1 / v2.0 JSON (or JSONL with question, context, "
+                      "answers), scored by exact match and F1, exported to serve a raw question and context")
     tune.add_argument("--train", required=True, help="labelled examples (.csv, .tsv or .jsonl); with --task ner, "
                       "tagged sentences (CoNLL: a word and its tag per line, a blank line between sentences; or .jsonl "
-                      "with tokens and tags)")
+                      "with tokens and tags); with --task qa, SQuAD JSON or JSONL")
     tune.add_argument("--validation", help="validation file (default: 10%% of --train, stratified)")
     tune.add_argument("--test", help="test file, scored after training")
     tune.add_argument("--text-column", default="text")
@@ -42,12 +46,16 @@ def register(commands, common):
     tune.add_argument("--encoder", help="Hub encoder handle (with --preprocess)")
     tune.add_argument("--preprocess", help="Hub preprocess handle (with --encoder)")
     tune.add_argument("--out", required=True, help="directory for the exported classifier")
-    tune.add_argument("--seq-length", type=at_least(3), default=128, help="tokens per text, [CLS] and [SEP] included; longer texts are cut")
-    tune.add_argument("--batch-size", type=at_least(1), help="examples per training step (default: 32; ner: 16)")
+    tune.add_argument("--seq-length", type=at_least(3), help="tokens per text, [CLS] and [SEP] included; longer texts are cut "
+                      "(ner: split into windows of whole words; qa: question and context windows) (default: 128; qa: 384)")
+    tune.add_argument("--doc-stride", type=at_least(1), default=128,
+                      help="with --task qa: context tokens shared by consecutive windows of a long context")
+    tune.add_argument("--batch-size", type=at_least(1), help="examples per training step (default: 32; ner: 16; qa: 12)")
     tune.add_argument("--head-epochs", type=at_least(0), default=1, help="phase 1: epochs of the head alone, encoder frozen (Adam 1e-3); 0 skips it")
     tune.add_argument("--epochs", type=at_least(1), help="phase 2: epochs with the encoder unfrozen (default: 2; ner: 3)")
-    tune.add_argument("--learning-rate", type=positive_float, default=5e-5,
-                      help="peak AdamW rate of phase 2 (10%% warmup, then linear decay); LoRA's is --lora-learning-rate")
+    tune.add_argument("--learning-rate", type=positive_float,
+                      help="peak AdamW rate of phase 2 (10%% warmup, then linear decay); LoRA's is --lora-learning-rate "
+                      "(default: 5e-05; qa: 3e-05)")
     tune.add_argument("--seed", type=int, default=0, help="shuffling, dropout and the head's initial weights")
     tune.add_argument("--dtype", choices=("float32", "mixed_bfloat16", "mixed_float16"),
                       help="Keras dtype policy of the model (default: float32); mixed_bfloat16 speeds up CPUs with "
@@ -95,17 +103,18 @@ def _in_flags(message):
 
 
 def _config(args):
-    """The `FineTuneConfig` of the arguments; LoRA's options only where given (else the config's defaults)."""
+    """The `FineTuneConfig` of the arguments: an option not given takes the task's default, else the config's."""
     from bert_keras.training import FineTuneConfig
-
+    from bert_keras.training.reading import READER_DEFAULTS
     from bert_keras.training.tagging import TAGGER_DEFAULTS
 
-    defaults = TAGGER_DEFAULTS if args.task == "ner" else {}
-    given = dict(lora_targets=args.lora_targets, lora_learning_rate=args.lora_learning_rate,
-                 batch_size=args.batch_size or defaults.get("batch_size"), epochs=args.epochs or defaults.get("epochs"))
+    defaults = {"ner": TAGGER_DEFAULTS, "qa": READER_DEFAULTS}.get(args.task, {})
+    given = dict(lora_targets=args.lora_targets, lora_learning_rate=args.lora_learning_rate)
+    for name in ("seq_length", "batch_size", "epochs", "learning_rate"):
+        given[name] = getattr(args, name) if getattr(args, name) is not None else defaults.get(name)
     return FineTuneConfig(
-        seq_length=args.seq_length, head_epochs=args.head_epochs,
-        learning_rate=args.learning_rate, seed=args.seed, dtype=args.dtype, early_stopping=args.early_stopping,
+        head_epochs=args.head_epochs,
+        seed=args.seed, dtype=args.dtype, early_stopping=args.early_stopping,
         class_weights=args.class_weights, export_dtype=args.export_dtype, lora_rank=args.lora_rank,
         **{name: value for name, value in given.items() if value is not None},
     )
@@ -113,6 +122,8 @@ def _config(args):
 
 def _read_data(args):
     """The train, validation and test files, read whole (no TensorFlow: bad data is reported in well under a second)."""
+    if args.task == "qa":
+        return tuple(read_squad(path) if path else None for path in (args.train, args.validation, args.test))
     if args.task == "ner":
         train = read_tagged_file(args.train)
         validation, test = (read_tagged_file(path, tag_names=train.tag_names) if path else None
@@ -134,12 +145,12 @@ def run(args):
     except (FileNotFoundError, DataError, ValueError) as error:
         return fail("finetune", str(error))
     from bert_keras._files import OutputLockedError, check_target  # after the data: they import TensorFlow
-    from bert_keras.training import finetune_classifier, finetune_tagger
+    from bert_keras.training import finetune_classifier, finetune_reader, finetune_tagger
     from bert_keras.training.strategy import is_chief
 
     distribution = strategy(args, "finetune")
     warn_emulated_bfloat16(args, "finetune")
-    kind = "tagger" if args.task == "ner" else "classifier"
+    kind = {"ner": "tagger", "qa": "reader"}.get(args.task, "classifier")
     try:  # before any work: never train for an output that cannot be written
         check_target(args.out, args.force, argument="--out", kind=kind)
     except (OSError, ValueError) as error:
@@ -149,7 +160,8 @@ def run(args):
     except ValueError as error:
         return fail("finetune", _in_flags(str(error)))
     try:
-        recipe = finetune_tagger if args.task == "ner" else finetune_classifier
+        recipe = {"ner": finetune_tagger, "qa": functools.partial(finetune_reader, doc_stride=args.doc_stride)}.get(
+            args.task, finetune_classifier)
         recipe(
             _source(args), train, validation, test, args.out, config, overwrite=args.force,
             backup_dir=args.backup_dir or default_backup_dir(args.out), verbose=fit_verbosity(), report=say,
@@ -158,5 +170,8 @@ def run(args):
     except (OSError, ValueError, OutputLockedError) as error:
         return fail("finetune", str(error))
     if is_chief(distribution):
-        say(f"Try: bert-keras predict --model {args.out} \"some text\"")
+        if args.task == "qa":
+            say(f"Try, in Python: bert_keras.export.load_reader({args.out!r}).predict(question=..., context=...)")
+        else:
+            say(f"Try: bert-keras predict --model {args.out} \"some text\"")
     return 0

@@ -142,7 +142,9 @@ def _record_architecture(directory, encoder):
     config = encoder.get_config()
     os.makedirs(os.path.join(directory, os.path.dirname(ARCHITECTURE_FILE)), exist_ok=True)
     with open(os.path.join(directory, ARCHITECTURE_FILE), "w", encoding="utf-8") as f:
-        json.dump({key: config[key] for key in ("num_heads", "activation", "layer_norm_epsilon")}, f)
+        # position_offset: the one family option the module's shapes do not show (RoBERTa's positions start at 2)
+        json.dump({key: config[key] for key in ("num_heads", "activation", "layer_norm_epsilon", "position_offset")
+                   if key in config}, f)
 
 
 def _encoder_signatures(root):

@@ -8,7 +8,8 @@
   rendezvous), who is the chief, a `fit` of one's own under several replicas
   (`trainable_model`); `training.feeding`: each replica's slice of every
   global batch (`distribute_batches`).
-- Recipes: `finetune` / `finetune_classifier` / `finetune_tagger` (`FineTuneConfig`),
+- Recipes: `finetune` / `finetune_classifier` / `finetune_tagger` /
+  `finetune_reader` (`FineTuneConfig`),
   `run_pretraining` (`PretrainConfig`) and `finetune_sentence_encoder`
   (`ContrastiveConfig`: pairs, in-batch negatives gathered across replicas).
 """
@@ -19,6 +20,7 @@ from bert_keras.training.config import ContrastiveConfig, FineTuneConfig, Pretra
 from bert_keras.training.contrastive import InBatchNegatives, finetune_sentence_encoder
 from bert_keras.training.finetune import FineTuneHistory, FineTuneResult, finetune, finetune_classifier
 from bert_keras.training.harness import Harness
+from bert_keras.training.reading import finetune_reader
 from bert_keras.training.tagging import finetune_tagger
 from bert_keras.training.pretrain import PretrainingResult, ProgressCallback, run_pretraining
 
@@ -36,6 +38,7 @@ __all__ = [
     "claim_backup",
     "finetune",
     "finetune_classifier",
+    "finetune_reader",
     "finetune_sentence_encoder",
     "finetune_tagger",
     "run_pretraining",

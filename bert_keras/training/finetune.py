@@ -23,6 +23,7 @@ import logging
 import math
 import os
 import time
+import warnings
 
 import keras
 import numpy as np
@@ -127,10 +128,11 @@ def finetune(model, train_data, validation_data=None, config=None, *, encoder=No
 
 
 def _two_phases(harness, model, config, train_data, *, encoder, validation_data=None, loss=None, metrics=("accuracy",),
-                steps_per_epoch=None, validation_steps=None, callbacks=None, class_weight=None, weighted_metrics=None):
+                steps_per_epoch=None, validation_steps=None, callbacks=None, class_weight=None, weighted_metrics=None, loss_weights=None):
     """`finetune`'s two phases on `harness`, with `finetune`'s arguments; returns the `FineTuneHistory`.
 
-    `weighted_metrics` (Keras' `compile` argument) count each position by the data's sample weights.
+    `weighted_metrics` and `loss_weights` are Keras' `compile` arguments (metrics counted by the data's sample
+    weights; the weight of each output's loss).
     """
     if config.lora_rank is not None:
         with harness.strategy.scope():  # the adapters are variables of the strategy too
@@ -152,7 +154,7 @@ def _two_phases(harness, model, config, train_data, *, encoder, validation_data=
     if config.head_epochs > 0:
         encoder.trainable = False
         harness.compile(model, lambda: keras.optimizers.Adam(config.head_learning_rate), loss=loss, metrics=metrics,
-                        weighted_metrics=weighted_metrics)
+                        weighted_metrics=weighted_metrics, loss_weights=loss_weights)
         harness.report(f"Phase 1 of 2, head: encoder frozen, {config.head_epochs} epoch(s) of the head alone "
                        f"(Adam {config.head_learning_rate:g})")
         _, head = harness.fit(model, train_data, phase="head", epochs=config.head_epochs, **fit)
@@ -162,13 +164,24 @@ def _two_phases(harness, model, config, train_data, *, encoder, validation_data=
     total, rate = config.epochs * steps, config.phase_2_learning_rate
     harness.compile(model, lambda: bert_optimizer(rate, total, warmup_fraction=config.warmup_fraction,
                                                   weight_decay=config.weight_decay, clipnorm=config.clipnorm),
-                    loss=loss, metrics=metrics, weighted_metrics=weighted_metrics)
+                    loss=loss, metrics=metrics, weighted_metrics=weighted_metrics, loss_weights=loss_weights)
     trains = ("full: encoder unfrozen" if config.lora_rank is None else
               f"LoRA: adapters of rank {config.lora_rank} on {', '.join(config.lora_targets)} and the head")
     harness.report(f"Phase {2 if config.head_epochs > 0 else 1} of {2 if config.head_epochs > 0 else 1}, {trains}, "
                    f"{config.epochs} epoch(s) (AdamW, peak {rate:g} over {total} steps)")
     _, full = harness.fit(model, train_data, phase="full", epochs=config.epochs, **fit)  # the stream from its first epoch
     return FineTuneHistory(head=head, full=full)
+
+
+@contextlib.contextmanager
+def pooler_left_out():
+    """Training a token-level head, which reads the sequence output: the encoder's pooler gets no gradient.
+
+    transformers' token-level models have no pooler; Keras would warn of its missing gradients every step.
+    """
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=r"Gradients do not exist for variables \['pooler_dense/")
+        yield
 
 
 @dataclasses.dataclass

@@ -16,7 +16,6 @@ import dataclasses
 import logging
 import math
 import time
-import warnings
 
 import keras
 import numpy as np
@@ -29,7 +28,7 @@ from bert_keras.text.alignment import IGNORE_LABEL, align_word_labels, merge_win
 from bert_keras.training.backup import fingerprint
 from bert_keras.training.config import FineTuneConfig
 from bert_keras.training.data import example_dataset
-from bert_keras.training.finetune import FineTuneResult, _two_phases, run_pipeline
+from bert_keras.training.finetune import FineTuneResult, _two_phases, pooler_left_out, run_pipeline
 from bert_keras.training.harness import Harness
 
 logger = logging.getLogger(__name__)
@@ -178,9 +177,7 @@ def _train_and_export(harness, source, train, validation, test, export_dir, conf
         callbacks.append(keras.callbacks.EarlyStopping(monitor="val_loss", patience=int(config.early_stopping),
                                                        restore_best_weights=True))
     started = time.time()
-    with warnings.catch_warnings():
-        # The encoder's pooler feeds nothing in a tagger (transformers' tagger has none); Keras would say so each step.
-        warnings.filterwarnings("ignore", message=r"Gradients do not exist for variables \['pooler_dense/")
+    with pooler_left_out():
         history = _tagger_phases(harness, model, config, train_examples, validation_examples, callbacks)
     fit_seconds = time.time() - started
     if config.lora_rank is not None:

@@ -94,18 +94,20 @@ def test_albert_module_reads_back_sharing_one_block(modules):
 
 def test_roberta_position_offset_tried_recorded_first_then_two(modules, tmp_path):
     directory = modules["roberta"][1]
-    # The shapes do not show the offset: without a record, offset 0 first, then RoBERTa's 2 (of the 22 rows).
-    configs = read_hub_module(directory).encoder_configs
-    assert [(c.get("position_offset", 0), c["max_sequence_length"]) for c in configs[:2]] == [(0, 22), (2, 20)]
-    assert load_checkpoint(directory).encoder.position_offset == 2  # the probe picks the second
+    # The exporter records the offset: it is read first.
+    first = read_hub_module(directory).encoder_configs[0]
+    assert (first["position_offset"], first["max_sequence_length"], first["num_heads"]) == (2, 20, 2)
+    assert load_checkpoint(directory).encoder.position_offset == 2
 
-    # A module whose record says position_offset (the key the exporter would add) is read with it first.
+    # A module without the record (written by an earlier version): the shapes do not show the offset, so offset 0
+    # first, then RoBERTa's 2 (of the 22 rows), and the probe picks.
     copy = tmp_path / "roberta"
     shutil.copytree(directory, copy)
     record = copy / ARCHITECTURE_FILE
-    record.write_text(json.dumps(dict(json.loads(record.read_text()), position_offset=2)))
-    first = read_hub_module(str(copy)).encoder_configs[0]
-    assert (first["position_offset"], first["max_sequence_length"], first["num_heads"]) == (2, 20, 2)
+    record.write_text(json.dumps({k: v for k, v in json.loads(record.read_text()).items() if k != "position_offset"}))
+    configs = read_hub_module(str(copy)).encoder_configs
+    assert [(c.get("position_offset", 0), c["max_sequence_length"]) for c in configs[:2]] == [(0, 22), (2, 20)]
+    assert load_checkpoint(str(copy)).encoder.position_offset == 2
 
 
 def test_distilbert_module_has_no_token_types_and_no_pooler(modules):
