@@ -50,6 +50,8 @@ def register(commands, common):
                       "(ner: split into windows of whole words; qa: question and context windows) (default: 128; qa: 384)")
     tune.add_argument("--doc-stride", type=at_least(1), default=128,
                       help="with --task qa: context tokens shared by consecutive windows of a long context")
+    tune.add_argument("--max-question-length", type=at_least(1), default=64,
+                      help="with --task qa: longer questions keep their first tokens")
     tune.add_argument("--batch-size", type=at_least(1), help="examples per training step (default: 32; ner: 16; qa: 12)")
     tune.add_argument("--head-epochs", type=at_least(0), default=1, help="phase 1: epochs of the head alone, encoder frozen (Adam 1e-3); 0 skips it")
     tune.add_argument("--epochs", type=at_least(1), help="phase 2: epochs with the encoder unfrozen (default: 2; ner: 3)")
@@ -97,8 +99,8 @@ def _source(args):
 
 
 def _in_flags(message):
-    """A LoRA message of `FineTuneConfig` in the command's words: (argument) `lora_targets` -> --lora-targets."""
-    return re.sub(r"(?:argument )?`(lora_rank|lora_targets|lora_learning_rate)`",
+    """A message about a recipe's argument in the command's words: (argument) `lora_targets` -> --lora-targets."""
+    return re.sub(r"(?:argument )?`(lora_rank|lora_targets|lora_learning_rate|doc_stride|max_question_length|seq_length)`",
                   lambda match: "--" + match.group(1).replace("_", "-"), message)
 
 
@@ -160,7 +162,8 @@ def run(args):
     except ValueError as error:
         return fail("finetune", _in_flags(str(error)))
     try:
-        recipe = {"ner": finetune_tagger, "qa": functools.partial(finetune_reader, doc_stride=args.doc_stride)}.get(
+        recipe = {"ner": finetune_tagger, "qa": functools.partial(
+            finetune_reader, doc_stride=args.doc_stride, max_question_length=args.max_question_length)}.get(
             args.task, finetune_classifier)
         recipe(
             _source(args), train, validation, test, args.out, config, overwrite=args.force,
@@ -168,7 +171,7 @@ def run(args):
             strategy=distribution,
         )
     except (OSError, ValueError, OutputLockedError) as error:
-        return fail("finetune", str(error))
+        return fail("finetune", _in_flags(str(error)))
     if is_chief(distribution):
         if args.task == "qa":
             say(f"Try, in Python: bert_keras.export.load_reader({args.out!r}).predict(question=..., context=...)")

@@ -1,0 +1,95 @@
+"""`bert-keras finetune --task ner | qa` end to end on tiny checkpoints: train, score, export, serve; killed and resumed."""
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from tests.training.test_reading import _examples as _squad_examples
+from tests.training.test_tagging import VOCAB, _sentences
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory):
+    transformers = pytest.importorskip("transformers")
+    import torch
+
+    directory = tmp_path_factory.mktemp("checkpoint")
+    config = transformers.BertConfig(vocab_size=len(VOCAB) + 3, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                                     intermediate_size=64, max_position_embeddings=64, hidden_dropout_prob=0.0,
+                                     attention_probs_dropout_prob=0.0)
+    torch.manual_seed(0)
+    transformers.BertModel(config).save_pretrained(directory)
+    with open(os.path.join(directory, "vocab.txt"), "w", encoding="utf-8") as f:
+        f.write("\n".join(VOCAB + ["who", "where", "?"]) + "\n")
+    return str(directory)
+
+
+def _conll(path, data):
+    with open(path, "w", encoding="utf-8") as f:
+        for words, tags in zip(data.words, data.tags):
+            f.write("".join(f"{w}\t{t}\n" for w, t in zip(words, tags)) + "\n")
+    return str(path)
+
+
+def _cli(*argv, fault=None):
+    env = {key: value for key, value in os.environ.items() if key != "BERT_KERAS_FAULT_POINT"}
+    if fault:
+        env["BERT_KERAS_FAULT_POINT"] = fault
+    return subprocess.run([sys.executable, "-m", "bert_keras.cli", *argv], capture_output=True, text=True, env=env,
+                          timeout=600)
+
+
+def _ner(checkpoint, tmp_path, out, fault=None):
+    return _cli("finetune", "--task", "ner", "--checkpoint", checkpoint, "--train", _conll(tmp_path / "train.conll", _sentences(64, 0)),
+                "--test", _conll(tmp_path / "test.conll", _sentences(16, 1)), "--out", str(out), "--seq-length", "16",
+                "--batch-size", "8", "--epochs", "2", "--learning-rate", "0.005", fault=fault)
+
+
+def test_finetune_ner_exports_a_tagger_that_predict_serves_and_resumes_exactly(checkpoint, tmp_path):
+    done = _ner(checkpoint, tmp_path, tmp_path / "tagger")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "micro avg" in done.stdout and "Exported the tagger" in done.stdout
+    with open(tmp_path / "tagger" / "assets.extra" / "metrics.json", encoding="utf-8") as f:
+        metrics = json.load(f)
+    assert metrics["test"]["num_sentences"] == 16 and metrics["tag_names"] == ["O", "B-LOC", "I-LOC", "B-PER", "I-PER"]
+    served = _cli("predict", "--model", str(tmp_path / "tagger"), "--format", "jsonl", "Ada met Alan in New York")
+    assert served.returncode == 0, served.stderr[-3000:]
+    (line,) = served.stdout.splitlines()
+    record = json.loads(line)
+    text = record["text"]
+    assert text == "Ada met Alan in New York"
+    assert all(text[e["start"]:e["end"]].lower() == e["word"] for e in record["entities"])
+
+    # Killed after phase 1, then run again: it resumes and exports what the uninterrupted run exported.
+    killed = _ner(checkpoint, tmp_path, tmp_path / "resumed", fault="after-head-phase")
+    assert killed.returncode == -9 and not (tmp_path / "resumed").exists()
+    resumed = _ner(checkpoint, tmp_path, tmp_path / "resumed")
+    assert resumed.returncode == 0 and "Resuming from the backup in" in resumed.stdout, resumed.stderr[-3000:]
+    from bert_keras.export import load_tagger
+
+    texts = ["Ada met Alan in New York", "grace lives in romes", "the and met"]
+    first, second = (load_tagger(str(tmp_path / name), warm_up=False).tag_pieces(texts) for name in ("tagger", "resumed"))
+    for a, b in zip(first, second):
+        np.testing.assert_allclose(a["scores"], b["scores"], atol=1e-6)
+
+
+def test_finetune_qa_exports_a_reader(checkpoint, tmp_path):
+    train = tmp_path / "train.jsonl"
+    examples = _squad_examples(48, 0)
+    with open(train, "w", encoding="utf-8") as f:
+        for q, c, a in zip(examples.questions, examples.contexts, examples.answers):
+            f.write(json.dumps({"question": q, "context": c, "answers": a}) + "\n")
+    done = _cli("finetune", "--task", "qa", "--checkpoint", checkpoint, "--train", str(train), "--test", str(train),
+                "--out", str(tmp_path / "reader"), "--seq-length", "24", "--doc-stride", "4", "--max-question-length", "4", "--epochs", "1")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "Test set (48 questions): exact match" in done.stdout and "load_reader(" in done.stdout
+    from bert_keras.export import load_reader
+
+    answer = load_reader(str(tmp_path / "reader"), warm_up=False).predict(question="who ?", context="ada met the")
+    assert "ada met the"[answer["start"]:answer["end"]] == answer["answer"]
