@@ -10,8 +10,8 @@ NOTEBOOKS = sorted(glob.glob(os.path.join(os.path.dirname(__file__), "..", "note
 
 
 def test_there_are_notebooks():
-    assert [os.path.basename(path) for path in NOTEBOOKS] == ["inside_bert.ipynb", "reference_workflow.ipynb",
-                                                                  "sentence_embeddings.ipynb"]
+    assert [os.path.basename(path) for path in NOTEBOOKS] == ["entities_in_tweets.ipynb", "inside_bert.ipynb",
+                                                              "reference_workflow.ipynb", "sentence_embeddings.ipynb"]
 
 
 @pytest.mark.slow
@@ -31,6 +31,23 @@ def test_notebook_runs(path, monkeypatch):
     assert difference < 1e-5
     difference = float(outputs.split("BertClassifier export vs in-memory, max difference:")[1].split()[0])
     assert difference < 1e-6
+
+
+@pytest.mark.slow
+def test_entities_notebook_runs(monkeypatch):
+    nbformat = pytest.importorskip("nbformat")
+    nbclient = pytest.importorskip("nbclient")
+    monkeypatch.setenv("NER_NOTEBOOK_MODEL", "tiny")  # a tiny random model on 300 tweets: the committed outputs are MiniLM's
+    path = os.path.join(os.path.dirname(__file__), "..", "notebooks", "entities_in_tweets.ipynb")
+    notebook = nbformat.read(path, as_version=4)
+    nbclient.NotebookClient(notebook, timeout=600, kernel_name="python3").execute()
+    outputs = "".join(
+        output.get("text", "") for cell in notebook.cells if cell.cell_type == "code" for output in cell.get("outputs", [])
+    )
+    assert "2394 tweets, 46469 words" in outputs and "10 entity types" in outputs
+    assert "'Café'" in outputs and "'🏈'" in outputs and "'東'" in outputs  # pieces map back to the raw characters
+    assert "micro avg" in outputs and "entity F1 on the 60 test tweets:" in outputs
+    assert "char_starts" in outputs and "the row sums to 1: True" in outputs
 
 
 @pytest.mark.slow
