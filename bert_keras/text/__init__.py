@@ -1,4 +1,5 @@
-"""In-graph text preprocessing with tensorflow-text: tokenizer, packer, preprocessor, tf.data.
+"""In-graph text preprocessing with tensorflow-text: tokenizers (WordPiece, SentencePiece, byte-level BPE), packer,
+preprocessor, tf.data.
 
 The names below load on first use: `bert_keras.text.corpora` (paths of the
 offline vocabulary and tweets) imports without TensorFlow.
@@ -11,6 +12,9 @@ _HOMES = {
     "BertPacker": "bert_keras.text.packer",
     "pack_inputs": "bert_keras.text.packer",
     "BertPreprocessor": "bert_keras.text.preprocessor",
+    "BytePairTokenizer": "bert_keras.text.byte_bpe",
+    "SentencePieceTokenizer": "bert_keras.text.sentencepiece",
+    "preprocess_albert_text": "bert_keras.text.sentencepiece",
     "WordPieceTokenizer": "bert_keras.text.tokenizer",
     "load_vocabulary": "bert_keras.text.tokenizer",
     "normalize_text": "bert_keras.text.tokenizer",

@@ -19,6 +19,9 @@ from bert_keras._checks import check_choice, check_int
 _do_not_convert = tf.autograph.experimental.do_not_convert
 
 TRUNCATIONS = ("round_robin", "waterfall")
+# "bert": [CLS] A [SEP] B [SEP], type ids by segment (BERT, ALBERT, ELECTRA, DistilBERT); "roberta": <s> A </s></s> B
+# </s>, every type id 0 (RoBERTa has no token types).
+PACKINGS = ("bert", "roberta")
 
 
 def _as_segment(segment, index):
@@ -57,6 +60,7 @@ def pack_inputs(
     end_of_segment_id,
     padding_id=0,
     truncation="round_robin",
+    packing="bert",
 ):
     """Packs 1 or more tokenized segments into the Hub encoder's input dict.
 
@@ -76,11 +80,15 @@ def pack_inputs(
             segment that still has tokens, in turn, as TF Hub does) or
             `"waterfall"` (the first segments keep all they can). Defaults to
             `"round_robin"`.
+        packing: str. `"bert"` (above) or `"roberta"`: `<s> A </s></s> B
+            </s>` (`end_of_segment_id` twice between segments, as
+            transformers' RoBERTa tokenizer), all type ids 0. Defaults to
+            `"bert"`.
 
     Returns:
         A dict of int32 `(batch, seq_length)` tensors: `input_word_ids`,
         `input_mask` (1 for real tokens) and `input_type_ids` (the segment
-        index).
+        index; 0 everywhere for `"roberta"`).
 
     Example:
     >>> packed = pack_inputs([tf.ragged.constant([[7, 8, 9]]), tf.ragged.constant([[5]])],
@@ -96,26 +104,35 @@ def pack_inputs(
             f"token-id tensors. Received: segments={segments!r:.80}"
         )
     check_choice("truncation", truncation, TRUNCATIONS)
+    check_choice("packing", packing, PACKINGS)
+    # Special tokens: [CLS] and one [SEP] per segment, plus RoBERTa's second </s> before each later segment.
+    num_special = len(segments) + 1 + (len(segments) - 1 if packing == "roberta" else 0)
     if isinstance(seq_length, tf.Tensor):
         # A scalar tensor, as the exported `bert_pack_inputs(..., seq_length=)` receives it.
         seq_length = tf.cast(seq_length, tf.int32)
         tf.debugging.assert_greater_equal(
             seq_length,
-            len(segments) + 1,
-            message=f"`seq_length` must be at least {len(segments) + 1} for {len(segments)} segment(s)",
+            num_special,
+            message=f"`seq_length` must be at least {num_special} for {len(segments)} segment(s)",
         )
     else:
-        check_int("seq_length", seq_length, minimum=len(segments) + 1)
+        check_int("seq_length", seq_length, minimum=num_special)
     segments = [_as_segment(segment, i) for i, segment in enumerate(segments)]
     dtype = segments[0].dtype
     segments = [segment if segment.dtype == dtype else tf.cast(segment, dtype) for segment in segments]
 
-    budget = seq_length - (len(segments) + 1)
+    budget = seq_length - num_special
     if truncation == "round_robin":
         trimmer = tf_text.RoundRobinTrimmer(max_seq_length=budget)
     else:
         trimmer = tf_text.WaterfallTrimmer(max_seq_length=budget)
     trimmed = trimmer.trim(segments)
+    if packing == "roberta":
+        # </s> </s> between segments: each later segment starts with one more </s>.
+        trimmed = trimmed[:1] + [
+            tf.concat([tf.fill([segment.nrows(), 1], tf.constant(end_of_segment_id, dtype)), segment], axis=1)
+            for segment in trimmed[1:]
+        ]
     # ids, type_ids: (batch, (tokens)) with [CLS] and one [SEP] per segment
     ids, type_ids = tf_text.combine_segments(
         trimmed,
@@ -124,6 +141,8 @@ def pack_inputs(
     )
     # word_ids, mask, type_ids: (batch, seq_length)
     word_ids, mask = tf_text.pad_model_inputs(ids, max_seq_length=seq_length, pad_value=padding_id)
+    if packing == "roberta":
+        type_ids = tf.zeros_like(type_ids)
     type_ids, _ = tf_text.pad_model_inputs(type_ids, max_seq_length=seq_length, pad_value=0)
     return {
         "input_word_ids": tf.cast(word_ids, tf.int32),
@@ -143,6 +162,8 @@ class BertPacker(keras.layers.Layer):
         padding_id: int. Id of `[PAD]`. Defaults to `0`.
         truncation: str. `"round_robin"` or `"waterfall"`; see `pack_inputs`.
             Defaults to `"round_robin"`.
+        packing: str. `"bert"` or `"roberta"`; see `pack_inputs`. Defaults
+            to `"bert"`.
 
     Call arguments:
         inputs: an integer tensor or a list of them, each `(batch, tokens)`
@@ -166,10 +187,12 @@ class BertPacker(keras.layers.Layer):
         seq_length=128,
         padding_id=0,
         truncation="round_robin",
+        packing="bert",
         **kwargs,
     ):
         super().__init__(**kwargs)
         self.seq_length = check_int("seq_length", seq_length, minimum=2)
+        self.packing = check_choice("packing", packing, PACKINGS)
         self.start_of_sequence_id = check_int("start_of_sequence_id", start_of_sequence_id, minimum=0)
         self.end_of_segment_id = check_int("end_of_segment_id", end_of_segment_id, minimum=0)
         self.padding_id = check_int("padding_id", padding_id, minimum=0)
@@ -187,6 +210,7 @@ class BertPacker(keras.layers.Layer):
             end_of_segment_id=self.end_of_segment_id,
             padding_id=self.padding_id,
             truncation=self.truncation,
+            packing=self.packing,
         )
 
     def get_config(self):
@@ -198,6 +222,7 @@ class BertPacker(keras.layers.Layer):
                 "end_of_segment_id": self.end_of_segment_id,
                 "padding_id": self.padding_id,
                 "truncation": self.truncation,
+                "packing": self.packing,
             }
         )
         return config

@@ -4,7 +4,9 @@ import keras
 import tensorflow as tf
 
 from bert_keras._contract import INPUT_KEYS
+from bert_keras.text.byte_bpe import BytePairTokenizer
 from bert_keras.text.packer import BertPacker, pack_inputs
+from bert_keras.text.sentencepiece import SentencePieceTokenizer
 from bert_keras.text.tokenizer import WordPieceTokenizer, to_string_tensor
 
 # Plain TensorFlow ops without Python control flow: tracing them through
@@ -12,6 +14,8 @@ from bert_keras.text.tokenizer import WordPieceTokenizer, to_string_tensor
 _do_not_convert = tf.autograph.experimental.do_not_convert
 
 OUTPUT_KEYS = INPUT_KEYS
+# The family's tokenizers; each says how its pairs are packed (`packing`: "bert" or "roberta").
+TOKENIZERS = (WordPieceTokenizer, SentencePieceTokenizer, BytePairTokenizer)
 
 
 class _TracedPacking:
@@ -60,8 +64,10 @@ class BertPreprocessor(keras.layers.Layer):
         seq_length: int. Length of the packed sequences. Defaults to `128`.
         truncation: str. `"round_robin"` (TF Hub's rule) or `"waterfall"`.
             Defaults to `"round_robin"`.
-        tokenizer: `WordPieceTokenizer`, optional. Used instead of building
-            one from `vocabulary`.
+        tokenizer: `WordPieceTokenizer`, `SentencePieceTokenizer` (ALBERT) or
+            `BytePairTokenizer` (RoBERTa), optional. Used instead of building
+            a WordPiece one from `vocabulary`; it also decides the packing
+            (RoBERTa: `<s> A </s></s> B </s>`, type ids 0).
 
     Call arguments:
         inputs: a string tensor `(batch,)` for single texts, or a list of
@@ -102,10 +108,10 @@ class BertPreprocessor(keras.layers.Layer):
             tokenizer = keras.saving.deserialize_keras_object(tokenizer)
         if tokenizer is None:
             tokenizer = WordPieceTokenizer(vocabulary, lower_case=lower_case, name="tokenizer")
-        elif not isinstance(tokenizer, WordPieceTokenizer):
+        elif not isinstance(tokenizer, TOKENIZERS):
             raise ValueError(
-                "Received an invalid value for argument `tokenizer`, expected a "
-                f"WordPieceTokenizer. Received: tokenizer={tokenizer!r}"
+                "Received an invalid value for argument `tokenizer`, expected a WordPieceTokenizer, "
+                f"SentencePieceTokenizer or BytePairTokenizer. Received: tokenizer={tokenizer!r}"
             )
         self.tokenizer = tokenizer
         self.seq_length = seq_length
@@ -123,13 +129,14 @@ class BertPreprocessor(keras.layers.Layer):
 
     @property
     def lower_case(self):
-        return self.tokenizer.lower_case
+        return getattr(self.tokenizer, "lower_case", False)
 
     def _special_ids(self):
         return {
             "start_of_sequence_id": self.tokenizer.cls_id,
             "end_of_segment_id": self.tokenizer.sep_id,
             "padding_id": self.tokenizer.pad_id,
+            "packing": getattr(self.tokenizer, "packing", "bert"),
         }
 
     def get_special_tokens_dict(self):

@@ -1,0 +1,416 @@
+"""RoBERTa's (GPT-2's) byte-level BPE tokenizer as a Keras layer, built from TensorFlow ops.
+
+tensorflow-text has no BPE op. As keras-hub's `BytePairTokenizer`, the merges
+run as a `tf.while_loop` over all the words of a batch at once; unlike it:
+
+- GPT-2's pre-tokenization (`'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+|
+  ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+`) is computed exactly, lookahead included,
+  from each code point's class (letter, number, whitespace, other: the
+  reference's own classes, `_family_tables.py`) and its neighbours, rather
+  than by RE2 splits that approximate the lookahead;
+- symbols are token ids, and a pair is one int64 key (`left * V + right`)
+  looked up in a static table that gives its rank and its merged token, so
+  the loop does no string work;
+- only distinct words are merged (`tf.unique` over the batch), and a word that
+  is itself a token BPE leaves whole (most words of a trained vocabulary) is
+  found in a static table, no loop at all.
+
+The reference is Hugging Face's `RobertaTokenizerFast` on the same
+`vocab.json` and `merges.txt`: its ids, and its character offsets
+(`trim_offsets=True`: a piece's span leaves out its leading and trailing
+spaces).
+"""
+
+import json
+import os
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from bert_keras.text import _family_tables as tables
+from bert_keras.text._subword import (
+    SubwordTokenizer,
+    TracedTokenization,
+    byte_to_char_spans,
+    check_bool,
+    in_ranges,
+    nest_words,
+    next_in_row,
+    previous_in_row,
+    row_ids,
+)
+
+_do_not_convert = tf.autograph.experimental.do_not_convert
+
+_LETTER, _NUMBER, _OTHER, _SPACE_CLASS = 0, 1, 2, 3
+_NO_RANK = np.iinfo(np.int64).max
+
+
+def bytes_to_unicode():
+    """GPT-2's map from each byte to a printable character (the alphabet of byte-level BPE tokens)."""
+    printable = list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAD)) + list(range(0xAE, 0x100))
+    mapping, extra = {}, 0
+    for byte in range(256):
+        if byte in printable:
+            mapping[byte] = chr(byte)
+        else:
+            mapping[byte] = chr(256 + extra)
+            extra += 1
+    return mapping
+
+
+def pretokenize(chars):
+    """Where GPT-2's pre-tokenization starts a chunk, for a ragged `(batch, chars)` of int32 code points.
+
+    Returns:
+        A bool tensor over `chars.flat_values`.
+    """
+    cp, rows = chars.flat_values, row_ids(chars)
+    kind = tf.where(in_ranges(cp, tables.GPT2_LETTER_RANGES), _LETTER, _OTHER)
+    kind = tf.where(in_ranges(cp, tables.GPT2_NUMBER_RANGES), _NUMBER, kind)
+    kind = tf.where(in_ranges(cp, tables.GPT2_WHITESPACE_RANGES), _SPACE_CLASS, kind)
+    prev_kind, next_kind = previous_in_row(kind, rows, -1), next_in_row(kind, rows, -1)
+    prev_cp = previous_in_row(cp, rows, -1)
+    space = kind == _SPACE_CLASS
+    # A run of one class starts a chunk; a space (U+0020 only) before a non-space joins that chunk (" ?\p{L}+").
+    start = (kind != prev_kind) & ~(~space & (prev_cp == ord(" ")))
+    # `\s+(?!\S)`: a whitespace run followed by a non-space leaves its last character to the next match.
+    start |= space & (prev_kind == _SPACE_CLASS) & (next_kind != _SPACE_CLASS) & (next_kind != -1)
+    # Contractions, tried first wherever a match starts on an apostrophe: "'s" in "it's", "'ll" in "we'll".
+    next_cp, after_cp = next_in_row(cp, rows, -1), next_in_row(next_in_row(cp, rows, -1), rows, -1)
+    two = (next_cp == ord("s")) | (next_cp == ord("t")) | (next_cp == ord("m")) | (next_cp == ord("d"))
+    three = (
+        ((next_cp == ord("r")) | (next_cp == ord("v"))) & (after_cp == ord("e"))
+        | (next_cp == ord("l")) & (after_cp == ord("l"))
+    )
+    contraction = start & (cp == ord("'")) & (two | three)
+    one_on, two_on = previous_in_row(contraction, rows, False), previous_in_row(contraction & three, rows, False)
+    two_on = previous_in_row(two_on, rows, False)  # the third character of a three-character contraction
+    inside = one_on | two_on
+    # The character after a contraction starts a chunk ("'sa" is "'s", "a").
+    after = previous_in_row(one_on, rows, False) & ~inside | previous_in_row(two_on, rows, False)
+    return (start & ~inside) | after
+
+
+def _utf8_lengths(cp):
+    lengths = 1 + tf.cast(cp >= 0x80, tf.int32) + tf.cast(cp >= 0x800, tf.int32) + tf.cast(cp >= 0x10000, tf.int32)
+    return tf.cast(lengths, tf.int64)
+
+
+def load_bpe_files(vocabulary, merges):
+    """The tokens (in id order) and the merges (`"left right"` strings, by rank) of RoBERTa's files or lists.
+
+    Args:
+        vocabulary: a `vocab.json` path, a dict token -> id, or a list of
+            tokens in id order.
+        merges: a `merges.txt` path (a `#version` first line is skipped) or a
+            list of `"left right"` strings.
+    """
+    if isinstance(vocabulary, (str, os.PathLike)):
+        path = os.fspath(vocabulary)
+        if not tf.io.gfile.exists(path):
+            raise ValueError(
+                "Received an invalid value for argument `vocabulary`, expected a dict, a list of tokens or the "
+                f"path of a vocab.json file that exists. Received: vocabulary={path!r}"
+            )
+        with tf.io.gfile.GFile(path, "rb") as f:
+            vocabulary = json.loads(f.read().decode("utf-8"))
+    if isinstance(vocabulary, dict):
+        ids = sorted(vocabulary.values())
+        if ids != list(range(len(ids))):
+            raise ValueError(
+                "Received an invalid value for argument `vocabulary`: its ids must run from 0 to "
+                f"{len(ids) - 1} without gaps or repeats"
+            )
+        vocabulary = [token for token, _ in sorted(vocabulary.items(), key=lambda item: item[1])]
+    if not isinstance(vocabulary, (list, tuple)) or not vocabulary or not all(isinstance(t, str) for t in vocabulary):
+        raise ValueError(
+            "Received an invalid value for argument `vocabulary`, expected a non-empty list of str, a dict "
+            f"token -> id or a vocab.json path. Received: vocabulary of type {type(vocabulary).__name__}"
+        )
+    if isinstance(merges, (str, os.PathLike)):
+        path = os.fspath(merges)
+        if not tf.io.gfile.exists(path):
+            raise ValueError(
+                "Received an invalid value for argument `merges`, expected a list of str or the path of a "
+                f"merges.txt file that exists. Received: merges={path!r}"
+            )
+        with tf.io.gfile.GFile(path, "rb") as f:
+            lines = f.read().decode("utf-8").split("\n")
+        merges = [line.rstrip("\r") for line in lines if line.rstrip("\r") and not line.startswith("#version")]
+    if not isinstance(merges, (list, tuple)) or not all(isinstance(m, str) and len(m.split(" ")) == 2 for m in merges):
+        raise ValueError(
+            "Received an invalid value for argument `merges`, expected a list of \"left right\" strings or a "
+            "merges.txt path"
+        )
+    return list(vocabulary), list(merges)
+
+
+def _merge_step(values, row_splits, pair_table, merged_ids, vocabulary_size):
+    """One round of BPE on every word: each word merges all (non-overlapping) occurrences of its best pair."""
+    rows = row_ids(row_splits)
+    num_rows = tf.size(row_splits) - 1
+    same_word = rows[1:] == rows[:-1]
+    keys = tf.cast(values[:-1], tf.int64) * vocabulary_size + tf.cast(values[1:], tf.int64)
+    ranks = tf.where(same_word, pair_table.lookup(keys), _NO_RANK)  # (symbols - 1,)
+    best = tf.gather(tf.math.unsorted_segment_min(ranks, rows[:-1], num_rows), rows[:-1])
+    chosen = (ranks == best) & (ranks != _NO_RANK)
+    # In a run of overlapping occurrences ("a a a" for the pair "a a"), the left one of each pair of them merges.
+    positions = tf.range(tf.size(chosen, tf.int64))
+    run = tf.cumsum(tf.cast(chosen & ~tf.concat([[False], chosen[:-1]], 0), tf.int64)) - 1
+    num_runs = tf.maximum(tf.reduce_max(tf.concat([[0], run + 1], 0)), 1)
+    run_first = tf.math.unsorted_segment_min(positions, tf.where(chosen, run, -1), num_runs)
+    chosen &= (positions - tf.gather(run_first, tf.maximum(run, 0))) % 2 == 0
+    merges_left = tf.concat([chosen, [False]], 0)  # (symbols,): merges with the symbol after it
+    absorbed = tf.concat([[False], chosen], 0)  # (symbols,): merged into the symbol before it
+    merged = tf.gather(merged_ids, tf.where(chosen, ranks, 0))
+    values = tf.where(merges_left, tf.concat([merged, [0]], 0), values)
+    kept = ~absorbed
+    lengths = tf.math.unsorted_segment_sum(tf.cast(kept, row_splits.dtype), rows, num_rows)
+    return tf.boolean_mask(values, kept), tf.concat([[0], tf.cumsum(lengths)], 0), tf.reduce_any(chosen)
+
+
+def apply_merges(symbols, pair_table, merged_ids, vocabulary_size):
+    """Byte-level BPE on a ragged `(words, symbols)` of int32 token ids, in a `tf.while_loop`."""
+
+    def body(values, row_splits, _):
+        return _merge_step(values, row_splits, pair_table, merged_ids, vocabulary_size)
+
+    values, row_splits, _ = tf.while_loop(
+        lambda values, row_splits, again: again,
+        body,
+        (symbols.flat_values, symbols.row_splits, tf.size(symbols.flat_values) > tf.size(symbols.row_splits) - 1),
+        shape_invariants=(tf.TensorShape([None]), tf.TensorShape([None]), tf.TensorShape([])),
+    )
+    return tf.RaggedTensor.from_row_splits(values, row_splits, validate=False)
+
+
+@keras.saving.register_keras_serializable(package="bert_keras")
+class BytePairTokenizer(SubwordTokenizer):
+    """RoBERTa's byte-level BPE tokenizer: strings to token ids, in the graph.
+
+    Gives the ids and the character offsets of Hugging Face's
+    `RobertaTokenizerFast` on the same `vocab.json` and `merges.txt`. Words
+    are the chunks of GPT-2's pre-tokenization (" hello", "'s", "!!"). The
+    reference's matching of literal special tokens such as `"<mask>"` in the
+    text is not reproduced: they are tokenized as text. Pairs are packed
+    RoBERTa's way (`packing = "roberta"`: `<s> A </s></s> B </s>`, type ids 0).
+
+    Character offsets count code points of the raw string: a piece spans the
+    code points whose UTF-8 bytes it holds (the pieces of one character split
+    across several share its span), without its leading and trailing spaces.
+
+    Args:
+        vocabulary: a `vocab.json` path, a dict token -> id, or a list of
+            tokens in id order.
+        merges: a `merges.txt` path or a list of `"left right"` strings.
+        add_prefix_space: bool. Put a space before a text that does not
+            start with one, so that its first word is cut as the others.
+            Defaults to `False`, as RoBERTa.
+        unknown_token, cls_token, sep_token, pad_token, mask_token: str.
+            Default to `"<unk>"`, `"<s>"`, `"</s>"`, `"<pad>"`, `"<mask>"`.
+
+    Call arguments:
+        inputs: string tensor `(batch,)` (or a scalar, or `(batch, 1)`).
+
+    Returns:
+        An int32 `tf.RaggedTensor` `(batch, words, pieces)`.
+
+    Example:
+    >>> tokenizer = BytePairTokenizer(
+    ...     ["<s>", "<pad>", "</s>", "<unk>", "<mask>", "a", "b", "Ġ", "Ġb", "ab"], ["Ġ b", "a b"])
+    >>> tokenizer(["ab b"]).to_list()
+    [[[9], [8]]]
+    """
+
+    packing = "roberta"
+
+    def __init__(
+        self,
+        vocabulary,
+        merges,
+        add_prefix_space=False,
+        unknown_token="<unk>",
+        cls_token="<s>",
+        sep_token="</s>",
+        pad_token="<pad>",
+        mask_token="<mask>",
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        self.add_prefix_space = check_bool("add_prefix_space", add_prefix_space)
+        self.vocabulary, self.merges = load_bpe_files(vocabulary, merges)
+        self._set_special_tokens(
+            self.vocabulary,
+            unknown_token=unknown_token,
+            cls_token=cls_token,
+            sep_token=sep_token,
+            pad_token=pad_token,
+            mask_token=mask_token,
+        )
+        self._build_tables()
+        self._traced = TracedTokenization(self._tokenize_rows, self._tokenize_rows_with_char_offsets)
+
+    @classmethod
+    def from_folder(cls, path, **kwargs):
+        """The tokenizer of a Hugging Face RoBERTa folder (`vocab.json`, `merges.txt`, `tokenizer_config.json`).
+
+        `add_prefix_space` is read from `tokenizer_config.json` when present; `kwargs` override it.
+        """
+        path = os.fspath(path)
+        files = [os.path.join(path, name) for name in ("vocab.json", "merges.txt")]
+        for file in files:
+            if not tf.io.gfile.exists(file):
+                raise ValueError(
+                    "Received an invalid value for argument `path`, expected a folder holding vocab.json and "
+                    f"merges.txt. Received: path={path!r}, which has no {os.path.basename(file)}"
+                )
+        options = {}
+        config_path = os.path.join(path, "tokenizer_config.json")
+        if tf.io.gfile.exists(config_path):
+            with tf.io.gfile.GFile(config_path, "r") as f:
+                options["add_prefix_space"] = bool(json.load(f).get("add_prefix_space", False))
+        options.update(kwargs)
+        return cls(*files, **options)
+
+    def _build_tables(self):
+        size = len(self.vocabulary)
+        self._size = size
+        byte_chars = bytes_to_unicode()
+        # Each byte's token (a byte-level vocabulary has all 256; a missing one is the unknown token).
+        self._byte_ids = tf.constant(
+            [self._token_to_id.get(byte_chars[b], self.unknown_id) for b in range(256)], tf.int32
+        )
+        keys, merged = [], []
+        for left, right in (merge.split(" ") for merge in self.merges):
+            if left in self._token_to_id and right in self._token_to_id and left + right in self._token_to_id:
+                keys.append(self._token_to_id[left] * size + self._token_to_id[right])
+            else:  # a merge whose tokens the vocabulary lacks can never apply
+                keys.append(-1 - len(keys))
+            merged.append(self._token_to_id.get(left + right, self.unknown_id))
+        self._pair_table = tf.lookup.StaticHashTable(
+            tf.lookup.KeyValueTensorInitializer(
+                tf.constant(keys or [-1], tf.int64), tf.range(max(len(keys), 1), dtype=tf.int64)
+            ),
+            default_value=_NO_RANK,
+        )
+        self._merged_ids = tf.constant(merged or [0], tf.int32)
+        self._piece_bytes = tf.constant([len(token) for token in self.vocabulary], tf.int64)
+        # Words that are a token BPE leaves whole need no merging: keyed by their raw bytes.
+        unbyte = {char: byte for byte, char in byte_chars.items()}
+        special = {self.unknown_token, self.cls_token, self.sep_token, self.pad_token, self.mask_token}
+        candidates = [
+            (i, bytes(unbyte[c] for c in token))
+            for i, token in enumerate(self.vocabulary)
+            if token not in special and len(token) > 1 and all(c in unbyte for c in token)
+        ]
+        whole = []
+        if candidates:
+            ids = self._merge_words(tf.constant([raw for _, raw in candidates]))
+            for (i, raw), pieces in zip(candidates, ids.to_list()):
+                if pieces == [i]:
+                    whole.append((raw, i))
+        self._whole_words = tf.lookup.StaticHashTable(
+            tf.lookup.KeyValueTensorInitializer(
+                tf.constant([raw for raw, _ in whole] or [b""], tf.string),
+                tf.constant([i for _, i in whole] or [-1], tf.int32),
+            ),
+            default_value=-1,
+        )
+
+    def _merge_words(self, words):
+        """BPE of a vector of words (UTF-8 strings) -> int32 ragged `(words, pieces)`."""
+        raw = tf.strings.bytes_split(words)
+        flat = tf.reshape(tf.io.decode_raw(raw.flat_values, tf.uint8), [-1])  # one byte per string
+        symbols = raw.with_flat_values(tf.gather(self._byte_ids, tf.cast(flat, tf.int32)))
+        return apply_merges(symbols, self._pair_table, self._merged_ids, self._size)
+
+    def _chunks(self, strings):
+        """Code points of the texts and the chunks of GPT-2's pre-tokenization.
+
+        Returns:
+            `(chars, starts_chunk, chunk_words, chunk_rows)`: the ragged code
+            points (a space put first where `add_prefix_space` asks), a bool
+            over them, the chunks' UTF-8 strings and each chunk's row.
+        """
+        chars = tf.strings.unicode_decode(strings, "UTF-8", errors="replace", replacement_char=0xFFFD)
+        if self.add_prefix_space:
+            starts_with_space = tf.strings.regex_full_match(strings, "(?s)( .*)?")
+            prefix = tf.ragged.boolean_mask(
+                tf.fill([chars.nrows(), 1], ord(" ")), tf.expand_dims(~starts_with_space, 1)
+            )
+            chars = tf.concat([tf.cast(prefix, chars.dtype), chars], axis=1)
+        starts_chunk = pretokenize(chars)
+        chunk = tf.cumsum(tf.cast(starts_chunk, tf.int64)) - 1
+        chunk_chars = tf.RaggedTensor.from_value_rowids(
+            chars.flat_values, chunk, nrows=tf.reduce_sum(tf.cast(starts_chunk, tf.int64)), validate=False
+        )
+        chunk_rows = tf.boolean_mask(row_ids(chars), starts_chunk)
+        return chars, starts_chunk, tf.strings.unicode_encode(chunk_chars, "UTF-8"), chunk_rows
+
+    def _word_pieces(self, words):
+        """BPE of the chunks (UTF-8): ragged `(chunks, pieces)` of int32 ids; each distinct chunk merged once."""
+        unique, index = tf.unique(words)
+        whole = self._whole_words.lookup(unique)
+        rows = tf.where(whole < 0)[:, 0]
+        merged = self._merge_words(tf.gather(unique, rows))
+        hits = tf.where(whole >= 0)[:, 0]
+        order = tf.math.invert_permutation(tf.concat([hits, rows], 0))
+        pieces = tf.concat([tf.RaggedTensor.from_tensor(tf.gather(whole, hits)[:, None]), merged], 0)
+        return tf.gather(tf.gather(pieces, order), index).with_row_splits_dtype(tf.int64)
+
+    def _tokenize_rows(self, strings):
+        chars, starts_chunk, words, chunk_rows = self._chunks(strings)
+        pieces = self._word_pieces(words)  # (chunks, pieces)
+        # Byte offsets: each chunk's first byte in its text, then its pieces' bytes in turn.
+        char_bytes = _utf8_lengths(chars.flat_values)
+        text_base = tf.gather(tf.cumsum(char_bytes, exclusive=True), tf.gather(chars.row_starts(), row_ids(chars)))
+        chunk_starts = tf.boolean_mask(tf.cumsum(char_bytes, exclusive=True) - text_base, starts_chunk)
+        piece_bytes = tf.gather(self._piece_bytes, pieces.flat_values)
+        within = tf.cumsum(piece_bytes, exclusive=True) - tf.gather(
+            tf.cumsum(piece_bytes, exclusive=True), tf.gather(pieces.row_starts(), row_ids(pieces))
+        )
+        starts = tf.gather(chunk_starts, row_ids(pieces)) + within
+        chunks_per_row = tf.math.unsorted_segment_sum(tf.ones_like(chunk_rows), chunk_rows, tf.size(strings, tf.int64))
+
+        def nest(values):
+            return tf.RaggedTensor.from_row_lengths(pieces.with_flat_values(values), chunks_per_row, validate=False)
+
+        return nest(pieces.flat_values), nest(starts), nest(starts + piece_bytes)
+
+    def _tokenize_rows_with_char_offsets(self, strings):
+        ids, starts, ends = self._traced.tokenize_rows(strings)
+        chars = tf.strings.unicode_decode(strings, "UTF-8", errors="replace", replacement_char=0xFFFD)
+        cp = chars.flat_values
+        piece_rows = tf.gather(row_ids(ids), row_ids(ids.values))
+        if self.add_prefix_space:
+            # The added space owns no code point of the text: offsets are taken as if it were one, then shifted.
+            added = ~tf.strings.regex_full_match(strings, "(?s)( .*)?")
+            prefix = tf.ragged.boolean_mask(tf.fill([chars.nrows(), 1], ord(" ")), tf.expand_dims(added, 1))
+            chars = tf.concat([tf.cast(prefix, chars.dtype), chars], axis=1)
+            cp = chars.flat_values
+        first, end = byte_to_char_spans(
+            _utf8_lengths(cp), row_ids(chars), chars.nrows(), piece_rows,
+            starts.flat_values, ends.flat_values, blank=cp == ord(" "),
+        )
+        if self.add_prefix_space:
+            shift = tf.cast(tf.gather(added, piece_rows), tf.int64)
+            first, end = tf.maximum(first - shift, 0), tf.maximum(end - shift, 0)
+        return ids, starts.with_flat_values(first), ends.with_flat_values(end)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            {
+                "vocabulary": list(self.vocabulary),
+                "merges": list(self.merges),
+                "add_prefix_space": self.add_prefix_space,
+                "unknown_token": self.unknown_token,
+                "cls_token": self.cls_token,
+                "sep_token": self.sep_token,
+                "pad_token": self.pad_token,
+                "mask_token": self.mask_token,
+            }
+        )
+        return config

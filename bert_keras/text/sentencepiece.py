@@ -1,0 +1,274 @@
+"""ALBERT's SentencePiece tokenizer as a Keras layer, in the TensorFlow graph.
+
+ALBERT's own definition (google-research/albert `tokenization.py`, and
+transformers' `AlbertTokenizer`): the text is preprocessed in Python — runs of
+whitespace collapsed to one space and the ends stripped
+(`" ".join(text.split())`), "``" and "''" replaced by '"', then unless
+`keep_accents` NFKD with the combining characters dropped, then lower-cased
+when `do_lower_case` — and encoded by the `sentencepiece` library with the
+checkpoint's `spiece.model`. Here the same preprocessing is done with string
+ops and the encoding by tensorflow-text's `SentencepieceTokenizer` (the
+`sentencepiece` library's own code, normalisation included).
+
+ALBERT's original `encode_pieces` (and transformers' slow tokenizer up to
+v4) also split a piece ending in "<digit>," into the digits and ",". That rule
+is not applied: transformers' `AlbertTokenizer` (v5, `tokenizers`-backed, the
+`AlbertTokenizerFast` of v4), TF Hub's `albert_en_preprocess` and keras-hub's
+`AlbertTokenizer` all encode without it, so it is not what the models are
+used with today.
+"""
+
+import base64
+import json
+import os
+
+import keras
+import tensorflow as tf
+import tensorflow_text as tf_text
+
+from bert_keras.text import _family_tables as tables
+from bert_keras.text._subword import (
+    SubwordTokenizer,
+    TracedTokenization,
+    byte_to_char_spans,
+    check_bool,
+    in_ranges,
+    nest_words,
+    previous_in_row,
+    row_ids,
+)
+from bert_keras.text._unicode_tables import to_regex_class
+
+_do_not_convert = tf.autograph.experimental.do_not_convert
+
+_WHITESPACE = to_regex_class(tables.PY_WHITESPACE_RANGES)
+_COMBINING = to_regex_class(tables.COMBINING_RANGES)
+_WORD_START = "\u2581"  # "▁", SentencePiece's mark of a piece that begins a word
+_NUL_STAND_IN = "\U0010fffd"
+
+
+def preprocess_albert_text(inputs, lower_case=True, keep_accents=False):
+    """ALBERT's text preprocessing on a string tensor, as its Python `preprocess_text` does it.
+
+    Args:
+        inputs: string tensor `(batch,)`. Invalid UTF-8 becomes U+FFFD.
+        lower_case: bool. Lower-case (`do_lower_case`). Defaults to `True`.
+        keep_accents: bool. Skip NFKD and the dropping of combining
+            characters. Defaults to `False`.
+
+    Returns:
+        A string tensor of the same shape.
+
+    Example:
+    >>> preprocess_albert_text(tf.constant(["  Héllo\\t ``World''  "])).numpy()[0].decode()
+    'hello "world"'
+    """
+    x = tf.strings.unicode_transcode(inputs, "UTF-8", "UTF-8", errors="replace", replacement_char=0xFFFD)
+    # NFKD and tensorflow-text's SentencePiece op read a text only up to a NUL, which the `sentencepiece` library
+    # encodes as an unknown character: a private-use one (in no vocabulary, left alone by NFKD and SentencePiece's
+    # normalisation) stands in for it.
+    x = tf.strings.regex_replace(x, "\\x00", _NUL_STAND_IN)
+    x = tf.strings.regex_replace(x, f"{_WHITESPACE}+", " ")
+    x = tf.strings.regex_replace(x, "^ | $", "")
+    x = tf.strings.regex_replace(x, "``|''", '"')
+    if not keep_accents:
+        x = tf_text.normalize_utf8(x, "NFKD")
+        x = tf.strings.regex_replace(x, _COMBINING, "")
+    if lower_case:
+        x = tf.strings.lower(x, encoding="utf-8")
+    return x
+
+
+def _char_output_bytes(chars, lower_case, keep_accents):
+    """Bytes of the preprocessed text that each raw code point gives, for a ragged `(batch, chars)` of code points.
+
+    Whitespace and the quote pairs depend on their neighbours (a run gives one
+    space, or none at the ends; "``" gives one '"', owned by its first
+    quote); every other code point gives what it gives alone.
+    """
+    flat, rows = chars.flat_values, row_ids(chars)
+    whitespace = in_ranges(flat, tables.PY_WHITESPACE_RANGES)
+    # A run of whitespace gives one space, unless it is at the start or the end of its text.
+    solid = tf.cast(~whitespace, tf.int64)
+    solid_before = tf.cumsum(solid) - tf.gather(tf.cumsum(solid, exclusive=True), tf.gather(chars.row_starts(), rows))
+    solid_total = tf.gather(tf.math.unsorted_segment_sum(solid, rows, chars.nrows()), rows)
+    run_start = whitespace & ~previous_in_row(whitespace, rows, False)
+    kept_space = run_start & (solid_before > 0) & (solid_before < solid_total)
+    # In a run of backquotes (or of quotes), every second one is merged into the '"' of the one before.
+    quote = (flat == ord("`")) | (flat == ord("'"))
+    starts_run = quote & (previous_in_row(flat, rows, -1) != flat)
+    run = tf.cumsum(tf.cast(starts_run, tf.int64)) - 1
+    positions = tf.range(tf.size(flat, tf.int64))
+    num_runs = tf.maximum(tf.reduce_max(tf.concat([[0], run + 1], 0)), 1)
+    run_first = tf.math.unsorted_segment_min(positions, tf.where(quote, run, -1), num_runs)
+    merged = quote & ((positions - tf.gather(run_first, tf.maximum(run, 0))) % 2 == 1)
+    # Every other code point: its own preprocessing, computed once per distinct code point.
+    unique, index = tf.unique(flat)
+    alone = preprocess_albert_text(tf.strings.unicode_encode(unique[:, None], "UTF-8"), lower_case, keep_accents)
+    alone_bytes = tf.cast(tf.gather(tf.strings.length(alone), index), tf.int64)
+    return tf.where(whitespace, tf.cast(kept_space, tf.int64), tf.where(merged, tf.constant(0, tf.int64), alone_bytes))
+
+
+def _read_proto(proto):
+    if isinstance(proto, (bytes, bytearray)):
+        return bytes(proto)
+    if isinstance(proto, (str, os.PathLike)) and tf.io.gfile.exists(os.fspath(proto)):
+        with tf.io.gfile.GFile(os.fspath(proto), "rb") as f:
+            return f.read()
+    raise ValueError(
+        "Received an invalid value for argument `proto`, expected the bytes of a SentencePiece model or the "
+        f"path of a spiece.model file that exists. Received: proto={proto!r:.80}"
+    )
+
+
+@keras.saving.register_keras_serializable(package="bert_keras")
+class SentencePieceTokenizer(SubwordTokenizer):
+    """ALBERT's SentencePiece tokenizer: strings to piece ids, in the graph.
+
+    Gives the ids of ALBERT's definition (its text preprocessing, then the
+    `sentencepiece` library's `encode` with the same `spiece.model`); see the
+    module docstring for the one rule of ALBERT's original code left out.
+    Pieces are grouped into words: a word starts at a piece beginning with
+    "▁". The reference's matching of literal special tokens such as
+    `"[MASK]"` in the text is not reproduced: they are tokenized as text.
+
+    Character offsets (`tokenize_with_char_offsets`) map each piece back to
+    the raw string through the preprocessing, code point by code point: a
+    piece spans the raw code points whose preprocessed bytes it holds, the
+    code points that give nothing right after it (a combining accent), and
+    no whitespace or invisible (Cc, Cf) code point at either end. Pieces
+    of one raw character that NFKD expands ("ﬁ" -> "f", "i") share its span.
+    Limits: where NFKD reorders combining marks under `keep_accents`, or
+    lower-casing is context dependent (a final capital sigma), the bytes
+    are counted per code point, so a span may be off by one code point
+    inside such a sequence.
+
+    Args:
+        proto: bytes or str. The serialized SentencePiece model, or the path
+            of a `spiece.model`. Kept in the layer's config (base64), so
+            saved models carry it.
+        lower_case: bool. `do_lower_case`. Defaults to `True`.
+        keep_accents: bool. Skip NFKD and accent stripping. Defaults to `False`.
+        unknown_token, cls_token, sep_token, pad_token, mask_token: str. The
+            special pieces, as in ALBERT's vocabulary. Default to `"<unk>"`,
+            `"[CLS]"`, `"[SEP]"`, `"<pad>"`, `"[MASK]"`.
+
+    Call arguments:
+        inputs: string tensor `(batch,)` (or a scalar, or `(batch, 1)`).
+
+    Returns:
+        An int32 `tf.RaggedTensor` `(batch, words, pieces)`.
+    """
+
+    def __init__(
+        self,
+        proto,
+        lower_case=True,
+        keep_accents=False,
+        unknown_token="<unk>",
+        cls_token="[CLS]",
+        sep_token="[SEP]",
+        pad_token="<pad>",
+        mask_token="[MASK]",
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        self.lower_case = check_bool("lower_case", lower_case)
+        self.keep_accents = check_bool("keep_accents", keep_accents)
+        self.proto = _read_proto(proto)
+        try:
+            model = tf_text.SentencepieceTokenizer(model=self.proto, out_type=tf.int32)
+            pieces = model.id_to_string(tf.range(model.vocab_size())).numpy()
+        except (tf.errors.InvalidArgumentError, tf.errors.InternalError) as error:
+            raise ValueError(
+                "Received an invalid value for argument `proto`: it is not a SentencePiece model "
+                f"({str(error).splitlines()[0][:200]})"
+            ) from error
+        self.vocabulary = [piece.decode("utf-8") for piece in pieces]
+        self._set_special_tokens(
+            self.vocabulary,
+            unknown_token=unknown_token,
+            cls_token=cls_token,
+            sep_token=sep_token,
+            pad_token=pad_token,
+            mask_token=mask_token,
+        )
+        self._starts_word = tf.constant([piece.startswith(_WORD_START) for piece in self.vocabulary])
+        self._traced = TracedTokenization(self._tokenize_rows, self._tokenize_rows_with_char_offsets)
+
+    @classmethod
+    def from_folder(cls, path, **kwargs):
+        """The tokenizer of a Hugging Face ALBERT folder: `spiece.model`, and `tokenizer_config.json` if present.
+
+        `do_lower_case` (default `True`) and `keep_accents` (default `False`)
+        are read from `tokenizer_config.json`; `kwargs` override them.
+        """
+        path = os.fspath(path)
+        model = os.path.join(path, "spiece.model")
+        if not tf.io.gfile.exists(model):
+            raise ValueError(
+                f"Received an invalid value for argument `path`, expected a folder holding spiece.model. "
+                f"Received: path={path!r}, which has no spiece.model"
+            )
+        config = {}
+        config_path = os.path.join(path, "tokenizer_config.json")
+        if tf.io.gfile.exists(config_path):
+            with tf.io.gfile.GFile(config_path, "r") as f:
+                config = json.load(f)
+        options = {
+            "lower_case": bool(config.get("do_lower_case", True)),
+            "keep_accents": bool(config.get("keep_accents", False)),
+        }
+        options.update(kwargs)
+        return cls(model, **options)
+
+    @_do_not_convert
+    def preprocess(self, inputs):
+        """ALBERT's preprocessing of `inputs`: the text SentencePiece encodes; byte offsets refer to it."""
+        return preprocess_albert_text(inputs, self.lower_case, self.keep_accents)
+
+    def _tokenize_rows(self, strings):
+        # The model is made inside the traced function: tensorflow-text's model is a resource owned by its op's
+        # kernel, and an eager one is destroyed whenever the eager kernel cache is cleared (`tf.random.set_seed`,
+        # `keras.utils.set_random_seed`), after which every call failed with "Resource ... does not exist".
+        model = tf_text.SentencepieceTokenizer(model=self.proto, out_type=tf.int32)
+        ids, starts, ends = model.tokenize_with_offsets(self.preprocess(strings))
+        flat_ids = ids.flat_values
+        row_first = tf.concat([[True], row_ids(ids)[1:] != row_ids(ids)[:-1]], 0)
+        starts_word = tf.gather(self._starts_word, flat_ids) | row_first
+        values = [flat_ids, tf.cast(starts.flat_values, tf.int64), tf.cast(ends.flat_values, tf.int64)]
+        return tuple(nest_words(starts_word, ids.row_lengths(), values))
+
+    def _tokenize_rows_with_char_offsets(self, strings):
+        ids, starts, ends = self._traced.tokenize_rows(strings)
+        chars = tf.strings.unicode_decode(strings, "UTF-8", errors="replace", replacement_char=0xFFFD)
+        char_bytes = _char_output_bytes(chars, self.lower_case, self.keep_accents)
+        blank = in_ranges(chars.flat_values, tables.BLANK_RANGES)
+        piece_rows = tf.gather(row_ids(ids), row_ids(ids.values))
+        first, end = byte_to_char_spans(
+            char_bytes, row_ids(chars), chars.nrows(), piece_rows, starts.flat_values, ends.flat_values, blank
+        )
+        return ids, starts.with_flat_values(first), ends.with_flat_values(end)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            {
+                "proto": base64.b64encode(self.proto).decode("ascii"),
+                "lower_case": self.lower_case,
+                "keep_accents": self.keep_accents,
+                "unknown_token": self.unknown_token,
+                "cls_token": self.cls_token,
+                "sep_token": self.sep_token,
+                "pad_token": self.pad_token,
+                "mask_token": self.mask_token,
+            }
+        )
+        return config
+
+    @classmethod
+    def from_config(cls, config):
+        config = dict(config)
+        if isinstance(config.get("proto"), str):
+            config["proto"] = base64.b64decode(config["proto"])
+        return cls(**config)

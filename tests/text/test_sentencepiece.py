@@ -1,0 +1,166 @@
+"""SentencePieceTokenizer (ALBERT, in the graph) against ALBERT's own definition.
+
+The reference is ALBERT's preprocessing in Python (`albert_reference_text`, as google-research/albert's
+`preprocess_text`) and the `sentencepiece` library's `encode`: transformers 5 cannot read a `spiece.model` in the
+test environment (its protobuf is older than the model reader needs). A tiny ALBERT-style unigram model (`<pad>`,
+`<unk>`, `[CLS]`, `[SEP]`, `[MASK]` as ids 0-4) is trained on 10,000 tweets here.
+"""
+
+import collections
+import io
+import json
+import unicodedata
+
+import pytest
+import tensorflow as tf
+
+from bert_keras.text import BertPreprocessor, SentencePieceTokenizer
+
+spm = pytest.importorskip("sentencepiece")
+
+# Accents (composed and combining), emoji, CJK, control characters, whitespace runs, tabs and newlines, the empty
+# string, over-long text, zero-width characters, ALBERT's quotes, case-dependent letters, NFKD expansions.
+EDGE_CASES = [
+    "", " ", "\t\n ", "a", "  Héllo\t ``World''  ", "```x''''y'", "héllo café naïve É", "e\u0301te\u0300 \u0301x",
+    "😀 👨\u200d👩\u200d👧 🇫🇷", "中文字符 日本語 한국어", "x\x00y\x01z\x7f\x9f", "zero\u200bwidth\u200c\u200d\ufeff",
+    "nbsp\u00a0x\u3000y\u2009z\u202f\x1c", "ﬁne Ｆｕｌｌ ½ x² ㎏", "ΟΔΟΣ İstanbul ǅ", "1,000,000 ok 5,",
+    "x" * 3000, "word " * 600, "\ufffd invalid", "a\r\nb\x0bc\x0cd", "[MASK] [CLS] <pad>",
+]
+
+
+def albert_reference_text(text, lower_case=True, keep_accents=False):
+    """ALBERT's `preprocess_text` (google-research/albert, transformers' AlbertTokenizer)."""
+    text = " ".join(text.strip().split()).replace("``", '"').replace("''", '"')
+    if not keep_accents:
+        text = "".join(c for c in unicodedata.normalize("NFKD", text) if not unicodedata.combining(c))
+    return text.lower() if lower_case else text
+
+
+@pytest.fixture(scope="module")
+def proto(tweets):
+    model = io.BytesIO()
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=iter([albert_reference_text(t) for t in tweets[:10_000] if t.strip()]),
+        model_writer=model, vocab_size=2000, model_type="unigram", pad_id=0, unk_id=1, bos_id=-1, eos_id=-1,
+        control_symbols=["[CLS]", "[SEP]", "[MASK]"], user_defined_symbols=["(", ")", '"', "-", ".", "–", "£", "€"],
+        character_coverage=0.9995, minloglevel=2, num_threads=1,
+    )
+    return model.getvalue()
+
+
+@pytest.fixture(scope="module")
+def reference(proto):
+    return spm.SentencePieceProcessor(model_proto=proto)
+
+
+@pytest.fixture(scope="module")
+def tokenizer(proto):
+    return SentencePieceTokenizer(proto)
+
+
+def _ids(tokenizer, texts):
+    return [sum(row, []) for row in tokenizer.tokenize(tf.constant(texts)).to_list()]
+
+
+def _differences(tokenizer, reference, texts, **options):
+    """(texts whose ids differ, of which those that are not a reordering of the same pieces)."""
+    ours = _ids(tokenizer, texts)
+    expected = [reference.encode(albert_reference_text(t, **options), out_type=int) for t in texts]
+    differ = [(t, a, b) for t, a, b in zip(texts, ours, expected) if a != b]
+    return differ, [t for t, a, b in differ if collections.Counter(a) != collections.Counter(b)]
+
+
+def test_ids_equal_albert_on_tweets_and_edge_cases(tokenizer, reference, tweets):
+    # Ties of the unigram lattice (the same pieces in another order, same score) are broken differently by
+    # tensorflow-text's bundled sentencepiece; see the slow test. Here "1,000,000": ",000" "," against "," ",000".
+    differ, not_ties = _differences(tokenizer, reference, EDGE_CASES)
+    assert not_ties == [] and [text for text, _, _ in differ] in ([], ["1,000,000 ok 5,"])
+    differ, not_ties = _differences(tokenizer, reference, tweets[-300:])
+    assert not_ties == [] and len(differ) <= 10
+
+
+def test_options_of_tokenizer_config(proto, reference, tmp_path):
+    (tmp_path / "spiece.model").write_bytes(proto)
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps({"do_lower_case": False, "keep_accents": True}))
+    cased = SentencePieceTokenizer.from_folder(tmp_path)
+    assert (cased.lower_case, cased.keep_accents) == (False, True)
+    texts = ["Héllo CAFÉ e\u0301", "ΟΔΟΣ İstanbul"] + [text for text in EDGE_CASES if not text.startswith("1,000")]
+    assert _differences(cased, reference, texts, lower_case=False, keep_accents=True)[0] == []
+    assert _ids(cased, ["Café"]) != _ids(SentencePieceTokenizer(proto), ["Café"])
+    with pytest.raises(ValueError, match=r"`path`.*has no spiece.model"):
+        SentencePieceTokenizer.from_folder(tmp_path / "missing")
+
+
+def test_char_offsets(tokenizer, reference, tweets):
+    text = "  Héllo\t ``World''  ﬁne"
+    ids, starts, ends = (x.merge_dims(1, 2).to_list()[0] for x in tokenizer.tokenize_with_char_offsets([text]))
+    spans = [(reference.id_to_piece(i), text[s:e]) for i, s, e in zip(ids, starts, ends)]
+    # The accent, the collapsed whitespace, the quote pairs and the ligature map back to the raw text.
+    assert spans == [("▁hello", "Héllo"), ("▁", ""), ('"', "``"), ("world", "World"), ('"', "''"), ("▁fine", "ﬁne")]
+    # On tweets: every piece's span, preprocessed, holds the piece (without its "▁").
+    texts = tweets[-300:] + EDGE_CASES
+    ids, starts, ends = (x.merge_dims(1, 2).to_list() for x in tokenizer.tokenize_with_char_offsets(texts))
+    checked = 0
+    for text, row_ids, row_starts, row_ends in zip(texts, ids, starts, ends):
+        for i, s, e in zip(row_ids, row_starts, row_ends):
+            piece = reference.id_to_piece(i).lstrip("▁")
+            if i == reference.unk_id() or not piece:
+                continue
+            assert piece in reference.normalize(albert_reference_text(text[s:e])), (text, piece, text[s:e])
+            checked += 1
+    assert checked > 5000
+
+
+def test_words_and_albert_packing(tokenizer, reference):
+    words = tokenizer.tokenize(tf.constant(["hello world"])).to_list()[0]
+    assert ["".join(reference.id_to_piece(i) for i in word) for word in words] == ["▁hello", "▁world"]
+    assert tokenizer.get_special_tokens_dict() == {
+        "vocab_size": 2000, "start_of_sequence_id": 2, "end_of_segment_id": 3, "padding_id": 0, "mask_id": 4,
+    }
+    preprocessor = BertPreprocessor(tokenizer=tokenizer, seq_length=12)
+    out = preprocessor([tf.constant(["hello world"]), tf.constant(["ok"])])
+    a, b = (reference.encode(t) for t in ("hello world", "ok"))
+    assert out["input_word_ids"].numpy().tolist() == [[2, *a, 3, *b, 3] + [0] * (12 - len(a) - len(b) - 3)]
+    assert out["input_type_ids"].numpy().tolist() == [[0] * (len(a) + 2) + [1] * (len(b) + 1) + [0] * (9 - len(a) - len(b))]
+
+
+def test_config_round_trip_and_bad_proto(tokenizer):
+    restored = SentencePieceTokenizer.from_config(tokenizer.get_config())
+    texts = tf.constant(["Round trip, café 😀"])
+    assert restored.tokenize(texts).to_list() == tokenizer.tokenize(texts).to_list()
+    with pytest.raises(ValueError, match="`proto`.*not a SentencePiece model"):
+        SentencePieceTokenizer(b"not a model")
+    with pytest.raises(ValueError, match=r"`cls_token`.*<s>.*lacks"):
+        SentencePieceTokenizer(tokenizer.proto, cls_token="<s>")
+
+
+@pytest.mark.slow
+def test_ids_equal_albert_on_20000_tweets(tokenizer, reference, tweets):
+    """Every id sequence equals the reference's or is a reordering of the same pieces (same total score): a tie of
+    the unigram lattice, broken differently by tensorflow-text's bundled sentencepiece than by sentencepiece 0.2.3
+    (mostly runs of one repeated character or digit groups: "???" "?" against "?" "???"). Measured with this
+    model: 124 of 20,000 (0.62%), every one a tie; all other ids equal."""
+    differ, not_ties = _differences(tokenizer, reference, tweets[-20_000:])
+    assert not_ties == []
+    assert len(differ) <= 200, len(differ)
+
+
+def test_keeps_working_after_the_eager_kernel_cache_is_cleared(proto):
+    """tensorflow-text's model is a resource owned by its op's kernel; `set_random_seed` clears the eager kernels.
+    Made eagerly at construction, it was gone: "Resource ... SentencepieceOp ... does not exist"."""
+    tokenizer = SentencePieceTokenizer(proto)
+    before = tokenizer.tokenize(tf.constant(["hello world"])).to_list()
+    tf.random.set_seed(7)
+    assert tokenizer.tokenize(tf.constant(["hello world"])).to_list() == before
+
+
+def test_saved_model_serves_the_same_ids(tokenizer, tmp_path):
+    preprocessor = BertPreprocessor(tokenizer=tokenizer, seq_length=12)
+    texts = tf.constant(["Hello there, café 😀", "x\x00y"])
+    expected = {key: value.numpy().tolist() for key, value in preprocessor(texts).items()}
+    module = tf.Module()
+    module.preprocessor = preprocessor
+    module.serve = tf.function(lambda x: preprocessor(x), input_signature=[tf.TensorSpec([None], tf.string)])
+    tf.saved_model.save(module, str(tmp_path / "saved"))
+    loaded = tf.saved_model.load(str(tmp_path / "saved"))
+    assert {key: value.numpy().tolist() for key, value in loaded.serve(texts).items()} == expected
