@@ -347,6 +347,22 @@ def _train_and_export(harness, source, train, validation, test, export_dir, conf
     return FineTuneResult(model, history, scores, probabilities, export_dir, fit_seconds, sizes, evaluation)
 
 
+def random_split(data, fraction, seed):
+    """`(rest, held)`: a seeded random `fraction` of `data` (anything with `len` and `subset`) held out, order kept."""
+    order = np.random.default_rng(seed).permutation(len(data))
+    held = int(round(len(data) * fraction))
+    return data.subset(np.sort(order[held:])), data.subset(np.sort(order[:held]))
+
+
+def early_stopping(config, validation_size, what="examples"):
+    """The callbacks of the config's `early_stopping` (none without it); refused without validation data."""
+    if config.early_stopping is None:
+        return []
+    if not validation_size:
+        raise ValueError(f"`early_stopping` watches the validation loss, but there are no validation {what}.")
+    return [keras.callbacks.EarlyStopping(monitor="val_loss", patience=int(config.early_stopping), restore_best_weights=True)]
+
+
 def _check_apart(export_dir, backup_dir):
     """Refuses a backup directory that is, holds or lies inside the export directory."""
     export, backup = os.path.realpath(export_dir), os.path.realpath(backup_dir)
@@ -359,11 +375,7 @@ def _check_apart(export_dir, backup_dir):
 
 def _training_options(train, validation, config, report):
     """`(callbacks, class_weight)` for `finetune` from the config's `early_stopping` and `class_weights`."""
-    callbacks, class_weights = [], config.class_weights
-    if config.early_stopping is not None:
-        if not len(validation):
-            raise ValueError("`early_stopping` watches the validation loss, but there are no validation examples.")
-        callbacks.append(keras.callbacks.EarlyStopping(monitor="val_loss", patience=int(config.early_stopping), restore_best_weights=True))
+    callbacks, class_weights = early_stopping(config, len(validation)), config.class_weights
     if class_weights is None or isinstance(class_weights, dict):
         return callbacks, class_weights
     if class_weights != "balanced":

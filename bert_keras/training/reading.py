@@ -19,7 +19,6 @@ import math
 import time
 
 import keras
-import numpy as np
 import tensorflow as tf
 
 from bert_keras import export, lora
@@ -30,7 +29,8 @@ from bert_keras.text.windows import INPUT_KEYS, check_window_arguments, qa_featu
 from bert_keras.training.backup import fingerprint
 from bert_keras.training.config import FineTuneConfig
 from bert_keras.training.data import example_dataset
-from bert_keras.training.finetune import FineTuneResult, _two_phases, pooler_left_out, run_pipeline
+from bert_keras.training.finetune import (FineTuneResult, _two_phases, early_stopping, pooler_left_out,
+                                            random_split, run_pipeline)
 from bert_keras.training.harness import Harness
 
 logger = logging.getLogger(__name__)
@@ -129,15 +129,9 @@ def finetune_reader(source, train, validation=None, test=None, export_dir=None, 
                         overwrite=overwrite, verbose=verbose, report=report)
 
 
-def _split(train, fraction, seed):
-    order = np.random.default_rng(seed).permutation(len(train))
-    held = int(round(len(train) * fraction))
-    return train.subset(np.sort(order[held:])), train.subset(np.sort(order[:held]))
-
-
 def _train_and_export(harness, source, train, validation, test, export_dir, config, overwrite, report, *, windows):
     if validation is None:
-        train, validation = _split(train, config.validation_fraction, config.seed)
+        train, validation = random_split(train, config.validation_fraction, config.seed)
     sizes = {"train": len(train), "validation": len(validation), "test": 0 if test is None else len(test)}
     report(f"Training questions: {sizes['train']}, validation: {sizes['validation']}"
            + (f", test: {sizes['test']}" if test is not None else ""))
@@ -150,12 +144,7 @@ def _train_and_export(harness, source, train, validation, test, export_dir, conf
            f"{len(features['train']['start_positions'])} windows")
     report(f"Fine-tuning the reader (batch {config.batch_size}): {config.head_epochs} epoch(s) with the encoder frozen, "
            f"then {config.epochs} with it unfrozen (AdamW {config.phase_2_learning_rate:g})")
-    callbacks = []
-    if config.early_stopping is not None:
-        if features["validation"] is None:
-            raise ValueError("`early_stopping` watches the validation loss, but there are no validation questions.")
-        callbacks.append(keras.callbacks.EarlyStopping(monitor="val_loss", patience=int(config.early_stopping),
-                                                       restore_best_weights=True))
+    callbacks = early_stopping(config, len(validation), "questions")
     started = time.time()
     with pooler_left_out():
         history = _reader_phases(harness, trainer, config, features, callbacks)

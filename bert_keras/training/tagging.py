@@ -28,7 +28,8 @@ from bert_keras.text.alignment import IGNORE_LABEL, align_word_labels, merge_win
 from bert_keras.training.backup import fingerprint
 from bert_keras.training.config import FineTuneConfig
 from bert_keras.training.data import example_dataset
-from bert_keras.training.finetune import FineTuneResult, _two_phases, pooler_left_out, run_pipeline
+from bert_keras.training.finetune import (FineTuneResult, _two_phases, early_stopping, pooler_left_out,
+                                            random_split, run_pipeline)
 from bert_keras.training.harness import Harness
 
 logger = logging.getLogger(__name__)
@@ -140,12 +141,6 @@ def finetune_tagger(source, train, validation=None, test=None, export_dir=None, 
                         overwrite=overwrite, verbose=verbose, report=report)
 
 
-def _split(train, fraction, seed):
-    order = np.random.default_rng(seed).permutation(len(train))
-    held = int(round(len(train) * fraction))
-    return train.subset(np.sort(order[held:])), train.subset(np.sort(order[:held]))
-
-
 def _tokenizer_of(model):
     tokenizer = getattr(model.preprocessor, "tokenizer", None)
     if not hasattr(tokenizer, "tokenize_with_char_offsets"):
@@ -156,7 +151,7 @@ def _tokenizer_of(model):
 
 def _train_and_export(harness, source, train, validation, test, export_dir, config, overwrite, report):
     if validation is None:
-        train, validation = _split(train, config.validation_fraction, config.seed)
+        train, validation = random_split(train, config.validation_fraction, config.seed)
     tag_names = list(train.tag_names)
     sizes = {"train": len(train), "validation": len(validation), "test": 0 if test is None else len(test)}
     report(f"Training sentences: {sizes['train']}, validation: {sizes['validation']}"
@@ -170,12 +165,7 @@ def _train_and_export(harness, source, train, validation, test, export_dir, conf
                f"{len(train)} training sentences make {len(train_examples)} examples")
     report(f"Fine-tuning the tagger (seq_length {config.seq_length}, batch {config.batch_size}): {config.head_epochs} "
            f"epoch(s) with the encoder frozen, then {config.epochs} with it unfrozen (AdamW {config.phase_2_learning_rate:g})")
-    callbacks = []
-    if config.early_stopping is not None:
-        if not len(validation):
-            raise ValueError("`early_stopping` watches the validation loss, but there are no validation sentences.")
-        callbacks.append(keras.callbacks.EarlyStopping(monitor="val_loss", patience=int(config.early_stopping),
-                                                       restore_best_weights=True))
+    callbacks = early_stopping(config, len(validation), "sentences")
     started = time.time()
     with pooler_left_out():
         history = _tagger_phases(harness, model, config, train_examples, validation_examples, callbacks)
