@@ -219,7 +219,10 @@ class SentenceEncoder(EmbeddingMethods, Task):
                                  allow_modules=allow_modules and folder is None)
         encoder = loaded.encoder
         vocabulary, lower_case = loaded.vocab_file, loaded.do_lower_case
-        if vocabulary is None:
+        tokenizer = None
+        if loaded.tokenizer_kind != "wordpiece":  # ALBERT's SentencePiece, RoBERTa's BPE: from their own files
+            tokenizer = loaded.tokenizer(path)
+        elif vocabulary is None:
             from_json = tokenizer_json_vocabulary(folder.transformer_path if folder else path)
             if from_json is None:
                 raise ValueError(f"The checkpoint at {path!r} has no vocabulary (vocab.txt or tokenizer.json): put the "
@@ -249,7 +252,11 @@ class SentenceEncoder(EmbeddingMethods, Task):
                 f"Received an invalid value for argument `max_seq_length`, expected at most the encoder's "
                 f"max_sequence_length={encoder.max_sequence_length}. Received: max_seq_length={max_seq_length}"
             )
-        preprocessor = BertPreprocessor(vocabulary, lower_case=lower_case, seq_length=max_seq_length, name="preprocessor")
+        if tokenizer is not None:
+            preprocessor = BertPreprocessor(tokenizer=tokenizer, seq_length=max_seq_length, name="preprocessor")
+        else:
+            preprocessor = BertPreprocessor(vocabulary, lower_case=lower_case, seq_length=max_seq_length,
+                                            name="preprocessor")
         model = cls(encoder, preprocessor=preprocessor, pooling=pooling, normalize=normalize, **kwargs)
         model.source = path
         return model

@@ -15,6 +15,7 @@ from bert_keras.heads import (
     TokenClassificationHead,
 )
 from bert_keras.pretrainer import BertPretrainer
+from bert_keras.text.folders import tokenizer_assets, tokenizer_from_folder
 
 
 @dataclasses.dataclass
@@ -38,6 +39,10 @@ class LoadedCheckpoint:
             names (e.g. `["BertForTokenClassification"]`).
         label_names: list of str or None. The classes of a classifier head,
             in the order of its outputs (the config's `id2label`).
+        tokenizer_kind: str. The family's tokenizer: `"wordpiece"` (BERT,
+            ELECTRA, DistilBERT), `"sentencepiece"` (ALBERT) or `"byte_bpe"`
+            (RoBERTa).
+        tokenizer_folder: str or None. The folder its files are read from.
     """
 
     encoder: object
@@ -48,6 +53,27 @@ class LoadedCheckpoint:
     summary: ConversionSummary
     architectures: list = dataclasses.field(default_factory=list)
     label_names: object = None
+    tokenizer_kind: str = "wordpiece"
+    tokenizer_folder: object = None
+
+    def tokenizer(self, path=None, name="tokenizer"):
+        """The checkpoint's tokenizer: `WordPieceTokenizer` (`vocab.txt`), `SentencePieceTokenizer` (ALBERT's
+        `spiece.model`) or `BytePairTokenizer` (RoBERTa's `vocab.json` and `merges.txt`), cased as the checkpoint.
+
+        Args:
+            path: optional str. The checkpoint's path, named in the error where
+                no folder of tokenizer files is known.
+            name: str. The layer's name. Defaults to `"tokenizer"`.
+
+        Raises:
+            ValueError: the checkpoint lacks the files of its tokenizer (named).
+        """
+        return tokenizer_from_folder(self.tokenizer_folder, self.tokenizer_kind, lower_case=self.do_lower_case,
+                                     vocab_file=self.vocab_file, name=name, source=path)
+
+    def tokenizer_files(self):
+        """The tokenizer's files by the Hub module attribute that carries each (`vocab_file`, `sp_model_file`, ...)."""
+        return tokenizer_assets(self.tokenizer_folder, self.tokenizer_kind, self.vocab_file)
 
     @property
     def unused_task_head(self):
@@ -129,4 +155,6 @@ def load(weights, dtype=None):
         summary=weights.summary,
         architectures=list(weights.architectures),
         label_names=weights.label_names,
+        tokenizer_kind=weights.tokenizer_kind,
+        tokenizer_folder=weights.tokenizer_folder,
     )

@@ -25,8 +25,10 @@ def convert_to_hub(source, out_dir, seq_length=None, overwrite=False, progress=N
     the earlier `out_dir` (or none) and never half a pair.
 
     Args:
-        source: a checkpoint path `load_checkpoint` reads (Hugging Face,
-            original Google BERT, keras-nlp preset).
+        source: a checkpoint path `load_checkpoint` reads (Hugging Face, of
+            BERT or its family, original Google BERT, keras-nlp preset). The
+            preprocess module tokenizes as the family does: WordPiece,
+            ALBERT's SentencePiece, RoBERTa's byte-level BPE and packing.
         out_dir: str. The output directory.
         seq_length: int. The preprocess module's default sequence length, at
             most the checkpoint's `max_sequence_length`. Defaults to 128, or
@@ -49,15 +51,16 @@ def convert_to_hub(source, out_dir, seq_length=None, overwrite=False, progress=N
 
     report(1, len(STEPS), f"{STEPS[0]}: {source}")
     loaded = load_checkpoint(source)
-    if loaded.vocab_file is None:
-        raise ValueError(f"The checkpoint at {source!r} has no vocabulary file; a Hub module needs vocab.txt.")
+    # The family's tokenizer (a missing file is named here, before any writing): WordPiece's vocab.txt, ALBERT's
+    # spiece.model or RoBERTa's vocab.json and merges.txt travel as the modules' assets.
+    tokenizer = loaded.tokenizer(source)
     if seq_length is None:
         seq_length = min(128, loaded.encoder.max_sequence_length)
     steps = iter(range(2, len(STEPS) + 1))
     export_module_pair(
         out_dir,
         loaded.encoder,
-        loaded.vocab_file,
+        loaded.vocab_file if loaded.tokenizer_kind == "wordpiece" else loaded.tokenizer_files(),
         loaded.do_lower_case,
         seq_length=seq_length,
         pretrainer=loaded.pretrainer,
@@ -65,5 +68,6 @@ def convert_to_hub(source, out_dir, seq_length=None, overwrite=False, progress=N
         info={"source": os.path.abspath(os.fspath(source))},
         progress=lambda text: report(next(steps), len(STEPS), text),
         dtype=dtype,
+        tokenizer=None if loaded.tokenizer_kind == "wordpiece" else tokenizer,
     )
     return loaded

@@ -12,7 +12,8 @@ from bert_keras.commands._common import at_least
 def register(commands, common):
     convert = commands.add_parser(
         "convert", parents=[common],
-        help="convert a checkpoint (Hugging Face, Google BERT, keras-nlp) into TF Hub modules",
+        help="convert a checkpoint (Hugging Face of BERT or ELECTRA, DistilBERT, ALBERT, RoBERTa; Google BERT; "
+        "keras-nlp) into TF Hub modules",
         description="Writes OUT/encoder and OUT/preprocess, TF Hub modules in TF Model Garden's format.",
     )
     convert.add_argument("source", help="checkpoint directory (or TF checkpoint prefix)")

@@ -78,13 +78,28 @@ def _trace(module, spec):
             module.__call__.get_concrete_function(spec, training=training)
 
 
+def tokenizer_assets(vocab_file):
+    """The module attributes of the tokenizer's files -> their paths, each checked to exist.
+
+    `vocab_file` is a WordPiece `vocab.txt` (the attribute `vocab_file`, as TF
+    Hub's BERT modules), or a dict of them: ALBERT's `{"sp_model_file":
+    spiece.model}` (as TF Hub's ALBERT modules), RoBERTa's `{"vocab_file":
+    vocab.json, "merges_file": merges.txt}` (`bert_keras.text.folders.tokenizer_assets`).
+    """
+    assets = dict(vocab_file) if isinstance(vocab_file, dict) else {"vocab_file": os.fspath(vocab_file)}
+    for name, path in assets.items():
+        if not os.path.isfile(path):
+            raise FileNotFoundError(f"{name} {path!r} does not exist.")
+    return assets
+
+
 def build_encoder_module(encoder, vocab_file, do_lower_case, pretrainer=None):
     """Returns the `tf.Module` that `export_encoder` saves (see there)."""
-    if not os.path.isfile(vocab_file):
-        raise FileNotFoundError(f"vocab_file {vocab_file!r} does not exist.")
+    assets = tokenizer_assets(vocab_file)
     root = _CallableModule(encoder, _encoder_outputs)
     _trace(root, _encoder_input_spec())
-    root.vocab_file = tf.saved_model.Asset(vocab_file)
+    for name, path in assets.items():
+        setattr(root, name, tf.saved_model.Asset(path))
     root.do_lower_case = tf.Variable(bool(do_lower_case), trainable=False, name="do_lower_case")
     if pretrainer is not None:
         if pretrainer.encoder is not encoder:
@@ -112,7 +127,8 @@ def export_encoder(encoder, export_dir, vocab_file, do_lower_case, pretrainer=No
         encoder: a `BertEncoder` (or any model with the same inputs/outputs).
         export_dir: str. The directory to write; written to a temporary
             sibling first and moved into place.
-        vocab_file: str. The WordPiece vocabulary, stored as an asset.
+        vocab_file: str. The WordPiece vocabulary, stored as an asset; or a
+            dict of the family tokenizer's files (see `tokenizer_assets`).
         do_lower_case: bool. How the vocabulary expects text to be cased.
         pretrainer: optional model with `encoder` and an `mlm_logits` output.
         overwrite: bool. Replace an existing `export_dir`. Defaults to `False`.
@@ -201,12 +217,13 @@ class _PackModule(tf.train.Checkpoint):
 
 
 class _PreprocessModule(tf.train.Checkpoint):
-    def __init__(self, preprocessor, vocab_file, do_lower_case):
+    def __init__(self, preprocessor, assets, do_lower_case):
         super().__init__()
         self._preprocessor = preprocessor
         self.tokenize = _TokenizeModule(preprocessor)
         self.bert_pack_inputs = _PackModule(preprocessor)
-        self.vocab_file = tf.saved_model.Asset(vocab_file)
+        for name, path in assets.items():
+            setattr(self, name, tf.saved_model.Asset(path))
         self.do_lower_case = tf.Variable(bool(do_lower_case), trainable=False, name="do_lower_case")
 
     @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
@@ -214,7 +231,7 @@ class _PreprocessModule(tf.train.Checkpoint):
         return self._preprocessor(sentences)
 
 
-def export_preprocessor(export_dir, vocab_file, do_lower_case, seq_length=128, overwrite=False):
+def export_preprocessor(export_dir, vocab_file, do_lower_case, seq_length=128, overwrite=False, tokenizer=None):
     """Writes a TF Hub preprocessing SavedModel (Model Garden's format).
 
     The module maps `(batch,)` strings to the encoder's input dict at
@@ -229,22 +246,31 @@ def export_preprocessor(export_dir, vocab_file, do_lower_case, seq_length=128, o
     Args:
         export_dir: str. Directory to write; written to a temporary sibling
             first and moved into place.
-        vocab_file: str. The WordPiece `vocab.txt`.
+        vocab_file: str. The WordPiece `vocab.txt`; or, with `tokenizer`, the
+            dict of its files (see `tokenizer_assets`), carried as assets.
         do_lower_case: bool. Uncased (`True`) or cased (`False`) tokenization.
         seq_length: int. The default sequence length. Defaults to `128`.
         overwrite: bool. Replace an existing `export_dir`. Defaults to `False`.
+        tokenizer: optional tokenizer of the family (`SentencePieceTokenizer`,
+            `BytePairTokenizer`) the module tokenizes with, packing as it says
+            (RoBERTa's `<s> A </s></s> B </s>`). Defaults to WordPiece on `vocab_file`.
     """
     with staged_directory(export_dir, overwrite, kind="preprocess") as staging:
-        _save_preprocessor(staging, vocab_file, do_lower_case, seq_length)
+        _save_preprocessor(staging, vocab_file, do_lower_case, seq_length, tokenizer)
     logger.info("Wrote the preprocessing module to %s", export_dir)
     return export_dir
 
 
-def _save_preprocessor(directory, vocab_file, do_lower_case, seq_length):
-    if not os.path.isfile(vocab_file):
-        raise FileNotFoundError(f"vocab_file {vocab_file!r} does not exist.")
-    preprocessor = BertPreprocessor(vocab_file, lower_case=bool(do_lower_case), seq_length=seq_length)
-    root = _PreprocessModule(preprocessor, vocab_file, do_lower_case)
+def _preprocessor(vocab_file, do_lower_case, seq_length, tokenizer):
+    if tokenizer is not None:
+        return BertPreprocessor(tokenizer=tokenizer, seq_length=seq_length)
+    return BertPreprocessor(vocab_file, lower_case=bool(do_lower_case), seq_length=seq_length)
+
+
+def _save_preprocessor(directory, vocab_file, do_lower_case, seq_length, tokenizer=None):
+    assets = tokenizer_assets(vocab_file)
+    preprocessor = _preprocessor(vocab_file, do_lower_case, seq_length, tokenizer)
+    root = _PreprocessModule(preprocessor, assets, do_lower_case)
     with traced_as_saved():  # the save reuses this trace
         serving_default = root.__call__.get_concrete_function()
     tf.saved_model.save(root, directory, signatures={"serving_default": serving_default})
@@ -256,7 +282,7 @@ PREPROCESS_DIR = "preprocess"
 
 def export_module_pair(
     out_dir, encoder, vocab_file, do_lower_case, seq_length=128, pretrainer=None, overwrite=False, info=None, progress=None,
-    dtype="float32",
+    dtype="float32", tokenizer=None,
 ):
     """Writes `out_dir/encoder` and `out_dir/preprocess` as one output, in one atomic step.
 
@@ -267,7 +293,8 @@ def export_module_pair(
     Args:
         out_dir: str. The pair's directory.
         encoder: the `BertEncoder` to export (see `export_encoder`).
-        vocab_file: str. The WordPiece vocabulary of both modules.
+        vocab_file: str. The WordPiece vocabulary of both modules; or, with
+            `tokenizer`, the dict of its files (see `tokenizer_assets`).
         do_lower_case: bool.
         seq_length: int. The preprocess module's default length; at most the
             encoder's `max_sequence_length`. Defaults to `128`.
@@ -277,6 +304,8 @@ def export_module_pair(
         progress: optional callable `progress(text)` told before each module is written.
         dtype: str. What the encoder module computes in, `"float32"` or
             `"bfloat16"` (see `export_encoder`). Defaults to `"float32"`.
+        tokenizer: optional family tokenizer of the preprocess module (see
+            `export_preprocessor`). Defaults to WordPiece on `vocab_file`.
 
     Returns:
         `(encoder_dir, preprocess_dir)`.
@@ -288,7 +317,8 @@ def export_module_pair(
             f"max_sequence_length={max_length}. Received: seq_length={seq_length}"
         )
     check_compute_dtype(dtype)
-    BertPreprocessor(vocab_file, lower_case=bool(do_lower_case), seq_length=seq_length)  # a bad vocabulary fails here, before any writing
+    tokenizer_assets(vocab_file)  # a missing file or a bad vocabulary fails here, before any writing
+    _preprocessor(vocab_file, do_lower_case, seq_length, tokenizer)
     report = progress or (lambda text: None)
     info = dict(info or {}, seq_length=int(seq_length), do_lower_case=bool(do_lower_case), dtype=dtype)
     with staged_directory(out_dir, overwrite, kind="module_pair", info=info, argument="out_dir") as staging:
@@ -299,7 +329,8 @@ def export_module_pair(
                       pretrainer, dtype)
         fault_point("between-modules")
         report(f"write the preprocess module (seq_length={seq_length}, do_lower_case={bool(do_lower_case)})")
-        _save_preprocessor(directory_under(staging, PREPROCESS_DIR, argument="out_dir"), vocab_file, do_lower_case, seq_length)
+        _save_preprocessor(directory_under(staging, PREPROCESS_DIR, argument="out_dir"), vocab_file, do_lower_case,
+                           seq_length, tokenizer)
     logger.info("Wrote the module pair to %s", out_dir)
     return os.path.join(out_dir, ENCODER_DIR), os.path.join(out_dir, PREPROCESS_DIR)
 

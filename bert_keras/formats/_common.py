@@ -127,6 +127,10 @@ class CheckpointWeights:
             for each of its outputs.
         num_labels: int or None. The number of classes of a classifier head
             read (its stored outputs), else what the config says.
+        tokenizer_kind: str. The family's tokenizer: `"wordpiece"`,
+            `"sentencepiece"` (ALBERT) or `"byte_bpe"` (RoBERTa).
+        tokenizer_folder: str or None. The folder its files are read from
+            (`bert_keras.text.folders`); None where only `vocab_file` is known.
     """
 
     encoder_configs: list
@@ -142,6 +146,8 @@ class CheckpointWeights:
     architectures: list = dataclasses.field(default_factory=list)
     id2label: object = None
     num_labels: object = None
+    tokenizer_kind: str = "wordpiece"
+    tokenizer_folder: object = None
 
     @property
     def encoder_config(self):

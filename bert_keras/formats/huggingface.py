@@ -205,7 +205,10 @@ def read_huggingface(path, *, with_heads=True, do_lower_case=None):
                 source.original_name(embeddings_name),
                 source.shape(embeddings_name)[0],
             )
-    if do_lower_case is None:
+    tokenizer_kind = tables.HF_FAMILIES[model_type]["tokenizer"]
+    if tokenizer_kind == "byte_bpe":  # RoBERTa's byte-level BPE is cased: it never lower-cases
+        do_lower_case = False
+    elif do_lower_case is None:
         do_lower_case = _read_do_lower_case(directory, tokens)
 
     table = family_table(model_type, kwargs)
@@ -239,7 +242,8 @@ def read_huggingface(path, *, with_heads=True, do_lower_case=None):
         id2label = classifier_labels(source, table[classifier], read_id2label(config, config_file), config_file,
                                      kwargs["hidden_size"])
         num_labels = len(id2label)
-    return dataclasses.replace(weights, architectures=architectures, id2label=id2label, num_labels=num_labels)
+    return dataclasses.replace(weights, architectures=architectures, id2label=id2label, num_labels=num_labels,
+                               tokenizer_kind=tokenizer_kind, tokenizer_folder=directory)
 
 
 def read_architectures(config, file):

@@ -221,14 +221,14 @@ HF_ALBERT_WEIGHTS = {
 HF_ROBERTA_WEIGHTS = {part: HF_WEIGHTS[part] for part in (EMBEDDINGS, LAYER, POOLER)}
 
 # Each family: its prefix in task checkpoints, weight table, the parts it may hold, its config keys, and what its
-# config fixes. Config keys default to BERT's (HF_CONFIG); the projection is added where `embedding_size` is set.
+# config fixes, and its kind of tokenizer (`bert_keras.text.folders`). Config keys default to BERT's (HF_CONFIG); the projection is added where `embedding_size` is set.
 HF_FAMILIES = {
     "bert": dict(prefix="bert.", weights=HF_WEIGHTS, part_prefixes=HF_PART_PREFIXES, config=HF_CONFIG,
-                 activation_key="hidden_act", fixed={}),
+                 activation_key="hidden_act", fixed={}, tokenizer="wordpiece"),
     "electra": dict(prefix="electra.", weights=HF_ELECTRA_WEIGHTS, projection=HF_ELECTRA_PROJECTION,
                     part_prefixes={DISCRIMINATOR: "discriminator_predictions."},
                     config={**HF_CONFIG, "embedding_size": "embedding_size"}, activation_key="hidden_act",
-                    fixed={"use_pooler": False}),
+                    fixed={"use_pooler": False}, tokenizer="wordpiece"),
     "distilbert": dict(prefix="distilbert.", weights=HF_DISTILBERT_WEIGHTS, part_prefixes={},
                        config={
                            "vocab_size": "vocab_size",
@@ -243,13 +243,14 @@ HF_FAMILIES = {
                        },
                        # DistilBERT's LayerNorms use torch's eps=1e-12, fixed in its code, not in its config.
                        activation_key="activation",
-                       fixed={"type_vocab_size": 0, "use_pooler": False, "layer_norm_epsilon": 1e-12}),
+                       fixed={"type_vocab_size": 0, "use_pooler": False, "layer_norm_epsilon": 1e-12},
+                       tokenizer="wordpiece"),
     "albert": dict(prefix="albert.", weights=HF_ALBERT_WEIGHTS, projection=HF_ALBERT_PROJECTION,
                    part_prefixes={POOLER: "pooler."},
                    config={**HF_CONFIG, "embedding_size": "embedding_size"}, activation_key="hidden_act",
-                   fixed={"shared_layers": True}),
+                   fixed={"shared_layers": True}, tokenizer="sentencepiece"),
     "roberta": dict(prefix="roberta.", weights=HF_ROBERTA_WEIGHTS, part_prefixes={POOLER: "pooler."},
-                    config=HF_CONFIG, activation_key="hidden_act", fixed={}),
+                    config=HF_CONFIG, activation_key="hidden_act", fixed={}, tokenizer="byte_bpe"),
 }
 HF_MODEL_TYPES = tuple(sorted(HF_FAMILIES))
 

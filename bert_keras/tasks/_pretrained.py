@@ -85,11 +85,7 @@ def _load_pretrained(path, seq_length, trainable, with_heads):
             )
         return encoder, hub.PreprocessLayer(preprocess_dir, seq_length=seq_length, name="preprocessor"), None
     loaded = load_checkpoint(path, with_heads=with_heads)
-    if loaded.vocab_file is None:
-        raise ValueError(
-            f"The checkpoint at {path!r} has no vocabulary (vocab.txt), so no preprocessor can be built "
-            "for it. Put the model's vocab.txt next to its weights."
-        )
+    tokenizer = loaded.tokenizer(path)  # the family's: WordPiece, ALBERT's SentencePiece or RoBERTa's BPE
     max_length = loaded.encoder.max_sequence_length
     if seq_length > max_length:
         raise ValueError(
@@ -97,9 +93,7 @@ def _load_pretrained(path, seq_length, trainable, with_heads):
             f"max_sequence_length={max_length}. Received: seq_length={seq_length}"
         )
     loaded.encoder.trainable = trainable
-    preprocessor = BertPreprocessor(
-        loaded.vocab_file, lower_case=loaded.do_lower_case, seq_length=seq_length, name="preprocessor"
-    )
+    preprocessor = BertPreprocessor(tokenizer=tokenizer, seq_length=seq_length, name="preprocessor")
     return loaded.encoder, preprocessor, loaded
 
 

@@ -16,6 +16,7 @@ _HOMES = {
     "SentencePieceTokenizer": "bert_keras.text.sentencepiece",
     "preprocess_albert_text": "bert_keras.text.sentencepiece",
     "WordPieceTokenizer": "bert_keras.text.tokenizer",
+    "tokenizer_from_folder": "bert_keras.text.folders",
     "load_vocabulary": "bert_keras.text.tokenizer",
     "normalize_text": "bert_keras.text.tokenizer",
 }

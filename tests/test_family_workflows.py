@@ -1,0 +1,257 @@
+"""BERT's family through the workflows: raw strings in, each family's own tokenizer from its folder.
+
+Per family a tiny random transformers model is saved with its tokenizer's files, the tokenizer trained here on
+tweets: WordPiece (`vocab.txt`) for BERT, ELECTRA and DistilBERT, SentencePiece (`spiece.model`) for ALBERT,
+byte-level BPE (`vocab.json`, `merges.txt`) for RoBERTa. The reference is transformers' model fed transformers'
+tokenizer's ids on the same strings; for ALBERT the ids are ALBERT's own definition (its text preprocessing, then
+the `sentencepiece` library, `[CLS] ... [SEP]`): transformers 5 cannot read a `spiece.model` here
+(tests/text/test_sentencepiece.py).
+"""
+
+import io
+import json
+import os
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from bert_keras import cli, hub
+from bert_keras.datasets import LabelledText
+from bert_keras.export import load_classifier
+from bert_keras.sentence_encoder import SentenceEncoder
+from bert_keras.tasks import BertClassifier, load_encoder_and_preprocessor
+from bert_keras.text.corpora import load_tweets
+from bert_keras.training import finetune_classifier
+from tests.checkpoints._models import perturb_torch
+from tests.text.test_sentencepiece import albert_reference_text
+
+transformers = pytest.importorskip("transformers")
+torch = pytest.importorskip("torch")
+tokenizers = pytest.importorskip("tokenizers")
+spm = pytest.importorskip("sentencepiece")
+
+SEQ = 24
+_SIZES = dict(num_hidden_layers=2, num_attention_heads=4, intermediate_size=64, max_position_embeddings=SEQ)
+# name: (config class, model class, config, tokenizer kind, whether the model takes token types)
+FAMILIES = {
+    "electra": ("ElectraConfig", "ElectraModel", dict(_SIZES, embedding_size=16, hidden_size=32), "wordpiece", True),
+    "distilbert": ("DistilBertConfig", "DistilBertModel",
+                   dict(dim=32, n_layers=2, n_heads=4, hidden_dim=64, max_position_embeddings=SEQ), "wordpiece", False),
+    "albert": ("AlbertConfig", "AlbertModel", dict(_SIZES, embedding_size=16, hidden_size=32), "sentencepiece", True),
+    "roberta": ("RobertaConfig", "RobertaModel",
+                dict(_SIZES, hidden_size=32, max_position_embeddings=SEQ + 2, type_vocab_size=1, pad_token_id=1),
+                "byte_bpe", False),
+}
+# Tweets, and the edge cases of every tokenizer: accents, emoji, CJK, control characters, whitespace runs, empty,
+# over-long (truncated to SEQ).
+EDGE_CASES = ["", "  Héllo\t ``World''  ", "😀 👨\u200d👩\u200d👧 中文字符", "x\x01y \u200b z", "word " * 40]
+
+
+@pytest.fixture(scope="module")
+def tweets():
+    try:
+        return [text.decode("utf-8", errors="replace") for text in load_tweets(raw=True)[0]]
+    except FileNotFoundError as error:  # the test extra installs them
+        pytest.skip(str(error))
+
+
+@pytest.fixture(scope="module")
+def texts(tweets):
+    return tweets[-24:] + EDGE_CASES
+
+
+def _write_wordpiece(folder, tweets):
+    trainer = tokenizers.BertWordPieceTokenizer(lowercase=True)
+    trainer.train_from_iterator(tweets[:3000], vocab_size=600, special_tokens=["[PAD]", "[UNK]", "[CLS]", "[SEP]",
+                                                                             "[MASK]"], show_progress=False)
+    trainer.save_model(str(folder))
+    (folder / "tokenizer_config.json").write_text(json.dumps({"do_lower_case": True}))
+    return trainer.get_vocab_size()
+
+
+def _write_sentencepiece(folder, tweets):
+    model = io.BytesIO()
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=iter([albert_reference_text(t) for t in tweets[:3000] if t.strip()]), model_writer=model,
+        vocab_size=600, model_type="unigram", pad_id=0, unk_id=1, bos_id=-1, eos_id=-1,
+        control_symbols=["[CLS]", "[SEP]", "[MASK]"], character_coverage=0.9995, minloglevel=2, num_threads=1,
+    )
+    (folder / "spiece.model").write_bytes(model.getvalue())
+    (folder / "tokenizer_config.json").write_text(json.dumps({"do_lower_case": True, "keep_accents": False}))
+    return 600
+
+
+def _write_byte_bpe(folder, tweets):
+    trainer = tokenizers.ByteLevelBPETokenizer()
+    trainer.train_from_iterator(tweets[:3000], vocab_size=600, min_frequency=2,
+                                special_tokens=["<s>", "<pad>", "</s>", "<unk>", "<mask>"], show_progress=False)
+    trainer.save_model(str(folder))
+    return trainer.get_vocab_size()
+
+
+WRITERS = {"wordpiece": _write_wordpiece, "sentencepiece": _write_sentencepiece, "byte_bpe": _write_byte_bpe}
+
+
+def make_family_folder(name, folder, tweets, seed=0):
+    """A Hugging Face folder of family `name`: a tiny random model and its tokenizer's files. Returns the model."""
+    config_class, model_class, config, kind, _ = FAMILIES[name]
+    folder.mkdir(parents=True, exist_ok=True)
+    vocab_size = WRITERS[kind](folder, tweets)
+    torch.manual_seed(seed)
+    model = perturb_torch(getattr(transformers, model_class)(getattr(transformers, config_class)(
+        **config, vocab_size=vocab_size)), seed=seed)
+    model.save_pretrained(str(folder))
+    return model
+
+
+def reference_ids(name, folder, texts):
+    """The ids of the family's reference tokenizer on `texts`: `(input_ids, attention_mask)`, padded to SEQ."""
+    kind = FAMILIES[name][3]
+    if kind == "sentencepiece":  # ALBERT's definition: its preprocessing, sentencepiece, [CLS] ... [SEP]
+        processor = spm.SentencePieceProcessor(model_file=os.path.join(folder, "spiece.model"))
+        rows = [[2] + processor.encode(albert_reference_text(t), out_type=int)[: SEQ - 2] + [3] for t in texts]
+        ids = np.array([row + [0] * (SEQ - len(row)) for row in rows])
+        return ids, (np.arange(SEQ)[None, :] < np.array([[len(row)] for row in rows])).astype("int64")
+    if kind == "wordpiece":
+        reference = transformers.BertTokenizerFast(vocab=os.path.join(folder, "vocab.txt"), do_lower_case=True)
+    else:
+        reference = transformers.RobertaTokenizerFast.from_pretrained(str(folder))
+    out = reference(texts, padding="max_length", truncation=True, max_length=SEQ, split_special_tokens=True)
+    return np.array(out["input_ids"]), np.array(out["attention_mask"])
+
+
+def reference_outputs(model, ids, mask):
+    with torch.no_grad():
+        return model(input_ids=torch.tensor(ids), attention_mask=torch.tensor(mask)).last_hidden_state.numpy()
+
+
+def mean_pool(sequence, mask):
+    mask = np.asarray(mask, "float64")[..., None]
+    return (np.asarray(sequence, "float64") * mask).sum(1) / mask.sum(1)
+
+
+@pytest.fixture(scope="module")
+def families(tmp_path_factory, tweets):
+    """name -> (transformers model, folder)."""
+    built = {}
+    for name in FAMILIES:
+        folder = tmp_path_factory.mktemp(name)
+        built[name] = (make_family_folder(name, folder, tweets), str(folder))
+    return built
+
+
+PARITY = {}
+
+
+@pytest.mark.parametrize("name", sorted(FAMILIES))
+def test_raw_strings_through_from_checkpoint_match_transformers(families, texts, name):
+    model, folder = families[name]
+    classifier = BertClassifier.from_checkpoint(folder, num_classes=2, seq_length=SEQ)
+    assert type(classifier.preprocessor.tokenizer).__name__ == {
+        "wordpiece": "WordPieceTokenizer", "sentencepiece": "SentencePieceTokenizer", "byte_bpe": "BytePairTokenizer",
+    }[FAMILIES[name][3]]
+    packed = classifier.preprocessor(np.array(texts))
+    ids, mask = reference_ids(name, folder, texts)
+    np.testing.assert_array_equal(packed["input_word_ids"], ids)
+    np.testing.assert_array_equal(packed["input_mask"], mask)
+    np.testing.assert_array_equal(packed["input_type_ids"], np.zeros_like(ids))
+    sequence = np.asarray(classifier.encoder(packed)["sequence_output"])
+    expected = reference_outputs(model, ids, mask)
+    real = mask.astype(bool)
+    diff = float(np.abs(sequence[real] - expected[real]).max())
+    pooled_diff = float(np.abs(mean_pool(sequence, mask) - mean_pool(expected, mask)).max())
+    PARITY[name] = (diff, pooled_diff)
+    assert diff < 1e-5 and pooled_diff < 1e-5, (diff, pooled_diff)
+
+
+def test_roberta_pairs_are_packed_roberta_s_way(families):
+    _, folder = families["roberta"]
+    _, preprocessor = load_encoder_and_preprocessor(folder, seq_length=SEQ)
+    reference = transformers.RobertaTokenizerFast.from_pretrained(folder)
+    first, second = ["good morning all", "a"], ["see you", "b c d"]
+    expected = reference(first, second, padding="max_length", max_length=SEQ)["input_ids"]
+    packed = preprocessor([np.array(first), np.array(second)])
+    np.testing.assert_array_equal(packed["input_word_ids"], expected)  # <s> A </s></s> B </s>
+    np.testing.assert_array_equal(packed["input_type_ids"], np.zeros((2, SEQ)))
+
+
+@pytest.mark.parametrize("name, missing", [("albert", "spiece.model"), ("roberta", "merges.txt"),
+                                           ("electra", "vocab.txt")])
+def test_a_folder_without_its_tokenizer_files_is_refused_naming_them(families, tmp_path, name, missing):
+    _, folder = families[name]
+    copy = tmp_path / name
+    copy.mkdir()
+    for file in os.listdir(folder):
+        if file != missing:
+            os.link(os.path.join(folder, file), copy / file)
+    with pytest.raises(ValueError, match=f"The checkpoint at '{copy}' has no {missing}, which its "
+                                         f"{FAMILIES[name][3]} tokenizer is read from"):
+        BertClassifier.from_checkpoint(str(copy), num_classes=2, seq_length=SEQ)
+
+
+# The assets each family's modules carry (TF Hub's attribute names: `vocab_file`, ALBERT's `sp_model_file`).
+MODULE_ASSETS = {"wordpiece": ["vocab.txt"], "sentencepiece": ["spiece.model"], "byte_bpe": ["merges.txt", "vocab.json"]}
+
+
+@pytest.mark.slow  # 9-14 s each: a module pair written and loaded
+@pytest.mark.parametrize("name", sorted(FAMILIES))
+def test_convert_writes_a_module_pair_that_hub_layers_run_as_the_encoder(families, texts, tmp_path, capsys, name):
+    model, folder = families[name]
+    out = str(tmp_path / "modules")
+    assert cli.main(["convert", folder, "--out", out, "--seq-length", str(SEQ)]) == 0
+    for module in ("encoder", "preprocess"):
+        assert sorted(os.listdir(os.path.join(out, module, "assets"))) == MODULE_ASSETS[FAMILIES[name][3]]
+    preprocess = hub.load(os.path.join(out, "preprocess"))
+    ids, mask = reference_ids(name, folder, texts)
+    # TF Hub's interface: tokenize, then bert_pack_inputs (RoBERTa's <s> A </s></s> B </s> for pairs).
+    segments = [preprocess.tokenize(tf.constant(texts)), preprocess.tokenize(tf.constant(texts[::-1]))]
+    packed = preprocess.bert_pack_inputs(segments[:1], seq_length=tf.constant(SEQ))
+    np.testing.assert_array_equal(packed["input_word_ids"], ids)
+    pairs = preprocess.bert_pack_inputs(segments, seq_length=tf.constant(SEQ))
+    _, in_memory = load_encoder_and_preprocessor(folder, seq_length=SEQ)
+    np.testing.assert_array_equal(pairs["input_word_ids"],
+                                  in_memory([np.array(texts), np.array(texts[::-1])])["input_word_ids"])
+    assert int(preprocess.tokenize.get_special_tokens_dict()["padding_id"]) == FAMILIES[name][2].get("pad_token_id", 0)
+    # hub.KerasLayer / hub.PreprocessLayer on the pair: the in-memory encoder's outputs.
+    layer_inputs = hub.PreprocessLayer(os.path.join(out, "preprocess"), seq_length=SEQ)(tf.constant(texts))
+    outputs = hub.KerasLayer(os.path.join(out, "encoder"))(layer_inputs)
+    encoder = BertClassifier.from_checkpoint(folder, num_classes=2, seq_length=SEQ).encoder
+    expected = encoder(layer_inputs)
+    for key in ("sequence_output", "pooled_output"):
+        assert float(np.abs(np.asarray(outputs[key]) - np.asarray(expected[key])).max()) < 1e-5, key
+    real = mask.astype(bool)
+    assert float(np.abs(np.asarray(outputs["sequence_output"])[real] - reference_outputs(model, ids, mask)[real]).max()) < 1e-5
+
+
+@pytest.mark.slow  # a fine-tune, an export and its reload per family
+@pytest.mark.parametrize("name", sorted(FAMILIES))
+def test_finetune_export_and_load_classifier(families, tweets, tmp_path, name):
+    _, folder = families[name]
+    texts = tweets[:32]
+    labels = np.array([int("!" in text) for text in texts])
+    train = LabelledText(texts=texts, labels=labels, label_names=["calm", "loud"])
+    export_dir = str(tmp_path / "classifier")
+    result = finetune_classifier(folder, train, validation=train, export_dir=export_dir, seq_length=SEQ,
+                                 batch_size=16, head_epochs=1, epochs=1, verbose=0, report=lambda line: None)
+    assert result.export_dir == export_dir
+    probe = ["good morning 😀!", "Héllo ``World''", "中文字符 x\x01y"]
+    predictions = load_classifier(export_dir).predict(probe)
+    # The export tokenizes as the family does: its probabilities are the fine-tuned model's on the same strings.
+    expected = np.asarray(keras.ops.softmax(result.model.predict(np.array(probe), verbose=0)))
+    served = np.array([[p["scores"][label] for label in ("calm", "loud")] for p in predictions])
+    assert float(np.abs(served - expected).max()) < 1e-5
+    assert [p["label"] for p in predictions] == [("calm", "loud")[i] for i in expected.argmax(1)]
+
+
+@pytest.mark.parametrize("name", sorted(FAMILIES))
+def test_sentence_encoder_mean_pooling_matches_transformers(families, texts, name):
+    model, folder = families[name]
+    sentence_encoder = SentenceEncoder.from_checkpoint(folder, pooling="mean", max_seq_length=SEQ)
+    embeddings = np.asarray(sentence_encoder.encode(texts))
+    ids, mask = reference_ids(name, folder, texts)
+    expected = mean_pool(reference_outputs(model, ids, mask), mask)
+    diff = float(np.abs(embeddings - expected).max())
+    PARITY[name + "_sentence"] = diff
+    assert embeddings.shape == (len(texts), 32) and diff < 1e-5, diff
