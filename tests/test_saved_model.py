@@ -8,10 +8,11 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from bert_keras import BertEncoder, dtypes, hub, tasks
+from bert_keras import BertEncoder, dtypes
 from bert_keras.export import classifier as saved_model
 from bert_keras.export import export_classifier, export_module_pair, load_classifier
 from bert_keras.tasks import BertClassifier
+from bert_keras.tasks import classifier as classifier_task
 from bert_keras.text import BertPreprocessor
 
 WORDS = ["good", "great", "fun", "bad", "awful", "boring", "movie", "the", "was", "plot"]
@@ -103,7 +104,7 @@ def test_float32_and_bfloat16_exports_of_a_classifier_on_hub_layers(tmp_path, mo
     np.testing.assert_allclose(fp32.predict_proba(TEXTS), expected, atol=1e-6)
     # A module that cannot be rebuilt (here: its checkpoint unreadable) is served through its own graph.
     with monkeypatch.context() as patch:
-        patch.setattr(tasks, "load_checkpoint", lambda *a, **k: (_ for _ in ()).throw(ValueError("unreadable")))
+        patch.setattr(classifier_task, "load", lambda *a, **k: (_ for _ in ()).throw(ValueError("unreadable")))
         own = load_classifier(export_classifier(on_hub, str(tmp_path / "own_graph"), LABELS), warm_up=False)
     np.testing.assert_allclose(np.concatenate([own.predict_proba([text]) for text in TEXTS]), expected, atol=1e-6)
 
