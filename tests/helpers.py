@@ -188,3 +188,21 @@ def planted_module(directory, flag):
     if flag.exists():
         flag.unlink()  # saving ran it once; only a load may run it again
     return str(directory)
+
+
+def save_tiny_bert(directory, vocabulary, num_layers=1, seed=0):
+    """A tiny random transformers `BertModel` without dropout and its vocab.txt in `directory`; returns the path.
+
+    Needs torch and transformers (the test extra): callers skip without them.
+    """
+    import torch
+    import transformers
+
+    config = transformers.BertConfig(vocab_size=len(vocabulary), hidden_size=32, num_hidden_layers=num_layers,
+                                     num_attention_heads=2, intermediate_size=64, max_position_embeddings=64,
+                                     hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    torch.manual_seed(seed)
+    transformers.BertModel(config).save_pretrained(directory)
+    with open(os.path.join(directory, "vocab.txt"), "w", encoding="utf-8") as f:
+        f.write("\n".join(vocabulary) + "\n")
+    return str(directory)

@@ -10,24 +10,15 @@ import pytest
 
 from tests.training.test_reading import _examples as _squad_examples
 from tests.training.test_tagging import VOCAB, _sentences
+from tests.helpers import save_tiny_bert
 
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
 def checkpoint(tmp_path_factory):
-    transformers = pytest.importorskip("transformers")
-    import torch
-
-    directory = tmp_path_factory.mktemp("checkpoint")
-    config = transformers.BertConfig(vocab_size=len(VOCAB) + 3, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
-                                     intermediate_size=64, max_position_embeddings=64, hidden_dropout_prob=0.0,
-                                     attention_probs_dropout_prob=0.0)
-    torch.manual_seed(0)
-    transformers.BertModel(config).save_pretrained(directory)
-    with open(os.path.join(directory, "vocab.txt"), "w", encoding="utf-8") as f:
-        f.write("\n".join(VOCAB + ["who", "where", "?"]) + "\n")
-    return str(directory)
+    pytest.importorskip("transformers")
+    return save_tiny_bert(tmp_path_factory.mktemp("checkpoint"), VOCAB + ["who", "where", "?"], num_layers=1)
 
 
 def _conll(path, data):

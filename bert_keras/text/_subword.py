@@ -12,7 +12,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from bert_keras.text.tokenizer import to_string_tensor
+from bert_keras.text.tokenizer import VocabularyMethods, to_string_tensor
 
 # Plain TensorFlow ops without Python control flow: tracing them through
 # AutoGraph only makes `tf.function` and `tf.data` tracing slower.
@@ -134,7 +134,7 @@ class TracedTokenization:
         )
 
 
-class SubwordTokenizer(keras.layers.Layer):
+class SubwordTokenizer(VocabularyMethods, keras.layers.Layer):
     """The interface of the in-graph tokenizers; subclasses set the ids and `self._traced`."""
 
     packing = "bert"
@@ -154,28 +154,6 @@ class SubwordTokenizer(keras.layers.Layer):
         self._convert_input_args = False
         self._allow_non_tensor_positional_args = True
         self.built = True
-
-    def vocabulary_size(self):
-        """The number of tokens (ids run from 0 to this minus one)."""
-        return len(self.vocabulary)
-
-    def token_to_id(self, token):
-        """The id of `token`; raises a `KeyError` when the vocabulary lacks it."""
-        return self._token_to_id[token]
-
-    def id_to_token(self, token_id):
-        """The token of `token_id`."""
-        return self.vocabulary[token_id]
-
-    def get_special_tokens_dict(self):
-        """The TF Hub preprocessor's special-token dict, as Python ints."""
-        return {
-            "vocab_size": self.vocabulary_size(),
-            "start_of_sequence_id": self.cls_id,
-            "end_of_segment_id": self.sep_id,
-            "padding_id": self.pad_id,
-            "mask_id": self.mask_id,
-        }
 
     @_do_not_convert
     def tokenize_with_offsets(self, inputs):

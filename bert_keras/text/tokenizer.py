@@ -250,8 +250,41 @@ class _TracedTokenization:
         )
 
 
+class VocabularyMethods:
+    """What every tokenizer answers from its vocabulary: `self.vocabulary` (list of str), `self._token_to_id`, and
+    the special ids (`cls_id`, `sep_id`, `pad_id`, `mask_id`)."""
+
+    def vocabulary_size(self):
+        """The number of tokens (ids run from 0 to this minus one)."""
+        return len(self.vocabulary)
+
+    def token_to_id(self, token):
+        """The id of `token`; raises a `KeyError` when the vocabulary lacks it."""
+        return self._token_to_id[token]
+
+    def id_to_token(self, token_id):
+        """The token of `token_id`."""
+        return self.vocabulary[token_id]
+
+    def get_special_tokens_dict(self):
+        """The TF Hub preprocessor's special-token dict, as Python ints.
+
+        Returns:
+            A dict with `vocab_size`, `start_of_sequence_id` ([CLS]),
+            `end_of_segment_id` ([SEP]), `padding_id` ([PAD]) and `mask_id`
+            ([MASK]), all read from the vocabulary.
+        """
+        return {
+            "vocab_size": self.vocabulary_size(),
+            "start_of_sequence_id": self.cls_id,
+            "end_of_segment_id": self.sep_id,
+            "padding_id": self.pad_id,
+            "mask_id": self.mask_id,
+        }
+
+
 @keras.saving.register_keras_serializable(package="bert_keras")
-class WordPieceTokenizer(keras.layers.Layer):
+class WordPieceTokenizer(VocabularyMethods, keras.layers.Layer):
     """BERT's WordPiece tokenizer: strings to word-piece ids, in the graph.
 
     Gives the ids of Hugging Face's `BertTokenizerFast` built from the same
@@ -388,34 +421,6 @@ class WordPieceTokenizer(keras.layers.Layer):
         self._convert_input_args = False
         self._allow_non_tensor_positional_args = True
         self.built = True
-
-    def vocabulary_size(self):
-        """The number of tokens (ids run from 0 to this minus one)."""
-        return len(self.vocabulary)
-
-    def token_to_id(self, token):
-        """The id of `token`; raises a `KeyError` when the vocabulary lacks it."""
-        return self._token_to_id[token]
-
-    def id_to_token(self, token_id):
-        """The token of `token_id`."""
-        return self.vocabulary[token_id]
-
-    def get_special_tokens_dict(self):
-        """The TF Hub preprocessor's special-token dict, as Python ints.
-
-        Returns:
-            A dict with `vocab_size`, `start_of_sequence_id` ([CLS]),
-            `end_of_segment_id` ([SEP]), `padding_id` ([PAD]) and `mask_id`
-            ([MASK]), all read from the vocabulary.
-        """
-        return {
-            "vocab_size": self.vocabulary_size(),
-            "start_of_sequence_id": self.cls_id,
-            "end_of_segment_id": self.sep_id,
-            "padding_id": self.pad_id,
-            "mask_id": self.mask_id,
-        }
 
     @_do_not_convert
     def normalize(self, inputs):

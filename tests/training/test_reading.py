@@ -1,6 +1,5 @@
 """The reading pipeline: `finetune_reader` on a tiny checkpoint, windows trimmed, answers decoded as the export does."""
 
-import os
 
 import numpy as np
 import pytest
@@ -8,6 +7,7 @@ import pytest
 from bert_keras.export import load_reader
 from bert_keras.squad import SquadExamples
 from bert_keras.training.reading import finetune_reader, reader_config, window_dataset
+from tests.helpers import save_tiny_bert
 
 VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "in", "met", "lives", "and", "paris", "london", "rome",
          "ada", "alan", "grace", "who", "where", "?"]
@@ -49,18 +49,8 @@ def test_reader_config_and_window_batches():
 
 @pytest.fixture(scope="module")
 def checkpoint(tmp_path_factory):
-    transformers = pytest.importorskip("transformers")
-    import torch
-
-    directory = tmp_path_factory.mktemp("reader-checkpoint")
-    config = transformers.BertConfig(vocab_size=len(VOCAB), hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                                     intermediate_size=64, max_position_embeddings=64, hidden_dropout_prob=0.0,
-                                     attention_probs_dropout_prob=0.0)
-    torch.manual_seed(0)
-    transformers.BertModel(config).save_pretrained(directory)
-    with open(os.path.join(directory, "vocab.txt"), "w", encoding="utf-8") as f:
-        f.write("\n".join(VOCAB) + "\n")
-    return str(directory)
+    pytest.importorskip("transformers")
+    return save_tiny_bert(tmp_path_factory.mktemp("checkpoint"), VOCAB, num_layers=2)
 
 
 @pytest.mark.slow

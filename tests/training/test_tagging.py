@@ -1,7 +1,6 @@
 """The tagging pipeline: windows and labels of tagged sentences, and `finetune_tagger` on a tiny checkpoint."""
 
 import json
-import os
 
 import numpy as np
 import pytest
@@ -10,6 +9,7 @@ from bert_keras.tagged_data import TaggedText
 from bert_keras.text import WordPieceTokenizer
 from bert_keras.text.alignment import IGNORE_LABEL
 from bert_keras.training.tagging import finetune_tagger, predict_tags, tagger_config, tagging_examples
+from tests.helpers import save_tiny_bert
 
 VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "in", "met", "lives", "and", "paris", "london", "rome",
          "ada", "alan", "grace", "##s", "new", "york"]
@@ -63,18 +63,8 @@ def test_tagger_config_defaults_and_refusals():
 
 @pytest.fixture(scope="module")
 def checkpoint(tmp_path_factory):
-    transformers = pytest.importorskip("transformers")
-    import torch
-
-    directory = tmp_path_factory.mktemp("tagger-checkpoint")
-    config = transformers.BertConfig(vocab_size=len(VOCAB), hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
-                                     intermediate_size=64, max_position_embeddings=64, hidden_dropout_prob=0.0,
-                                     attention_probs_dropout_prob=0.0)
-    torch.manual_seed(0)
-    transformers.BertModel(config).save_pretrained(directory)
-    with open(os.path.join(directory, "vocab.txt"), "w", encoding="utf-8") as f:
-        f.write("\n".join(VOCAB) + "\n")
-    return str(directory)
+    pytest.importorskip("transformers")
+    return save_tiny_bert(tmp_path_factory.mktemp("checkpoint"), VOCAB, num_layers=1)
 
 
 @pytest.mark.slow
