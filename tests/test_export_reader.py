@@ -122,9 +122,9 @@ def _assert_same(ours, expected, context):
     assert all(context[a["start"] : a["end"]] == a["answer"] for a in ours)
 
 
+@pytest.mark.slow  # the `exported` fixture: a checkpoint, an export and its load (~13 s)
 @pytest.mark.parametrize("top_k,handle_impossible_answer", [
-    (1, False), (3, True),
-    pytest.param(1, True, marks=pytest.mark.slow), pytest.param(3, False, marks=pytest.mark.slow),
+    (1, False), (3, True), (1, True), (3, False),
 ])
 def test_answers_equal_transformers_question_answering_pipeline(checkpoint, exported, top_k, handle_impossible_answer):
     _, model, tokenizer = checkpoint
@@ -147,6 +147,7 @@ def test_merged_duplicates_equal_the_last_transformers_4(checkpoint, exported):
                      context)
 
 
+@pytest.mark.slow
 def test_contexts_longer_than_one_window_are_read_in_all_windows(exported, checkpoint):
     _, model, tokenizer = checkpoint
     _, reader = exported
@@ -156,6 +157,7 @@ def test_contexts_longer_than_one_window_are_read_in_all_windows(exported, check
     assert [a["answer"] for a in short] in (["a", "b"], ["b", "a"])  # only single-piece spans in the context
 
 
+@pytest.mark.slow
 def test_serving_default_gives_the_best_answer_in_the_graph(exported):
     directory, reader = exported
     expected = reader.predict(question=QUESTIONS, context=CONTEXTS)
@@ -170,6 +172,7 @@ def test_serving_default_gives_the_best_answer_in_the_graph(exported):
     np.testing.assert_allclose(outputs["null_score"].numpy(), null_scores, rtol=1e-5)
 
 
+@pytest.mark.slow
 def test_empty_and_blank_contexts_give_the_empty_answer(exported):
     _, reader = exported
     assert reader.predict(question="why", context="") == {"score": 0.0, "start": 0, "end": 0, "answer": ""}
@@ -178,6 +181,7 @@ def test_empty_and_blank_contexts_give_the_empty_answer(exported):
     assert impossible["answer"] == "" and impossible["score"] == pytest.approx(1.0)  # [CLS] holds all mass
 
 
+@pytest.mark.slow
 def test_the_export_writes_its_settings_and_a_warm_up_file_that_replays(exported):
     directory, reader = exported
     with open(os.path.join(directory, "assets.extra", "reader.json")) as f:

@@ -63,6 +63,7 @@ def modules(tmp_path_factory):
     return built
 
 
+@pytest.mark.slow  # the module fixture exports four families (~16 s)
 @pytest.mark.parametrize("name", sorted(FAMILY_OPTIONS))
 def test_family_module_reads_back_with_its_architecture(modules, name):
     encoder, directory = modules[name]
@@ -82,6 +83,7 @@ def test_family_module_reads_back_with_its_architecture(modules, name):
     assert len(ours["encoder_outputs"]) == 3
 
 
+@pytest.mark.slow  # the module fixture exports four families (~16 s)
 def test_albert_module_reads_back_sharing_one_block(modules):
     loaded = load_checkpoint(modules["albert"][1])
     encoder = loaded.encoder
@@ -92,6 +94,7 @@ def test_albert_module_reads_back_sharing_one_block(modules):
     assert sum(target.startswith("encoder.transformer_layers.") for _, target in loaded.summary.loaded) == 16
 
 
+@pytest.mark.slow  # the module fixture exports four families (~16 s)
 def test_roberta_position_offset_tried_recorded_first_then_two(modules, tmp_path):
     directory = modules["roberta"][1]
     # The exporter records the offset: it is read first.
@@ -110,6 +113,7 @@ def test_roberta_position_offset_tried_recorded_first_then_two(modules, tmp_path
     assert load_checkpoint(str(copy)).encoder.position_offset == 2
 
 
+@pytest.mark.slow  # the module fixture exports four families (~16 s)
 def test_distilbert_module_has_no_token_types_and_no_pooler(modules):
     encoder, directory = modules["distilbert"]
     loaded = load_checkpoint(directory)
