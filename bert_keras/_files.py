@@ -403,6 +403,11 @@ def claim_directory(path, kind, info=None, replace=False, accept=(), argument="d
         check_target(path, overwrite=True, argument=argument)
         marker = _marker_of(path)
         _refuse_claim(path, marker, (kind, *accept), kind, argument)
+    elif marker is None:
+        # There now, unmarked when read: another process may have made it (marked, in one step) in between. Read again,
+        # or its `made` would be taken for a user's directory's.
+        marker = _marker_of(path)
+        _refuse_claim(path, marker, (kind, *accept), kind, argument)
     if replace or marker is None or marker.get("kind") != kind:
         # `made`: whether the package created the directory; one a user made (empty) is emptied, never removed.
         made = marker.get("made", True) if marker is not None else False
