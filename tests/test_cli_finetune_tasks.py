@@ -84,3 +84,30 @@ def test_finetune_qa_exports_a_reader(checkpoint, tmp_path):
 
     answer = load_reader(str(tmp_path / "reader"), warm_up=False).predict(question="who ?", context="ada met the")
     assert "ada met the"[answer["start"]:answer["end"]] == answer["answer"]
+
+
+def test_token_tasks_refuse_a_module_pair_naming_why(tmp_path):
+    import keras
+
+    from bert_keras import BertEncoder
+    from bert_keras.export import export_encoder, export_preprocessor
+
+    vocab = tmp_path / "vocab.txt"
+    vocab.write_text("\n".join(VOCAB) + "\n")
+    encoder = BertEncoder(vocab_size=len(VOCAB), num_layers=1, hidden_size=8, num_heads=2, intermediate_size=16)
+    keras.utils.set_random_seed(0)
+    export_encoder(encoder, str(tmp_path / "modules" / "encoder"), str(vocab), do_lower_case=True)
+    export_preprocessor(str(tmp_path / "modules" / "preprocess"), str(vocab), do_lower_case=True, seq_length=16)
+    train = _conll(tmp_path / "train.conll", _sentences(8, 0))
+    for task, what in (("ner", "tagger"), ("qa", "reader")):
+        data = train if task == "ner" else str(tmp_path / "train.jsonl")
+        if task == "qa":
+            examples = _squad_examples(8, 0)
+            (tmp_path / "train.jsonl").write_text("".join(json.dumps({"question": q, "context": c, "answers": a}) + "\n"
+                                                         for q, c, a in zip(examples.questions, examples.contexts, examples.answers)))
+        done = _cli("finetune", "--task", task, "--modules", str(tmp_path / "modules"), "--train", data,
+                    "--out", str(tmp_path / f"out-{task}"), "--seq-length", "16", "--max-question-length", "4",
+                    "--doc-stride", "4")
+        assert done.returncode == 2, done.stderr[-2000:]
+        assert f"The {what}'s preprocessing cannot report where each piece is" in done.stderr
+        assert not (tmp_path / f"out-{task}").exists()

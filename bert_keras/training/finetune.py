@@ -363,6 +363,15 @@ def early_stopping(config, validation_size, what="examples"):
     return [keras.callbacks.EarlyStopping(monitor="val_loss", patience=int(config.early_stopping), restore_best_weights=True)]
 
 
+def offsets_tokenizer(model, what):
+    """The tokenizer of `model`'s preprocessor, which must report each piece's characters (a token-level task's)."""
+    tokenizer = getattr(getattr(model, "preprocessor", None), "tokenizer", None)
+    if not hasattr(tokenizer, "tokenize_with_char_offsets"):
+        raise ValueError(f"The {what}'s preprocessing cannot report where each piece is in the text (a Hub preprocess "
+                         f"module): fine-tune a {what} from a checkpoint folder (Hugging Face, Google BERT, keras-nlp).")
+    return tokenizer
+
+
 def _check_apart(export_dir, backup_dir):
     """Refuses a backup directory that is, holds or lies inside the export directory."""
     export, backup = os.path.realpath(export_dir), os.path.realpath(backup_dir)

@@ -29,8 +29,8 @@ from bert_keras.text.windows import INPUT_KEYS, check_window_arguments, qa_featu
 from bert_keras.training.backup import fingerprint
 from bert_keras.training.config import FineTuneConfig
 from bert_keras.training.data import example_dataset
-from bert_keras.training.finetune import (FineTuneResult, _two_phases, early_stopping, pooler_left_out,
-                                            random_split, run_pipeline)
+from bert_keras.training.finetune import (FineTuneResult, _two_phases, early_stopping, offsets_tokenizer,
+                                            pooler_left_out, random_split, run_pipeline)
 from bert_keras.training.harness import Harness
 
 logger = logging.getLogger(__name__)
@@ -71,7 +71,7 @@ def predict_answers(model, examples, seq_length, doc_stride=128, max_question_le
     Returns:
         A list of str, one answer per example.
     """
-    tokenizer = model.preprocessor.tokenizer
+    tokenizer = offsets_tokenizer(model, "reader")
     with_null = any(examples.is_impossible)
 
     @tf.function(reduce_retracing=True)
@@ -137,7 +137,7 @@ def _train_and_export(harness, source, train, validation, test, export_dir, conf
            + (f", test: {sizes['test']}" if test is not None else ""))
     keras.utils.set_random_seed(config.seed)
     model, trainer = _build_reader(harness, source, config)
-    tokenizer = model.preprocessor.tokenizer
+    tokenizer = offsets_tokenizer(model, "reader")
     features = {name: qa_features(tokenizer, part, config.seq_length, **windows) if len(part) else None
                 for name, part in (("train", train), ("validation", validation))}
     report(f"Windows of {config.seq_length} pieces, stride {windows['doc_stride']}: {len(train)} training questions make "

@@ -28,8 +28,8 @@ from bert_keras.text.alignment import IGNORE_LABEL, align_word_labels, merge_win
 from bert_keras.training.backup import fingerprint
 from bert_keras.training.config import FineTuneConfig
 from bert_keras.training.data import example_dataset
-from bert_keras.training.finetune import (FineTuneResult, _two_phases, early_stopping, pooler_left_out,
-                                            random_split, run_pipeline)
+from bert_keras.training.finetune import (FineTuneResult, _two_phases, early_stopping, offsets_tokenizer,
+                                            pooler_left_out, random_split, run_pipeline)
 from bert_keras.training.harness import Harness
 
 logger = logging.getLogger(__name__)
@@ -141,14 +141,6 @@ def finetune_tagger(source, train, validation=None, test=None, export_dir=None, 
                         overwrite=overwrite, verbose=verbose, report=report)
 
 
-def _tokenizer_of(model):
-    tokenizer = getattr(model.preprocessor, "tokenizer", None)
-    if not hasattr(tokenizer, "tokenize_with_char_offsets"):
-        raise ValueError("The tagger's preprocessing cannot report where each piece is in the text (a Hub preprocess "
-                         "module): fine-tune a tagger from a checkpoint folder (Hugging Face, Google BERT, keras-nlp).")
-    return tokenizer
-
-
 def _train_and_export(harness, source, train, validation, test, export_dir, config, overwrite, report):
     if validation is None:
         train, validation = random_split(train, config.validation_fraction, config.seed)
@@ -158,7 +150,7 @@ def _train_and_export(harness, source, train, validation, test, export_dir, conf
            + (f", test: {sizes['test']}" if test is not None else "") + f"; tags: {tag_names}")
     keras.utils.set_random_seed(config.seed)
     model = _build_tagger(harness, source, tag_names, config)
-    tokenizer = _tokenizer_of(model)
+    tokenizer = offsets_tokenizer(model, "tagger")
     train_examples, validation_examples = (tagging_examples(tokenizer, part, config.seq_length) for part in (train, validation))
     if len(train_examples) > len(train):
         report(f"Sentences longer than {config.seq_length - 2} pieces are split at word boundaries: "
