@@ -20,6 +20,18 @@ TOKENIZER_ASSETS = {
     "byte_bpe": {"vocab_file": "vocab.json", "merges_file": "merges.txt"},
 }
 TOKENIZER_FILES = {kind: tuple(files.values()) for kind, files in TOKENIZER_ASSETS.items()}
+# Other names a file goes by: google-research/albert's tars name the SentencePiece model `30k-clean.model`.
+OTHER_NAMES = {"spiece.model": ("30k-clean.model",)}
+
+
+def tokenizer_file(folder, name):
+    """The path of tokenizer file `name` in `folder` (under `name` or, failing that, one of its other names),
+    or None where it has none."""
+    for candidate in (name, *OTHER_NAMES.get(name, ())):
+        path = os.path.join(os.fspath(folder), candidate)
+        if os.path.isfile(path):
+            return path
+    return None
 
 
 def missing_tokenizer_files(folder, kind):
@@ -27,7 +39,7 @@ def missing_tokenizer_files(folder, kind):
     files = TOKENIZER_FILES[kind]
     if folder is None:
         return list(files)
-    return [name for name in files if not os.path.isfile(os.path.join(os.fspath(folder), name))]
+    return [name for name in files if tokenizer_file(folder, name) is None]
 
 
 def tokenizer_from_folder(folder, kind="wordpiece", lower_case=None, vocab_file=None, name="tokenizer", source=None):
@@ -77,4 +89,7 @@ def tokenizer_assets(folder, kind="wordpiece", vocab_file=None):
     """The Hub module attributes of tokenizer `kind`'s files -> their paths in `folder` (`vocab_file`: WordPiece's)."""
     if kind == "wordpiece" and vocab_file is not None:
         return {"vocab_file": os.fspath(vocab_file)}
-    return {attribute: os.path.join(os.fspath(folder), file) for attribute, file in TOKENIZER_ASSETS[kind].items()}
+    return {
+        attribute: tokenizer_file(folder, file) or os.path.join(os.fspath(folder), file)
+        for attribute, file in TOKENIZER_ASSETS[kind].items()
+    }

@@ -38,6 +38,7 @@ from bert_keras.text._subword import (
     row_ids,
 )
 from bert_keras.text._unicode_tables import to_regex_class
+from bert_keras.text.unigram import UnigramSegmenter
 
 _do_not_convert = tf.autograph.experimental.do_not_convert
 
@@ -107,6 +108,55 @@ def _char_output_bytes(chars, lower_case, keep_accents):
     alone = preprocess_albert_text(tf.strings.unicode_encode(unique[:, None], "UTF-8"), lower_case, keep_accents)
     alone_bytes = tf.cast(tf.gather(tf.strings.length(alone), index), tf.int64)
     return tf.where(whitespace, tf.cast(kept_space, tf.int64), tf.where(merged, tf.constant(0, tf.int64), alone_bytes))
+
+
+def _input_bytes(text, pieces, starts, ends, chars, first_char, end_char):
+    """Byte offsets in `text` of pieces given as character positions in the normalised text.
+
+    tensorflow-text's pieces map the normalised text to `text` at their
+    boundaries. Inside one of them, a position maps byte for byte (counted
+    from its end) where the piece's characters, "▁" left out, are the last
+    bytes of its span; where normalisation changed them, a piece starting
+    (ending) inside takes that piece's start (end).
+    """
+    char_bytes = tf.cast(tf.strings.length(chars.flat_values), tf.int64)
+    char_rows = row_ids(chars)
+    # Normalised byte position of every character start, and of each row's end, in one flat space.
+    before = tf.cumsum(char_bytes, exclusive=True)
+    row_end = tf.cumsum(tf.math.unsorted_segment_sum(char_bytes, char_rows, chars.nrows()))
+
+    def normalised(position_rows, position):
+        at = tf.gather(chars.row_starts(), position_rows) + position
+        inside = at < tf.gather(chars.row_limits(), position_rows)
+        return tf.where(inside, tf.gather(before, tf.minimum(at, tf.size(before, tf.int64) - 1)), tf.gather(row_end, position_rows))
+
+    new_rows = row_ids(first_char)
+    new_first = normalised(new_rows, first_char.flat_values)
+    new_end = normalised(new_rows, end_char.flat_values)
+    # tensorflow-text's pieces, in the same flat space.
+    piece_rows = row_ids(pieces)
+    piece_bytes = tf.cast(tf.strings.length(pieces.flat_values), tf.int64)
+    piece_end = tf.cumsum(piece_bytes)
+    piece_first = piece_end - piece_bytes
+    old_start = tf.cast(starts.flat_values, tf.int64)
+    old_end = tf.cast(ends.flat_values, tf.int64)
+    body = tf.strings.regex_replace(pieces.flat_values, "^" + _WORD_START, "")
+    body_bytes = tf.cast(tf.strings.length(body), tf.int64)
+    tail_from = tf.maximum(old_end - body_bytes, 0)
+    tail = tf.strings.substr(tf.gather(text, piece_rows), tail_from, body_bytes)
+    same = (old_end - old_start >= body_bytes) & (tail == body)
+
+    first_piece = tf.searchsorted(piece_first, new_first, side="right", out_type=tf.int64) - 1
+    first_piece = tf.clip_by_value(first_piece, 0, tf.size(piece_first, tf.int64) - 1)
+    inside = new_first != tf.gather(piece_first, first_piece)
+    mapped = tf.gather(old_end, first_piece) - (tf.gather(piece_end, first_piece) - new_first)
+    byte_start = tf.where(inside & tf.gather(same, first_piece), mapped, tf.gather(old_start, first_piece))
+    last_piece = tf.searchsorted(piece_end, new_end, side="left", out_type=tf.int64)
+    last_piece = tf.clip_by_value(last_piece, 0, tf.size(piece_end, tf.int64) - 1)
+    inside = new_end != tf.gather(piece_end, last_piece)
+    mapped = tf.gather(old_end, last_piece) - (tf.gather(piece_end, last_piece) - new_end)
+    byte_end = tf.where(inside & tf.gather(same, last_piece), mapped, tf.gather(old_end, last_piece))
+    return byte_start, byte_end
 
 
 def _read_proto(proto):
@@ -185,6 +235,12 @@ class SentencePieceTokenizer(SubwordTokenizer):
                 f"({str(error).splitlines()[0][:200]})"
             ) from error
         self.vocabulary = [piece.decode("utf-8") for piece in pieces]
+        try:
+            self._segmenter = UnigramSegmenter(self.proto)
+        except ValueError as error:
+            raise ValueError(
+                f"Received an invalid value for argument `proto`: it is not an ALBERT SentencePiece model ({error})"
+            ) from error
         self._set_special_tokens(
             self.vocabulary,
             unknown_token=unknown_token,
@@ -198,14 +254,22 @@ class SentencePieceTokenizer(SubwordTokenizer):
 
     @classmethod
     def from_folder(cls, path, **kwargs):
-        """The tokenizer of a Hugging Face ALBERT folder: `spiece.model`, and `tokenizer_config.json` if present.
+        """The tokenizer of an ALBERT folder: `spiece.model` (google-research/albert's `30k-clean.model` where
+        there is no `spiece.model`), and `tokenizer_config.json` if present.
 
         `do_lower_case` (default `True`) and `keep_accents` (default `False`)
         are read from `tokenizer_config.json`; `kwargs` override them.
         """
         path = os.fspath(path)
-        model = os.path.join(path, "spiece.model")
-        if not tf.io.gfile.exists(model):
+        model = next(
+            (
+                os.path.join(path, name)
+                for name in ("spiece.model", "30k-clean.model")
+                if tf.io.gfile.exists(os.path.join(path, name))
+            ),
+            None,
+        )
+        if model is None:
             raise ValueError(
                 f"Received an invalid value for argument `path`, expected a folder holding spiece.model. "
                 f"Received: path={path!r}, which has no spiece.model"
@@ -231,13 +295,18 @@ class SentencePieceTokenizer(SubwordTokenizer):
         # The model is made inside the traced function: tensorflow-text's model is a resource owned by its op's
         # kernel, and an eager one is destroyed whenever the eager kernel cache is cleared (`tf.random.set_seed`,
         # `keras.utils.set_random_seed`), after which every call failed with "Resource ... does not exist".
-        model = tf_text.SentencepieceTokenizer(model=self.proto, out_type=tf.int32)
-        ids, starts, ends = model.tokenize_with_offsets(self.preprocess(strings))
+        model = tf_text.SentencepieceTokenizer(model=self.proto, out_type=tf.string)
+        text = self.preprocess(strings)
+        # tensorflow-text's pieces (as strings: an unknown piece is its normalised characters) spell the
+        # normalised text; it is segmented again with the `sentencepiece` library's tie-breaking (`unigram.py`).
+        pieces, starts, ends = model.tokenize_with_offsets(text)
+        chars = tf.strings.unicode_split(tf.strings.reduce_join(pieces, axis=-1), "UTF-8")
+        ids, first_char, end_char = self._segmenter.segment(chars)
+        byte_starts, byte_ends = _input_bytes(text, pieces, starts, ends, chars, first_char, end_char)
         flat_ids = ids.flat_values
         row_first = tf.concat([[True], row_ids(ids)[1:] != row_ids(ids)[:-1]], 0)
         starts_word = tf.gather(self._starts_word, flat_ids) | row_first
-        values = [flat_ids, tf.cast(starts.flat_values, tf.int64), tf.cast(ends.flat_values, tf.int64)]
-        return tuple(nest_words(starts_word, ids.row_lengths(), values))
+        return tuple(nest_words(starts_word, ids.row_lengths(), [flat_ids, byte_starts, byte_ends]))
 
     def _tokenize_rows_with_char_offsets(self, strings):
         ids, starts, ends = self._traced.tokenize_rows(strings)
