@@ -1,4 +1,4 @@
-"""Checkpoint formats: Hugging Face, original Google BERT (TF1), keras-nlp and TF Hub / Model Garden modules.
+"""Checkpoint formats: Hugging Face, Google TF1 (BERT, ALBERT, ELECTRA), keras-nlp and TF Hub / Model Garden modules.
 
 `read_checkpoint(path)` detects the format and returns `CheckpointWeights`:
 our encoder's arguments, the weights under our names (in our layout), the
@@ -22,7 +22,7 @@ from bert_keras.formats._common import (
     build_and_load,
     read_json,
 )
-from bert_keras.formats.google import read_google
+from bert_keras.formats.google import holds_tf_checkpoint, read_google
 from bert_keras.formats.hub_module import is_hub_module, read_hub_module
 from bert_keras.formats.huggingface import read_huggingface
 from bert_keras.formats.keras_nlp import (
@@ -41,8 +41,10 @@ FORMATS = ("huggingface", "google", "keras_nlp", "hub_module")
 
 # What a folder of weights holds: configs, and weight files of the formats read here. Any of them makes a folder
 # one of weights, never a module to load (`detect_format`); `lexists`, so that a dangling link (a Hugging Face
-# cache snapshot whose blob is missing) counts too.
+# cache snapshot whose blob is missing) counts too. A TF checkpoint of its own (`*.index`) does too.
 CONFIG_FILES = ("bert_config.json", "config.json")
+# The configs of Google's TF1 checkpoints (BERT's, ALBERT's): a folder holding one is read as a Google checkpoint.
+GOOGLE_CONFIG_FILES = ("bert_config.json", "albert_config.json")
 WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin", "pytorch_model.bin.index.json",
                 "model.weights.h5", "model.weights.json", "bert_model.ckpt.index")
 
@@ -50,20 +52,25 @@ WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_mo
 def holds_weights(path):
     """Whether `path` is a checkpoint of weights (read without running any code), not a module.
 
-    Google BERT (`bert_config.json`, `bert_model.ckpt.*`, or a TF checkpoint
-    prefix), a keras-nlp preset or a Hugging Face folder (`config.json`,
-    `model.safetensors`, `pytorch_model.bin`, ...).
+    Google TF1 (`bert_config.json`, `bert_model.ckpt.*`, any TF checkpoint
+    in the folder such as ALBERT's `model.ckpt-best.*` or ELECTRA's, or a TF
+    checkpoint prefix), a keras-nlp preset or a Hugging Face folder
+    (`config.json`, `model.safetensors`, `pytorch_model.bin`, ...).
     """
     path = os.fspath(path)
     if os.path.exists(path + ".index"):
         return True
-    return os.path.isdir(path) and any(os.path.lexists(os.path.join(path, name)) for name in CONFIG_FILES + WEIGHT_FILES)
+    return os.path.isdir(path) and (
+        any(os.path.lexists(os.path.join(path, name)) for name in CONFIG_FILES + GOOGLE_CONFIG_FILES + WEIGHT_FILES)
+        or holds_tf_checkpoint(path))
 
 
 def detect_format(path):
     """Returns `"huggingface"`, `"google"`, `"keras_nlp"` or `"hub_module"` for a checkpoint.
 
-    - `bert_config.json` (or a TF checkpoint prefix): original Google BERT.
+    - `bert_config.json`, `albert_config.json`, a TF checkpoint prefix, or a
+      folder with a TF checkpoint (`*.index`) and no `config.json`: Google's
+      TF1 format; BERT, ALBERT or ELECTRA by its variable names (`read_google`).
     - `config.json` of a serialized Keras object (`class_name`, `registered_name`): keras-nlp.
     - any other `config.json`: Hugging Face.
     - only when none of those is there: `saved_model.pb` (or
@@ -79,12 +86,18 @@ def detect_format(path):
         return "keras_nlp"
     path = os.fspath(path)
     if holds_weights(path):
-        if os.path.isdir(path) and not any(os.path.isfile(os.path.join(path, name)) for name in CONFIG_FILES):
+        google = os.path.exists(path + ".index") or any(
+            os.path.exists(os.path.join(path, name)) for name in GOOGLE_CONFIG_FILES)
+        if os.path.isdir(path) and not google and not os.path.isfile(os.path.join(path, "config.json")):
+            # ELECTRA's TF1 releases carry no config: its sizes are read from the checkpoint (`google_family`).
+            google = holds_tf_checkpoint(path)
+        if os.path.isdir(path) and not google and not any(
+                os.path.isfile(os.path.join(path, name)) for name in CONFIG_FILES):
             present = sorted(name for name in WEIGHT_FILES + CONFIG_FILES if os.path.lexists(os.path.join(path, name)))
             raise CheckpointError(path, None, f"holds weights ({', '.join(present)}) but no readable config.json or "
                                   "bert_config.json; add the checkpoint's config. (A SavedModel in a folder of weights "
                                   "is never loaded: pass it with --modules / format=\"hub_module\" if you trust it.)")
-        if os.path.exists(path + ".index") or os.path.exists(os.path.join(path, "bert_config.json")):
+        if google:
             found = "google"
         else:
             found = "keras_nlp" if is_preset_config(read_json(os.path.join(path, "config.json"))) else "huggingface"
@@ -100,7 +113,8 @@ def detect_format(path):
         path,
         None,
         "holds no checkpoint this package knows: expected config.json (Hugging Face or a "
-        "keras-nlp preset) or bert_config.json with bert_model.ckpt.* (Google BERT).",
+        "keras-nlp preset), or a Google TF1 checkpoint (*.index + .data-*: BERT with bert_config.json, ALBERT with "
+        "albert_config.json, or ELECTRA).",
     )
 
 

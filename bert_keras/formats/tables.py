@@ -322,6 +322,82 @@ GOOGLE_CONFIG = {  # our argument: bert_config.json key
 GOOGLE_ACTIVATIONS = {"gelu": "gelu_approximate", "relu": "relu"}
 
 # ---------------------------------------------------------------------------
+# BERT's family in Google's TF1 checkpoints: ALBERT (google-research/albert) and ELECTRA (google-research/electra).
+# A TF1 checkpoint says which model it holds by its variable names (`GOOGLE_FAMILY_MARKS`, first match wins).
+# ---------------------------------------------------------------------------
+# ALBERT (modeling.py): BERT's `bert/` embeddings and pooler; `embedding_hidden_mapping_in` maps the embeddings to
+# the hidden size (only where they are narrower); one group of one layer, `transformer/group_0/inner_group_0/`,
+# whose weights every step shares. Its LayerNorms are unnamed, so TF1 numbers them: `LayerNorm` after attention,
+# `LayerNorm_1` after the feed-forward, whose output dense sits inside `intermediate/`. As the Hugging Face
+# ALBERT table, no `{i}`: the one block is `transformer_layers.0`, read once.
+_GA_LAYER = "bert/encoder/transformer/group_0/inner_group_0/"
+GOOGLE_ALBERT_WEIGHTS = {
+    EMBEDDINGS: GOOGLE_WEIGHTS[EMBEDDINGS],
+    LAYER: (
+        (_A_SHARED + "attention.query_dense.kernel", _GA_LAYER + "attention_1/self/query/kernel", IDENTITY),
+        (_A_SHARED + "attention.query_dense.bias", _GA_LAYER + "attention_1/self/query/bias", IDENTITY),
+        (_A_SHARED + "attention.key_dense.kernel", _GA_LAYER + "attention_1/self/key/kernel", IDENTITY),
+        (_A_SHARED + "attention.key_dense.bias", _GA_LAYER + "attention_1/self/key/bias", IDENTITY),
+        (_A_SHARED + "attention.value_dense.kernel", _GA_LAYER + "attention_1/self/value/kernel", IDENTITY),
+        (_A_SHARED + "attention.value_dense.bias", _GA_LAYER + "attention_1/self/value/bias", IDENTITY),
+        (_A_SHARED + "attention.output_dense.kernel", _GA_LAYER + "attention_1/output/dense/kernel", IDENTITY),
+        (_A_SHARED + "attention.output_dense.bias", _GA_LAYER + "attention_1/output/dense/bias", IDENTITY),
+        (_A_SHARED + "attention_layer_norm.gamma", _GA_LAYER + "LayerNorm/gamma", IDENTITY),
+        (_A_SHARED + "attention_layer_norm.beta", _GA_LAYER + "LayerNorm/beta", IDENTITY),
+        (_A_SHARED + "feed_forward.intermediate_dense.kernel", _GA_LAYER + "ffn_1/intermediate/dense/kernel", IDENTITY),
+        (_A_SHARED + "feed_forward.intermediate_dense.bias", _GA_LAYER + "ffn_1/intermediate/dense/bias", IDENTITY),
+        (_A_SHARED + "feed_forward.output_dense.kernel", _GA_LAYER + "ffn_1/intermediate/output/dense/kernel",
+         IDENTITY),
+        (_A_SHARED + "feed_forward.output_dense.bias", _GA_LAYER + "ffn_1/intermediate/output/dense/bias", IDENTITY),
+        (_A_SHARED + "feed_forward_layer_norm.gamma", _GA_LAYER + "LayerNorm_1/gamma", IDENTITY),
+        (_A_SHARED + "feed_forward_layer_norm.beta", _GA_LAYER + "LayerNorm_1/beta", IDENTITY),
+    ),
+    POOLER: GOOGLE_WEIGHTS[POOLER],
+}
+GOOGLE_ALBERT_PROJECTION = (
+    ("encoder.embeddings.projection.kernel", "bert/encoder/embedding_hidden_mapping_in/kernel", IDENTITY),
+    ("encoder.embeddings.projection.bias", "bert/encoder/embedding_hidden_mapping_in/bias", IDENTITY),
+)
+# ALBERT's masked LM maps to the embedding width, not the hidden size (MaskedLMHead cannot hold it), and its
+# `cls/seq_relationship` is sentence-order prediction, not next-sentence: both are left unused, as the Hugging
+# Face ALBERT reader leaves `predictions` and `sop_classifier`.
+GOOGLE_ALBERT_PART_PREFIXES = {POOLER: "bert/pooler/"}
+GOOGLE_ALBERT_CONFIG = {**GOOGLE_CONFIG, "embedding_size": "embedding_size"}  # our argument: albert_config.json key
+# Groups of layers (`group_N`) and layers in a group (`inner_group_N`) beyond the first: what
+# num_hidden_groups > 1 or inner_group_num > 1 writes, and one shared block cannot hold.
+GOOGLE_ALBERT_GROUPS = r"^bert/encoder/transformer/(group_[1-9]\d*|group_\d+/inner_group_[1-9]\d*)/"
+
+# ELECTRA (model/modeling.py): BERT's names under `electra/` for the discriminator, the one read;
+# `embeddings_project` maps narrower embeddings to the hidden size. No pooler. The generator lives under
+# `generator/` (its own blocks; the embeddings are shared with `electra/embeddings`) and `generator_predictions/`:
+# not read, the summary lists them unused. The replaced-token head `discriminator_predictions/` holds
+# `dense` (hidden -> hidden, the activation) and `dense_1` (hidden -> 1), both `tf.layers.dense`.
+GOOGLE_ELECTRA_WEIGHTS = {
+    **{part: tuple((target, "electra/" + source[len("bert/"):], transform)
+                   for target, source, transform in GOOGLE_WEIGHTS[part]) for part in (EMBEDDINGS, LAYER)},
+    DISCRIMINATOR: (
+        ("discriminator.dense.kernel", "discriminator_predictions/dense/kernel", IDENTITY),
+        ("discriminator.dense.bias", "discriminator_predictions/dense/bias", IDENTITY),
+        ("discriminator.prediction.kernel", "discriminator_predictions/dense_1/kernel", IDENTITY),
+        ("discriminator.prediction.bias", "discriminator_predictions/dense_1/bias", IDENTITY),
+    ),
+}
+GOOGLE_ELECTRA_PROJECTION = (
+    ("encoder.embeddings.projection.kernel", "electra/embeddings_project/kernel", IDENTITY),
+    ("encoder.embeddings.projection.bias", "electra/embeddings_project/bias", IDENTITY),
+)
+GOOGLE_ELECTRA_PART_PREFIXES = {DISCRIMINATOR: "discriminator_predictions/"}
+# ELECTRA's `gelu` is the exact (erf) GELU (model/modeling.py), unlike BERT's and ALBERT's TF1 code.
+GOOGLE_ELECTRA_ACTIVATIONS = {"gelu": "gelu", "relu": "relu"}
+# ELECTRA's released zips hold no config: its sizes follow from `model_size` (util/training_utils.py), and its
+# heads from the hidden size, max(1, hidden_size // 64). An optional BERT-style config may name them instead.
+ELECTRA_HEAD_SIZE = 64
+GOOGLE_ELECTRA_CONFIG = {**GOOGLE_CONFIG, "embedding_size": "embedding_size"}  # our argument: its config key
+
+# Which model a TF1 checkpoint holds: the first family whose mark begins one of its variable names.
+GOOGLE_FAMILY_MARKS = (("albert", "bert/encoder/transformer/"), ("electra", "electra/encoder/"), ("bert", "bert/"))
+
+# ---------------------------------------------------------------------------
 # keras-nlp / keras-hub `BertBackbone` (variable paths of Keras 3).
 # ---------------------------------------------------------------------------
 _K_BLOCK = "transformer_layer_{i}/"
