@@ -22,7 +22,8 @@ def register(commands, common):
         command = commands.add_parser(name, parents=[common], help=help_text, description=help_text[0].upper() + help_text[1:] + ".")
         source = command.add_mutually_exclusive_group(required=True)
         source.add_argument("--modules", help="directory with encoder/ and preprocess/ Hub modules, or an encoder module")
-        source.add_argument("--checkpoint", help="checkpoint directory (Hugging Face, Google BERT, keras-nlp)")
+        source.add_argument("--checkpoint", help="checkpoint directory (Hugging Face BERT, ALBERT, ELECTRA, DistilBERT, "
+                            "RoBERTa with their tokenizer's files; Google BERT; keras-nlp)")
         command.add_argument("--out", required=True, help="output directory")
         command.add_argument("--seq-length", type=at_least(3), help="longer inputs are truncated (default: 128, or the model's maximum if shorter)")
         command.add_argument("--force", action="store_true", help="replace an earlier output in --out")
@@ -78,7 +79,8 @@ def run_explain(args):
 
 def _print_probe(result):
     shares = result["attention"]["per_layer"]
-    say("layer  [CLS]  [SEP]  punct  self   prev   next   entropy")
+    special = result["attention"].get("special_tokens", {"cls": "[CLS]", "sep": "[SEP]"})
+    say(f"layer  {special['cls']:<5}  {special['sep']:<5}  punct  self   prev   next   entropy")
     for layer in range(len(shares["cls"])):
         say(f"{layer + 1:>5}  " + "  ".join(f"{shares[name][layer]:.3f}" for name in ("cls", "sep", "punctuation", "self", "previous", "next"))
             + f"  {shares['entropy'][layer]:.3f}")

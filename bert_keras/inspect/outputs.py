@@ -67,6 +67,7 @@ def write_probe(inspector, data, out_dir, batch_size=32, test_fraction=0.2, seed
     names = [PROBE_JSON, STATISTICS_PNG, PROBE_PNG]
     with staged_directory(out_dir, overwrite, kind="probe", argument="--out") as staging:
         _write_json(os.path.join(staging, PROBE_JSON), result)
-        plots.plot_statistics(result["attention"]["per_layer"], os.path.join(staging, STATISTICS_PNG))
+        plots.plot_statistics(result["attention"]["per_layer"], os.path.join(staging, STATISTICS_PNG),
+                              special_tokens=result["attention"].get("special_tokens"))
         plots.plot_probes(result["probe"], os.path.join(staging, PROBE_PNG))
     return result, [os.path.join(out_dir, name) for name in names]

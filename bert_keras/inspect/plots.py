@@ -67,13 +67,17 @@ def plot_layer_attention(attention, tokens, layer, path):
     return path
 
 
-def plot_statistics(per_layer, path):
-    """Writes the per-layer attention shares (and entropy on a second axis) to a PNG."""
+def plot_statistics(per_layer, path, special_tokens=None):
+    """Writes the per-layer attention shares (and entropy on a second axis) to a PNG.
+
+    `special_tokens` names the "cls" and "sep" lines (default `[CLS]`, `[SEP]`; RoBERTa's `<s>`, `</s>`).
+    """
     plt = _pyplot()
     figure, (shares, entropy) = plt.subplots(1, 2, figsize=(11, 4), dpi=DPI)
     layers = np.arange(1, len(per_layer["cls"]) + 1)
+    labels = dict({"cls": "[CLS]", "sep": "[SEP]"}, **(special_tokens or {}))
     for name in ("cls", "sep", "punctuation", "self", "previous", "next"):
-        shares.plot(layers, per_layer[name], marker="o", label={"cls": "[CLS]", "sep": "[SEP]"}.get(name, name))
+        shares.plot(layers, per_layer[name], marker="o", label=labels.get(name, name))
     shares.set_xlabel("layer")
     shares.set_ylabel("average share of attention")
     shares.set_xticks(layers)

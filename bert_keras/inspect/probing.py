@@ -3,7 +3,7 @@
 Linear probes in the manner of Tenney et al. (2019): a logistic regression on
 each layer's `[CLS]` vector and on its mean over real tokens, scored on a
 held-out split. scikit-learn is imported inside `linear_probes` (the `inspect`
-extra), so that importing this module needs only numpy.
+extra), so that importing this module does not need it.
 """
 
 import logging
@@ -88,6 +88,23 @@ def held_out_warning(test_size):
             f"{math.ceil(MIN_HELD_OUT / 0.2)} or more examples (--max-examples) to read the layers apart.")
 
 
+def attention_statistics(inspector):
+    """An empty `AttentionStatistics` for `inspector`'s model: its tokenizer's start and end-of-segment ids
+    (`[CLS]`/`[SEP]`, RoBERTa's `<s>`/`</s>`) and the punctuation pieces of its vocabulary, read as its kind of
+    tokenizer spells them (`is_punctuation`; special tokens excluded)."""
+    tokenizer = inspector.tokenizer
+    special = {tokenizer.cls_id, tokenizer.sep_id, tokenizer.pad_id, tokenizer.mask_id, tokenizer.unknown_id}
+    kind = inspector.tokenizer_kind
+    return AttentionStatistics(
+        inspector.num_layers,
+        inspector.num_heads,
+        cls_id=tokenizer.cls_id,
+        sep_id=tokenizer.sep_id,
+        punctuation_ids=[i for i, token in enumerate(inspector.vocabulary)
+                         if i not in special and is_punctuation(token, kind)],
+    )
+
+
 def probe(inspector, texts, labels, label_names, text_pairs=None, batch_size=32, test_fraction=0.2, seed=0, progress=None):
     """Attention statistics and linear probes of every layer over a labelled text set.
 
@@ -103,7 +120,8 @@ def probe(inspector, texts, labels, label_names, text_pairs=None, batch_size=32,
         progress: optional callable `progress(done, total)` after each batch.
 
     Returns:
-        A dict ready for JSON: `attention` (see `AttentionStatistics.result`),
+        A dict ready for JSON: `attention` (see `AttentionStatistics.result`;
+        and `special_tokens`, what "cls" and "sep" are in this vocabulary),
         `probe` (`accuracy` per pooling and layer, `majority_baseline`,
         `train_size`, `test_size`), `num_examples`, `truncated`, `seconds`,
         `warnings` (e.g. too few held-out examples: `held_out_warning`).
@@ -113,14 +131,7 @@ def probe(inspector, texts, labels, label_names, text_pairs=None, batch_size=32,
         raise ValueError(f"Expected one label per text. Received: {len(texts)} texts and {len(labels)} labels")
     if len(np.unique(labels)) < 2:
         raise ValueError(f"Probing needs two or more labels; the data has {len(np.unique(labels))}.")
-    vocabulary = inspector.vocabulary
-    stats = AttentionStatistics(
-        inspector.num_layers,
-        inspector.num_heads,
-        cls_id=vocabulary.index("[CLS]"),
-        sep_id=vocabulary.index("[SEP]"),
-        punctuation_ids=[i for i, token in enumerate(vocabulary) if is_punctuation(token)],
-    )
+    stats = attention_statistics(inspector)
     features = {pooling: [] for pooling in POOLINGS}
     truncated = 0
     start = time.perf_counter()
@@ -132,7 +143,8 @@ def probe(inspector, texts, labels, label_names, text_pairs=None, batch_size=32,
         stats.update(probs, inputs["input_word_ids"], inputs["input_mask"])
         for pooling, values in pooled_features(hidden, inputs["input_mask"]).items():
             features[pooling].append(values)
-        truncated += int(np.sum(counts + (2 if pairs is None else 3) > inspector.seq_length))
+        special = inspector.num_special_tokens(1 if pairs is None else 2)
+        truncated += int(np.sum(counts + special > inspector.seq_length))
         if progress is not None:
             progress(end, len(texts))
     forward_seconds = time.perf_counter() - start
@@ -144,7 +156,7 @@ def probe(inspector, texts, labels, label_names, text_pairs=None, batch_size=32,
         "num_examples": len(texts),
         "truncated": truncated,
         "seq_length": inspector.seq_length,
-        "attention": stats.result(),
+        "attention": dict(stats.result(), special_tokens=inspector.special_tokens),
         "probe": {
             "accuracy": accuracies,
             "layers": ["embeddings"] + [f"layer {i + 1}" for i in range(inspector.num_layers)],

@@ -4,14 +4,56 @@ import unicodedata
 
 import numpy as np
 
+from bert_keras.text.byte_bpe import bytes_to_unicode
+
 # The statistics, in the order they are reported. Shares are averages over
 # query tokens of the attention that goes to the named keys.
 STATISTICS = ("cls", "sep", "punctuation", "self", "previous", "next", "entropy")
+PIECE_KINDS = ("wordpiece", "sentencepiece", "byte_bpe")
+# Byte-level BPE spells each byte as one printable character (GPT-2's table): the way back to the bytes.
+_BPE_BYTES = {char: byte for byte, char in bytes_to_unicode().items()}
+_WORD_START = "\u2581"  # SentencePiece's mark of a piece that starts a word
 
 
-def is_punctuation(token):
-    """Whether a WordPiece token is made of Unicode punctuation only (`.`, `,`, `##!`, `...`)."""
-    text = token[2:] if token.startswith("##") and len(token) > 2 else token
+def piece_text(token, kind="wordpiece"):
+    """The text a vocabulary piece stands for, without its tokenizer's marks; None where it is no text alone.
+
+    WordPiece: without the `##` of a continuation. SentencePiece: without the
+    `▁` (U+2581) that starts a word. Byte-level BPE: its bytes decoded as
+    UTF-8 (`Ġ` is a space), without leading spaces; None for a piece holding
+    part of a character only.
+
+    >>> piece_text("##ing"), piece_text("▁the", "sentencepiece"), piece_text("Ġthe", "byte_bpe")
+    ('ing', 'the', 'the')
+    """
+    if kind not in PIECE_KINDS:
+        raise ValueError(f"Received an invalid value for argument `kind`, expected one of {list(PIECE_KINDS)}. "
+                         f"Received: kind={kind!r}")
+    if kind == "wordpiece":
+        return token[2:] if token.startswith("##") and len(token) > 2 else token
+    if kind == "sentencepiece":
+        return token.lstrip(_WORD_START)
+    if not all(char in _BPE_BYTES for char in token):
+        return token  # a token added outside the byte table, spelled as its text
+    try:
+        return bytes(_BPE_BYTES[char] for char in token).decode("utf-8").lstrip(" ")
+    except UnicodeDecodeError:
+        return None
+
+
+def is_punctuation(token, kind="wordpiece"):
+    """Whether a vocabulary piece is made of Unicode punctuation only, its tokenizer's marks aside.
+
+    WordPiece: `.`, `,`, `##!`, `...`; SentencePiece: `▁.` too; byte-level
+    BPE: `Ġ.` and `âĢ¦` (the bytes of `…`). A piece of marks only (`▁`,
+    `Ġ`) or of part of a character is not punctuation.
+
+    Args:
+        token: str. A piece as the vocabulary spells it.
+        kind: str. `"wordpiece"`, `"sentencepiece"` or `"byte_bpe"` (see
+            `Inspector.tokenizer_kind`). Defaults to `"wordpiece"`.
+    """
+    text = piece_text(token, kind)
     return bool(text) and all(unicodedata.category(ch).startswith("P") for ch in text)
 
 
@@ -19,7 +61,8 @@ class AttentionStatistics:
     """Accumulates, per layer and head, where attention goes, over batches of examples.
 
     For every query token at a real position: the share of its attention that
-    goes to `[CLS]`, to `[SEP]`, to punctuation tokens, to itself, to the
+    goes to `[CLS]`, to `[SEP]` (RoBERTa's `<s>` and `</s>`: the ids given),
+    to punctuation tokens, to itself, to the
     previous token and to the next token, and the entropy (in nats) of its
     attention distribution. `result()` averages over all query tokens seen
     (previous/next: over the tokens that have one).
@@ -27,8 +70,8 @@ class AttentionStatistics:
     Args:
         num_layers: int.
         num_heads: int.
-        cls_id: int. Vocabulary id of `[CLS]`.
-        sep_id: int. Vocabulary id of `[SEP]`.
+        cls_id: int. Vocabulary id of `[CLS]` (RoBERTa: `<s>`).
+        sep_id: int. Vocabulary id of `[SEP]` (RoBERTa: `</s>`).
         punctuation_ids: collection of int. Ids of punctuation tokens (see
             `is_punctuation`).
 
