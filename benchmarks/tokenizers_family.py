@@ -5,7 +5,12 @@ test_byte_bpe.py); the last 20,000 tweets are tokenized, in batches of `--batch`
 one warm-up batch that traces the functions). Contenders: `BytePairTokenizer` against transformers'
 `RobertaTokenizerFast` (Rust, batch call) on the same vocab.json / merges.txt; `SentencePieceTokenizer` against
 ALBERT's definition run in Python (its preprocessing, then the `sentencepiece` library's `encode`; transformers 5
-cannot read a spiece.model in this environment). Prints a markdown table: texts/s and the share of ids equal.
+cannot read a spiece.model in this environment). keras-hub's `RobertaTokenizer` and `AlbertTokenizer` on the same
+files run twice, as a keras-hub user meets them: in a graph (`tf.function`, which is what `tf.data.Dataset.map` or a
+Keras model runs: its TensorFlow path) and eagerly (since keras-hub 0.32 an eager call takes its Python path:
+`tokenizers` for BPE, `sentencepiece` for SentencePiece); keras-hub's rows read "not installed" without it. Prints a
+markdown table: texts/s and the share of ids equal. keras-hub's `AlbertTokenizer` leaves out ALBERT's preprocessing
+(lower-casing, accents): a last row gives it the text preprocessed beforehand, to compare its segmentation.
 
 Run (from the repository root; needs the test extras):
 
@@ -31,6 +36,11 @@ import transformers  # noqa: E402
 
 from bert_keras.text import BytePairTokenizer, SentencePieceTokenizer  # noqa: E402
 from bert_keras.text.corpora import load_tweets  # noqa: E402
+
+try:  # optional contender (installed with keras-nlp); the benchmark runs without it
+    import keras_hub  # noqa: E402
+except ImportError:
+    keras_hub = None
 
 SPECIAL_BPE = ["<s>", "<pad>", "</s>", "<unk>", "<mask>"]
 
@@ -58,6 +68,39 @@ def ours(tokenizer):
     return run
 
 
+def keras_hub_graph(tokenizer):
+    """keras-hub's TensorFlow path: the layer called inside a `tf.function` (an eager call takes its Python path)."""
+    graph = tf.function(tokenizer, input_signature=[tf.TensorSpec([None], tf.string)])
+
+    def run(batch):
+        ids = graph(tf.constant(batch))
+        return [row.tolist() for row in np.split(ids.flat_values.numpy(), ids.row_splits.numpy()[1:-1])]
+
+    return run
+
+
+def keras_hub_eager(tokenizer):
+    """keras-hub's eager call on a string tensor; it returns the ids as lists."""
+    return lambda batch: tokenizer(tf.constant(batch))
+
+
+def keras_hub_rows(make_tokenizer, name, batches, ref_ids):
+    """Two rows (graph, eager) for one keras-hub tokenizer, or "not installed" rows; one warm-up call each."""
+    if keras_hub is None:
+        return [("", f"keras-hub {name} (graph)", None, None), ("", f"keras-hub {name} (eager)", None, None)]
+    rows = []
+    for mode, wrap in (("graph", keras_hub_graph), ("eager", keras_hub_eager)):
+        run = wrap(make_tokenizer())
+        run(batches[0][:8])
+        seconds, ids = timed(run, batches)
+        rows.append(("", f"keras-hub {name} ({mode})", seconds, share_equal(ids, ref_ids)))
+    return rows
+
+
+def share_equal(ids, ref_ids):
+    return sum(a == b for a, b in zip(ids, ref_ids, strict=True)) / len(ref_ids)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--batch", type=int, default=1000)
@@ -79,9 +122,15 @@ def main():
         ref_time, ref_ids = timed(
             lambda b: roberta(b, add_special_tokens=False, split_special_tokens=True)["input_ids"], batches
         )
-        equal = sum(a == b for a, b in zip(ours_ids, ref_ids)) / len(texts)
-        rows.append(("RoBERTa byte-level BPE", "bert_keras BytePairTokenizer (graph)", ours_time, equal))
+        rows.append(("RoBERTa byte-level BPE", "bert_keras BytePairTokenizer (graph)", ours_time,
+                     share_equal(ours_ids, ref_ids)))
         rows.append(("", "transformers RobertaTokenizerFast", ref_time, 1.0))
+        rows += keras_hub_rows(
+            lambda: keras_hub.tokenizers.RobertaTokenizer(
+                vocabulary=os.path.join(folder, "vocab.json"), merges=os.path.join(folder, "merges.txt")
+            ),
+            "RobertaTokenizer", batches, ref_ids,
+        )
     model = io.BytesIO()
     spm.SentencePieceTrainer.train(
         sentence_iterator=iter([albert_reference_text(t) for t in train if t.strip()]), model_writer=model,
@@ -93,16 +142,30 @@ def main():
     albert.tokenize(tf.constant(batches[0][:8]))
     ours_time, ours_ids = timed(ours(albert), batches)
     ref_time, ref_ids = timed(lambda b: [processor.encode(albert_reference_text(t)) for t in b], batches)
-    equal = sum(a == b for a, b in zip(ours_ids, ref_ids)) / len(texts)
-    rows.append(("ALBERT SentencePiece", "bert_keras SentencePieceTokenizer (graph)", ours_time, equal))
+    rows.append(("ALBERT SentencePiece", "bert_keras SentencePieceTokenizer (graph)", ours_time,
+                 share_equal(ours_ids, ref_ids)))
     rows.append(("", "ALBERT's Python preprocessing + sentencepiece", ref_time, 1.0))
+    rows += keras_hub_rows(
+        lambda: keras_hub.tokenizers.AlbertTokenizer(proto=model.getvalue()), "AlbertTokenizer", batches, ref_ids
+    )
+    if keras_hub is not None:
+        # Its segmentation alone: the text given already preprocessed as ALBERT does it (not timed).
+        run = keras_hub_graph(keras_hub.tokenizers.AlbertTokenizer(proto=model.getvalue()))
+        prepared = [[albert_reference_text(t) for t in batch] for batch in batches]
+        run(prepared[0][:8])
+        seconds, ids = timed(run, prepared)
+        rows.append(("", "keras-hub AlbertTokenizer (graph), text preprocessed beforehand", seconds,
+                     share_equal(ids, ref_ids)))
 
     cpu = subprocess.run("lscpu | grep 'Model name'", shell=True, capture_output=True, text=True).stdout.split(":")[-1]
     print(f"{len(texts):,} tweets, batches of {args.batch}, one run; CPU: {cpu.strip()}, {os.cpu_count()} cores\n")
     print("| tokenizer | implementation | texts/s | ids equal to the reference |")
     print("|---|---|---:|---:|")
     for family, name, seconds, share in rows:
-        print(f"| {family} | {name} | {len(texts) / seconds:,.0f} | {share:.2%} |")
+        if seconds is None:
+            print(f"| {family} | {name} | not installed | not installed |")
+        else:
+            print(f"| {family} | {name} | {len(texts) / seconds:,.0f} | {share:.2%} |")
 
 
 if __name__ == "__main__":
