@@ -231,7 +231,11 @@ class UnigramSegmenter(tf.Module):
             # A reset since these candidates' start: those starting before it were compared unshifted, then their
             # best was shifted (the library's order); only then come the later ones.
             before = tf.cast(length[lo:hi], tf.int64) > e - tf.gather(reset_at, rows)
-            best, chosen = _best_across_reset(candidate, keys, rows, before, reset_by, num_rows)
+            best, chosen = tf.cond(
+                tf.reduce_any(before),
+                lambda: _best_across_reset(candidate, keys, rows, before, reset_by, num_rows),
+                lambda: _first_best(candidate, keys, rows, num_rows),
+            )
             reset = (chosen > 0) & ((best < -_RESET_THRESHOLD) | (best > _RESET_THRESHOLD))
             reset_at = tf.where(reset, e, reset_at)
             reset_by = tf.where(reset, best, reset_by)
