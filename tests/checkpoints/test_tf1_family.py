@@ -162,6 +162,7 @@ def test_albert_tf1_checkpoint_gives_transformers_outputs(albert):
     assert max_diff(outputs["pooled_output"], expected.pooler_output.numpy()) <= 1e-5
 
 
+@pytest.mark.slow
 def test_albert_30k_clean_model_is_its_tokenizer(albert, tmp_path):
     """The tars name the SentencePiece model `30k-clean.model`: raw strings go through it, ALBERT's ids."""
     model, folder = albert

@@ -53,7 +53,10 @@ def reference_tokens(name, folder, texts, max_length=SEQ):
     return [reference.convert_ids_to_tokens(row) for row in ids]
 
 
-@pytest.mark.parametrize("name", sorted(FAMILIES))
+# The WordPiece families take the path BERT's pages always took: in the slow part.
+@pytest.mark.parametrize(
+    "name", [pytest.param(n, marks=pytest.mark.slow) if n in ("distilbert", "electra") else n for n in sorted(FAMILIES)]
+)
 def test_tokens_ids_attention_and_hidden_states(families, inspectors, preprocessors, name):  # noqa: F811
     _, folder = families[name]
     inspector = inspectors[name]
@@ -179,6 +182,7 @@ def test_statistics_use_the_family_s_special_tokens_and_pieces(inspectors, tweet
     assert result["attention"]["num_tokens"] == sum(len(r.tokens) for r in inspector.inspect(texts, hidden_states=False))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["albert", "roberta"])
 def test_explain_writes_a_page_for_a_family_folder(families, inspectors, tmp_path, capsys, name):  # noqa: F811
     _, folder = families[name]
