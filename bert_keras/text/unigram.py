@@ -133,6 +133,7 @@ class UnigramSegmenter(tf.Module):
         # A reset (see the module docstring) is emulated for one at a time among a position's candidates: it holds
         # when no `max_chars` characters can cross 100,000 in score.
         largest = max([abs(float(self.unk_score))] + [abs(float(score)) for _, score, _ in pieces])
+        self._largest_score = np.float32(largest)
         if largest * self.max_chars >= _RESET_THRESHOLD:
             raise ValueError(f"piece scores as large as {largest:g} are not supported (real models' are below 100)")
         scores = [
@@ -223,30 +224,42 @@ class UnigramSegmenter(tf.Module):
         best_key = tf.TensorArray(tf.int64, size=tf.cast(steps + 1, tf.int32), element_shape=[None])
         best_key = best_key.write(0, tf.zeros(tf.stack([num_rows]), tf.int64))
 
-        def step(e, window, reset_at, reset_by, best_key):
-            lo, hi = bounds[e], bounds[e + 1]
-            rows = row[lo:hi]
-            candidate = tf.gather(tf.reshape(window, [-1]), in_window[lo:hi]) + score[lo:hi]
-            keys = key[lo:hi]
-            # A reset since these candidates' start: those starting before it were compared unshifted, then their
-            # best was shifted (the library's order); only then come the later ones.
-            before = tf.cast(length[lo:hi], tf.int64) > e - tf.gather(reset_at, rows)
-            best, chosen = tf.cond(
-                tf.reduce_any(before),
-                lambda: _best_across_reset(candidate, keys, rows, before, reset_by, num_rows),
-                lambda: _first_best(candidate, keys, rows, num_rows),
-            )
-            reset = (chosen > 0) & ((best < -_RESET_THRESHOLD) | (best > _RESET_THRESHOLD))
-            reset_at = tf.where(reset, e, reset_at)
-            reset_by = tf.where(reset, best, reset_by)
-            best = tf.where(reset, tf.zeros_like(best), best)
-            window = tf.concat([best[:, None], window[:, :-1]], 1)
-            return e + 1, window, reset_at, reset_by, best_key.write(tf.cast(e, tf.int32), chosen)
+        def search(with_resets):
+            def step(e, window, reset_at, reset_by, best_key):
+                lo, hi = bounds[e], bounds[e + 1]
+                rows = row[lo:hi]
+                candidate = tf.gather(tf.reshape(window, [-1]), in_window[lo:hi]) + score[lo:hi]
+                keys = key[lo:hi]
+                if not with_resets:
+                    best, chosen = _first_best(candidate, keys, rows, num_rows)
+                    window = tf.concat([best[:, None], window[:, :-1]], 1)
+                    return e + 1, window, reset_at, reset_by, best_key.write(tf.cast(e, tf.int32), chosen)
+                # A reset since these candidates' start: those starting before it were compared unshifted, then
+                # their best was shifted (the library's order); only then come the later ones.
+                before = tf.cast(length[lo:hi], tf.int64) > e - tf.gather(reset_at, rows)
+                best, chosen = tf.cond(
+                    tf.reduce_any(before),
+                    lambda: _best_across_reset(candidate, keys, rows, before, reset_by, num_rows),
+                    lambda: _first_best(candidate, keys, rows, num_rows),
+                )
+                reset = (chosen > 0) & ((best < -_RESET_THRESHOLD) | (best > _RESET_THRESHOLD))
+                reset_at = tf.where(reset, e, reset_at)
+                reset_by = tf.where(reset, best, reset_by)
+                best = tf.where(reset, tf.zeros_like(best), best)
+                window = tf.concat([best[:, None], window[:, :-1]], 1)
+                return e + 1, window, reset_at, reset_by, best_key.write(tf.cast(e, tf.int32), chosen)
 
-        _, _, _, _, best_key = tf.while_loop(
-            lambda e, *_: e <= steps,
-            step,
-            (tf.constant(1, tf.int64), window, no_reset, tf.zeros(tf.stack([num_rows])), best_key),
+            return tf.while_loop(
+                lambda e, *_: e <= steps,
+                step,
+                (tf.constant(1, tf.int64), window, no_reset, tf.zeros(tf.stack([num_rows])), best_key),
+            )[-1]
+
+        # No path of `steps` pieces can reach 100,000 in score: the search without the library's reset.
+        best_key = tf.cond(
+            tf.cast(steps, tf.float32) * self._largest_score < 0.5 * _RESET_THRESHOLD,
+            lambda: search(with_resets=False),
+            lambda: search(with_resets=True),
         )
         best_key = tf.transpose(best_key.stack())  # (batch, positions + 1)
         return _backtrack(best_key // vocabulary, tf.cast(best_key % vocabulary, tf.int32), lengths, self.unk_id)
