@@ -97,6 +97,20 @@ def keras_hub_rows(make_tokenizer, name, batches, ref_ids):
     return rows
 
 
+def latency(make_run, texts):
+    """One text at a time: `(first call after construction, median of the others)` in milliseconds."""
+    run = make_run()
+    started = time.perf_counter()
+    run([texts[0]])
+    first = time.perf_counter() - started
+    times = []
+    for text in texts[1:]:
+        started = time.perf_counter()
+        run([text])
+        times.append(time.perf_counter() - started)
+    return 1000 * first, 1000 * float(np.median(times))
+
+
 def share_equal(ids, ref_ids):
     return sum(a == b for a, b in zip(ids, ref_ids, strict=True)) / len(ref_ids)
 
@@ -105,11 +119,13 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--batch", type=int, default=1000)
     parser.add_argument("--texts", type=int, default=20_000)
+    parser.add_argument("--single", type=int, default=200, help="tweets tokenized one per call, for latency")
     args = parser.parse_args()
     tweets = load_tweets()[0]
     train, texts = tweets[:10_000], tweets[-args.texts:]
     batches = [texts[i:i + args.batch] for i in range(0, len(texts), args.batch)]
-    rows = []
+    rows, latencies = [], []
+    single = texts[: args.single + 1]
     with tempfile.TemporaryDirectory() as folder:
         trainer = tokenizers.ByteLevelBPETokenizer()
         trainer.train_from_iterator(train, vocab_size=2000, min_frequency=2, special_tokens=SPECIAL_BPE,
@@ -131,6 +147,10 @@ def main():
             ),
             "RobertaTokenizer", batches, ref_ids,
         )
+        latencies.append(("bert_keras BytePairTokenizer (graph)",
+                          latency(lambda: ours(BytePairTokenizer.from_folder(folder)), single)))
+        latencies.append(("transformers RobertaTokenizerFast", latency(
+            lambda: lambda b: roberta(b, add_special_tokens=False, split_special_tokens=True)["input_ids"], single)))
     model = io.BytesIO()
     spm.SentencePieceTrainer.train(
         sentence_iterator=iter([albert_reference_text(t) for t in train if t.strip()]), model_writer=model,
@@ -156,6 +176,13 @@ def main():
         seconds, ids = timed(run, prepared)
         rows.append(("", "keras-hub AlbertTokenizer (graph), text preprocessed beforehand", seconds,
                      share_equal(ids, ref_ids)))
+    latencies.append(("bert_keras SentencePieceTokenizer (graph)",
+                      latency(lambda: ours(SentencePieceTokenizer(model.getvalue())), single)))
+    latencies.append(("ALBERT's Python preprocessing + sentencepiece",
+                      latency(lambda: lambda b: [processor.encode(albert_reference_text(t)) for t in b], single)))
+    if keras_hub is not None:
+        latencies.append(("keras-hub AlbertTokenizer (graph)", latency(
+            lambda: keras_hub_graph(keras_hub.tokenizers.AlbertTokenizer(proto=model.getvalue())), single)))
 
     cpu = subprocess.run("lscpu | grep 'Model name'", shell=True, capture_output=True, text=True).stdout.split(":")[-1]
     print(f"{len(texts):,} tweets, batches of {args.batch}, one run; CPU: {cpu.strip()}, {os.cpu_count()} cores\n")
@@ -166,6 +193,11 @@ def main():
             print(f"| {family} | {name} | not installed | not installed |")
         else:
             print(f"| {family} | {name} | {len(texts) / seconds:,.0f} | {share:.2%} |")
+    print(f"\nOne text per call ({args.single} tweets after a first call on a fresh tokenizer):\n")
+    print("| implementation | first call, ms | median, ms |")
+    print("|---|---:|---:|")
+    for name, (first, median) in latencies:
+        print(f"| {name} | {first:,.1f} | {median:.2f} |")
 
 
 if __name__ == "__main__":
