@@ -16,16 +16,21 @@ class MaskedLMHead(keras.layers.Layer):
     """BERT's masked-language-model head, with the output tied to the word embeddings.
 
     Gathers the hidden states at `masked_lm_positions`, transforms them
-    (`dense -> activation -> LayerNorm`, all of width `hidden`) and scores every
-    vocabulary entry: `logits = x @ embeddings.T + output_bias`.
+    (`dense -> activation -> LayerNorm`, from `hidden` to the width of the
+    embedding table) and scores every vocabulary entry:
+    `logits = x @ embeddings.T + output_bias`. For BERT, RoBERTa and
+    DistilBERT that width is the hidden size; for ALBERT and ELECTRA's
+    generator it is the narrower `embedding_size` (their heads map back to
+    the embeddings' width before scoring against them).
 
     Args:
         vocab_size: int. Number of vocabulary entries scored.
-        embedding: optional `keras.layers.Embedding` of shape `(vocab_size, hidden)`
-            whose table is the output projection (weight tying, as in BERT). It is
-            not serialized: a task passes its encoder's embedding again when it is
-            rebuilt. If `None`, the head owns an untied table `decoder_embeddings`
-            of the same shape. Defaults to `None`.
+        embedding: optional `keras.layers.Embedding` of shape `(vocab_size, width)`
+            whose table is the output projection (weight tying, as in BERT); the
+            transform's width is the table's `width`. It is not serialized: a
+            task passes its encoder's embedding again when it is rebuilt. If
+            `None`, the head owns an untied table `decoder_embeddings` of shape
+            `(vocab_size, hidden)`. Defaults to `None`.
         activation: str or callable. Activation of the transform: `"gelu"`
             (exact), `"gelu_approximate"`, `"relu"` or a callable. Defaults to `"gelu"`.
         layer_norm_epsilon: float. Defaults to `1e-12`.
@@ -45,6 +50,11 @@ class MaskedLMHead(keras.layers.Layer):
     >>> head = MaskedLMHead(vocab_size=50)
     >>> tuple(head(np.zeros((2, 7, 16)), np.array([[1, 3], [2, 0]])).shape)
     (2, 2, 50)
+    >>> embedding = keras.layers.Embedding(50, 8)  # ALBERT-like: embeddings of width 8, hidden size 16
+    >>> embedding.build((None,))
+    >>> tied = MaskedLMHead(vocab_size=50, embedding=embedding)
+    >>> tuple(tied(np.zeros((2, 7, 16))).shape), tuple(tied.transform_dense.kernel.shape)
+    ((2, 7, 50), (16, 8))
     """
 
     def __init__(
@@ -65,6 +75,12 @@ class MaskedLMHead(keras.layers.Layer):
                     "Received an invalid value for argument `embedding`, expected a "
                     f"keras.layers.Embedding. Received: embedding={embedding!r}"
                 )
+            output_dim = getattr(embedding, "output_dim", None)
+            if isinstance(output_dim, bool) or not isinstance(output_dim, int) or output_dim <= 0:
+                raise ValueError(
+                    "Received an invalid value for argument `embedding`, expected a "
+                    f"keras.layers.Embedding with a positive `output_dim`. Received: embedding={embedding!r}"
+                )
             if input_dim != vocab_size:
                 raise ValueError(
                     f"The tied `embedding` has {input_dim} rows but `vocab_size` is "
@@ -80,14 +96,11 @@ class MaskedLMHead(keras.layers.Layer):
 
     def build(self, sequence_output_shape, masked_lm_positions_shape=None):
         hidden_size = sequence_output_shape[-1]
-        if self.embedding is not None and self.embedding.output_dim != hidden_size:
-            raise ValueError(
-                f"The tied embedding has width {self.embedding.output_dim} but the "
-                f"sequence output has hidden size {hidden_size}. Received: "
-                f"sequence_output_shape={tuple(sequence_output_shape)}"
-            )
+        # The transform ends at the width of the table it is scored against: the tied embedding's (ALBERT's and
+        # ELECTRA's generator's embedding_size, narrower than the hidden size), else the hidden size.
+        width = self.embedding.output_dim if self.embedding is not None else hidden_size
         self.transform_dense = keras.layers.Dense(
-            hidden_size,
+            width,
             kernel_initializer=keras.initializers.get(keras.initializers.serialize(self.kernel_initializer)),
             dtype=self.dtype_policy,
             name="transform",
@@ -96,7 +109,7 @@ class MaskedLMHead(keras.layers.Layer):
         self.layer_norm = keras.layers.LayerNormalization(
             epsilon=self.layer_norm_epsilon, dtype=self.dtype_policy, name="layer_norm"
         )
-        self.layer_norm.build((None, None, hidden_size))
+        self.layer_norm.build((None, None, width))
         if self.embedding is None:
             self.decoder_embeddings = self.add_weight(
                 shape=(self.vocab_size, hidden_size),
@@ -116,12 +129,12 @@ class MaskedLMHead(keras.layers.Layer):
         if masked_lm_positions is not None:
             positions = ops.cast(masked_lm_positions, "int32")[:, :, None]  # (batch, predictions, 1)
             x = ops.take_along_axis(x, positions, axis=1)  # (batch, predictions, hidden)
-        x = self._activation_fn(self.transform_dense(x))  # (batch, predictions, hidden)
+        x = self._activation_fn(self.transform_dense(x))  # (batch, predictions, width)
         x = self.layer_norm(x)
-        table = ops.cast(self._output_table(), x.dtype)  # (vocab, hidden)
+        table = ops.cast(self._output_table(), x.dtype)  # (vocab, width)
         # One 2-D matmul is several times faster on CPU than a batched 3-D one.
         shape = ops.shape(x)
-        flat = ops.reshape(x, (-1, shape[-1]))  # (batch * predictions, hidden)
+        flat = ops.reshape(x, (-1, shape[-1]))  # (batch * predictions, width)
         logits = ops.matmul(flat, ops.transpose(table)) + ops.cast(self.output_bias, x.dtype)  # (batch * predictions, vocab)
         return ops.reshape(logits, (shape[0], shape[1], self.vocab_size))  # (batch, predictions, vocab)
 

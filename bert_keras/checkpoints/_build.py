@@ -25,7 +25,9 @@ class LoadedCheckpoint:
     Attributes:
         encoder: `BertEncoder` holding the converted weights.
         heads: dict of converted heads: `"mlm"` (`MaskedLMHead`, tied to the
-            encoder's word embeddings) and/or `"nsp"` (`NextSentenceHead`);
+            encoder's word embeddings: BERT's and the family's masked LM, an
+            ELECTRA generator's; for ALBERT and ELECTRA its transform ends at
+            the embeddings' width) and/or `"nsp"` (`NextSentenceHead`);
             a task's, where asked for (`with_heads=["token_classifier"]`):
             `"classifier"` (`ClassificationHead`), `"token_classifier"`
             (`TokenClassificationHead`), `"span"` (`SpanHead`); ELECTRA's

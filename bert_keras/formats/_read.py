@@ -56,10 +56,12 @@ TARGET_SHAPES = {
     _BLOCK + "feed_forward_layer_norm.beta": (_H,),
     "encoder.pooler.kernel": (_H, _H),
     "encoder.pooler.bias": (_H,),
-    "mlm.transform_dense.kernel": (_H, _H),
-    "mlm.transform_dense.bias": (_H,),
-    "mlm.layer_norm.gamma": (_H,),
-    "mlm.layer_norm.beta": (_H,),
+    # The masked LM's transform ends at the tables' width: the hidden size for BERT, RoBERTa and DistilBERT,
+    # `embedding_size` for ALBERT and ELECTRA's generator (scored against their narrower word embeddings).
+    "mlm.transform_dense.kernel": (_H, _E),
+    "mlm.transform_dense.bias": (_E,),
+    "mlm.layer_norm.gamma": (_E,),
+    "mlm.layer_norm.beta": (_E,),
     "mlm.output_bias": ("vocab_size",),
     "nsp.dense.kernel": (_H, 2),
     "nsp.dense.bias": (2,),
@@ -353,15 +355,20 @@ def _target_shape(source, name, target, transform, encoder_config):
 
 
 def check_tied_decoder(source, name, embeddings_name):
-    """Checks that a stored decoder matrix equals the word embeddings (it is tied)."""
+    """Checks that a stored decoder matrix equals the word embeddings (it is tied). Returns the names to skip.
+
+    A checkpoint that ties them stores the matrix once (transformers 5) or twice, equal (older files); one
+    saved with `tie_word_embeddings: false` stores a decoder of its own, which `MaskedLMHead` cannot hold.
+    """
     if not source.has(name):
         return []
     decoder, embeddings = source.get(name), source.get(embeddings_name)
     if decoder.shape != embeddings.shape or not np.array_equal(decoder, embeddings):
         raise CheckpointError(
             source.file_of(name),
-            name,
-            f"differs from the word embeddings {embeddings_name!r}; BERT ties them and so "
-            "does MaskedLMHead. An untied decoder is not supported.",
+            source.original_name(name),
+            f"differs from the word embeddings {source.original_name(embeddings_name)!r}; BERT and its family "
+            "(ALBERT, ELECTRA, DistilBERT, RoBERTa) tie them, and so does MaskedLMHead. An untied decoder is not "
+            "supported: read the encoder without the masked-LM head (with_heads=False).",
         )
     return [name]

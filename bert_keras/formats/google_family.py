@@ -5,7 +5,8 @@ checkpoint here. Each is one weight table and one `BertEncoder` with options, as
 
 - ALBERT: `albert_config.json` next to the checkpoint (`model.ckpt-best.*` in google-research/albert's tars),
   its SentencePiece model as `spiece.model` or, as the tars name it, `30k-clean.model`. One block shared by every
-  layer (`shared_layers=True`); `num_hidden_groups` and `inner_group_num` other than 1 are refused.
+  layer (`shared_layers=True`); `num_hidden_groups` and `inner_group_num` other than 1 are refused. Its masked LM
+  (`cls/predictions/`, of the embeddings' width) is read as `"mlm"` where asked for; the sentence-order head is not.
 - ELECTRA: the discriminator (`electra/`) is the encoder, its replaced-token head (`discriminator_predictions/`)
   read where asked for; the generator (`generator/`, `generator_predictions/`) is not read. The released zips hold
   the checkpoint and `vocab.txt` only, no config: the sizes are read from the stored shapes, the heads follow
@@ -116,8 +117,11 @@ def read_albert(prefix, source, *, with_heads, do_lower_case, ignored):
         prefix: str. The checkpoint prefix; `albert_config.json` and the
             SentencePiece model (`spiece.model` or `30k-clean.model`) are read from its folder.
         source: `TFCheckpointSource` of the checkpoint.
-        with_heads: bool or list of head names. ALBERT's masked LM (to the
-            embedding width) and sentence-order head are not read: the summary lists them unused.
+        with_heads: bool or list of head names. ALBERT's masked LM
+            (`cls/predictions/`: a transform to the embedding width, scored
+            against the word embeddings) is read as `"mlm"` when asked for and
+            present; its sentence-order head (`cls/seq_relationship/`) is not
+            read: the summary lists it unused.
         do_lower_case: bool.
         ignored: callable `name -> bool`: optimizer slots and counters.
 

@@ -1,8 +1,9 @@
 """Hugging Face `transformers` checkpoints of BERT and its family -> our encoder config and weights (and the heads').
 
-The family: BERT, ELECTRA (`ElectraModel`, the discriminator `ElectraForPreTraining`), DistilBERT, ALBERT and
-RoBERTa, told apart by config.json's `model_type`; each is one `tables.HF_FAMILIES` entry (its weight table, its
-config keys, what it fixes) and one `BertEncoder` with options, not a class of its own.
+The family: BERT, ELECTRA (`ElectraModel`, the discriminator `ElectraForPreTraining`, the generator
+`ElectraForMaskedLM`), DistilBERT, ALBERT and RoBERTa, told apart by config.json's `model_type`; each is one
+`tables.HF_FAMILIES` entry (its weight table, its config keys, what it fixes) and one `BertEncoder` with options,
+not a class of its own. Each family's masked LM is read as `"mlm"` (a `MaskedLMHead` tied to the word embeddings).
 """
 
 import collections
@@ -161,7 +162,11 @@ def read_huggingface(path, *, with_heads=True, do_lower_case=None):
             may only name shard files in the same directory.
         with_heads: bool, or a list of head names. `True`: also read
             `cls.predictions.*` (masked LM) and `cls.seq_relationship.*` (next
-            sentence) when present; a list names the heads to read when
+            sentence) when present, and the family's pre-training heads: its
+            masked LM as `"mlm"` (ALBERT's `predictions`, RoBERTa's `lm_head`,
+            DistilBERT's `vocab_transform`/`vocab_layer_norm`/`vocab_projector`,
+            an ELECTRA generator's `generator_predictions`/`generator_lm_head`),
+            ELECTRA's replaced-token head as `"discriminator"`; a list names the heads to read when
             present, the task heads among them: `"classifier"`
             (`BertForSequenceClassification`'s `classifier`),
             `"token_classifier"` (`BertForTokenClassification`'s `classifier`),
@@ -212,10 +217,10 @@ def read_huggingface(path, *, with_heads=True, do_lower_case=None):
         do_lower_case = _read_do_lower_case(directory, tokens)
 
     table = family_table(model_type, kwargs)
+    family = tables.HF_FAMILIES[model_type]
     if tables.MLM in table:  # Some checkpoints spell the MLM output bias `cls.predictions.decoder.bias`.
-        table[tables.MLM] = tuple(
-            (target, _alias(source, name), transform) for target, name, transform in table[tables.MLM]
-        )
+        table[tables.MLM] = tuple((target, _alias(source, name, family["aliases"]), transform)
+                                  for target, name, transform in table[tables.MLM])
     weights = read_weights(
         format="huggingface",
         source=source,
@@ -223,10 +228,10 @@ def read_huggingface(path, *, with_heads=True, do_lower_case=None):
         part_prefixes=part_prefixes(architectures, model_type),
         config_keys=family_config_keys(model_type),
         encoder_config=kwargs,
-        mlm_activation=kwargs["activation"],
+        mlm_activation=family["mlm_activation"] or kwargs["activation"],
         with_heads=with_heads,
         ignored=is_ignored,
-        extra_checks=lambda src, heads: _extra_checks(src, heads, table),
+        extra_checks=lambda src, heads: _extra_checks(src, heads, table, family),
         hint=f" Check {config_file}.",
         vocab_file=vocab_file,
         do_lower_case=do_lower_case,
@@ -259,8 +264,7 @@ def part_prefixes(architectures, model_type="bert"):
 
     `classifier.*` is the head of a sequence classifier and of a token
     classifier alike: without an architecture that says which, it is left unused.
-    The family's other heads (RoBERTa's `lm_head`, ALBERT's `predictions` and
-    `sop_classifier`, ELECTRA's generator) are not read: the summary lists them unused.
+    ALBERT's sentence-order head (`sop_classifier`) is not read: the summary lists it unused.
     """
     named = {tables.HF_TASK_ARCHITECTURES[name] for name in architectures if name in tables.HF_TASK_ARCHITECTURES}
     return {part: prefix for part, prefix in tables.HF_FAMILIES[model_type]["part_prefixes"].items()
@@ -315,23 +319,24 @@ def classifier_labels(source, entries, id2label, config_file, hidden_size):
     return id2label
 
 
-def _alias(source, name):
+def _alias(source, name, aliases):
     if source.has(name):
         return name
-    for alternative in tables.HF_ALIASES.get(name, ()):
+    for alternative in aliases.get(name, ()):
         if source.has(alternative):
             return alternative
     return name
 
 
-def _extra_checks(source, heads, table):
+def _extra_checks(source, heads, table, family):
     skipped = []
     if tables.MLM in heads:
-        skipped += check_tied_decoder(source, tables.HF_TIED_DECODER, "embeddings.word_embeddings.weight")
-        # `cls.predictions.decoder.bias` is the same parameter as `cls.predictions.bias`.
-        for name in ("cls.predictions.bias",) + tables.HF_ALIASES["cls.predictions.bias"]:
-            if source.has(name) and name not in [entry[1] for entry in table[tables.MLM]]:
-                skipped.append(name)
+        skipped += check_tied_decoder(source, family["tied_decoder"], "embeddings.word_embeddings.weight")
+        # An alias is the same parameter (`cls.predictions.decoder.bias` is `cls.predictions.bias`): the one not read
+        # is skipped.
+        read = {entry[1] for entry in table[tables.MLM]}
+        for name, alternatives in family["aliases"].items():
+            skipped += [n for n in (name,) + alternatives if source.has(n) and n not in read]
     return skipped
 
 

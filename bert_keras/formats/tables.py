@@ -156,9 +156,21 @@ HF_ALBERT_PROJECTION = (
     ("encoder.embeddings.projection.kernel", "encoder.embedding_hidden_mapping_in.weight", TRANSPOSE),
     ("encoder.embeddings.projection.bias", "encoder.embedding_hidden_mapping_in.bias", IDENTITY),
 )
+# The masked-LM heads of the family (transformers' AlbertMLMHead, ElectraGeneratorPredictions + generator_lm_head,
+# DistilBertForMaskedLM's vocab_*, RobertaLMHead): BERT's `dense -> activation -> LayerNorm`, then the word embeddings
+# (tied; their decoder matrix is only checked, `HF_FAMILIES[...]["tied_decoder"]`) and a bias. ALBERT's and ELECTRA's
+# generator's transform ends at `embedding_size`, the embeddings' width.
 HF_ELECTRA_WEIGHTS = {
     EMBEDDINGS: _HF_BERT_EMBEDDINGS,
     LAYER: HF_WEIGHTS[LAYER],
+    # ElectraForMaskedLM, the generator: its own (smaller) encoder under `electra.`, this head on it.
+    MLM: (
+        ("mlm.transform_dense.kernel", "generator_predictions.dense.weight", TRANSPOSE),
+        ("mlm.transform_dense.bias", "generator_predictions.dense.bias", IDENTITY),
+        ("mlm.layer_norm.gamma", "generator_predictions.LayerNorm.weight", IDENTITY),
+        ("mlm.layer_norm.beta", "generator_predictions.LayerNorm.bias", IDENTITY),
+        ("mlm.output_bias", "generator_lm_head.bias", IDENTITY),
+    ),
     DISCRIMINATOR: (
         ("discriminator.dense.kernel", "discriminator_predictions.dense.weight", TRANSPOSE),
         ("discriminator.dense.bias", "discriminator_predictions.dense.bias", IDENTITY),
@@ -186,6 +198,13 @@ HF_DISTILBERT_WEIGHTS = {
         (_BLOCK + "feed_forward.output_dense.bias", _D_BLOCK + "ffn.lin2.bias", IDENTITY),
         (_BLOCK + "feed_forward_layer_norm.gamma", _D_BLOCK + "output_layer_norm.weight", IDENTITY),
         (_BLOCK + "feed_forward_layer_norm.beta", _D_BLOCK + "output_layer_norm.bias", IDENTITY),
+    ),
+    MLM: (  # the output bias is the projector's own (`vocab_projector.bias`)
+        ("mlm.transform_dense.kernel", "vocab_transform.weight", TRANSPOSE),
+        ("mlm.transform_dense.bias", "vocab_transform.bias", IDENTITY),
+        ("mlm.layer_norm.gamma", "vocab_layer_norm.weight", IDENTITY),
+        ("mlm.layer_norm.beta", "vocab_layer_norm.bias", IDENTITY),
+        ("mlm.output_bias", "vocab_projector.bias", IDENTITY),
     ),
 }
 # ALBERT: one group of one layer, shared by every step. No `{i}`: the one block is
@@ -216,20 +235,42 @@ HF_ALBERT_WEIGHTS = {
         ("encoder.pooler.kernel", "pooler.weight", TRANSPOSE),
         ("encoder.pooler.bias", "pooler.bias", IDENTITY),
     ),
+    MLM: (  # AlbertForMaskedLM / AlbertForPreTraining; `sop_classifier` (sentence order) is not read
+        ("mlm.transform_dense.kernel", "predictions.dense.weight", TRANSPOSE),
+        ("mlm.transform_dense.bias", "predictions.dense.bias", IDENTITY),
+        ("mlm.layer_norm.gamma", "predictions.LayerNorm.weight", IDENTITY),
+        ("mlm.layer_norm.beta", "predictions.LayerNorm.bias", IDENTITY),
+        ("mlm.output_bias", "predictions.bias", IDENTITY),
+    ),
 }
-# RoBERTa's encoder has BERT's names; its masked-LM head (`lm_head.*`) is not read (reported unused).
-HF_ROBERTA_WEIGHTS = {part: HF_WEIGHTS[part] for part in (EMBEDDINGS, LAYER, POOLER)}
+# RoBERTa's encoder has BERT's names; its masked-LM head is `lm_head.*`.
+HF_ROBERTA_WEIGHTS = {
+    **{part: HF_WEIGHTS[part] for part in (EMBEDDINGS, LAYER, POOLER)},
+    MLM: (
+        ("mlm.transform_dense.kernel", "lm_head.dense.weight", TRANSPOSE),
+        ("mlm.transform_dense.bias", "lm_head.dense.bias", IDENTITY),
+        ("mlm.layer_norm.gamma", "lm_head.layer_norm.weight", IDENTITY),
+        ("mlm.layer_norm.beta", "lm_head.layer_norm.bias", IDENTITY),
+        ("mlm.output_bias", "lm_head.bias", IDENTITY),
+    ),
+}
 
 # Each family: its prefix in task checkpoints, weight table, the parts it may hold, its config keys, and what its
 # config fixes, and its kind of tokenizer (`bert_keras.text.folders`). Config keys default to BERT's (HF_CONFIG); the projection is added where `embedding_size` is set.
+# Its masked LM: `tied_decoder`, the decoder matrix, tied to the word embeddings (read only to check that it is);
+# `aliases`, other spellings of its names (as HF_ALIASES); `mlm_activation`, the head's activation where it is
+# fixed in transformers' code rather than the config's (RobertaLMHead's and ElectraGeneratorPredictions' exact
+# GELU); None: the encoder's (`activation_key`: BERT's and ALBERT's `hidden_act`, DistilBERT's `activation`).
 HF_FAMILIES = {
     "bert": dict(prefix="bert.", weights=HF_WEIGHTS, part_prefixes=HF_PART_PREFIXES, config=HF_CONFIG,
-                 activation_key="hidden_act", fixed={}, tokenizer="wordpiece"),
+                 activation_key="hidden_act", fixed={}, tokenizer="wordpiece",
+                 tied_decoder=HF_TIED_DECODER, aliases=HF_ALIASES, mlm_activation=None),
     "electra": dict(prefix="electra.", weights=HF_ELECTRA_WEIGHTS, projection=HF_ELECTRA_PROJECTION,
-                    part_prefixes={DISCRIMINATOR: "discriminator_predictions."},
+                    part_prefixes={MLM: "generator_predictions.", DISCRIMINATOR: "discriminator_predictions."},
                     config={**HF_CONFIG, "embedding_size": "embedding_size"}, activation_key="hidden_act",
-                    fixed={"use_pooler": False}, tokenizer="wordpiece"),
-    "distilbert": dict(prefix="distilbert.", weights=HF_DISTILBERT_WEIGHTS, part_prefixes={},
+                    fixed={"use_pooler": False}, tokenizer="wordpiece",
+                    tied_decoder="generator_lm_head.weight", aliases={}, mlm_activation="gelu"),
+    "distilbert": dict(prefix="distilbert.", weights=HF_DISTILBERT_WEIGHTS, part_prefixes={MLM: "vocab_transform."},
                        config={
                            "vocab_size": "vocab_size",
                            "num_layers": "n_layers",
@@ -244,13 +285,17 @@ HF_FAMILIES = {
                        # DistilBERT's LayerNorms use torch's eps=1e-12, fixed in its code, not in its config.
                        activation_key="activation",
                        fixed={"type_vocab_size": 0, "use_pooler": False, "layer_norm_epsilon": 1e-12},
-                       tokenizer="wordpiece"),
+                       tokenizer="wordpiece", tied_decoder="vocab_projector.weight", aliases={}, mlm_activation=None),
     "albert": dict(prefix="albert.", weights=HF_ALBERT_WEIGHTS, projection=HF_ALBERT_PROJECTION,
-                   part_prefixes={POOLER: "pooler."},
+                   part_prefixes={POOLER: "pooler.", MLM: "predictions."},
                    config={**HF_CONFIG, "embedding_size": "embedding_size"}, activation_key="hidden_act",
-                   fixed={"shared_layers": True}, tokenizer="sentencepiece"),
-    "roberta": dict(prefix="roberta.", weights=HF_ROBERTA_WEIGHTS, part_prefixes={POOLER: "pooler."},
-                    config=HF_CONFIG, activation_key="hidden_act", fixed={}, tokenizer="byte_bpe"),
+                   fixed={"shared_layers": True}, tokenizer="sentencepiece",
+                   tied_decoder="predictions.decoder.weight",
+                   aliases={"predictions.bias": ("predictions.decoder.bias",)}, mlm_activation=None),
+    "roberta": dict(prefix="roberta.", weights=HF_ROBERTA_WEIGHTS, part_prefixes={POOLER: "pooler.", MLM: "lm_head."},
+                    config=HF_CONFIG, activation_key="hidden_act", fixed={}, tokenizer="byte_bpe",
+                    tied_decoder="lm_head.decoder.weight", aliases={"lm_head.bias": ("lm_head.decoder.bias",)},
+                    mlm_activation="gelu"),
 }
 HF_MODEL_TYPES = tuple(sorted(HF_FAMILIES))
 
@@ -353,15 +398,17 @@ GOOGLE_ALBERT_WEIGHTS = {
         (_A_SHARED + "feed_forward_layer_norm.beta", _GA_LAYER + "LayerNorm_1/beta", IDENTITY),
     ),
     POOLER: GOOGLE_WEIGHTS[POOLER],
+    # run_pretraining.py's masked LM has BERT's names: its transform ends at `embedding_size` (the embeddings'
+    # width), its output is tied to `bert/embeddings/word_embeddings`.
+    MLM: GOOGLE_WEIGHTS[MLM],
 }
 GOOGLE_ALBERT_PROJECTION = (
     ("encoder.embeddings.projection.kernel", "bert/encoder/embedding_hidden_mapping_in/kernel", IDENTITY),
     ("encoder.embeddings.projection.bias", "bert/encoder/embedding_hidden_mapping_in/bias", IDENTITY),
 )
-# ALBERT's masked LM maps to the embedding width, not the hidden size (MaskedLMHead cannot hold it), and its
-# `cls/seq_relationship` is sentence-order prediction, not next-sentence: both are left unused, as the Hugging
-# Face ALBERT reader leaves `predictions` and `sop_classifier`.
-GOOGLE_ALBERT_PART_PREFIXES = {POOLER: "bert/pooler/"}
+# ALBERT's `cls/seq_relationship` is sentence-order prediction, not next-sentence: left unused, as the Hugging Face
+# ALBERT reader leaves `sop_classifier`. Its masked LM is read (`GOOGLE_ALBERT_WEIGHTS[MLM]`).
+GOOGLE_ALBERT_PART_PREFIXES = {POOLER: "bert/pooler/", MLM: "cls/predictions/"}
 GOOGLE_ALBERT_CONFIG = {**GOOGLE_CONFIG, "embedding_size": "embedding_size"}  # our argument: albert_config.json key
 # Groups of layers (`group_N`) and layers in a group (`inner_group_N`) beyond the first: what
 # num_hidden_groups > 1 or inner_group_num > 1 writes, and one shared block cannot hold.

@@ -178,10 +178,16 @@ def test_heads_the_family_does_not_convert_are_reported_unused(tmp_path):
     torch.manual_seed(0)
     config = transformers.ElectraConfig(**FAMILIES["electra"][1])
     folder = save_folder(transformers.ElectraForMaskedLM(config), tmp_path / "generator")
-    summary = load_checkpoint(folder).summary
+    assert load_checkpoint(folder).summary.heads == ["mlm"]  # the generator's masked LM is read
+    summary = load_checkpoint(folder, with_heads=False).summary
     assert {name.split(".")[0] for name in summary.unused} == {"generator_predictions", "generator_lm_head"}
     config = transformers.AlbertConfig(**FAMILIES["albert"][1])
-    summary = load_checkpoint(save_folder(transformers.AlbertForPreTraining(config), tmp_path / "albert")).summary
+    folder = save_folder(transformers.AlbertForPreTraining(config), tmp_path / "albert")
+    summary = load_checkpoint(folder).summary
+    # The masked LM is read; sentence-order prediction is not next-sentence prediction: left unused.
+    assert {name.split(".")[0] for name in summary.unused} == {"sop_classifier"}
+    assert summary.heads == ["mlm"] and len(summary.loaded) == 5 + 2 + 16 + 2 + 5
+    summary = load_checkpoint(folder, with_heads=False).summary
     assert {name.split(".")[0] for name in summary.unused} == {"predictions", "sop_classifier"}
     assert summary.heads == [] and len(summary.loaded) == 5 + 2 + 16 + 2
 
