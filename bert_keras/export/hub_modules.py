@@ -7,6 +7,7 @@ that `export_module_pair` writes.
 import json
 import logging
 import os
+import shutil
 
 import tensorflow as tf
 
@@ -16,7 +17,9 @@ from bert_keras._files import directory_under, read_marker, staged_directory
 from bert_keras._keras_compat import traced_as_saved
 from bert_keras.dtypes import check_compute_dtype, compute_dtype
 from bert_keras.encoder import INPUT_KEYS
+from bert_keras.formats.hub_module import TOKENIZER_CONFIG_FILE, TOKENIZER_FOLDER, TOKENIZER_OPTIONS, tokenizer_kind
 from bert_keras.text import BertPreprocessor
+from bert_keras.text.folders import TOKENIZER_ASSETS
 
 logger = logging.getLogger(__name__)
 
@@ -163,6 +166,29 @@ def _record_architecture(directory, encoder):
                    if key in config}, f)
 
 
+def _record_tokenizer(directory, vocab_file, tokenizer):
+    """Writes the tokenizer beside an encoder module (`TOKENIZER_FOLDER`, in `assets.extra/`: TensorFlow never reads
+    it): its files, under the names `bert_keras.text` reads them by, and `tokenizer_config.json` with the options the
+    preprocess module applies (`do_lower_case`, `keep_accents`, `add_prefix_space`: `TOKENIZER_OPTIONS`), which no
+    variable of the module holds. `bert_keras.formats.read_hub_module` rebuilds the tokenizer from this folder."""
+    assets = tokenizer_assets(vocab_file)
+    kind = tokenizer_kind(assets)
+    if kind is None:
+        return  # files of no known tokenizer: the reader finds them by the module's assets, or refuses
+    folder = os.path.join(directory, TOKENIZER_FOLDER)
+    os.makedirs(folder)
+    for attribute, path in assets.items():
+        if attribute in TOKENIZER_ASSETS[kind]:
+            # "xb": a new file, never one found there (nor through a link planted under its name)
+            target = os.path.join(folder, TOKENIZER_ASSETS[kind][attribute])
+            with open(path, "rb") as source, open(target, "xb") as copy:
+                shutil.copyfileobj(source, copy)
+    options = {key: bool(getattr(tokenizer, attribute)) for key, attribute in TOKENIZER_OPTIONS[kind].items()
+               if hasattr(tokenizer, attribute)}
+    with open(os.path.join(folder, TOKENIZER_CONFIG_FILE), "x", encoding="utf-8") as f:
+        json.dump(options, f)
+
+
 def _encoder_signatures(root):
     # Signatures take flat outputs: encoder_outputs becomes encoder_outputs_0, _1, ...
     @tf.function(input_signature=[_encoder_input_spec()])
@@ -289,6 +315,11 @@ def export_module_pair(
     The pair is staged as one directory and moved into place at once (see
     `bert_keras._files.staged_directory`), so a reader finds both modules or
     neither, and `read_module_pair` tells a whole pair from anything else.
+    Beside the encoder module, in `assets.extra/tokenizer/`, go the
+    tokenizer's files and a `tokenizer_config.json` with the options the
+    preprocess module applies (`do_lower_case`; SentencePiece's
+    `keep_accents`; BPE's `add_prefix_space`), from which
+    `bert_keras.checkpoints.load_checkpoint` rebuilds the same tokenizer.
 
     Args:
         out_dir: str. The pair's directory.
@@ -318,15 +349,16 @@ def export_module_pair(
         )
     check_compute_dtype(dtype)
     tokenizer_assets(vocab_file)  # a missing file or a bad vocabulary fails here, before any writing
-    _preprocessor(vocab_file, do_lower_case, seq_length, tokenizer)
+    preprocessor = _preprocessor(vocab_file, do_lower_case, seq_length, tokenizer)
     report = progress or (lambda text: None)
     info = dict(info or {}, seq_length=int(seq_length), do_lower_case=bool(do_lower_case), dtype=dtype)
     with staged_directory(out_dir, overwrite, kind="module_pair", info=info, argument="out_dir") as staging:
         report("write the encoder module" + (" (with the mlm sub-object)" if pretrainer is not None else "")
                + (f", computing in {dtype}" if dtype != "float32" else ""))
         # Each module's folder is made now, never one found there (`directory_under`: a link planted is refused).
-        _save_encoder(directory_under(staging, ENCODER_DIR, argument="out_dir"), encoder, vocab_file, do_lower_case,
-                      pretrainer, dtype)
+        encoder_dir = directory_under(staging, ENCODER_DIR, argument="out_dir")
+        _save_encoder(encoder_dir, encoder, vocab_file, do_lower_case, pretrainer, dtype)
+        _record_tokenizer(encoder_dir, vocab_file, preprocessor.tokenizer)
         fault_point("between-modules")
         report(f"write the preprocess module (seq_length={seq_length}, do_lower_case={bool(do_lower_case)})")
         _save_preprocessor(directory_under(staging, PREPROCESS_DIR, argument="out_dir"), vocab_file, do_lower_case,

@@ -18,11 +18,17 @@ projection, no type embeddings, no pooler, one block called once per
 `encoder_outputs` entry (ALBERT's shared block). Only RoBERTa's position
 offset leaves no trace in the shapes: each candidate is tried with the
 recorded offset (or 0), then with RoBERTa's 2.
+
+The tokenizer's kind is read from the module's asset attributes
+(`bert_keras.text.folders.TOKENIZER_ASSETS`), its options (which no variable
+holds) as data from the folder our exporter writes beside the module
+(`TOKENIZER_FOLDER`: the tokenizer's files and `tokenizer_config.json`).
 """
 
 import dataclasses
 import json
 import os
+import struct
 
 import numpy as np
 
@@ -31,13 +37,18 @@ from bert_keras._files import MARKER
 from bert_keras.formats import tables
 from bert_keras.formats._common import (
     CheckpointError,
+    ConfigError,
     check_vocabulary,
     guess_do_lower_case,
+    read_json,
     read_vocabulary,
 )
 from bert_keras.formats._read import read_weights
 from bert_keras.formats.sources import _Source
 from bert_keras.hub.loader import load, resolve, unpack_archive
+from bert_keras.text.byte_bpe import load_bpe_files
+from bert_keras.text.folders import TOKENIZER_ASSETS, missing_tokenizer_files, tokenizer_file
+from bert_keras.text.unigram import read_pieces
 
 ENCODER_DIR = "encoder"
 PREPROCESS_DIR = "preprocess"
@@ -45,6 +56,19 @@ SAVED_MODEL_FILE = "saved_model.pb"
 ARCHIVE_SUFFIXES = (".tar.gz", ".tgz")
 # Largest difference (relative to the largest output value) the converted encoder may show on the probe batch.
 TOLERANCE = 1e-4
+
+# Beside an encoder module that bert_keras's `export_module_pair` writes, where TensorFlow never reads: the tokenizer
+# as the preprocess module applies it, in Hugging Face's folder layout (its files under the names `bert_keras.text`
+# reads them by, and `tokenizer_config.json`), so that it is rebuilt with the options no variable of the module holds.
+TOKENIZER_FOLDER = "assets.extra/tokenizer"
+TOKENIZER_CONFIG_FILE = "tokenizer_config.json"
+# Kind of tokenizer -> its options: the key in tokenizer_config.json (Hugging Face's, as `bert_keras.text` reads it)
+# -> the tokenizer's attribute.
+TOKENIZER_OPTIONS = {
+    "wordpiece": {"do_lower_case": "lower_case"},
+    "sentencepiece": {"do_lower_case": "lower_case", "keep_accents": "keep_accents"},
+    "byte_bpe": {"add_prefix_space": "add_prefix_space"},
+}
 
 I, T, R = tables.IDENTITY, tables.TRANSPOSE, tables.RESHAPE
 _B = "encoder.transformer_layers.{i}."
@@ -197,7 +221,8 @@ def read_hub_module(path, *, do_lower_case=None, module=None):
             `encoder/` and `preprocess/` (as `bert-keras convert` writes), a
             `.tar.gz` of a module, or an http(s) handle (fetched once into
             `$TFHUB_CACHE_DIR`).
-        do_lower_case: optional bool. Overrides the module's `do_lower_case`.
+        do_lower_case: optional bool. Overrides the module's `do_lower_case`
+            (RoBERTa's byte-level BPE never lower-cases: always `False`).
         module: optional SavedModel object already loaded from the encoder
             module of `path` (e.g. a Hub layer's `resolved_object`), read as
             it is (its variables' current values) instead of loading the
@@ -206,13 +231,27 @@ def read_hub_module(path, *, do_lower_case=None, module=None):
     Returns:
         `CheckpointWeights` with format `"hub_module"`, the candidate configs
         most likely first, and the module's outputs on a probe batch to
-        compare a built encoder with (`difference`); `vocab_file` is the
-        module's vocabulary (or the preprocess module's). The `mlm`
-        sub-object of a module is not read (its encoder is).
+        compare a built encoder with (`difference`). `tokenizer_kind` is
+        what the module's asset attributes name (the preprocess module's
+        `assets/` files where the encoder has none): `"wordpiece"` (then
+        `vocab_file` is the vocabulary), `"sentencepiece"` or `"byte_bpe"`.
+        `tokenizer_folder` is `TOKENIZER_FOLDER` for a pair of
+        `export_module_pair`: its `tokenizer_config.json` gives back the
+        options the pair was written with (`do_lower_case`, `keep_accents`,
+        `add_prefix_space`). A module without it (an older pair, one of
+        `export_encoder` alone or of another exporter) is read from its
+        assets' folder with the tokenizer's defaults: `do_lower_case` from
+        the module's variable (else `True` for SentencePiece, else guessed
+        from the vocabulary), `keep_accents` and `add_prefix_space` `False`.
+        The `mlm` sub-object of a module is not read (its encoder is).
 
     Raises:
         CheckpointError: the module is not a BERT encoder this package can
-            rebuild, or has no WordPiece vocabulary.
+            rebuild, has no tokenizer files, or its tokenizer's vocabulary
+            (WordPiece tokens, SentencePiece pieces, BPE vocab.json) is not
+            the size of its word embeddings (naming the file).
+        ConfigError: the recorded `tokenizer_config.json` is not a JSON
+            object of booleans (naming the file and the key).
     """
     directory, preprocess_dir = _module_dirs(resolve(os.fspath(path)))
     if module is None:
@@ -225,10 +264,12 @@ def read_hub_module(path, *, do_lower_case=None, module=None):
     table, shape_table, query_kernel, pooler_prefix = LAYOUTS[layout]
     config = _config(source, shape_table, query_kernel,
                      optional=_BK_OPTIONAL_SIZES if layout == "bert_keras" else ())
-    vocab_file = _vocab_file(module, directory, preprocess_dir)
-    check_vocabulary(vocab_file, read_vocabulary(vocab_file), directory, shape_table["vocab_size"][0], config["vocab_size"])
-    if do_lower_case is None:
-        do_lower_case = _do_lower_case(module, preprocess_dir, vocab_file)
+    kind, files = _tokenizer_files(module, directory, preprocess_dir)
+    folder = _tokenizer_folder(directory, kind, files)
+    options = _tokenizer_options(folder, kind)
+    vocab_file = files["vocab_file"] if kind == "wordpiece" else None
+    _check_tokenizer_size(kind, folder, vocab_file, directory, shape_table["vocab_size"][0], config["vocab_size"])
+    do_lower_case = _do_lower_case(module, kind, options, vocab_file, do_lower_case)
     probe_inputs = _probe_inputs(config)
     expected = module(probe_inputs, training=False)
     if layout == "bert_keras":
@@ -254,6 +295,8 @@ def read_hub_module(path, *, do_lower_case=None, module=None):
         encoder_configs=candidates,
         difference=lambda encoder: _difference(encoder, probe_inputs, expected),
         tolerance=TOLERANCE,
+        tokenizer_kind=kind,
+        tokenizer_folder=folder,
     )
 
 
@@ -408,31 +451,123 @@ def _is_bookkeeping(name):
     return name in ("Variable", "do_lower_case")
 
 
-def _vocab_file(module, directory, preprocess_dir):
-    asset = getattr(module, "vocab_file", None)
-    if asset is not None and hasattr(asset, "asset_path"):
-        path = asset.asset_path.numpy().decode("utf-8")
-        if os.path.isfile(path):
-            return path
+def tokenizer_kind(attributes):
+    """The kind of tokenizer whose Hub module attributes (`TOKENIZER_ASSETS`) are all among `attributes`, the one
+    with the most where several are (RoBERTa's `vocab_file` and `merges_file` over WordPiece's `vocab_file`); None
+    where no kind's are."""
+    kinds = [kind for kind, files in TOKENIZER_ASSETS.items() if set(files) <= set(attributes)]
+    return max(kinds, key=lambda kind: len(TOKENIZER_ASSETS[kind]), default=None)
+
+
+def _tokenizer_files(module, directory, preprocess_dir):
+    """`(kind, {attribute: path})`: the tokenizer files the encoder module carries as assets, else the preprocess
+    module's `assets/` files (read as files: that module is not loaded)."""
+    attributes = {name for files in TOKENIZER_ASSETS.values() for name in files
+                  if hasattr(getattr(module, name, None), "asset_path")}
+    kind = tokenizer_kind(attributes)
+    if kind is not None:
+        files = {name: getattr(module, name).asset_path.numpy().decode("utf-8") for name in TOKENIZER_ASSETS[kind]}
+        if all(os.path.isfile(path) for path in files.values()):
+            return kind, files
     if preprocess_dir is not None:
-        path = os.path.join(preprocess_dir, "assets", "vocab.txt")
-        if os.path.isfile(path):
-            return path
-    if hasattr(module, "sp_model_file"):
-        raise CheckpointError(directory, None, "uses a SentencePiece model, not a WordPiece vocabulary; "
-                              "only WordPiece BERT modules can be converted.")
+        assets = os.path.join(preprocess_dir, "assets")
+        # The kind the encoder's attributes name, else any whose files are there (vocab.json before vocab.txt).
+        candidates = [kind] if kind is not None else sorted(TOKENIZER_ASSETS, key=lambda k: -len(TOKENIZER_ASSETS[k]))
+        for candidate in candidates:
+            if not missing_tokenizer_files(assets, candidate):
+                files = TOKENIZER_ASSETS[candidate]
+                return candidate, {name: tokenizer_file(assets, file) for name, file in files.items()}
     raise CheckpointError(
         directory,
         None,
-        "has no vocabulary: the encoder module has no vocab_file asset and no preprocess module with "
-        "assets/vocab.txt sits next to it. Pass the directory that holds both encoder/ and preprocess/.",
+        "has no vocabulary: the encoder module has no vocab_file asset (nor sp_model_file, nor vocab_file with "
+        "merges_file) whose file exists, and no preprocess module with assets/vocab.txt (or spiece.model, or "
+        "vocab.json and merges.txt) sits next to it. Pass the directory that holds both encoder/ and preprocess/.",
     )
 
 
-def _do_lower_case(module, preprocess_dir, vocab_file):
+def _tokenizer_folder(directory, kind, files):
+    """The folder the tokenizer is built from: the one our exporter writes beside the module (its files checked to be
+    the module's own), else the folder of the module's assets, whose files must go by the names the tokenizer reads."""
+    recorded = os.path.join(directory, TOKENIZER_FOLDER)
+    if not os.path.isdir(recorded):
+        folder = os.path.dirname(next(iter(files.values())))
+        if kind != "wordpiece":  # WordPiece is read from `vocab_file` itself, whatever its name
+            misnamed = [path for name, path in files.items()
+                        if tokenizer_file(folder, TOKENIZER_ASSETS[kind][name]) != path]
+            if misnamed:
+                names = " and ".join(TOKENIZER_ASSETS[kind].values())
+                raise CheckpointError(misnamed[0], None, f"is a file of the module's {kind} tokenizer, but the "
+                                      f"tokenizer reads its files as {names}, all in one folder.")
+        return folder
+    for name, path in files.items():
+        copy = tokenizer_file(recorded, TOKENIZER_ASSETS[kind][name])
+        if copy is None:
+            raise CheckpointError(recorded, None, f"has no {TOKENIZER_ASSETS[kind][name]}, a file of the module's "
+                                  f"{kind} tokenizer ({name}). The pair is incomplete: write it again.")
+        if not _same_bytes(copy, path):
+            raise CheckpointError(copy, None, f"differs from {path}, the {name} the module's graph tokenizes with: the "
+                                  "pair was changed after it was written. Write it again.")
+    return recorded
+
+
+def _same_bytes(a, b):
+    if os.path.getsize(a) != os.path.getsize(b):
+        return False
+    with open(a, "rb") as f, open(b, "rb") as g:
+        return f.read() == g.read()
+
+
+def _tokenizer_options(folder, kind):
+    """The options of `kind` (`TOKENIZER_OPTIONS`) that `folder/tokenizer_config.json` records; {} without one."""
+    path = os.path.join(folder, TOKENIZER_CONFIG_FILE)
+    if not os.path.isfile(path):
+        return {}
+    config = read_json(path)
+    options = {key: config[key] for key in TOKENIZER_OPTIONS[kind] if key in config}
+    for key, value in options.items():
+        if not isinstance(value, bool):
+            raise ConfigError(path, key, f"expected true or false, found {value!r}.")
+    return options
+
+
+def _check_tokenizer_size(kind, folder, vocab_file, directory, tensor_name, rows):
+    """Refuses a tokenizer whose vocabulary (WordPiece tokens, SentencePiece pieces, BPE vocab.json entries) is not
+    the size of the word embeddings, naming the file."""
+    if kind == "wordpiece":
+        file, tokens = vocab_file, read_vocabulary(vocab_file)
+    elif kind == "sentencepiece":
+        file = tokenizer_file(folder, TOKENIZER_ASSETS[kind]["sp_model_file"])
+        with open(file, "rb") as f:
+            proto = f.read()
+        try:
+            tokens = read_pieces(proto)
+        except (ValueError, TypeError, struct.error) as error:  # a truncated or foreign file
+            raise CheckpointError(file, None, f"is not a SentencePiece model ({error}).") from error
+    else:
+        file = tokenizer_file(folder, TOKENIZER_ASSETS[kind]["vocab_file"])
+        merges = tokenizer_file(folder, TOKENIZER_ASSETS[kind]["merges_file"])
+        try:
+            tokens, _ = load_bpe_files(file, merges)
+        except (ValueError, RecursionError) as error:
+            message = f"is not a byte-level BPE vocabulary with its merges.txt ({error})."
+            raise CheckpointError(file, None, message) from error
+    check_vocabulary(file, tokens, directory, tensor_name, rows)
+
+
+def _do_lower_case(module, kind, options, vocab_file, override):
+    """Byte-level BPE never lower-cases; else `override`, the recorded option, the module's variable, the default."""
+    if kind == "byte_bpe":  # as the Hugging Face reader says of RoBERTa
+        return False
+    if override is not None:
+        return bool(override)
+    if "do_lower_case" in options:
+        return options["do_lower_case"]
     variable = getattr(module, "do_lower_case", None)
     if variable is not None and hasattr(variable, "numpy"):
         return bool(variable.numpy())
+    if kind == "sentencepiece":  # ALBERT's tokenizer's default
+        return True
     return guess_do_lower_case(read_vocabulary(vocab_file))
 
 
