@@ -6,16 +6,22 @@ tokenization happens here. The rules are the pipeline's
 (`TokenClassificationPipeline.gather_pre_entities`, `aggregate`,
 `group_entities`, `aggregate_overlapping_entities`), reimplemented:
 
-- a piece continues its word ("subword") when its token's length differs
-  from its span's (`##ing` against `ing`); an unknown piece (`[UNK]`) never
-  does, and its word is the text it spans;
+- a piece continues its word ("subword"): for WordPiece, whose model has a
+  continuing-subword prefix, when its token's length differs from its span's
+  (`##ing` against `ing`); for SentencePiece and byte-level BPE (no such
+  prefix), the pipeline's fallback: when it does not start the text and no
+  space (U+0020) is just before or at its first character. An unknown piece
+  never does, and its word is the text it spans;
 - `"simple"` tags each piece by its best score, `"first"` / `"max"` /
   `"average"` tag each word by its first piece, its most confident piece, or
   its pieces' averaged scores; then adjacent items of one type are grouped
   unless the next one's tag begins with `B-` (a group's score is the mean of
   its items'), and groups of tag `O` are left out;
-- a word is its tokens joined as the WordPiece decoder joins them (`##`
-  pieces glued, the others after a space, spaces before `. ? ! ,` dropped);
+- a word is its tokens joined as the tokenizer's decoder joins them
+  (WordPiece: `##` pieces glued, the others after a space, spaces before
+  `. ? ! ,` dropped; SentencePiece: "▁" read as a space, the first one
+  dropped; byte-level BPE: the tokens' bytes as UTF-8, so " New York" keeps
+  the space its pieces hold);
 - an over-long text's windows are aggregated one by one, then entities that
   overlap are merged: of two, the longer one stays (equal lengths: the
   higher score).
@@ -23,8 +29,15 @@ tokenization happens here. The rules are the pipeline's
 
 import numpy as np
 
+from bert_keras.text.byte_bpe import bytes_to_unicode
+
 AGGREGATIONS = ("simple", "first", "max", "average", "none")
+# The tokenizers whose pieces are grouped: what a tagger export records as its `tokenizer` (WordPiece for an
+# export that records none, as those written before the family).
+TOKENIZER_KINDS = ("wordpiece", "sentencepiece", "byte_bpe")
 IGNORED = ("O",)
+_WORD_START = "\u2581"  # SentencePiece's "▁"
+_BYTES_OF = {char: byte for byte, char in bytes_to_unicode().items()}  # GPT-2's byte alphabet, reversed
 # The WordPiece decoder's clean-up (tokenizers' `decoders.WordPiece(cleanup=True)`), token by token.
 _CLEANUP = ((" .", "."), (" ?", "?"), (" !", "!"), (" ,", ","), (" ' ", "'"), (" n't", "n't"), (" 'm", "'m"),
             (" do not", " don't"), (" 's", "'s"), (" 've", "'ve"), (" 're", "'re"))
@@ -38,12 +51,36 @@ def check_aggregation(aggregation):
     return aggregation
 
 
-def tokens_to_string(tokens, suffix_indicator="##"):
-    """Word pieces as one string, as transformers' BERT tokenizer decodes them.
+def check_tokenizer_kind(kind):
+    """`kind` if it is one of `TOKENIZER_KINDS`, else a `ValueError` naming it."""
+    if kind not in TOKENIZER_KINDS:
+        raise ValueError(f"Received an invalid value for argument `tokenizer`, expected one of "
+                         f"{', '.join(repr(k) for k in TOKENIZER_KINDS)}. Received: tokenizer={kind!r}")
+    return kind
+
+
+def tokens_to_string(tokens, suffix_indicator="##", tokenizer="wordpiece"):
+    """Word pieces as one string, as transformers' fast tokenizer of that kind decodes them.
+
+    Args:
+        tokens: list of str, the pieces (an unknown piece may be raw text).
+        suffix_indicator: str. WordPiece's prefix of continuing pieces.
+        tokenizer: str, one of `TOKENIZER_KINDS`. Defaults to `"wordpiece"`.
 
     >>> tokens_to_string(["new", "york", "##er", ",", "hi"])
     'new yorker, hi'
+    >>> tokens_to_string(["\u2581new", "\u2581york", "er"], tokenizer="sentencepiece")
+    'new yorker'
+    >>> tokens_to_string(["\u0120New", "\u0120York"], tokenizer="byte_bpe")
+    ' New York'
     """
+    if tokenizer == "byte_bpe":
+        return _byte_level_string(tokens)
+    if tokenizer == "sentencepiece":
+        words = [token.replace(_WORD_START, " ") for token in tokens]
+        if words and words[0].startswith(" "):
+            words[0] = words[0][1:]
+        return "".join(words)
     words = []
     for i, token in enumerate(tokens):
         if i:
@@ -54,7 +91,29 @@ def tokens_to_string(tokens, suffix_indicator="##"):
     return "".join(words)
 
 
-def _pre_entities(text, pieces, entries, unknown_token):
+def _byte_level_string(tokens):
+    """Byte-level BPE tokens as text: each token's bytes (its raw UTF-8 when a character is not a byte's), decoded.
+
+    As tokenizers' `ByteLevel` decoder: the bytes of all tokens are decoded
+    together, an invalid UTF-8 sequence as U+FFFD.
+    """
+    data = bytearray()
+    for token in tokens:
+        if all(char in _BYTES_OF for char in token):
+            data.extend(_BYTES_OF[char] for char in token)
+        else:
+            data.extend(token.encode("utf-8"))
+    return data.decode("utf-8", errors="replace")
+
+
+def _is_subword(tokenizer, token, span, text, start):
+    """Whether a piece continues its word: `gather_pre_entities`' rule for the tokenizer's kind."""
+    if tokenizer == "wordpiece":  # a model with a continuing-subword prefix: the token is longer than its text
+        return len(token) != len(span)
+    return start > 0 and " " not in text[start - 1 : start + 1]  # the pipeline's fallback heuristic
+
+
+def _pre_entities(text, pieces, entries, unknown_token, tokenizer="wordpiece"):
     """The pipeline's "pre-entities" of `entries` (indices into the per-piece arrays `pieces`), in order."""
     items = []
     for i in entries:
@@ -67,7 +126,7 @@ def _pre_entities(text, pieces, entries, unknown_token):
             "start": start,
             "end": end,
             "index": int(pieces["piece_index"][i]) + 1,  # after [CLS], as the pipeline counts
-            "is_subword": not unknown and len(token) != len(span),
+            "is_subword": not unknown and _is_subword(tokenizer, token, span, text, start),
         })
     return items
 
@@ -77,7 +136,7 @@ def _tagged(item, scores, tag_names):
     return {"entity": tag_names[best], "score": scores[best], **item}
 
 
-def _word(items, tag_names, aggregation, suffix_indicator):
+def _word(items, tag_names, aggregation, decoding):
     """One word's pieces as one item (`aggregate_word`)."""
     if aggregation == "first":
         scores = items[0]["scores"]
@@ -87,11 +146,11 @@ def _word(items, tag_names, aggregation, suffix_indicator):
         scores = np.nanmean(np.stack([item["scores"] for item in items]), axis=0)
     best = int(np.argmax(scores))
     return {"entity": tag_names[best], "score": scores[best],
-            "word": tokens_to_string([item["word"] for item in items], suffix_indicator),
+            "word": tokens_to_string([item["word"] for item in items], *decoding),
             "start": items[0]["start"], "end": items[-1]["end"]}
 
 
-def _words(items, tag_names, aggregation, suffix_indicator):
+def _words(items, tag_names, aggregation, decoding):
     """The items grouped into words (a piece that is not a subword begins one), each tagged once."""
     words = []
     for item in items:
@@ -99,7 +158,7 @@ def _words(items, tag_names, aggregation, suffix_indicator):
             words[-1].append(item)
         else:
             words.append([item])
-    return [_word(word, tag_names, aggregation, suffix_indicator) for word in words]
+    return [_word(word, tag_names, aggregation, decoding) for word in words]
 
 
 def _bi_tag(name):
@@ -109,17 +168,17 @@ def _bi_tag(name):
     return "I", name
 
 
-def _group(items, suffix_indicator):
+def _group(items, decoding):
     return {
         "entity_group": items[0]["entity"].split("-", 1)[-1],
         "score": float(np.mean(np.nanmean([item["score"] for item in items]))),
-        "word": tokens_to_string([item["word"] for item in items], suffix_indicator),
+        "word": tokens_to_string([item["word"] for item in items], *decoding),
         "start": items[0]["start"],
         "end": items[-1]["end"],
     }
 
 
-def _groups(items, suffix_indicator):
+def _groups(items, decoding):
     """Adjacent items of one type grouped; an item tagged `B-` begins a new group (`group_entities`)."""
     groups = []
     for item in items:
@@ -128,7 +187,7 @@ def _groups(items, suffix_indicator):
             groups[-1].append(item)
         else:
             groups.append([item])
-    return [_group(group, suffix_indicator) for group in groups]
+    return [_group(group, decoding) for group in groups]
 
 
 def _merge_overlapping(entities):
@@ -149,7 +208,8 @@ def _merge_overlapping(entities):
     return merged
 
 
-def text_entities(text, pieces, tag_names, aggregation="simple", unknown_token="[UNK]", suffix_indicator="##"):
+def text_entities(text, pieces, tag_names, aggregation="simple", unknown_token="[UNK]", suffix_indicator="##",
+                  tokenizer="wordpiece"):
     """One text's entities from a tagger export's per-piece outputs (see `TextTagger.predict`).
 
     Args:
@@ -160,26 +220,32 @@ def text_entities(text, pieces, tag_names, aggregation="simple", unknown_token="
         tag_names: list of str.
         aggregation: one of `AGGREGATIONS`.
         unknown_token: str. The vocabulary's unknown token.
-        suffix_indicator: str. The prefix of word pieces that continue a word.
+        suffix_indicator: str. The prefix of word pieces that continue a word
+            (WordPiece).
+        tokenizer: str, one of `TOKENIZER_KINDS`: the kind of tokenizer that
+            cut the pieces (how words are found and joined). Defaults to
+            `"wordpiece"`.
 
     Returns:
         A list of dicts (see `TextTagger.predict`).
     """
     check_aggregation(aggregation)
+    check_tokenizer_kind(tokenizer)
+    decoding = (suffix_indicator, tokenizer)
     windows = np.asarray(pieces["window"])
     if aggregation == "none":  # each piece once: its primary copy, in the text's order
         entries = sorted(np.flatnonzero(pieces["primary"]), key=lambda i: int(pieces["piece_index"][i]))
         items = [_tagged(item, item.pop("scores"), tag_names)
-                 for item in _pre_entities(text, pieces, entries, unknown_token)]
+                 for item in _pre_entities(text, pieces, entries, unknown_token, tokenizer)]
         return [{key: float(item["score"]) if key == "score" else item[key]
                  for key in ("entity", "score", "index", "word", "start", "end")}
                 for item in items if item["entity"] not in IGNORED]
     entities = []
     for window in np.unique(windows):
-        items = _pre_entities(text, pieces, np.flatnonzero(windows == window), unknown_token)
+        items = _pre_entities(text, pieces, np.flatnonzero(windows == window), unknown_token, tokenizer)
         if aggregation == "simple":
             items = [_tagged(item, item["scores"], tag_names) for item in items]
         else:
-            items = _words(items, tag_names, aggregation, suffix_indicator)
-        entities.extend(group for group in _groups(items, suffix_indicator) if group["entity_group"] not in IGNORED)
+            items = _words(items, tag_names, aggregation, decoding)
+        entities.extend(group for group in _groups(items, decoding) if group["entity_group"] not in IGNORED)
     return _merge_overlapping(entities) if len(np.unique(windows)) > 1 else entities

@@ -10,8 +10,9 @@ transformers 4's question-answering pipeline does (top-k, unanswerable
 questions, `max_answer_len`, answers widened to whole words).
 
 The windows are transformers' (`bert_keras.text.windows.qa_windows`: 384
-pieces, stride 128, `only_second`); probabilities are a softmax per window
-over `[CLS]` and the context's pieces; a span's score is p(start) x p(end)
+pieces, stride 128, `only_second`; RoBERTa's `<s> q </s></s> c </s>` for a
+byte-level BPE model); probabilities are a softmax per window over `[CLS]`
+and the context's pieces; a span's score is p(start) x p(end)
 with `[CLS]` left out, start <= end, at most `max_answer_len` pieces; the
 best window wins.
 """
@@ -31,7 +32,7 @@ from bert_keras.dtypes import check_compute_dtype, compute_dtype
 from bert_keras.encoder import BertEncoder
 from bert_keras.export import warmup
 from bert_keras.hub.loader import load
-from bert_keras.text.windows import check_window_arguments, qa_windows
+from bert_keras.text.windows import ROBERTA_SPECIAL_TOKENS, check_window_arguments, qa_windows, special_tokens
 
 logger = logging.getLogger(__name__)
 
@@ -53,6 +54,14 @@ def _tokenizer_of(model):
             f"preprocessor's tokenizer and keeps each piece's character offsets. Received: {type(model).__name__} "
             f"with preprocessor {type(getattr(model, 'preprocessor', None)).__name__}"
         )
+    if special_tokens(tokenizer) == ROBERTA_SPECIAL_TOKENS and getattr(model, "context_segment_id", None) is not None:
+        raise ValueError(
+            f"Received a span labeler with context_segment_id={model.context_segment_id} whose tokenizer packs "
+            "RoBERTa's way (`<s> question </s></s> context </s>`, type ids all 0): its answer mask would leave only "
+            "the first token. Build it with context_segment_id=None, e.g. "
+            "BertSpanLabeler.from_checkpoint(folder, context_segment_id=None): the export masks the question by "
+            "its windows."
+        )
     return tokenizer
 
 
@@ -62,10 +71,14 @@ def window_probabilities(model, tokenizer, questions, contexts, seq_length, doc_
     width = tf.maximum(tf.reduce_max(tf.reduce_sum(windows["input_mask"], axis=1)), 1)  # the longest window
     windows = {key: value[:, :width] if value.shape.rank == 2 else value for key, value in windows.items()}
     packed = {key: windows[key] for key in ("input_word_ids", "input_mask", "input_type_ids")}
-    logits = model.serving_outputs(packed)  # masked to [CLS] and the context (-1e9 elsewhere)
+    logits = model.serving_outputs(packed)
+    # [CLS] and the context's pieces only, as the pipeline's `p_mask`: the model's own mask (BERT's packing, where
+    # the context is segment 1) is the same; a model without one (RoBERTa's packing has no segments) needs it here.
+    allowed = windows["context_mask"] | tf.equal(tf.range(width), 0)[None, :]  # (windows, width)
     outputs = {key: windows[key] for key in WINDOW_OUTPUTS if key in windows}
-    outputs["start_probabilities"] = tf.nn.softmax(tf.cast(logits["start_logits"], tf.float32), axis=-1)
-    outputs["end_probabilities"] = tf.nn.softmax(tf.cast(logits["end_logits"], tf.float32), axis=-1)
+    for name in ("start", "end"):
+        masked = tf.where(allowed, tf.cast(logits[f"{name}_logits"], tf.float32), -1e9)
+        outputs[f"{name}_probabilities"] = tf.nn.softmax(masked, axis=-1)
     return outputs
 
 
@@ -127,8 +140,9 @@ def export_reader(model, export_dir, overwrite=False, extra_assets=None, dtype="
     (after `import tensorflow_text`). A TF Serving warm-up file is written.
 
     Args:
-        model: a `BertSpanLabeler` with a `BertPreprocessor` (its tokenizer
-            cuts the windows).
+        model: a `BertSpanLabeler` with a `BertPreprocessor` (its tokenizer,
+            WordPiece, SentencePiece or byte-level BPE, cuts the windows);
+            for RoBERTa's packing, built with `context_segment_id=None`.
         export_dir: str. Written to a temporary sibling and moved into place.
         overwrite: bool. Replace an earlier export of this package. Defaults to `False`.
         extra_assets: optional dict of file name -> JSON-serialisable value
@@ -148,9 +162,9 @@ def export_reader(model, export_dir, overwrite=False, extra_assets=None, dtype="
     """
     export_dir = os.fspath(export_dir)
     check_compute_dtype(dtype)
-    check_window_arguments(seq_length, doc_stride, max_question_length)
-    max_answer_len = check_int("max_answer_len", max_answer_len, minimum=1)
     tokenizer = _tokenizer_of(model)
+    check_window_arguments(seq_length, doc_stride, max_question_length, special_tokens(tokenizer))
+    max_answer_len = check_int("max_answer_len", max_answer_len, minimum=1)
     if dtype != "float32" and not isinstance(getattr(model, "encoder", None), BertEncoder):
         raise ValueError(f"Received dtype={dtype!r} for a model on a {type(model.encoder).__name__}; only a model on a "
                          "BertEncoder can be exported in bfloat16.")

@@ -23,9 +23,12 @@ from bert_keras._keras_compat import variables_once, write_archive
 from bert_keras.dtypes import check_compute_dtype, compute_dtype
 from bert_keras.export import warmup
 from bert_keras.export.classifier import LABELS_FILE, XLA_LENGTHS, _bucket, _pad_to, _trim_padding
-from bert_keras.export.entity_groups import AGGREGATIONS, check_aggregation, text_entities
+from bert_keras.export.entity_groups import AGGREGATIONS, TOKENIZER_KINDS, check_aggregation, text_entities
 from bert_keras.hub.loader import load
+from bert_keras.text.byte_bpe import BytePairTokenizer
 from bert_keras.text.packer import pack_inputs
+from bert_keras.text.sentencepiece import SentencePieceTokenizer
+from bert_keras.text.tokenizer import WordPieceTokenizer
 
 logger = logging.getLogger(__name__)
 
@@ -35,8 +38,18 @@ OUTPUTS = ("tag_ids", "scores", "char_starts", "char_ends", "tokens", "token_ids
            "primary", "lengths")
 
 
+def tokenizer_kind(tokenizer):
+    """What the export records of `tokenizer` (one of `TOKENIZER_KINDS`): how the loader finds and joins words."""
+    for kind, cls in zip(TOKENIZER_KINDS, (WordPieceTokenizer, SentencePieceTokenizer, BytePairTokenizer)):
+        if isinstance(tokenizer, cls):
+            return kind
+    raise ValueError(f"Received a tagger whose tokenizer is a {type(tokenizer).__name__}; export_tagger takes the "
+                     "package's WordPieceTokenizer, SentencePieceTokenizer or BytePairTokenizer (the loader groups "
+                     "their pieces into words as transformers' pipeline does for each).")
+
+
 def _check_tagger(model):
-    """The model's WordPiece tokenizer (offsets come from it); a `ValueError` for a model export_tagger cannot serve."""
+    """The model's tokenizer (offsets come from it); a `ValueError` for a model export_tagger cannot serve."""
     preprocessor = getattr(model, "preprocessor", None)
     tokenizer = getattr(preprocessor, "tokenizer", None)
     outputs = getattr(model, "outputs", None) or [None]
@@ -51,10 +64,11 @@ def _check_tagger(model):
             getattr(preprocessor, "seq_length", None), int):
         raise ValueError(
             f"Received a tagger whose preprocessor is {type(preprocessor).__name__}; export_tagger needs a "
-            "BertPreprocessor (its WordPiece tokenizer gives each piece's characters in the raw text, which a Hub "
-            "preprocess module does not). Build the tagger with BertTokenClassifier.from_checkpoint(...) or "
-            "preprocessor=BertPreprocessor(vocab_file)."
+            "BertPreprocessor (its tokenizer, WordPiece, SentencePiece or byte-level BPE, gives each piece's "
+            "characters in the raw text, which a Hub preprocess module does not). Build the tagger with "
+            "BertTokenClassifier.from_checkpoint(...) or preprocessor=BertPreprocessor(vocab_file)."
         )
+    tokenizer_kind(tokenizer)
     return tokenizer
 
 
@@ -228,9 +242,12 @@ def _write_export(model, tokenizer, export_dir, tag_names, overwrite, extra_asse
     archive.add_endpoint("serve", lambda texts: _tag_pieces(model, tokenizer, vocabulary, texts, stride, compiled),
                          input_signature=signature)
     archive.add_endpoint("tag_names", lambda: names, input_signature=[])
+    kind = tokenizer_kind(tokenizer)
     metadata = {"task": TASK, "tag_names": tag_names, "inputs": ["text"], "dtype": dtype, "stride": stride,
                 "seq_length": model.preprocessor.seq_length, "unknown_token": tokenizer.unknown_token,
-                "suffix_indicator": tokenizer.suffix_indicator}
+                "tokenizer": kind}
+    if kind == "wordpiece":
+        metadata["suffix_indicator"] = tokenizer.suffix_indicator
     with staged_directory(export_dir, overwrite, kind=TASK) as staging:
         write_archive(archive, staging)
         directory_under(staging, "assets.extra", argument="export_dir")  # made now: a planted link is refused
@@ -288,6 +305,12 @@ class TextTagger:
         metadata = self._metadata()
         self._unknown_token = str(metadata.get("unknown_token", "[UNK]"))
         self._suffix_indicator = str(metadata.get("suffix_indicator", "##"))
+        # An export written before the family records no tokenizer: it is WordPiece.
+        self.tokenizer_kind = metadata.get("tokenizer", "wordpiece")
+        if self.tokenizer_kind not in TOKENIZER_KINDS:
+            raise ValueError(f"{self.export_dir!r} records a tokenizer of kind {self.tokenizer_kind!r} in "
+                             f"assets.extra/{LABELS_FILE}; this version of bert_keras reads "
+                             f"{', '.join(TOKENIZER_KINDS)}. Export the tagger again with it.")
         self.warm_up_seconds = warmup.replay(self.export_dir, self._signature) if warm_up else 0.0
 
     def _refuse(self, found):
@@ -351,7 +374,7 @@ class TextTagger:
             raise TypeError(f"Expected `texts` to hold strings. Received an item of type {type(bad).__name__}: {bad!r}")
         pieces = self.tag_pieces(texts, batch_size=batch_size)
         results = [text_entities(text, piece, self.tag_names, aggregation, self._unknown_token,
-                                 self._suffix_indicator)
+                                 self._suffix_indicator, self.tokenizer_kind)
                    for text, piece in zip(texts, pieces)]
         return results[0] if single else results
 

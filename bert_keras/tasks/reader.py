@@ -32,7 +32,9 @@ class BertSpanLabeler(_PretrainedTask):
             string inputs, the question and the context.
         context_segment_id: int or None. Segment id of the context. `None`
             masks nothing (all positions are scored, as
-            `BertForQuestionAnswering` does). Defaults to `1`.
+            `BertForQuestionAnswering` does). Defaults to `1`; with a
+            preprocessor that packs RoBERTa's way (type ids all 0, so no
+            segment tells the context) it is `None`.
         **kwargs: other `keras.Model` arguments.
 
     Call arguments:
@@ -60,6 +62,8 @@ class BertSpanLabeler(_PretrainedTask):
 
     def __init__(self, encoder, preprocessor=None, context_segment_id=1, **kwargs):
         check_encoder(encoder)
+        if getattr(getattr(preprocessor, "tokenizer", None), "packing", "bert") == "roberta":
+            context_segment_id = None
         if context_segment_id is not None:
             check_int("context_segment_id", context_segment_id, minimum=0)
         # === Layers ===

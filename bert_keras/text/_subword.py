@@ -111,9 +111,11 @@ def byte_to_char_spans(char_bytes, char_rows, num_rows, piece_rows, starts, ends
         kept = tf.where(~blank)[:, 0]
         after = tf.searchsorted(kept, first, side="left", out_type=tf.int64)
         num_kept = tf.size(kept, tf.int64)
-        next_kept = tf.where(after < num_kept, tf.gather(kept, tf.minimum(after, num_kept - 1)), row_last + 1)
+        # `kept` padded with one entry: a batch of blank texts keeps none, and a gather from nothing fails.
+        padded = tf.concat([kept, [0]], 0)
+        next_kept = tf.where(after < num_kept, tf.gather(padded, tf.minimum(after, num_kept)), row_last + 1)
         before = tf.searchsorted(kept, last, side="right", out_type=tf.int64) - 1
-        prev_kept = tf.where(before >= 0, tf.gather(kept, tf.maximum(before, 0)), first - 1)
+        prev_kept = tf.where(before >= 0, tf.gather(padded, tf.maximum(before, 0)), first - 1)
         first = tf.minimum(next_kept, last + 1)
         last = tf.maximum(prev_kept, first - 1)
     return first - char_base, last + 1 - char_base

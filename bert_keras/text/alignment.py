@@ -84,7 +84,8 @@ def window_sentences(tokenizer, sentences, seq_length, labels=None):
     truncated when packed). An empty sentence is one empty example.
 
     Args:
-        tokenizer: a `WordPieceTokenizer`, the one `align_word_labels` uses.
+        tokenizer: the tokenizer `align_word_labels` uses (WordPiece,
+            SentencePiece or byte-level BPE).
         sentences: list of sentences, each a list (or numpy array) of str.
         seq_length: int. The packed length, at least 3.
         labels: optional list of the sentences' word label ids, each a list
@@ -127,17 +128,22 @@ def window_sentences(tokenizer, sentences, seq_length, labels=None):
                 f"Received an invalid value for argument `labels`, expected one list per sentence "
                 f"({len(sentences)}). Received: {len(labels)} lists"
             )
-    counts = iter(_piece_counts(tokenizer, [word for words in sentences for word in words]))
+    every_word = [word for words in sentences for word in words]
+    # A word's pieces at the start of a window, and after a space: they differ where the space belongs to the
+    # word's first piece (byte-level BPE's "Ġword"); WordPiece and SentencePiece give the same both ways.
+    alone_counts = iter(_piece_counts(tokenizer, every_word))
+    spaced_counts = iter(_piece_counts(tokenizer, [" " + word for word in every_word]))
     windows = {key: [] for key in ("text", "word_starts", "word_ends", "sentence", "window", "first_word", "num_words")}
     if labels is not None:
         windows["labels"] = []
     for index, words in enumerate(sentences):
         bounds, pieces = [0], 0
         for position in range(len(words)):
-            count = next(counts)
+            alone, spaced = next(alone_counts), next(spaced_counts)
+            count = alone if position == bounds[-1] else spaced
             if pieces + count > seq_length - 2 and position > bounds[-1]:
                 bounds.append(position)
-                pieces = 0
+                pieces, count = 0, alone
             pieces += count
         bounds.append(len(words))
         for window, (first, last) in enumerate(zip(bounds[:-1], bounds[1:])):
@@ -190,7 +196,8 @@ def align_word_labels(tokenizer, texts, word_starts, word_ends, labels=None, seq
     cuts; `window_sentences` makes examples that fit.
 
     Args:
-        tokenizer: a `WordPieceTokenizer`.
+        tokenizer: a `WordPieceTokenizer`, `SentencePieceTokenizer` or
+            `BytePairTokenizer`.
         texts: string tensor `(batch,)`, or a list / numpy array of str.
         word_starts, word_ends: int `(batch, (words))`: ragged tensors, or
             lists / numpy arrays of one list per text; each word's character

@@ -3,7 +3,9 @@
 A context longer than fits beside its question is cut as transformers' fast
 tokenizers cut it (`truncation="only_second", stride=doc_stride,
 return_overflowing_tokens=True`): every window holds `[CLS] question [SEP]
-context pieces [SEP]`, the context pieces of consecutive windows overlap by
+context pieces [SEP]` (RoBERTa's packing, a tokenizer whose `packing` is
+`"roberta"`: `<s> question </s></s> context pieces </s>`, type ids all 0),
+the context pieces of consecutive windows overlap by
 `doc_stride`, and the last window ends with the context. Each piece keeps its
 character offsets into its own string (`offset_mapping`), and each context
 piece the span of its word's pieces inside the window (what transformers'
@@ -27,27 +29,36 @@ INPUT_KEYS = ("input_word_ids", "input_mask", "input_type_ids")
 WINDOW_KEYS = INPUT_KEYS + ("example_index", "char_starts", "char_ends", "word_ids", "context_mask", "word_starts",
                             "word_ends")
 SPECIAL_TOKENS = 3  # [CLS] question [SEP] context [SEP]
+ROBERTA_SPECIAL_TOKENS = 4  # <s> question </s></s> context </s>
 _BATCH = 256  # examples per call of the traced windowing in `qa_features`
 _traced = weakref.WeakKeyDictionary()  # tokenizer -> {(seq_length, doc_stride, max_question_length): tf.function}
 
 
-def check_window_arguments(seq_length, doc_stride, max_question_length):
+def special_tokens(tokenizer):
+    """The special tokens of a window of `tokenizer`'s packing: 3 (BERT's), or 4 (RoBERTa's `</s></s>` between)."""
+    return ROBERTA_SPECIAL_TOKENS if getattr(tokenizer, "packing", "bert") == "roberta" else SPECIAL_TOKENS
+
+
+def check_window_arguments(seq_length, doc_stride, max_question_length, num_special=SPECIAL_TOKENS):
     """Checks the three lengths; the context's part of a window must be longer than the stride.
+
+    `num_special` is the window's special tokens (`special_tokens(tokenizer)`).
 
     Raises:
         ValueError: naming the argument, e.g. a `doc_stride` that leaves no
             new context piece in a window after a question of
             `max_question_length` pieces.
     """
-    check_int("seq_length", seq_length, minimum=SPECIAL_TOKENS + 1)
+    check_int("seq_length", seq_length, minimum=num_special + 1)
     check_int("doc_stride", doc_stride, minimum=0)
     check_int("max_question_length", max_question_length, minimum=1)
-    room = seq_length - SPECIAL_TOKENS - max_question_length  # context pieces beside the longest question
+    room = seq_length - num_special - max_question_length  # context pieces beside the longest question
     if doc_stride >= room:
         raise ValueError(
             f"Received an invalid value for argument `doc_stride`, expected fewer than the {room} context pieces "
             f"that fit beside a question of max_question_length={max_question_length} in seq_length={seq_length} "
-            f"(seq_length - max_question_length - 3), so that each window moves on. Received: doc_stride={doc_stride}"
+            f"(seq_length - max_question_length - {num_special}), so that each window moves on. "
+            f"Received: doc_stride={doc_stride}"
         )
 
 
@@ -85,15 +96,18 @@ def qa_windows(tokenizer, questions, contexts, seq_length=384, doc_stride=128, m
 
     A question is cut to its first `max_question_length` pieces (transformers
     keeps it whole; within that length both agree). Its window holds
-    `budget = seq_length - 3 - question pieces` context pieces; windows start
+    `budget = seq_length - 3 - question pieces` context pieces (4 and
+    `<s> question </s></s> context </s>`, type ids 0, for a tokenizer that
+    packs RoBERTa's way); windows start
     every `budget - doc_stride` pieces until one reaches the context's end.
     An empty context gives one window with no context piece. Every position
     is computed by index arithmetic on the flat pieces (dense tensors, no
     ragged concatenation: a few hundred ops to trace, not thousands).
 
     Args:
-        tokenizer: a `WordPieceTokenizer` (or a tokenizer with
-            `tokenize_with_char_offsets` and `cls_id`, `sep_id`, `pad_id`).
+        tokenizer: a `WordPieceTokenizer`, `SentencePieceTokenizer` or
+            `BytePairTokenizer` (a tokenizer with `tokenize_with_char_offsets`,
+            `cls_id`, `sep_id`, `pad_id`, and optionally `packing`).
         questions, contexts: string tensors `(batch,)`.
         seq_length, doc_stride, max_question_length: ints; see
             `check_window_arguments`.
@@ -111,28 +125,32 @@ def qa_windows(tokenizer, questions, contexts, seq_length=384, doc_stride=128, m
         piece, the span of the pieces of its word inside this window, what
         transformers' `word_to_chars` gives; else the piece's own offsets).
     """
-    check_window_arguments(seq_length, doc_stride, max_question_length)
+    num_special = special_tokens(tokenizer)
+    roberta = num_special == ROBERTA_SPECIAL_TOKENS
+    check_window_arguments(seq_length, doc_stride, max_question_length, num_special)
     question, context = _pieces(tokenizer, questions), _pieces(tokenizer, contexts)
     # One window per `step` context pieces after the first, until a window reaches the end (tokenizers' `truncate`).
     question_length = tf.minimum(question["lengths"], max_question_length)
-    budget = seq_length - SPECIAL_TOKENS - question_length  # (batch,) context pieces per window
+    budget = seq_length - num_special - question_length  # (batch,) context pieces per window
     step = budget - doc_stride
     length = context["lengths"]
     count = tf.where(length <= budget, tf.ones_like(length), 1 + (length - budget + step - 1) // step)
     example = tf.repeat(tf.range(tf.size(count, out_type=tf.int64), dtype=tf.int64), count)  # (windows,)
     first = tf.ragged.range(count).flat_values * tf.gather(step, example)  # (windows,): first context piece
     last = tf.minimum(first + tf.gather(budget, example), tf.gather(length, example))  # after the last one
-    # Positions: [CLS] 0, question 1..q, [SEP] q + 1, context q + 2..q + 1 + c, [SEP] q + 2 + c, padding after.
+    # Positions: [CLS] 0, question 1..q, [SEP] q + 1 (RoBERTa: </s></s> q + 1, q + 2), context from
+    # o = q + 2 (RoBERTa: q + 3) to o + c - 1, [SEP] o + c, padding after.
     position = tf.range(seq_length, dtype=tf.int64)[None, :]  # (1, seq_length)
     q = tf.gather(question_length, example)[:, None]  # (windows, 1)
     c = (last - first)[:, None]
+    o = q + num_special - 1  # the context's first position
     is_question = (position >= 1) & (position <= q)  # (windows, seq_length)
-    is_context = (position >= q + 2) & (position < q + 2 + c)
-    is_separator = (position == q + 1) | (position == q + 2 + c)
-    is_real = position <= q + 2 + c
+    is_context = (position >= o) & (position < o + c)
+    is_separator = ((position > q) & (position < o)) | (position == o + c)
+    is_real = position <= o + c
     question_index = tf.gather(question["row_starts"], example)[:, None] + position - 1
     context_start = (tf.gather(context["row_starts"], example) + first)[:, None]  # flat index of the first piece
-    context_index = context_start + position - q - 2
+    context_index = context_start + position - o
 
     def piece(key, default):
         return tf.where(is_question, _gather(question[key], question_index, is_question, default),
@@ -149,7 +167,8 @@ def qa_windows(tokenizer, questions, contexts, seq_length=384, doc_stride=128, m
     return {
         "input_word_ids": tf.cast(ids, tf.int32),
         "input_mask": tf.cast(is_real, tf.int32),
-        "input_type_ids": tf.cast(is_context | (is_separator & (position > q + 1)), tf.int32),
+        "input_type_ids": (tf.zeros_like(is_real, tf.int32) if roberta
+                           else tf.cast(is_context | (is_separator & (position > q + 1)), tf.int32)),
         "example_index": example,
         "char_starts": starts,
         "char_ends": ends,
@@ -210,8 +229,8 @@ def qa_features(tokenizer, examples, seq_length=384, doc_stride=128, max_questio
     """Training and evaluation windows of SQuAD examples, labelled with the answer's pieces.
 
     Args:
-        tokenizer: a `WordPieceTokenizer` (e.g. a `BertPreprocessor`'s
-            `.tokenizer`).
+        tokenizer: the tokenizer of a `BertPreprocessor` (`.tokenizer`):
+            WordPiece, SentencePiece or byte-level BPE.
         examples: `bert_keras.squad.SquadExamples` (or any object with
             `questions`, `contexts` and `answers` lists); the first answer of
             each is the label, none for an unanswerable question.
@@ -225,7 +244,7 @@ def qa_features(tokenizer, examples, seq_length=384, doc_stride=128, max_questio
         A dict of numpy arrays, one row per window: `qa_windows`' keys plus
         `start_positions` and `end_positions` (int32).
     """
-    check_window_arguments(seq_length, doc_stride, max_question_length)
+    check_window_arguments(seq_length, doc_stride, max_question_length, special_tokens(tokenizer))
     windows = _traced_windows(tokenizer, seq_length, doc_stride, max_question_length)
     parts = []
     for begin in range(0, len(examples.questions), _BATCH):

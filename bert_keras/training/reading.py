@@ -25,7 +25,8 @@ from bert_keras import export, lora
 from bert_keras.export.reader import best_answers, window_probabilities
 from bert_keras.squad import squad_scores
 from bert_keras.tasks import BertSpanLabeler
-from bert_keras.text.windows import INPUT_KEYS, check_window_arguments, qa_features
+from bert_keras.text.windows import (INPUT_KEYS, ROBERTA_SPECIAL_TOKENS, check_window_arguments, qa_features,
+                                     special_tokens)
 from bert_keras.training.backup import fingerprint
 from bert_keras.training.config import FineTuneConfig
 from bert_keras.training.data import example_dataset
@@ -187,9 +188,17 @@ def _reader_phases(harness, trainer, config, features, callbacks):
 
 
 def _build_reader(harness, source, config):
-    """`(model, trainer)`: the raw-string reader, and the span labeler on packed windows that shares its layers."""
+    """`(model, trainer)`: the raw-string reader, and the span labeler on packed windows that shares its layers.
+
+    RoBERTa's packing has no segments to find the context by: its labeler scores every position, as
+    transformers' run_qa.py trains, and the export's windows mask the question.
+    """
     with harness.building(config.dtype):
         model = BertSpanLabeler.from_checkpoint(source, seq_length=config.seq_length)
+        if special_tokens(offsets_tokenizer(model, "reader")) == ROBERTA_SPECIAL_TOKENS:
+            loaded, model = model, BertSpanLabeler(model.encoder, preprocessor=model.preprocessor,
+                                                   context_segment_id=None, name=model.name)
+            model.span_head.set_weights(loaded.span_head.get_weights())
         trainer = BertSpanLabeler(model.encoder, context_segment_id=model.context_segment_id, name="reader_on_windows")
         trainer.span_head.set_weights(model.span_head.get_weights())
     return model, trainer
