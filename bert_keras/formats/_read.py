@@ -82,6 +82,8 @@ RESHAPED_SHAPES = {
     _BLOCK + "attention.output_dense.kernel": ("num_heads", "head_size", _H),
 }
 _BLOCK_INDEX = re.compile(r"^encoder\.transformer_layers\.\d+\.")
+# The targets of the encoder's pooler.
+_POOLER = "encoder.pooler."
 # The query kernel of the first block: where a config's `num_heads` is checked against the hidden size.
 _FIRST_QUERY = "encoder.transformer_layers.0.attention.query_dense.kernel"
 
@@ -301,6 +303,11 @@ def read_weights(
     """
     parts, heads, not_in_checkpoint = plan_parts(source, part_prefixes, with_heads,
                                                  pooler=encoder_config.get("use_pooler", True))
+    if any(target.startswith(_POOLER) for head in heads for target, _, _ in table.get(head, ())):
+        # A head that holds the pooler (RoBERTa's sequence classifier: its dense + tanh is BERT's pooler) is the
+        # pooler read: one stored too is not what that model computes, and is left unused.
+        parts = [part for part in parts if part != tables.POOLER]
+        not_in_checkpoint = [part for part in not_in_checkpoint if part != "pooler"]
 
     # Everything is checked before any model exists: a config of 60 blocks for a 6-block
     # checkpoint, of a 2-billion-wide feed-forward layer, or a NaN weight, is refused here.

@@ -8,6 +8,7 @@ not a class of its own. Each family's masked LM is read as `"mlm"` (a `MaskedLMH
 
 import collections
 import dataclasses
+import logging
 import functools
 import os
 import re
@@ -24,7 +25,7 @@ from bert_keras.formats._common import (
     read_vocabulary,
     translate_activation,
 )
-from bert_keras.formats._read import check_tied_decoder, read_weights
+from bert_keras.formats._read import check_tied_decoder, read_weights, wanted_heads
 from bert_keras.formats.sources import SafetensorsSource, TorchSource
 
 # A class index of `id2label`, as transformers writes it ("0", "1", ...).
@@ -170,9 +171,13 @@ def read_huggingface(path, *, with_heads=True, do_lower_case=None):
             present, the task heads among them: `"classifier"`
             (`BertForSequenceClassification`'s `classifier`),
             `"token_classifier"` (`BertForTokenClassification`'s `classifier`),
-            `"span"` (`BertForQuestionAnswering`'s `qa_outputs`). A task head
-            is read only where config.json's `architectures` names its class:
-            both classifiers call their head `classifier`. Defaults to `True`.
+            `"span"` (`BertForQuestionAnswering`'s `qa_outputs`), and the
+            family's (`tables.HF_TASK_ARCHITECTURES`: ALBERT's three, RoBERTa's
+            three, whose sequence classifier's `dense` is read as the pooler,
+            DistilBERT's and ELECTRA's token classifier and question answering).
+            A task head is read only where config.json's `architectures` names
+            its class: both classifiers call their head `classifier`. Defaults
+            to `True`.
         do_lower_case: optional bool. Overrides `tokenizer_config.json`.
 
     Returns:
@@ -185,7 +190,10 @@ def read_huggingface(path, *, with_heads=True, do_lower_case=None):
         CheckpointError: also a classifier head whose number of outputs is
             not the number of labels `id2label` names.
         ConfigError: `architectures` or, with a classifier head read,
-            `id2label` malformed.
+            `id2label` malformed. (A head asked for that `architectures` names
+            in a layout ours cannot hold, DistilBERT's and ELECTRA's sequence
+            classifiers, `tables.HF_REFUSED_TASK_ARCHITECTURES`, is left
+            unread with a warning.)
     """
     directory = os.path.dirname(path) if os.path.isfile(path) else path
     config_file = os.path.join(directory, CONFIG_FILE)
@@ -195,6 +203,7 @@ def read_huggingface(path, *, with_heads=True, do_lower_case=None):
     kwargs = config_to_kwargs(config, config_file)
     model_type = model_type_of(config, config_file)
     architectures = read_architectures(config, config_file)
+    warn_unread_task_heads(architectures, wanted_heads(with_heads), config_file)
     source = open_weights(directory, tables.HF_FAMILIES[model_type]["prefix"])
 
     vocab_file = first_existing(directory, (VOCAB_FILE,))
@@ -259,6 +268,17 @@ def read_architectures(config, file):
     return architectures
 
 
+def warn_unread_task_heads(architectures, heads, file):
+    """Warns (logger `bert_keras.checkpoints`) of a task head in `heads` that `architectures` names in a layout ours
+    cannot hold: it is left unread, as any head of another task, and the warning says why."""
+    for name in architectures:
+        part, differs = tables.HF_REFUSED_TASK_ARCHITECTURES.get(name, (None, None))
+        if part in heads:
+            logging.getLogger("bert_keras.checkpoints").warning(
+                "%s names %s, whose head cannot be read as our %r head: %s. It is left unread: a task starts from "
+                "the encoder with a new head.", file, name, part, differs)
+
+
 def part_prefixes(architectures, model_type="bert"):
     """The parts a checkpoint may hold: the encoder's, the pre-training heads, the task heads its architectures name.
 
@@ -301,7 +321,9 @@ def classifier_labels(source, entries, id2label, config_file, hidden_size):
         CheckpointError: the head is not `(outputs, hidden_size)`, or its
             number of outputs is not the number of labels.
     """
-    name = next(name for target, name, _ in entries if target.endswith(".kernel"))
+    # The head's own kernel (RoBERTa's classifier also holds the pooler's: `encoder.pooler.kernel`).
+    name = next(name for target, name, _ in entries
+                if target.split(".", 1)[0] in tables.TASK_HEADS and target.endswith(".kernel"))
     shape = tuple(source.shape(name))
     if len(shape) != 2 or shape[0] < 1 or shape[1] != hidden_size:  # a torch Linear: (outputs, inputs)
         raise CheckpointError(source.file_of(name), source.original_name(name), f"has shape {shape}, expected "

@@ -106,11 +106,38 @@ HF_PART_PREFIXES = {
     TOKEN_CLASSIFIER: "classifier.",
     SPAN: "qa_outputs.",
 }
-# transformers' task classes (config.json `architectures`) -> the head part they hold.
+# transformers' task classes (config.json `architectures`) -> the head part they hold. The family's are the heads
+# of one Linear layer, as BERT's: on every token (token classification, question answering) or on the pooled output
+# (ALBERT's sequence classifier, on AlbertModel's pooler; RoBERTa's, see HF_ROBERTA_CLASSIFIER).
 HF_TASK_ARCHITECTURES = {
     "BertForSequenceClassification": CLASSIFIER,
     "BertForTokenClassification": TOKEN_CLASSIFIER,
     "BertForQuestionAnswering": SPAN,
+    "AlbertForSequenceClassification": CLASSIFIER,
+    "AlbertForTokenClassification": TOKEN_CLASSIFIER,
+    "AlbertForQuestionAnswering": SPAN,
+    "DistilBertForTokenClassification": TOKEN_CLASSIFIER,
+    "DistilBertForQuestionAnswering": SPAN,
+    "ElectraForTokenClassification": TOKEN_CLASSIFIER,
+    "ElectraForQuestionAnswering": SPAN,
+    "RobertaForSequenceClassification": CLASSIFIER,
+    "RobertaForTokenClassification": TOKEN_CLASSIFIER,
+    "RobertaForQuestionAnswering": SPAN,
+}
+# Task classes whose head ours cannot hold: class -> (the head part asked for, what differs). That head is left
+# unread with a warning saying this; the encoder reads as any other.
+HF_REFUSED_TASK_ARCHITECTURES = {
+    "DistilBertForSequenceClassification": (
+        CLASSIFIER,
+        "its head is `pre_classifier` (a Linear layer and a ReLU on the first token) then `classifier`: two layers, "
+        "where BertClassifier has one Linear layer on the pooled output and DistilBERT's encoder has no pooler",
+    ),
+    "ElectraForSequenceClassification": (
+        CLASSIFIER,
+        "its head (ElectraClassificationHead) is `classifier.dense` and a GELU on the first token, then "
+        "`classifier.out_proj`: two layers, where BertClassifier has one Linear layer on the pooled output and "
+        "ELECTRA's encoder has no pooler (BERT's pooler would apply tanh, not GELU)",
+    ),
 }
 # Names with another spelling in some checkpoints: {name we look up: alternatives}.
 HF_ALIASES = {"cls.predictions.bias": ("cls.predictions.decoder.bias",)}
@@ -160,9 +187,22 @@ HF_ALBERT_PROJECTION = (
 # DistilBertForMaskedLM's vocab_*, RobertaLMHead): BERT's `dense -> activation -> LayerNorm`, then the word embeddings
 # (tied; their decoder matrix is only checked, `HF_FAMILIES[...]["tied_decoder"]`) and a bias. ALBERT's and ELECTRA's
 # generator's transform ends at `embedding_size`, the embeddings' width.
+# The family's token classifiers and span heads have BERT's names (`classifier.*`, `qa_outputs.*`).
+_HF_TOKEN_HEADS = {part: HF_WEIGHTS[part] for part in (TOKEN_CLASSIFIER, SPAN)}
+# RobertaForSequenceClassification (RobertaClassificationHead) computes `out_proj(tanh(dense(first token)))` on a
+# RobertaModel built without its pooler: that is BERT's pooler, `tanh(dense(first token))`, then one Linear layer.
+# Its `dense` is read as our pooler and `out_proj` as the classifier (a pooler stored too is not what that model
+# computes: left unused).
+HF_ROBERTA_CLASSIFIER = (
+    ("encoder.pooler.kernel", "classifier.dense.weight", TRANSPOSE),
+    ("encoder.pooler.bias", "classifier.dense.bias", IDENTITY),
+    ("classifier.dense.kernel", "classifier.out_proj.weight", TRANSPOSE),
+    ("classifier.dense.bias", "classifier.out_proj.bias", IDENTITY),
+)
 HF_ELECTRA_WEIGHTS = {
     EMBEDDINGS: _HF_BERT_EMBEDDINGS,
     LAYER: HF_WEIGHTS[LAYER],
+    **_HF_TOKEN_HEADS,
     # ElectraForMaskedLM, the generator: its own (smaller) encoder under `electra.`, this head on it.
     MLM: (
         ("mlm.transform_dense.kernel", "generator_predictions.dense.weight", TRANSPOSE),
@@ -181,6 +221,7 @@ HF_ELECTRA_WEIGHTS = {
 _D_BLOCK = "transformer.layer.{i}."
 HF_DISTILBERT_WEIGHTS = {
     EMBEDDINGS: tuple(entry for entry in _HF_BERT_EMBEDDINGS if "token_type" not in entry[1]),
+    **_HF_TOKEN_HEADS,
     LAYER: (
         (_BLOCK + "attention.query_dense.kernel", _D_BLOCK + "attention.q_lin.weight", TRANSPOSE),
         (_BLOCK + "attention.query_dense.bias", _D_BLOCK + "attention.q_lin.bias", IDENTITY),
@@ -213,6 +254,8 @@ _A_SHARED = "encoder.transformer_layers.0."
 _A_LAYER = "encoder.albert_layer_groups.0.albert_layers.0."
 HF_ALBERT_WEIGHTS = {
     EMBEDDINGS: _HF_BERT_EMBEDDINGS,
+    **_HF_TOKEN_HEADS,
+    CLASSIFIER: HF_WEIGHTS[CLASSIFIER],  # AlbertForSequenceClassification: one Linear layer on AlbertModel's pooler
     LAYER: (
         (_A_SHARED + "attention.query_dense.kernel", _A_LAYER + "attention.query.weight", TRANSPOSE),
         (_A_SHARED + "attention.query_dense.bias", _A_LAYER + "attention.query.bias", IDENTITY),
@@ -246,6 +289,8 @@ HF_ALBERT_WEIGHTS = {
 # RoBERTa's encoder has BERT's names; its masked-LM head is `lm_head.*`.
 HF_ROBERTA_WEIGHTS = {
     **{part: HF_WEIGHTS[part] for part in (EMBEDDINGS, LAYER, POOLER)},
+    **_HF_TOKEN_HEADS,
+    CLASSIFIER: HF_ROBERTA_CLASSIFIER,
     MLM: (
         ("mlm.transform_dense.kernel", "lm_head.dense.weight", TRANSPOSE),
         ("mlm.transform_dense.bias", "lm_head.dense.bias", IDENTITY),
@@ -261,16 +306,22 @@ HF_ROBERTA_WEIGHTS = {
 # `aliases`, other spellings of its names (as HF_ALIASES); `mlm_activation`, the head's activation where it is
 # fixed in transformers' code rather than the config's (RobertaLMHead's and ElectraGeneratorPredictions' exact
 # GELU); None: the encoder's (`activation_key`: BERT's and ALBERT's `hidden_act`, DistilBERT's `activation`).
+# The family's task heads are found by BERT's prefixes (`HF_PART_PREFIXES`); DistilBERT and ELECTRA have no sequence
+# classifier we read (HF_REFUSED_TASK_ARCHITECTURES).
+_HF_TASK_HEAD_PREFIXES = {part: HF_PART_PREFIXES[part] for part in TASK_HEADS}
+_HF_TOKEN_HEAD_PREFIXES = {part: HF_PART_PREFIXES[part] for part in (TOKEN_CLASSIFIER, SPAN)}
 HF_FAMILIES = {
     "bert": dict(prefix="bert.", weights=HF_WEIGHTS, part_prefixes=HF_PART_PREFIXES, config=HF_CONFIG,
                  activation_key="hidden_act", fixed={}, tokenizer="wordpiece",
                  tied_decoder=HF_TIED_DECODER, aliases=HF_ALIASES, mlm_activation=None),
     "electra": dict(prefix="electra.", weights=HF_ELECTRA_WEIGHTS, projection=HF_ELECTRA_PROJECTION,
-                    part_prefixes={MLM: "generator_predictions.", DISCRIMINATOR: "discriminator_predictions."},
+                    part_prefixes={MLM: "generator_predictions.", DISCRIMINATOR: "discriminator_predictions.",
+                                   **_HF_TOKEN_HEAD_PREFIXES},
                     config={**HF_CONFIG, "embedding_size": "embedding_size"}, activation_key="hidden_act",
                     fixed={"use_pooler": False}, tokenizer="wordpiece",
                     tied_decoder="generator_lm_head.weight", aliases={}, mlm_activation="gelu"),
-    "distilbert": dict(prefix="distilbert.", weights=HF_DISTILBERT_WEIGHTS, part_prefixes={MLM: "vocab_transform."},
+    "distilbert": dict(prefix="distilbert.", weights=HF_DISTILBERT_WEIGHTS,
+                       part_prefixes={MLM: "vocab_transform.", **_HF_TOKEN_HEAD_PREFIXES},
                        config={
                            "vocab_size": "vocab_size",
                            "num_layers": "n_layers",
@@ -287,12 +338,13 @@ HF_FAMILIES = {
                        fixed={"type_vocab_size": 0, "use_pooler": False, "layer_norm_epsilon": 1e-12},
                        tokenizer="wordpiece", tied_decoder="vocab_projector.weight", aliases={}, mlm_activation=None),
     "albert": dict(prefix="albert.", weights=HF_ALBERT_WEIGHTS, projection=HF_ALBERT_PROJECTION,
-                   part_prefixes={POOLER: "pooler.", MLM: "predictions."},
+                   part_prefixes={POOLER: "pooler.", MLM: "predictions.", **_HF_TASK_HEAD_PREFIXES},
                    config={**HF_CONFIG, "embedding_size": "embedding_size"}, activation_key="hidden_act",
                    fixed={"shared_layers": True}, tokenizer="sentencepiece",
                    tied_decoder="predictions.decoder.weight",
                    aliases={"predictions.bias": ("predictions.decoder.bias",)}, mlm_activation=None),
-    "roberta": dict(prefix="roberta.", weights=HF_ROBERTA_WEIGHTS, part_prefixes={POOLER: "pooler.", MLM: "lm_head."},
+    "roberta": dict(prefix="roberta.", weights=HF_ROBERTA_WEIGHTS,
+                    part_prefixes={POOLER: "pooler.", MLM: "lm_head.", **_HF_TASK_HEAD_PREFIXES},
                     config=HF_CONFIG, activation_key="hidden_act", fixed={}, tokenizer="byte_bpe",
                     tied_decoder="lm_head.decoder.weight", aliases={"lm_head.bias": ("lm_head.decoder.bias",)},
                     mlm_activation="gelu"),
