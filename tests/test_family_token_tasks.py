@@ -161,7 +161,7 @@ def _softmax(logits):
 # ---------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("name", ["albert", "roberta"])
+@pytest.mark.parametrize("name", [pytest.param("albert", marks=pytest.mark.slow), "roberta"])
 def test_tagger_export_of_the_family_serves_raw_strings_with_offsets(taggers, texts, name):
     _, _, tagger, export_dir, loaded = taggers(name)
     with open(os.path.join(export_dir, "assets.extra", LABELS_FILE)) as f:
@@ -361,7 +361,8 @@ def _albert_windows(folder, question, context):
         first += budget - READER_STRIDE
 
 
-@pytest.mark.parametrize("name", [pytest.param("albert", marks=pytest.mark.slow), "roberta"])
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["albert", "roberta"])
 def test_reader_export_of_the_family_answers_with_offsets(readers, tweets, name):  # noqa: F811
     model, folder, labeler, reader = readers(name)
     tokenizer = labeler.preprocessor.tokenizer
@@ -417,6 +418,7 @@ def test_roberta_answers_equal_transformers_question_answering(readers, tweets, 
         np.testing.assert_allclose([a["score"] for a in ours], [a["score"] for a in expected], rtol=1e-4)
 
 
+@pytest.mark.slow
 def test_roberta_reader_needs_a_labeler_without_segments(readers, tmp_path):
     _, _, labeler, _ = readers("roberta")
     # RoBERTa's packing has no segment that tells the context: a labeler with its preprocessor masks none.

@@ -82,7 +82,7 @@ def _copy(pair, tmp_path):
     return copy
 
 
-@pytest.mark.parametrize("name", ["albert_cased", "roberta_prefix", "electra",
+@pytest.mark.parametrize("name", ["albert_cased", "roberta_prefix", pytest.param("electra", marks=pytest.mark.slow),
                                   pytest.param("albert", marks=pytest.mark.slow),
                                   pytest.param("roberta", marks=pytest.mark.slow)])
 def test_a_pair_reads_back_as_the_folder_s_encoder_and_tokenizer(pairs, texts, name):  # noqa: F811
@@ -105,6 +105,7 @@ def test_a_pair_reads_back_as_the_folder_s_encoder_and_tokenizer(pairs, texts, n
     assert float(np.abs(sequence - np.asarray(expected.encoder(packed)["sequence_output"])).max()) <= 1e-6
 
 
+@pytest.mark.slow
 def test_the_encoder_module_alone_reads_as_the_pair(pairs, texts):  # noqa: F811
     read = pairs("albert_cased")
     loaded = load_checkpoint(os.path.join(read.pair, "encoder"))
@@ -136,6 +137,7 @@ def test_the_options_are_what_the_record_keeps(pairs, texts, tmp_path, name, def
     assert _ids(tokenizer, texts) != read.expected_ids
 
 
+@pytest.mark.slow
 def test_explain_reads_an_albert_pair(pairs, tmp_path, capsys):
     pair = pairs("albert_cased").pair
     out = str(tmp_path / "explained")

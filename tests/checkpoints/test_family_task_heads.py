@@ -84,7 +84,10 @@ def transformers_logits(model, ids, mask):
         return model(input_ids=torch.tensor(ids), attention_mask=torch.tensor(mask))
 
 
-@pytest.mark.parametrize("name, head, architecture", CASES, ids=[case[2] for case in CASES])
+# Two in the fast loop (a token head; RoBERTa's classifier read as pooler + classifier), the rest in the slow part.
+@pytest.mark.parametrize("name, head, architecture", [
+    case if case[2] in ("AlbertForTokenClassification", "RobertaForSequenceClassification")
+    else pytest.param(*case, marks=pytest.mark.slow) for case in CASES], ids=[case[2] for case in CASES])
 def test_family_task_head_gives_transformers_logits(tmp_path, tokenizer_folders, texts, name, head, architecture):
     model, folder = make_task_folder(name, architecture, tmp_path / architecture, tokenizer_folders, LABELS[head])
     ids, mask = reference_ids(name, folder, texts)
@@ -143,7 +146,7 @@ def test_roberta_sequence_classifier_dense_is_read_as_the_pooler(tmp_path, token
     np.testing.assert_array_equal(plain.encoder.pooler.kernel.numpy(), tensors["roberta.pooler.dense.weight"].T)
 
 
-@pytest.mark.parametrize("name", sorted(REFUSED))
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n == "electra" else n for n in sorted(REFUSED)])
 def test_sequence_classifier_of_two_layers_is_left_unread_saying_why(tmp_path, tokenizer_folders, texts, caplog, name):
     architecture, differs = REFUSED[name]
     model, folder = make_task_folder(name, architecture, tmp_path / architecture, tokenizer_folders, SENTIMENTS)

@@ -110,6 +110,7 @@ def _field_spans(data, at, end):
         yield key >> 3, wire, start, at
 
 
+@pytest.mark.slow
 def test_score_reset_of_long_texts(proto, tweets):
     """The library subtracts the best score from the positions it has reached once it passes +-100,000 (about
     10,000 pieces of a real model). With scores 300 times larger it happens every 30 pieces or so; segmenting
