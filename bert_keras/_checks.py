@@ -3,9 +3,17 @@
 Each check names the argument, says what was expected and what was received,
 and returns the value (converted where it says so), so that callers write
 `self.num_heads = check_positive_int("num_heads", num_heads)`.
+
+`open_regular_file` and `check_regular_file` are the one rule for reading a
+file the package did not write (a user's data, an index, an export's
+metadata): it must be a regular file. A FIFO would wait for a writer that
+may never come, and a device may never end.
 """
 
+import errno
 import numbers
+import os
+import stat
 
 
 def _invalid(name, expected, value):
@@ -93,3 +101,64 @@ def check_choice(name, value, choices):
     if value not in choices:
         raise _invalid(name, f"one of {list(choices)}", value)
     return value
+
+
+class NotRegularFileError(OSError, ValueError):
+    """A path to read that is a FIFO, a device or a socket, not a regular file (an `OSError` and a `ValueError`)."""
+
+    def __init__(self, path, kind):
+        super().__init__(errno.EINVAL, f"it is a {kind}, not a regular file (reading one could wait forever); pass "
+                         "a regular file", os.fspath(path))
+        self.kind = kind
+
+    def __str__(self):
+        return f"{self.filename} cannot be read: {self.strerror}."
+
+
+def _special_kind(mode):
+    """What a file of `st_mode` is, in words, when it is neither a regular file nor a directory; else None."""
+    for test, kind in ((stat.S_ISFIFO, "FIFO (named pipe)"), (stat.S_ISCHR, "character device"),
+                       (stat.S_ISBLK, "block device"), (stat.S_ISSOCK, "socket")):
+        if test(mode):
+            return kind
+    return None if stat.S_ISREG(mode) or stat.S_ISDIR(mode) else "special file"
+
+
+def check_regular_file(path):
+    """Returns `path` unless it exists and is not a regular file (links followed): a `NotRegularFileError` then.
+
+    For a reader that opens `path` itself; `open_regular_file` checks the
+    file it opened (no moment between the check and the open).
+    """
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return path  # missing, or unreadable: the reader's open says so
+    kind = _special_kind(mode)
+    if kind is not None:
+        raise NotRegularFileError(path, kind)
+    return path
+
+
+def open_regular_file(path, mode="rb", encoding=None):
+    """`path` opened for reading (`mode` `"rb"` or `"r"`), refused with a `NotRegularFileError` unless a regular file.
+
+    The file is opened without waiting (a FIFO opens at once then), checked
+    on the open descriptor, then read as any file. A directory is an
+    `IsADirectoryError`, a missing file a `FileNotFoundError`, as `open`'s.
+    """
+    if mode not in ("r", "rb"):
+        raise _invalid("mode", "'r' or 'rb'", mode)
+    descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        info = os.fstat(descriptor)
+        if stat.S_ISDIR(info.st_mode):
+            raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), os.fspath(path))
+        kind = _special_kind(info.st_mode)
+        if kind is not None:
+            raise NotRegularFileError(path, kind)
+        os.set_blocking(descriptor, True)
+        return os.fdopen(descriptor, mode, encoding=encoding)
+    except BaseException:
+        os.close(descriptor)
+        raise

@@ -23,6 +23,7 @@ import re
 
 import numpy as np
 
+from bert_keras._checks import check_regular_file
 from bert_keras._records import (
     DELIMITERS,
     FIELD_SIZE_LIMIT,
@@ -173,7 +174,8 @@ def read_texts(source, text_column=None, text_pair_column=None, *, pairs=False, 
     Raises:
         FileNotFoundError: no such file.
         ValueError: an argument that does not apply (e.g. `delimiter` for
-            JSON, `text_column` for one text per line).
+            JSON, `text_column` for one text per line), or a file that is not
+            a regular file (a FIFO, a device: `NotRegularFileError`).
 
     Example:
     >>> import io
@@ -197,7 +199,7 @@ def read_texts(source, text_column=None, text_pair_column=None, *, pairs=False, 
                     f"Received an invalid value for argument `{names[key]}`: it applies to CSV, TSV, JSON and JSONL "
                     f"files; {name} is read as one text per line. Received: {names[key]}={value!r}"
                 )
-    stream = source if path is None else open_file(path)
+    stream = source if path is None else open_file(check_regular_file(path))
     if fmt == "lines":
         records = (
             (number, split_pair(text, place(name, number)) if pairs else [text])
@@ -348,11 +350,12 @@ def read_labelled_file(
         DataError: empty file, missing or repeated column, invalid UTF-8,
             malformed quoting, a record of the wrong width, empty line or
             text, unknown label; the message names the file and the line.
-        ValueError: an invalid `delimiter`.
+        ValueError: an invalid `delimiter`, or a file that is not a regular
+            file (a FIFO, a device: `NotRegularFileError`).
     """
     path = os.fspath(path)
     argument_names = _argument_names(arguments)
-    if not os.path.isfile(path):
+    if not os.path.isfile(check_regular_file(path)):
         raise FileNotFoundError(f"{path}: no such file.")
     fmt = fmt or FORMATS.get(os.path.splitext(path)[1].lower())
     if fmt not in ("csv", "tsv", "json", "jsonl"):

@@ -14,7 +14,7 @@ import shlex
 
 import numpy as np
 
-from bert_keras._checks import check_int, check_positive_int
+from bert_keras._checks import NotRegularFileError, check_int, check_positive_int, check_regular_file, open_regular_file
 from bert_keras._files import staged_directory
 from bert_keras.checkpoints import ModuleRefusedError
 from bert_keras.embedding_files import ROWS_PER_CHUNK, stream_embeddings
@@ -149,8 +149,8 @@ class SentenceIndex:
         vectors: float32 `(count, dimension)` array, read from disk as needed (a memory map).
 
     Raises:
-        ValueError: naming the file and what is wrong: no `index.json` of
-            this format, a vectors file that cannot be read, of another
+        ValueError: naming the file and what is wrong: a file that is not a
+            regular file (a FIFO, a device), no `index.json` of this format, a vectors file that cannot be read, of another
             shape or dtype, or with values that are not finite, a probe
             embedding that is not `dimension` finite numbers, a texts file
             of another length.
@@ -160,7 +160,7 @@ class SentenceIndex:
         self.index_dir = os.fspath(index_dir)
         info_path = os.path.join(self.index_dir, INDEX_FILE)
         try:
-            with open(info_path, encoding="utf-8") as f:
+            with open_regular_file(info_path, "r", encoding="utf-8") as f:
                 info = json.load(f)
             if not isinstance(info, dict) or info.get("format") != INDEX_FORMAT:
                 raise ValueError(f"it is not a {INDEX_FORMAT} description")
@@ -170,6 +170,8 @@ class SentenceIndex:
             probe = info["probe"]["embedding"]
         except FileNotFoundError:
             raise ValueError(f"{self.index_dir!r} is not an index written by bert-keras index (no {INDEX_FILE}).") from None
+        except NotRegularFileError:  # a ValueError naming the file: a FIFO, a device
+            raise
         except (OSError, ValueError, TypeError, KeyError, RecursionError) as error:
             raise ValueError(f"{info_path} cannot be read as an index description ({error}).") from None
         # The probe is what tells the index's model from another (`check_model`): a NaN compares as no difference
@@ -199,7 +201,9 @@ class SentenceIndex:
     def _read_vectors(self):
         path = os.path.join(self.index_dir, VECTORS_FILE)
         try:
-            vectors = np.load(path, mmap_mode="r", allow_pickle=False)
+            vectors = np.load(check_regular_file(path), mmap_mode="r", allow_pickle=False)
+        except NotRegularFileError:
+            raise
         except (OSError, ValueError, EOFError) as error:
             raise ValueError(f"{path} cannot be read as a .npy array ({error}): the index is damaged; build it again.") from None
         if vectors.dtype != np.float32 or vectors.shape != (self.count, self.dimension):
@@ -218,8 +222,10 @@ class SentenceIndex:
     def _read_texts(self):
         path = os.path.join(self.index_dir, TEXTS_FILE)
         try:
-            with open(path, encoding="utf-8") as f:
+            with open_regular_file(path, "r", encoding="utf-8") as f:
                 texts = [json.loads(line) for line in f]
+        except NotRegularFileError:
+            raise
         except (OSError, ValueError) as error:
             raise ValueError(f"{path} cannot be read ({error}): the index is damaged; build it again.") from None
         if len(texts) != self.count or not all(isinstance(text, str) for text in texts):

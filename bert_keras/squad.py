@@ -21,6 +21,7 @@ import os
 import re
 import string
 
+from bert_keras._checks import check_regular_file
 from bert_keras._records import DataError, _check_no_surrogate, _json_array, _json_kind, decoded_lines, open_file, place
 
 __all__ = ["DataError", "SquadExamples", "read_squad", "squad_scores"]
@@ -185,7 +186,7 @@ def _answers(record, where, context):
 
 def _read_text(path):
     """The file as one str, line by line so that invalid UTF-8 is named by its line."""
-    with open_file(path) as stream:
+    with open_file(check_regular_file(path)) as stream:
         return "".join(line for _, line in decoded_lines(stream, path))
 
 
@@ -285,7 +286,9 @@ def read_squad(path, fmt=None):
 
     Raises:
         FileNotFoundError: the file does not exist.
-        DataError: invalid UTF-8 or JSON, a missing or empty question or
+        NotRegularFileError: a FIFO or a device (a `ValueError`).
+        DataError: invalid UTF-8 or JSON (or JSON too deep, or an integer
+            of over 4,300 digits), a missing or empty question or
             context, an answer that is not where `answer_start` says, an id
             used twice, no question at all; the message names the file, the
             line (for SQuAD JSON, the line of the example's id where it has
@@ -305,7 +308,7 @@ def read_squad(path, fmt=None):
             if fmt == "squad" or "Extra data" not in error.msg:  # "Extra data": a second object, so JSONL
                 raise DataError(f"{place(path, error.lineno)} is not valid JSON ({error.msg} at column "
                                 f"{error.colno}).") from None
-        except RecursionError as error:
+        except (ValueError, RecursionError) as error:  # an integer of over 4,300 digits; nesting too deep
             raise DataError(f"{path} is not usable JSON ({error}).") from None
         else:
             if isinstance(document, dict) and "data" in document:

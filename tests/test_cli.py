@@ -1,3 +1,5 @@
+import os
+
 import pytest
 
 from bert_keras import cli
@@ -185,6 +187,25 @@ def test_missing_paths_are_reported_before_tensorflow_is_imported(tmp_path, argv
     (["predict", "--model", ".", "--input", "nolabel.csv", "--text-column", "body"], "missing column(s) ['body']"),
     (["embed", "--model", ".", "--input", "empty.txt", "--out", "e.npy"], "no text given"),
     (["index", "--model", ".", "--input", "empty.txt", "--out", "i"], "no text given"),
+    # issue 47, item 8: a tagger of one tag was refused after 44 s of loading, by Keras' rank message, with a backup.
+    (["finetune", "--task", "ner", "--train", "all_o.conll", "--out", "o"],
+     "all_o.conll: every tag is 'O'; a tagger needs words of at least one entity type (e.g. B-PER) to learn from."),
+    (["finetune", "--task", "ner", "--train", "one_word.conll", "--out", "o"], "one_word.conll: every tag is 'O'"),
+    (["finetune", "--task", "ner", "--modules", ".", "--train", "bad.conll", "--out", "o"],
+     "--task ner takes no --modules: the tagger's preprocessing must report where each piece is in the text"),
+    (["finetune", "--task", "qa", "--encoder", "e", "--preprocess", "p", "--train", "bad.json", "--out", "o"],
+     "--task qa takes no --encoder / --preprocess: the reader's preprocessing must report where each piece is"),
+    # issue 47, item 12: "fewer than the -59 context pieces", after TensorFlow loaded.
+    (["finetune", "--task", "qa", "--train", "bad.json", "--out", "o", "--seq-length", "8"],
+     "--seq-length 8 is too short for --max-question-length 64: a window holds [CLS], up to 64 question pieces, [SEP], "
+     "more context pieces than --doc-stride 128 (so that each window moves on) and [SEP]: --seq-length must be at least "
+     "196, or --max-question-length (or --doc-stride) lower."),
+    (["finetune", "--task", "qa", "--train", "bad.json", "--out", "o", "--seq-length", "128"],
+     "--doc-stride 128 must be smaller than the 61 context pieces that fit beside a question of --max-question-length "
+     "64 in --seq-length 128, so that each window moves on."),
+    # issue 47, item 9: a plain ValueError from json, not the DataError naming the file.
+    (["finetune", "--task", "qa", "--train", "digits.json", "--out", "o"],
+     "digits.json is not usable JSON (Exceeds the limit (4300 digits) for integer string conversion"),
 ])
 def test_data_errors_are_reported_before_tensorflow_is_imported(tmp_path, argv, message):
     """Bad data is exit 2 before TensorFlow and the model load (which take seconds): its header and first record."""
@@ -194,8 +215,14 @@ def test_data_errors_are_reported_before_tensorflow_is_imported(tmp_path, argv, 
     (tmp_path / "bad.conll").write_text("Ada\tB-PER\nwent\tO\nhome\tI-LOC\n\n")
     (tmp_path / "bad.json").write_text('{"data": [{"paragraphs": [{"context": "Ada wrote.", "qas": [{"id": "1", '
                                        '"question": "Who?", "answers": [{"text": "Bob", "answer_start": 0}]}]}]}]}')
+    (tmp_path / "all_o.conll").write_text("Ada\tO\nwrote\tO\n\nParis\tO\n")
+    (tmp_path / "one_word.conll").write_text("Ada\tO\n")
+    (tmp_path / "digits.json").write_text('{"data": [{"paragraphs": [{"context": "Ada wrote.", "qas": [{"id": "1", '
+                                          '"question": "Who?", "answers": [{"text": "Ada", "answer_start": '
+                                          + "1" * 5000 + '}]}]}]}]}')
     test_missing_paths_are_reported_before_tensorflow_is_imported(tmp_path, argv, message)
-    assert not (tmp_path / "o").exists() and not (tmp_path / "e.npy").exists() and not (tmp_path / "i").exists()
+    for written in ("o", ".o.backup", "e.npy", "i"):
+        assert not os.path.lexists(tmp_path / written), written
 
 
 @pytest.mark.parametrize("argv, message", [

@@ -400,6 +400,6 @@ def test_search_answers_queries_from_standard_input_with_one_load(models, tmp_pa
     code, stdout, err = _run(search, capsys, stdin="good day\n".encode(), monkeypatch=monkeypatch)
     assert code == 0 and stdout.startswith("query: good day\n1\t") and stdout.endswith("\n\n"), (stdout, err)
     code, _, err = _run(search, capsys, stdin=b"good day\n\xff\n", monkeypatch=monkeypatch)
-    assert code == 2 and "standard input: line 2: not valid UTF-8" in err
+    assert code == 2 and "standard input line 2 is not valid UTF-8 (byte 0xff at column 1)" in err
     code, _, err = _run(search, capsys, stdin=b"\n \n", monkeypatch=monkeypatch)
     assert code == 2 and "no query given" in err

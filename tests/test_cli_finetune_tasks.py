@@ -109,5 +109,6 @@ def test_token_tasks_refuse_a_module_pair_naming_why(tmp_path):
                     "--out", str(tmp_path / f"out-{task}"), "--seq-length", "16", "--max-question-length", "4",
                     "--doc-stride", "4")
         assert done.returncode == 2, done.stderr[-2000:]
-        assert f"The {what}'s preprocessing cannot report where each piece is" in done.stderr
-        assert not (tmp_path / f"out-{task}").exists()
+        assert (f"bert-keras finetune: --task {task} takes no --modules: the {what}'s preprocessing must report where "
+                "each piece is in the text") in done.stderr
+        assert not (tmp_path / f"out-{task}").exists() and not (tmp_path / f".out-{task}.backup").exists()

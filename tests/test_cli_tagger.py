@@ -3,19 +3,24 @@
 import io
 import json
 import os
+import re
+import shutil
 import subprocess
 import sys
 
 import keras
 import numpy as np
 import pytest
+import tensorflow as tf
 
 from bert_keras import BertEncoder, cli
 from bert_keras.commands.evaluate import word_tags
 from bert_keras.commands.predict import AGGREGATIONS, marked_text
 from bert_keras.entities import entity_scores
 from bert_keras.export import export_tagger, load_tagger
+from bert_keras.export import tagger as tagger_module
 from bert_keras.export.entity_groups import AGGREGATIONS as LIBRARY_AGGREGATIONS
+from bert_keras.export.entity_groups import text_entities
 from bert_keras.tasks import BertTokenClassifier
 from bert_keras.text import BertPreprocessor
 
@@ -27,15 +32,20 @@ CONLL = "-DOCSTART- -X- O\n\nAda\tB-PER\nLovelace\tI-PER\nin\tO\nParis\tB-LOC\n\
 
 
 @pytest.fixture(scope="module")
-def tagger_dir(tmp_path_factory):
+def tagger():
     keras.utils.set_random_seed(11)
     encoder = BertEncoder(vocab_size=len(VOCAB), num_layers=1, hidden_size=8, num_heads=2, intermediate_size=16,
                           max_sequence_length=16)
-    tagger = BertTokenClassifier(encoder, num_classes=len(TAGS), preprocessor=BertPreprocessor(VOCAB, seq_length=10),
-                                 label_names=TAGS)
-    kernel, bias = tagger.classifier_head.weights[-2:]
+    model = BertTokenClassifier(encoder, num_classes=len(TAGS), preprocessor=BertPreprocessor(VOCAB, seq_length=10),
+                                label_names=TAGS)
+    kernel, bias = model.classifier_head.weights[-2:]
     kernel.assign(np.asarray(kernel) * 40.0)  # decisive, varied tags
     bias.assign(np.array([1.0, 0.0, 0.5, 0.0, 0.5], "float32"))
+    return model
+
+
+@pytest.fixture(scope="module")
+def tagger_dir(tagger, tmp_path_factory):
     return export_tagger(tagger, str(tmp_path_factory.mktemp("taggers") / "ner"), stride=2)
 
 
@@ -120,3 +130,80 @@ def test_evaluate_refuses_bad_data_before_tensorflow_loads(tmp_path):
                              str(data)], capture_output=True, text=True, timeout=120, env=dict(os.environ, PYTHONPATH=os.getcwd()))
     assert result.returncode == 2 and result.stdout.strip() == "False"
     assert f"{data}" in result.stderr and "line 2" in result.stderr
+
+
+def test_a_long_text_runs_through_the_model_a_few_windows_at_a_time(tagger, monkeypatch):
+    # issue 47, item 4: every window of a text went into one call of the model (a 5 MB line: 2.1 GB, 3 min 48 s).
+    tokenizer = tagger.preprocessor.tokenizer
+    vocabulary = tf.constant(list(tokenizer.vocabulary))
+    texts = tf.constant([TEXTS[0] * 4, "paris", ""])  # 24 pieces: windows of 8 every 6, 4 of them; then 1 and 1
+    serving, calls = tagger.serving_outputs, []
+
+    def counted(packed):
+        calls.append(int(packed["input_word_ids"].shape[0]))
+        return serving(packed)
+
+    monkeypatch.setattr(tagger, "serving_outputs", counted)
+    # Run eagerly, the loop over calls is a Python loop: each call of the model is seen.
+    chunked = tagger_module._tag_pieces(tagger, tokenizer, vocabulary, texts, 2, None, windows_per_call=2)
+    assert calls == [2, 2, 2]  # 6 windows, 2 per call
+    calls.clear()
+    whole = tagger_module._tag_pieces(tagger, tokenizer, vocabulary, texts, 2, None, windows_per_call=100)
+    assert calls == [6] and tagger_module.WINDOWS_PER_CALL == 64
+    for name, value in chunked.items():
+        np.testing.assert_allclose(value.numpy(), whole[name].numpy(), atol=1e-6) if value.dtype.is_floating else \
+            np.testing.assert_array_equal(value.numpy(), whole[name].numpy())
+    length = int(whole["lengths"][0])
+    pieces = {name: value.numpy()[0, :length] for name, value in whole.items() if name != "lengths"}
+    pieces["tokens"] = [token.decode() for token in pieces["tokens"]]
+    chunked_pieces = dict(pieces, scores=chunked["scores"].numpy()[0, :length])
+    entities, chunked_entities = (text_entities(TEXTS[0] * 4, piece, TAGS) for piece in (pieces, chunked_pieces))
+    assert len(entities) >= 4 and [dict(e, score=0) for e in chunked_entities] == [dict(e, score=0) for e in entities]
+    np.testing.assert_allclose([e["score"] for e in chunked_entities], [e["score"] for e in entities], atol=1e-6)
+
+
+def _edited(tagger_dir, tmp_path, **fields):
+    directory = shutil.copytree(tagger_dir, tmp_path / "edited", dirs_exist_ok=True)
+    labels = directory / "assets.extra" / "labels.json"
+    metadata = json.loads(labels.read_text())
+    metadata.update(fields)
+    labels.write_text(json.dumps(metadata))
+    return str(directory)
+
+
+@pytest.mark.slow
+def test_an_edited_labels_json_cannot_change_how_pieces_make_words(tagger_dir, tmp_path, capsys):
+    # issue 47, item 10: "suffix_indicator": "" turned "Ada Lovelace wrote in Paris" into "AdaLovelacewroteinParis".
+    expected = load_tagger(tagger_dir, warm_up=False).predict(TEXTS[0])
+    for field, value, graph in (("tokenizer", "byte_bpe", "'wordpiece'"), ("suffix_indicator", "", "'##'"),
+                                ("unknown_token", {"a": 1}, "'\\[UNK\\]'")):
+        directory = _edited(tagger_dir, tmp_path, **{field: value})
+        with pytest.raises(ValueError, match=rf"labels\.json records {field}={re.escape(repr(value))}, but the "
+                           rf"SavedModel in .* was exported with {field}={graph} \(its `tokenizer_info\(\)`: how its "
+                           r"pieces make words\): the export was modified after it was written"):
+            load_tagger(directory, warm_up=False)
+    code, _, err = _run(["predict", "--model", directory, "Ada Lovelace"], capsys)
+    assert code == 2 and err.startswith(f"bert-keras predict: cannot load a tagger from {directory}: ")
+    # The graph is the truth: a labels.json without these fields (or nested too deeply to read) changes nothing.
+    directory = _edited(tagger_dir, tmp_path)
+    (tmp_path / "edited" / "assets.extra" / "labels.json").write_text("[" * 100_000 + "]" * 100_000)
+    assert load_tagger(directory, warm_up=False).predict(TEXTS[0]) == expected
+    code, _, err = _run(["predict", "--model", directory, "Ada"], capsys)  # not told a tagger: no traceback
+    assert code == 2 and f"bert-keras predict: cannot load a classifier from {directory}: " in err
+
+
+@pytest.mark.slow
+def test_an_export_written_before_the_graph_carried_them_is_checked_by_a_probe(tagger_dir, tmp_path, monkeypatch):
+    # An export of the previous version has no `tokenizer_info()`: its labels.json is read, and checked against what
+    # its own graph does with a probe text.
+    monkeypatch.setattr(tagger_module, "DECODING_ENDPOINT", "no_such_endpoint")
+    loaded = load_tagger(tagger_dir, warm_up=False)
+    assert (loaded.tokenizer_kind, loaded._unknown_token, loaded._suffix_indicator) == ("wordpiece", "[UNK]", "##")
+    assert loaded.predict(TEXTS) == load_tagger(tagger_dir, warm_up=False).predict(TEXTS)
+    for field, value, found in (("tokenizer", "byte_bpe", "tokenizer='wordpiece'"),
+                                ("unknown_token", "ada", "unknown_token='[UNK]'")):
+        with pytest.raises(ValueError, match=rf"records {field}='{value}', but the export's own tokenizer gives "
+                                             rf"{re.escape(found)} \(its pieces of a probe text\)"):
+            load_tagger(_edited(tagger_dir, tmp_path, **{field: value}), warm_up=False)
+    with pytest.raises(ValueError, match=r"records suffix_indicator=''; expected a non-empty string"):
+        load_tagger(_edited(tagger_dir, tmp_path, suffix_indicator=""), warm_up=False)

@@ -82,6 +82,20 @@ def test_bad_files_are_refused_with_their_place(tmp_path):
         read_squad(str(tmp_path / "missing.json"))
 
 
+def test_an_answer_start_of_thousands_of_digits_is_a_data_error_naming_the_file(tmp_path):
+    # issue 47, item 9: Python refuses integers of over 4,300 digits with a plain ValueError, which escaped read_squad.
+    digits = "1" * 5000
+    squad = json.dumps(_squad([{"id": "q", "question": "Who?", "answers": [{"text": "Ada", "answer_start": 0}]}]))
+    squad = squad.replace('"answer_start": 0', f'"answer_start": {digits}')
+    with pytest.raises(DataError, match=r"digits\.json is not usable JSON \(Exceeds the limit \(4300 digits\)"):
+        read_squad(_write(tmp_path, "digits.json", squad))
+    row = json.dumps({"id": "q", "question": "Who?", "context": CONTEXT, "answers": [{"text": "Ada", "answer_start": 0}]})
+    row = row.replace('"answer_start": 0', f'"answer_start": {digits}')
+    for name, content in (("digits.jsonl", f"{row}\n"), ("array.json", f"[\n{row}\n]")):
+        with pytest.raises(DataError, match=rf"{name}: line \d is not usable JSON \(Exceeds the limit"):
+            read_squad(_write(tmp_path, name, content))
+
+
 def test_scores_follow_the_official_evaluation():
     examples = SquadExamples.from_lists(
         ["Who?", "What?", "When?"], [CONTEXT] * 3,

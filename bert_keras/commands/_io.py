@@ -6,6 +6,7 @@ Files and standard input are read by `bert_keras.datasets.read_texts` (no Tensor
 import json
 import sys
 
+from bert_keras._checks import NotRegularFileError
 from bert_keras.datasets import read_texts, split_pair
 
 
@@ -28,18 +29,40 @@ def argument_texts(texts):
         yield number, text
 
 
+def standard_input(what="text", hint="pass TEXT arguments or --input FILE"):
+    """`sys.stdin.buffer`, the bytes every command reads; an `InputError` when standard input is closed.
+
+    Started with standard input closed (`bert-keras predict ... <&-`), Python sets `sys.stdin` to None: no text can
+    come from there, which the commands say before TensorFlow and the model load.
+    """
+    if sys.stdin is None:
+        raise InputError(f"no {what} given: standard input is closed; {hint}.")
+    return sys.stdin.buffer
+
+
+def prompt(what="texts"):
+    """On a terminal, says that standard input is read (a closed one is no terminal)."""
+    if sys.stdin is not None and sys.stdin.isatty():
+        print(f"Reading {what} from standard input, one per line (end with Ctrl-D).", file=sys.stderr)
+
+
 def input_records(args, pairs):
     """`(line number, [text] or [text, pair])` from TEXT arguments, --input or standard input, streamed."""
     if args.texts:
         if args.input:
             raise InputError("pass TEXT arguments or --input FILE, not both.")
         return ((n, split_pair(t, f"TEXT argument {n}") if pairs else [t]) for n, t in argument_texts(args.texts))
+    if not args.input:
+        standard_input(hint="pass --input FILE" if getattr(args, "command", None) == "index"
+                       else "pass TEXT arguments or --input FILE")
     try:
         return read_texts(args.input or sys.stdin.buffer, text_column=args.text_column,
                           text_pair_column=args.text_pair_column, pairs=pairs, delimiter=args.delimiter,
                           arguments=READER_ARGUMENTS)
     except FileNotFoundError as error:
         raise InputError(f"cannot read --input {error}") from None
+    except NotRegularFileError as error:  # a FIFO, /dev/stdin: read once, here, it would be read without end
+        raise InputError(f"--input {error} Without --input, standard input is read: pipe the texts there.") from None
     except ValueError as error:  # an argument that does not apply to the input, or a file that cannot be read
         raise InputError(str(error)) from None
 

@@ -7,10 +7,9 @@ TensorFlow loads must not pay for them.
 
 import itertools
 import os
-import sys
 
 from bert_keras.commands._common import UsageError, at_least, fail, progress, say
-from bert_keras.commands._io import InputError, argument_texts, input_records
+from bert_keras.commands._io import InputError, argument_texts, input_records, prompt
 from bert_keras.datasets import DataError
 
 
@@ -93,8 +92,8 @@ def run_embed(args):
         return fail("embed", f"--out must name a .npy or .jsonl file. Received: {args.out}")
     if os.path.lexists(args.out):
         return fail("embed", f"--out {args.out} exists; it is never replaced. Pick another name, or remove it yourself.")
-    if not args.texts and not args.input and sys.stdin.isatty():
-        print("Reading texts from standard input, one per line (end with Ctrl-D).", file=sys.stderr)
+    if not args.texts and not args.input:
+        prompt()
     try:
         texts = _embedding_inputs(args)  # the first text read and checked before the model loads
     except (InputError, DataError) as error:

@@ -8,6 +8,7 @@ The loaders, the report writer and the file writer (TensorFlow, matplotlib) are 
 import json
 import os
 
+from bert_keras._checks import NotRegularFileError
 from bert_keras.commands._common import at_least, fail, say
 from bert_keras.commands._io import READER_ARGUMENTS
 from bert_keras.commands.predict import is_tagger_export
@@ -47,7 +48,11 @@ def _read(args, label_names=None):
 
 
 def run(args):
-    if is_tagger_export(args.model):
+    try:
+        tagger = is_tagger_export(args.model)
+    except NotRegularFileError as error:  # its labels.json is a FIFO or a device
+        return fail("evaluate", str(error))
+    if tagger:
         return _run_tagger(args)
     try:  # the data's own errors first: they must not wait for TensorFlow and the model (its labels are checked after)
         _read(args)

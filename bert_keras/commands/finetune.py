@@ -85,6 +85,38 @@ def register(commands, common):
     tune.set_defaults(func=run)
 
 
+# training.reading.READER_DEFAULTS' seq_length, and the special tokens of a window ([CLS] question [SEP] context [SEP]),
+# named here so that the lengths are checked before TensorFlow loads (RoBERTa's packing, one more, is checked later).
+QA_SEQ_LENGTH = 384
+QA_SPECIAL_TOKENS = 3
+
+
+def _check_task_arguments(args):
+    """What the token-level tasks refuse before any data is read or TensorFlow loads: a message, or None."""
+    what = {"ner": "tagger", "qa": "reader"}.get(args.task)
+    if what is None:
+        return None
+    if args.modules or args.encoder or args.preprocess:
+        flag = "--modules" if args.modules else "--encoder / --preprocess"
+        return (f"--task {args.task} takes no {flag}: the {what}'s preprocessing must report where each piece is in the "
+                f"text, which a Hub preprocess module cannot report. Fine-tune a {what} from a checkpoint folder "
+                "(--checkpoint: Hugging Face, Google BERT, keras-nlp).")
+    if args.task == "qa":
+        seq_length, question = args.seq_length or QA_SEQ_LENGTH, args.max_question_length
+        room = seq_length - QA_SPECIAL_TOKENS - question  # context pieces beside the longest question
+        if room < 1:
+            return (f"--seq-length {seq_length} is too short for --max-question-length {question}: a window holds "
+                    f"[CLS], up to {question} question pieces, [SEP], more context pieces than --doc-stride "
+                    f"{args.doc_stride} (so that each window moves on) and [SEP]: --seq-length must be at least "
+                    f"{question + QA_SPECIAL_TOKENS + args.doc_stride + 1}, or --max-question-length (or --doc-stride) "
+                    "lower.")
+        if args.doc_stride >= room:
+            return (f"--doc-stride {args.doc_stride} must be smaller than the {room} context pieces that fit beside a "
+                    f"question of --max-question-length {question} in --seq-length {seq_length}, so that each window "
+                    "moves on.")
+    return None
+
+
 def _source(args):
     """What the classifier is built from: a checkpoint, a module pair, or two Hub handles."""
     if args.encoder or args.preprocess:
@@ -128,6 +160,9 @@ def _read_data(args):
         return tuple(read_squad(path) if path else None for path in (args.train, args.validation, args.test))
     if args.task == "ner":
         train = read_tagged_file(args.train)
+        if len(train.tag_names) < 2:  # a model of one class: nothing to learn, and Keras' loss refuses its shape
+            raise DataError(f"{args.train}: every tag is {train.tag_names[0]!r}; a tagger needs words of at least one "
+                            "entity type (e.g. B-PER) to learn from.")
         validation, test = (read_tagged_file(path, tag_names=train.tag_names) if path else None
                             for path in (args.validation, args.test))
         return train, validation, test
@@ -142,6 +177,9 @@ def _read_data(args):
 
 
 def run(args):
+    refused = _check_task_arguments(args)
+    if refused is not None:
+        return fail("finetune", refused)
     try:  # the data first: its errors must not wait for TensorFlow and the model
         train, validation, test = _read_data(args)
     except (FileNotFoundError, DataError, ValueError) as error:

@@ -9,8 +9,9 @@ import json
 import os
 import sys
 
+from bert_keras._checks import NotRegularFileError, open_regular_file
 from bert_keras.commands._common import at_least, fail
-from bert_keras.commands._io import InputError, argument_texts, input_records, json_text, tsv_field
+from bert_keras.commands._io import InputError, argument_texts, input_records, json_text, prompt, standard_input, tsv_field
 from bert_keras.datasets import DataError
 
 
@@ -53,11 +54,17 @@ TAGGER_METADATA = os.path.join("assets.extra", "labels.json")
 
 
 def is_tagger_export(path):
-    """Whether `path` is a tagger export: its `assets.extra/labels.json` says `"task": "tagger"` (no TensorFlow)."""
+    """Whether `path` is a tagger export: its `assets.extra/labels.json` says `"task": "tagger"` (no TensorFlow).
+
+    A file that cannot be read as JSON (nested too deeply too) tells nothing: False, and the classifier's loader says
+    what it finds. One that is no regular file (a FIFO, which would wait for a writer) is a `NotRegularFileError`.
+    """
     try:
-        with open(os.path.join(path, TAGGER_METADATA), encoding="utf-8") as f:
+        with open_regular_file(os.path.join(path, TAGGER_METADATA), "r", encoding="utf-8") as f:
             metadata = json.load(f)
-    except (OSError, ValueError):
+    except NotRegularFileError:
+        raise
+    except (OSError, ValueError, RecursionError):
         return False
     return isinstance(metadata, dict) and metadata.get("task") == "tagger"
 
@@ -152,9 +159,12 @@ def run(args):
         if args.input and not texts:  # so is the file's start: its columns and a first record (no TensorFlow yet)
             if next(input_records(args, pairs=bool(args.text_pair_column)), None) is None:
                 raise InputError(f"--input {args.input} holds no text.")
-    except (InputError, DataError) as error:
+        if not texts and not args.input:
+            standard_input()  # closed: no text can come
+        tagger = is_tagger_export(args.model)
+    except (InputError, DataError, NotRegularFileError) as error:
         return fail("predict", str(error))
-    if is_tagger_export(args.model):
+    if tagger:
         return _run_tagger(args, texts)
     from bert_keras.export import load_classifier  # after the checks: they must not wait for TensorFlow
 
@@ -165,8 +175,8 @@ def run(args):
     if args.top_k is not None and args.top_k > classifier.num_classes:
         return fail("predict", f"--top-k {args.top_k} exceeds the classifier's {classifier.num_classes} classes.")
     pairs = len(classifier.inputs) == 2
-    if not texts and not args.input and sys.stdin.isatty():
-        print("Reading texts from standard input, one per line (end with Ctrl-D).", file=sys.stderr)
+    if not texts and not args.input:
+        prompt()
     writer = _Writer(args.format, args.top_k, sys.stdout)
     seen = skipped = 0
     try:
@@ -202,8 +212,8 @@ def _run_tagger(args, texts):
         tagger = load_tagger(args.model, warm_up=False)  # one run of the command: only its lengths compile
     except (OSError, ValueError, RuntimeError) as error:
         return fail("predict", f"cannot load a tagger from {args.model}: {error}")
-    if not texts and not args.input and sys.stdin.isatty():
-        print("Reading texts from standard input, one per line (end with Ctrl-D).", file=sys.stderr)
+    if not texts and not args.input:
+        prompt()
     writer = _EntityWriter(args.format, sys.stdout)
     seen = skipped = 0
     try:

@@ -5,11 +5,11 @@ TensorFlow loads must not pay for them.
 """
 
 import os
-import sys
 
 from bert_keras.commands._common import at_least, fail
-from bert_keras.commands._io import InputError, argument_texts, json_text, tsv_field
+from bert_keras.commands._io import InputError, argument_texts, json_text, prompt, standard_input, tsv_field
 from bert_keras.commands.embed import embedding_model, sentence_model_arguments
+from bert_keras.datasets import DataError, read_texts
 
 
 def register(commands, common):
@@ -46,6 +46,8 @@ def _print_results(results, fmt):
 def run(args):
     try:
         queries = [text for _, text in argument_texts(args.queries)]
+        if not queries:
+            standard_input(what="query", hint="pass QUERY arguments")  # closed: said before anything loads
     except InputError as error:
         return fail("search", str(error))
     from bert_keras.checkpoints import ModuleRefusedError  # after the check: it must not wait for TensorFlow
@@ -82,25 +84,26 @@ def _search(index, model, queries, args):
 
 
 def _answer_standard_input(index, model, args):
-    """Each line of standard input is a query, answered (and flushed) before the next is read; blank lines skipped."""
-    if sys.stdin.isatty():
-        print("Reading queries from standard input, one per line (end with Ctrl-D).", file=sys.stderr)
+    """Each line of standard input is a query, answered (and flushed) before the next is read; blank lines skipped.
+
+    Read as `predict` reads standard input (`read_texts`): a byte-order mark at the start dropped, a line of invalid
+    UTF-8 named.
+    """
+    prompt("queries")
     answered = 0
-    for number, line in enumerate(iter(sys.stdin.buffer.readline, b""), start=1):
-        try:
-            query = line.decode("utf-8").rstrip("\r\n")
-        except UnicodeDecodeError as error:
-            return fail("search", f"standard input: line {number}: not valid UTF-8 (byte 0x{line[error.start]:02x} at "
-                                  f"byte {error.start + 1}); pass UTF-8 text.")
-        if not query.strip():
-            continue
-        result = _search(index, model, [query], args)[0]
-        if args.format == "json":
-            print(json_text(result), flush=True)
-        else:
-            _print_results([result], "text")
-            print(flush=True)
-        answered += 1
+    try:
+        for _, (query,) in read_texts(standard_input(what="query", hint="pass QUERY arguments")):
+            if not query.strip():
+                continue
+            result = _search(index, model, [query], args)[0]
+            if args.format == "json":
+                print(json_text(result), flush=True)
+            else:
+                _print_results([result], "text")
+                print(flush=True)
+            answered += 1
+    except (InputError, DataError) as error:
+        return fail("search", str(error))
     if not answered:
         return fail("search", "no query given: pass QUERY arguments, or queries on standard input, one per line.")
     return 0

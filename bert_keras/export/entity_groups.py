@@ -179,7 +179,8 @@ def _group(items, decoding):
 
 
 def _groups(items, decoding):
-    """Adjacent items of one type grouped; an item tagged `B-` begins a new group (`group_entities`)."""
+    """Adjacent items of one type grouped; an item tagged `B-` begins a new group (`group_entities`); groups of an
+    ignored type (`O`) left out."""
     groups = []
     for item in items:
         bi, tag = _bi_tag(item["entity"])
@@ -187,7 +188,7 @@ def _groups(items, decoding):
             groups[-1].append(item)
         else:
             groups.append([item])
-    return [_group(group, decoding) for group in groups]
+    return [_group(group, decoding) for group in groups if group[0]["entity"].split("-", 1)[-1] not in IGNORED]
 
 
 def _merge_overlapping(entities):
@@ -240,12 +241,14 @@ def text_entities(text, pieces, tag_names, aggregation="simple", unknown_token="
         return [{key: float(item["score"]) if key == "score" else item[key]
                  for key in ("entity", "score", "index", "word", "start", "end")}
                 for item in items if item["entity"] not in IGNORED]
+    order = np.argsort(windows, kind="stable")  # each window's entries, in order: one pass, not one per window
+    by_window = np.split(order, np.flatnonzero(np.diff(windows[order])) + 1) if len(order) else []
     entities = []
-    for window in np.unique(windows):
-        items = _pre_entities(text, pieces, np.flatnonzero(windows == window), unknown_token, tokenizer)
+    for entries in by_window:
+        items = _pre_entities(text, pieces, entries, unknown_token, tokenizer)
         if aggregation == "simple":
             items = [_tagged(item, item["scores"], tag_names) for item in items]
         else:
             items = _words(items, tag_names, aggregation, decoding)
-        entities.extend(group for group in _groups(items, decoding) if group["entity_group"] not in IGNORED)
-    return _merge_overlapping(entities) if len(np.unique(windows)) > 1 else entities
+        entities.extend(_groups(items, decoding))
+    return _merge_overlapping(entities) if len(by_window) > 1 else entities

@@ -17,7 +17,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from bert_keras._checks import check_int
+from bert_keras._checks import NotRegularFileError, check_int, open_regular_file
 from bert_keras._files import directory_under, staged_directory
 from bert_keras._keras_compat import variables_once, write_archive
 from bert_keras.dtypes import check_compute_dtype, compute_dtype
@@ -36,6 +36,16 @@ TASK = "tagger"
 # What `serving_default` returns; a directory whose signature lacks one of these is not a tagger export.
 OUTPUTS = ("tag_ids", "scores", "char_starts", "char_ends", "tokens", "token_ids", "window", "piece_index",
            "primary", "lengths")
+# The endpoint that returns how the pieces make words: the tokenizer's kind, its unknown token and (WordPiece) the
+# prefix of continuing pieces. An export written before it records them only in assets.extra/labels.json.
+DECODING_ENDPOINT = "tokenizer_info"
+DECODING_FIELDS = ("tokenizer", "unknown_token", "suffix_indicator")
+# Read by an export without the endpoint to check what labels.json says: a word of rare symbols (no vocabulary holds
+# all its pieces: the unknown token), a word, and a long one (WordPiece: continuing pieces).
+_PROBE_UNKNOWN = "\u2603\U0001f9ff\u2603"
+_PROBE = f"{_PROBE_UNKNOWN} a aaaaaaaaaaaaaaaa"
+# Windows run through the model per call: a text of any length holds the activations of this many windows at once.
+WINDOWS_PER_CALL = 64
 
 
 def tokenizer_kind(tokenizer):
@@ -101,7 +111,7 @@ def _primary(entry_piece, entry_window, first, last, num_pieces):
     return tf.equal(key, tf.gather(best, entry_piece))
 
 
-def _tag_pieces(model, tokenizer, vocabulary, texts, stride, xla):
+def _tag_pieces(model, tokenizer, vocabulary, texts, stride, xla, windows_per_call=WINDOWS_PER_CALL):
     """`serving_default`'s computation: texts -> the dict of `OUTPUTS`, `(batch, entries)` each (see export_tagger)."""
     window = model.preprocessor.seq_length - 2
     ids, starts, ends = (x.merge_dims(1, 2) for x in tokenizer.tokenize_with_char_offsets(texts))  # (batch, (pieces))
@@ -110,13 +120,9 @@ def _tag_pieces(model, tokenizer, vocabulary, texts, stride, xla):
     entry_window = positions.value_rowids()  # (entries,)
     entry_text = tf.gather(text, entry_window)
     entry_piece = positions.flat_values + tf.gather(ids.row_starts(), entry_text)  # index into the flat pieces
-    packed = _trim_padding(pack_inputs([positions.with_flat_values(tf.gather(ids.flat_values, entry_piece))],
-                                       window + 2, tokenizer.cls_id, tokenizer.sep_id, tokenizer.pad_id))
-    logits = _run_model(model, packed, xla)  # (windows, length, num_classes)
-    column = tf.range(tf.size(entry_window, out_type=tf.int64)) - tf.gather(positions.row_starts(), entry_window)
-    # Each entry's row of the window's outputs: after [CLS], at its place in the window.
-    entry_scores = tf.nn.softmax(tf.gather_nd(logits, tf.stack([entry_window, column + 1], axis=1)), axis=-1)
     entry_ids = tf.gather(ids.flat_values, entry_piece)
+    entry_scores = _entry_scores(model, tokenizer, positions.with_flat_values(entry_ids), window + 2, xla,
+                                 windows_per_call)
     values = {
         "tag_ids": (tf.argmax(entry_scores, axis=-1, output_type=tf.int32), -1),
         "scores": (entry_scores, 0.0),
@@ -136,12 +142,41 @@ def _tag_pieces(model, tokenizer, vocabulary, texts, stride, xla):
     return outputs
 
 
-def _run_model(model, packed, xla):
-    """The model's float32 logits on the packed windows; one window of a few pieces XLA-compiled with `xla`."""
+def _entry_scores(model, tokenizer, window_ids, length, xla, windows_per_call):
+    """Every entry's tag probabilities, float32 `(entries, num_classes)`, the model run on a few windows at a time.
+
+    `window_ids` `(windows, (pieces))` holds each window's piece ids, its
+    entries in order. The model runs on `windows_per_call` windows per call,
+    one call after another (a `tf.while_loop`): the activations held at once
+    are one call's, however long the text, and each call keeps only its
+    entries' probabilities.
+    """
+    count = window_ids.nrows()  # int64
+    calls = tf.maximum((count + windows_per_call - 1) // windows_per_call, 1)  # no windows: one call of none
+    single = tf.equal(count, 1)
+
+    def run(call, scores):
+        rows = window_ids[call * windows_per_call : (call + 1) * windows_per_call]  # (chunk, (pieces))
+        packed = _trim_padding(pack_inputs([rows], length, tokenizer.cls_id, tokenizer.sep_id, tokenizer.pad_id))
+        logits = tf.cast(_run_model(model, packed, xla, single), tf.float32)  # (chunk, length, num_classes)
+        row = rows.value_rowids()  # (chunk entries,)
+        column = tf.range(tf.size(row, out_type=tf.int64)) - tf.gather(rows.row_starts(), row)
+        # Each entry's row of its window's outputs: after [CLS], at its place in the window.
+        return call + 1, scores.write(tf.cast(call, tf.int32), tf.nn.softmax(
+            tf.gather_nd(logits, tf.stack([row, column + 1], axis=1)), axis=-1))
+
+    scores = tf.TensorArray(tf.float32, size=tf.cast(calls, tf.int32), infer_shape=False,
+                            element_shape=tf.TensorShape([None, model.num_classes]))
+    _, scores = tf.while_loop(lambda call, _: call < calls, run, (tf.constant(0, tf.int64), scores))
+    return scores.concat()  # (entries, num_classes), window after window
+
+
+def _run_model(model, packed, xla, single):
+    """The model's float32 logits on the packed windows; with `xla`, a text's only window of a few pieces compiled."""
     if xla is None:
         return model.serving_outputs(packed)
     shape = tf.shape(packed["input_mask"])  # (windows, length)
-    small = tf.logical_and(tf.equal(shape[0], 1), shape[1] <= XLA_LENGTHS[-1])
+    small = tf.logical_and(single, shape[1] <= XLA_LENGTHS[-1])
     return tf.cond(small, lambda: xla(_pad_to(packed, _bucket(shape[1])))[:, : shape[1]],
                    lambda: model.serving_outputs(packed))
 
@@ -178,7 +213,14 @@ def export_tagger(model, export_dir, tag_names=None, overwrite=False, extra_asse
     its right; ties: the earlier window), BERT's "max context" rule: keep
     the entries where `primary` is true for one prediction per piece.
     `load_tagger` aggregates each window and merges overlapping entities,
-    as the pipeline does. `tag_names()` returns the tags.
+    as the pipeline does. The model runs on `WINDOWS_PER_CALL` (64) windows
+    at a time, one call after another: however long a text, the model's
+    activations held at once are those of 64 windows (what grows with the
+    text is its pieces and their outputs). `tag_names()` returns the tags,
+    and `tokenizer_info()` how the pieces make words (`tokenizer`: its kind;
+    `unknown_token`; `suffix_indicator`: WordPiece's prefix of continuing
+    pieces, else empty), which `load_tagger` reads from the graph, never
+    from the editable copy in `assets.extra/labels.json`.
 
     Every batch runs op by op on its windows' longest row. With `xla` (float32
     only), a batch of one text that fits one window runs XLA-compiled instead,
@@ -243,6 +285,11 @@ def _write_export(model, tokenizer, export_dir, tag_names, overwrite, extra_asse
                          input_signature=signature)
     archive.add_endpoint("tag_names", lambda: names, input_signature=[])
     kind = tokenizer_kind(tokenizer)
+    decoding = {"tokenizer": kind, "unknown_token": tokenizer.unknown_token,
+                "suffix_indicator": tokenizer.suffix_indicator if kind == "wordpiece" else ""}
+    # How the loader makes words of the pieces, kept in the graph: labels.json is an editable copy.
+    constants = {name: tf.constant(value) for name, value in decoding.items()}
+    archive.add_endpoint(DECODING_ENDPOINT, lambda: constants, input_signature=[])
     metadata = {"task": TASK, "tag_names": tag_names, "inputs": ["text"], "dtype": dtype, "stride": stride,
                 "seq_length": model.preprocessor.seq_length, "unknown_token": tokenizer.unknown_token,
                 "tokenizer": kind}
@@ -270,7 +317,8 @@ class TextTagger:
 
     Reads a directory written by `export_tagger`; anything else (a classifier
     export, another SavedModel) is refused with a `ValueError` saying what
-    was found.
+    was found, and so is an `assets.extra/labels.json` edited to say that the
+    pieces make words otherwise than the export's graph does.
 
     Args:
         export_dir: str. The SavedModel directory.
@@ -302,15 +350,9 @@ class TextTagger:
             raise self._refuse(f"its inputs are {sorted(inputs)} and its outputs {found}")
         self.tag_names = [name.decode("utf-8") for name in self._saved.tag_names().numpy()]
         self.num_tags = len(self.tag_names)
-        metadata = self._metadata()
-        self._unknown_token = str(metadata.get("unknown_token", "[UNK]"))
-        self._suffix_indicator = str(metadata.get("suffix_indicator", "##"))
-        # An export written before the family records no tokenizer: it is WordPiece.
-        self.tokenizer_kind = metadata.get("tokenizer", "wordpiece")
-        if self.tokenizer_kind not in TOKENIZER_KINDS:
-            raise ValueError(f"{self.export_dir!r} records a tokenizer of kind {self.tokenizer_kind!r} in "
-                             f"assets.extra/{LABELS_FILE}; this version of bert_keras reads "
-                             f"{', '.join(TOKENIZER_KINDS)}. Export the tagger again with it.")
+        decoding = self._decoding()
+        self.tokenizer_kind = decoding["tokenizer"]
+        self._unknown_token, self._suffix_indicator = decoding["unknown_token"], decoding["suffix_indicator"]
         self.warm_up_seconds = warmup.replay(self.export_dir, self._signature) if warm_up else 0.0
 
     def _refuse(self, found):
@@ -321,12 +363,88 @@ class TextTagger:
                           f"{', '.join(OUTPUTS)}.{hint}")
 
     def _metadata(self):
+        """`assets.extra/labels.json` as a dict; {} when missing or unusable (a `NotRegularFileError` for a FIFO)."""
+        path = os.path.join(self.export_dir, "assets.extra", LABELS_FILE)
         try:
-            with open(os.path.join(self.export_dir, "assets.extra", LABELS_FILE)) as f:
+            with open_regular_file(path, "r", encoding="utf-8") as f:
                 metadata = json.load(f)
-        except (OSError, ValueError):
+        except NotRegularFileError:
+            raise
+        except FileNotFoundError:
+            return {}
+        except (OSError, ValueError, RecursionError) as error:  # RecursionError: nested too deeply
+            logger.warning("%s cannot be read (%s); ignoring it.", path, str(error)[:200])
             return {}
         return metadata if isinstance(metadata, dict) else {}
+
+    def _decoding(self):
+        """How the pieces make words: `{tokenizer, unknown_token, suffix_indicator}`, what the export was written with.
+
+        An export of this version carries them in its graph (`tokenizer_info()`),
+        which is the truth: `labels.json` is a copy for people and other tools,
+        and a copy that disagrees means the export was edited after it was
+        written (refused). One written before records them only in
+        `labels.json`: read there, and checked against what its own graph does
+        with a probe text (its kind, its unknown token, WordPiece's prefix).
+        """
+        path = os.path.join(self.export_dir, "assets.extra", LABELS_FILE)
+        metadata = self._metadata()
+        kind = metadata.get("tokenizer", "wordpiece")  # written before the family: none recorded, WordPiece
+        if kind not in TOKENIZER_KINDS:
+            raise ValueError(f"{self.export_dir!r} records a tokenizer of kind {kind!r} in assets.extra/{LABELS_FILE}; "
+                             f"this version of bert_keras reads {', '.join(TOKENIZER_KINDS)}. Export the tagger again "
+                             "with it.")
+        if hasattr(self._saved, DECODING_ENDPOINT):
+            decoding = {name: value.numpy().decode("utf-8")
+                        for name, value in getattr(self._saved, DECODING_ENDPOINT)().items()}
+            for name in DECODING_FIELDS:
+                if name in metadata and metadata[name] != decoding[name]:
+                    raise ValueError(
+                        f"{path} records {name}={metadata[name]!r}, but the SavedModel in {self.export_dir} was "
+                        f"exported with {name}={decoding[name]!r} (its `{DECODING_ENDPOINT}()`: how its pieces make "
+                        "words): the export was modified after it was written. Restore the file, or export the "
+                        "tagger again.")
+            return decoding
+        decoding = {"tokenizer": kind, "unknown_token": metadata.get("unknown_token", "[UNK]"),
+                    "suffix_indicator": metadata.get("suffix_indicator", "##")}
+        for name, value in decoding.items():
+            if not isinstance(value, str) or not value:
+                raise ValueError(f"{path} records {name}={value!r}; expected a non-empty string. Restore the file, "
+                                 "or export the tagger again.")
+        found = self._probed_decoding()
+        for name, value in found.items():
+            if value != decoding[name]:
+                recorded = (f"records {name}={decoding[name]!r}" if name in metadata else
+                            f"records no {name} (read as {decoding[name]!r}, as an export written before the family)")
+                raise ValueError(
+                    f"{path} {recorded}, but the export's own tokenizer gives {name}={value!r} (its pieces of a "
+                    "probe text): the file was modified after the export was written. Restore it, or export the "
+                    "tagger again.")
+        return decoding
+
+    def _probed_decoding(self):
+        """What the graph's pieces of `_PROBE` show of the fields an older export records only in labels.json.
+
+        SentencePiece marks a word's start with "▁", byte-level BPE with "Ġ"
+        (a space's byte), WordPiece with neither. WordPiece's and
+        SentencePiece's piece of the word of rare symbols is their unknown
+        token; a WordPiece piece longer than its characters begins with the
+        prefix of continuing pieces. A field the probe cannot show is left out.
+        """
+        pieces = self.tag_pieces([_PROBE])[0]
+        tokens = pieces["tokens"]
+        spans = [_PROBE[start:end] for start, end in zip(pieces["char_starts"], pieces["char_ends"])]
+        kind = ("sentencepiece" if any(token.startswith("\u2581") for token in tokens) else
+                "byte_bpe" if any(token.startswith("\u0120") for token in tokens) else "wordpiece")
+        found = {"tokenizer": kind}
+        if kind == "wordpiece" and tokens:
+            if spans[0] == _PROBE_UNKNOWN and tokens[0] != spans[0]:
+                found["unknown_token"] = tokens[0]
+            prefixes = {token[: len(token) - len(span)] for token, span in zip(tokens[1:], spans[1:])
+                        if len(token) > len(span) and token.endswith(span)}
+            if len(prefixes) == 1:
+                found["suffix_indicator"] = prefixes.pop()
+        return found
 
     def tag_pieces(self, texts, batch_size=32):
         """The signature's outputs for `texts` (a list of str), as numpy arrays, one dict per text, padding cut."""
