@@ -107,7 +107,7 @@ class NotRegularFileError(OSError, ValueError):
     """A path to read that is a FIFO, a device or a socket, not a regular file (an `OSError` and a `ValueError`)."""
 
     def __init__(self, path, kind):
-        super().__init__(errno.EINVAL, f"it is a {kind}, not a regular file (reading one could wait forever); pass "
+        super().__init__(errno.EINVAL, f"it is a {kind}, not a regular file (reading one may never end); pass "
                          "a regular file", os.fspath(path))
         self.kind = kind
 

@@ -21,7 +21,7 @@ from bert_keras.datasets import read_labelled_file, read_texts
 from bert_keras.squad import read_squad
 from bert_keras.tagged_data import read_tagged_file
 
-FIFO_MESSAGE = "cannot be read: it is a FIFO (named pipe), not a regular file (reading one could wait forever)"
+FIFO_MESSAGE = "cannot be read: it is a FIFO (named pipe), not a regular file (reading one may never end)"
 
 
 def _fifo(path):
