@@ -15,6 +15,8 @@ import json
 import re
 import threading
 
+from bert_keras._checks import NotRegularFileError, open_regular_file
+
 DELIMITERS = {"csv": ",", "tsv": "\t"}
 STANDARD_INPUT = "standard input"
 # Tried on the header when columns are missing, to suggest the `delimiter` argument.
@@ -45,9 +47,15 @@ def place(name, number):
 
 
 def open_file(path):
-    """`path` opened for reading bytes; a missing file is a `FileNotFoundError`, an unreadable one a `DataError`."""
+    """`path` opened for reading bytes; a missing file is a `FileNotFoundError`, an unreadable one a `DataError`.
+
+    A FIFO, device or socket is refused when opened (`_checks.open_regular_file`, a `NotRegularFileError`): no
+    moment lies between the check and the open.
+    """
     try:
-        return open(path, "rb")
+        return open_regular_file(path, "rb")
+    except NotRegularFileError:
+        raise
     except FileNotFoundError:
         raise FileNotFoundError(f"{path}: no such file.") from None
     except OSError as error:

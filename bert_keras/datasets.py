@@ -199,7 +199,7 @@ def read_texts(source, text_column=None, text_pair_column=None, *, pairs=False, 
                     f"Received an invalid value for argument `{names[key]}`: it applies to CSV, TSV, JSON and JSONL "
                     f"files; {name} is read as one text per line. Received: {names[key]}={value!r}"
                 )
-    stream = source if path is None else open_file(check_regular_file(path))
+    stream = source if path is None else open_file(path)
     if fmt == "lines":
         records = (
             (number, split_pair(text, place(name, number)) if pairs else [text])

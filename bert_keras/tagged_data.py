@@ -16,7 +16,6 @@ import dataclasses
 import itertools
 import os
 
-from bert_keras._checks import check_regular_file
 from bert_keras._records import (
     DataError,
     _check_no_surrogate,
@@ -381,7 +380,7 @@ def read_tagged_file(path, scheme=None, tag_names=None, fmt=None):
         raise ValueError(f"Received an invalid value for argument `fmt`, expected 'conll' or 'jsonl'. Received: fmt={fmt!r}")
     if scheme is not None:
         normalized_scheme(scheme)  # before the file is read
-    with open_file(check_regular_file(path)) as stream:
+    with open_file(path) as stream:
         # A lone carriage return ends a line, as in every line-based reader of the package.
         lines = decoded_lines(stream, path, lone_cr_ends_lines=True)
         sentences = list(_conll_sentences(path, lines) if fmt == "conll" else _jsonl_sentences(path, lines))
