@@ -8,7 +8,8 @@ A backup directory (`finetune_classifier(backup_dir=...)`, `bert-keras finetune
   (a user's directory, the current one, another output are refused before any
   work);
 - `run.json`: what the run trains (model source, arguments, fingerprints of
-  the data); a rerun with anything else refuses to resume it;
+  the data and of the files it starts from), written when training starts;
+  a rerun with anything else refuses to resume it (`training.record`);
 - per phase (`head` and `full` for fine-tuning, the directory itself for
   pre-training) the snapshots of the last two epochs, `epoch-0001`, ... A
   phase folder is made with a marker of its own (`PHASE_KIND`), in one step:
@@ -26,7 +27,8 @@ stopping's best weights and patience; any callback with `get_backup_state` /
 
 The backup's lock (`.lock` inside it, `_files.output_lock`) is taken
 before any work and held for the whole run: a second run that names the same
-backup, directly or through the same `--out`, is refused at once.
+backup, directly or through the same `--out`, is refused at once. A run that
+ends in an error before its first epoch is backed up leaves no backup.
 """
 
 import contextlib
@@ -103,7 +105,11 @@ def worker_backup_dir(backup_dir, strategy=None):
 def held_backup(backup_dir, strategy=None):
     """Claims `backup_dir` (and this worker's part of it), holds its lock while the block runs; yields this worker's.
 
-    Yields None when `backup_dir` is None (a run without a backup).
+    Yields None when `backup_dir` is None (a run without a backup). When the
+    block ends in an error and this worker's backup holds no trained epoch
+    (a run refused before it trained, or stopped in its first epoch), the
+    backup is removed: nothing in it is worth keeping, and nothing is left to
+    get in the way of the next run.
 
     Raises:
         FileExistsError, ValueError: `backup_dir` may not be used (see `claim_backup`).
@@ -118,7 +124,20 @@ def held_backup(backup_dir, strategy=None):
         claim_backup(own, within=backup_dir)
     with output_lock(own, lock_path=os.path.join(own, LOCK_FILE)):  # inside: it goes with the backup
         _check_folders(own)
-        yield own
+        try:
+            yield own
+        except BaseException:
+            if not holds_trained_state(own):
+                _remove_untrained(own)
+            raise
+
+
+def _remove_untrained(backup_dir):
+    """Removes a backup that holds no trained epoch, after an error (which it must not hide)."""
+    try:
+        remove_backup(backup_dir)
+    except (OSError, ValueError) as error:
+        logger.warning("Could not remove the backup %s, which holds no trained epoch: %s", backup_dir, error)
 
 
 def _check_folders(backup_dir):
@@ -156,37 +175,27 @@ def fingerprint(*parts):
     return digest.hexdigest()
 
 
-def _shown(value, limit=80):
-    text = json.dumps(value, sort_keys=True)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
+def holds_trained_state(backup_dir):
+    """Whether `backup_dir` holds a trained epoch: a whole snapshot in it, its phase folders or its workers' parts.
 
-
-def check_run_record(backup_dir, run):
-    """Records what a backed-up run trains (`run`: a flat JSON dict); refuses a backup of a run with other values.
-
-    Returns:
-        True when a record of the same run was there (a rerun), False when it was written now.
+    Links are not followed (a link is never a snapshot of this package's).
     """
-    path = os.path.join(backup_dir, RUN_FILE)
-    if not os.path.exists(path):
-        write_json_atomically(path, run)
-        return False
-    try:
-        with open(path) as f:
-            recorded = json.load(f)
-        if not isinstance(recorded, dict):
-            raise ValueError(f"it holds a {type(recorded).__name__}, not a run record")
-    except (OSError, ValueError, RecursionError) as error:  # RecursionError: JSON nested too deep
-        raise ValueError(f"The backup in {backup_dir} cannot be read ({path}: {error}). Remove that directory to start over.") from None
-    differing = sorted(key for key in set(run) | set(recorded) if _shown(run.get(key), 10**9) != _shown(recorded.get(key), 10**9))
-    if differing:
-        raise ValueError(
-            f"The backup in {backup_dir} was made by a run with other {', '.join(differing)} (recorded: "
-            + ", ".join(f"{key}={_shown(recorded.get(key))}" for key in differing)
-            + "); resuming it would mix two runs. Rerun with the same arguments to resume it, or remove that directory "
-            "to start over."
-        )
-    return True
+    pending = [(backup_dir, 0)]
+    while pending:
+        directory, depth = pending.pop()
+        try:
+            names = os.listdir(directory)
+        except OSError:  # absent, or not a directory
+            continue
+        for name in names:
+            path = os.path.join(directory, name)
+            if os.path.islink(path) or not os.path.isdir(path):
+                continue
+            if _SNAPSHOT.fullmatch(name) and read_marker(path) is not None:
+                return True
+            if depth < 2 and _FOLDERS.fullmatch(name):  # `chief/full/epoch-0001`: two levels down at most
+                pending.append((path, depth + 1))
+    return False
 
 
 # === Snapshots ===

@@ -25,9 +25,10 @@ import tensorflow as tf
 from keras import ops
 
 from bert_keras.optimization import bert_optimizer
-from bert_keras.training.backup import check_run_record, fingerprint, held_backup
+from bert_keras.training.backup import fingerprint, held_backup
 from bert_keras.training.config import ContrastiveConfig
 from bert_keras.training.harness import Harness
+from bert_keras.training.record import RunRecord
 
 logger = logging.getLogger(__name__)
 
@@ -168,11 +169,13 @@ def finetune_sentence_encoder(model, anchors, positives, config=None, *, backup_
                          "other pairs of a batch are each pair's negatives, so every batch is full. Lower `batch_size`.")
     strategy = strategy or model.distribute_strategy
     with held_backup(backup_dir, strategy) as own_backup:
+        record = None
         if backup_dir is not None:
             run = dict(recipe="contrastive", source=getattr(model, "source", None), **config.record(),
                        pairs=fingerprint(anchors, positives))
-            check_run_record(backup_dir, run)
-        harness = Harness(strategy, own_backup, config.batch_size if strategy.num_replicas_in_sync > 1 else None, verbose)
+            record = RunRecord(backup_dir, run)  # written when training starts
+        harness = Harness(strategy, own_backup, config.batch_size if strategy.num_replicas_in_sync > 1 else None, verbose,
+                          record=record)
         harness.check_built_here(model)
         with _pooler_frozen(model):
             with strategy.scope():

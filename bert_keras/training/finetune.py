@@ -40,10 +40,11 @@ from bert_keras.export import export_classifier, outputs_probabilities
 from bert_keras.optimization import bert_optimizer
 from bert_keras.tasks import BertClassifier
 from bert_keras.training.config import FineTuneConfig
-from bert_keras.training.backup import check_run_record, fingerprint, held_backup, remove_backup
+from bert_keras.training.backup import fingerprint, held_backup, remove_backup
 from bert_keras.training.data import text_dataset
 from bert_keras.training.feeding import check_global_batch
 from bert_keras.training.harness import Harness
+from bert_keras.training.record import RunRecord
 from bert_keras.training.strategy import is_chief, task_name
 
 logger = logging.getLogger(__name__)
@@ -259,6 +260,10 @@ def run_pipeline(train_and_export, source, data, export_dir, config, *, kind, fi
             as `finetune_classifier`'s.
         kind: str. What is exported (in messages: "classifier", "tagger", ...).
         fingerprint: callable `(part or None)` -> the part's fingerprint for the run record.
+
+    The backup's run record (`training.record.RunRecord`) holds the source's
+    files' fingerprints too: a checkpoint rebuilt at the same path is not
+    resumed from a backup of the old one.
     """
     strategy = strategy or tf.distribute.get_strategy()
     if strategy.num_replicas_in_sync > 1:
@@ -276,12 +281,15 @@ def run_pipeline(train_and_export, source, data, export_dir, config, *, kind, fi
     # before it trains, not after.
     locked = output_lock(export_dir, reentrant=True) if export_dir is not None and is_chief(strategy) else contextlib.nullcontext()
     with locked, held_backup(backup_dir, strategy) as own_backup:
+        record = None
         if backup_dir is not None:
-            run = dict(source=source if isinstance(source, str) else list(source), **config.record(),
+            sources = [source] if isinstance(source, str) else list(source)
+            run = dict(source=source if isinstance(source, str) else sources, **config.record(),
                        **{f"{name}_data": fingerprint(data.get(name)) for name in ("train", "validation", "test")})
-            if check_run_record(backup_dir, run):
+            record = RunRecord(backup_dir, run, sources=sources, report=report)  # written when training starts
+            if record.resuming:
                 report(f"Resuming from the backup in {backup_dir}")
-        harness = Harness(strategy, own_backup, config.batch_size, verbose, report=report)
+        harness = Harness(strategy, own_backup, config.batch_size, verbose, report=report, record=record)
         result = train_and_export(harness, source, data["train"], data.get("validation"), data.get("test"), export_dir,
                                   config, overwrite, report)
         if harness.chief:

@@ -91,9 +91,12 @@ class Harness:
             every `LINE_SECONDS` within an epoch, so that no epoch is silent.
         report: callable taking one line of progress (the phases, a resume);
             defaults to the module logger's `info`. Silent on other workers.
+        record: optional `training.record.RunRecord` of the backup, written
+            when training starts (the first `fit`), not before: a run refused
+            or failed before it trains leaves no record.
     """
 
-    def __init__(self, strategy=None, backup_dir=None, batch_size=None, verbose="auto", report=None):
+    def __init__(self, strategy=None, backup_dir=None, batch_size=None, verbose="auto", report=None, record=None):
         self.strategy = strategy or tf.distribute.get_strategy()
         self.replicas = self.strategy.num_replicas_in_sync
         if self.replicas > 1:
@@ -107,6 +110,7 @@ class Harness:
         self.verbose = verbose if self.chief else 0
         self.report = (report or logger.info) if self.chief else logger.debug
         self.resumed_epoch = 0  # the epoch the last `fit` resumed from
+        self.record = record
 
     @contextlib.contextmanager
     def building(self, dtype=None):
@@ -164,6 +168,8 @@ class Harness:
             `(history, whole)`: this call's `keras.callbacks.History`, and the
             phase's history dict of every epoch, those of earlier runs included.
         """
+        if self.record is not None:
+            self.record.write()  # training starts: from here on the backup is this run's
         phase_dir = self._phase_dir(phase)
         done = agree_on_epoch(self.strategy, phase_dir) if phase_dir else 0
         initial_epoch = self.resumed_epoch = done

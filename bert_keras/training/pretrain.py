@@ -37,8 +37,9 @@ from bert_keras.pretrainer import MLM_LOGITS, BertPretrainer, pretraining_losses
 from bert_keras.text.pretraining import pretraining_dataset
 from bert_keras.text.tokenizer import WordPieceTokenizer
 from bert_keras.training.config import PretrainConfig
-from bert_keras.training.backup import check_run_record, held_backup, remove_backup
+from bert_keras.training.backup import held_backup, remove_backup
 from bert_keras.training.harness import Harness
+from bert_keras.training.record import RunRecord
 
 logger = logging.getLogger(__name__)
 
@@ -170,13 +171,13 @@ def run_pretraining(corpus, out_dir, vocab_file, config=None, *, encoder_config=
     steps_per_epoch = config.steps_per_epoch or max(1, dataset.num_instances // config.batch_size)
     check_positive_int("steps_per_epoch", steps_per_epoch)
     corpora = [os.path.abspath(c) for c in ([corpus] if isinstance(corpus, str) else corpus)]
-    # What a backup resumes: a rerun with anything else is refused (`check_run_record`).
+    # What a backup resumes: a rerun with anything else is refused (`RunRecord`).
     run = dict(dataclasses.asdict(config), corpus=corpora, vocab_file=os.path.abspath(vocab_file),
                do_lower_case=bool(do_lower_case), encoder=encoder_config, steps_per_epoch=steps_per_epoch)
     claim_directory(out_dir, kind="pretraining_run", accept=("module_pair",), argument="out_dir")
     backup_dir = os.path.join(out_dir, BACKUP_DIR)
     with held_backup(backup_dir, harness.strategy) as own_backup:
-        check_run_record(backup_dir, run)
+        harness.record = RunRecord(backup_dir, run)  # written when training starts
         harness.backup_dir = own_backup
         validation = _validation_data(validation_corpus, tokenizer, config, harness.replicas)
         reporting = []

@@ -6,7 +6,11 @@ backup. Kills inside a backup's write (finding 7) are in tests/fault_injection (
 """
 
 import fcntl
+import functools
+import importlib
+import json
 import os
+import re
 import threading
 
 import keras
@@ -15,11 +19,16 @@ import pytest
 import tensorflow as tf
 
 from bert_keras import cli
-from bert_keras._files import OutputLockedError
+from bert_keras._files import OutputLockedError, directory_under, staged_directory
 from bert_keras.datasets import LabelledText
-from bert_keras.training import finetune, finetune_classifier
-from bert_keras.training.backup import held_backup, read_state
+from bert_keras.formats import CheckpointError
+from bert_keras.training import claim_backup, finetune, finetune_classifier, finetune_reader, finetune_tagger
+from bert_keras.training.backup import PHASE_KIND, RUN_FILE, SNAPSHOT_KIND, STATE_FILE, held_backup, read_state, resumed_epoch
+from bert_keras.training.record import RunRecord, source_files
+from tests.helpers import save_tiny_bert
 from tests.training.test_finetune import _classifier, _data
+
+finetune_module = importlib.import_module("bert_keras.training.finetune")  # the module (`training.finetune` is the function)
 
 
 def _stream(n=32):
@@ -146,12 +155,14 @@ def test_the_run_that_holds_its_output_writes_it(tmp_path):
 
 
 @pytest.mark.parametrize("content", ["[" * 100000 + "]" * 100000, "[1, 2]", "{"], ids=["nested too deep", "a list", "torn"])
-def test_a_damaged_run_record_is_refused_naming_it(tmp_path, content):
-    from bert_keras.training.backup import RUN_FILE, check_run_record
-
-    (tmp_path / RUN_FILE).write_text(content)
+def test_a_damaged_run_record_is_refused_naming_it_where_epochs_were_trained(tmp_path, content):
+    backup = tmp_path / "bk"
+    claim_backup(str(backup))
+    (backup / RUN_FILE).write_text(content)
+    assert _record(backup).resuming is False  # nothing trained: a new run, the damaged record replaced
+    _trained(backup)
     with pytest.raises(ValueError, match=rf"cannot be read \(.*{RUN_FILE}.*Remove that directory"):
-        check_run_record(str(tmp_path), {"source": "x"})
+        _record(backup)
 
 
 def test_a_marker_nested_too_deep_is_no_marker(tmp_path):
@@ -159,3 +170,216 @@ def test_a_marker_nested_too_deep_is_no_marker(tmp_path):
 
     (tmp_path / MARKER).write_text("[" * 100000 + "]" * 100000)
     assert read_marker(str(tmp_path)) is None
+
+
+# --- issue 47, item 13: a run refused before it trains leaves no backup, and a backup with nothing trained blocks no run
+
+
+def _record(backup, report=None, sources=(), **run):
+    return RunRecord(str(backup), dict({"source": "checkpoint", "learning_rate": 1e-3}, **run), sources=sources, report=report)
+
+
+def _trained(backup, phase="head"):
+    """A whole (marked) snapshot of epoch 1 in a phase folder made as the backup makes it: what a first epoch leaves."""
+    directory_under(str(backup), phase, kind=PHASE_KIND)
+    with staged_directory(str(backup / phase / "epoch-0001"), kind=SNAPSHOT_KIND) as staging:
+        open(os.path.join(staging, STATE_FILE), "w").close()
+
+
+def test_a_run_refused_before_it_trains_leaves_no_backup_and_blocks_no_rerun(tmp_path):
+    train = LabelledText(["good", "bad"] * 4, np.array([1, 0] * 4), ["neg", "pos"])
+    backup = tmp_path / "backup"
+    for rate in (1e-3, 2e-3):  # the corrected rerun changes one argument: refused for its own reason, not the backup
+        with pytest.raises(CheckpointError, match=r"no-checkpoint: is not a checkpoint directory"):
+            finetune_classifier(str(tmp_path / "no-checkpoint"), train, export_dir=str(tmp_path / "clf"),
+                                backup_dir=str(backup), learning_rate=rate, verbose=0)
+        assert sorted(os.listdir(tmp_path)) == []  # no backup, no run record, no lock
+
+
+def test_a_record_without_trained_state_is_replaced_saying_so(tmp_path):
+    backup = tmp_path / "bk"
+    claim_backup(str(backup))
+    (backup / RUN_FILE).write_text(json.dumps({"source": "checkpoint", "learning_rate": 5e-5}))  # killed before epoch 1 ended
+    lines = []
+    record = _record(backup, lines.append)
+    assert record.resuming is False
+    assert lines == [f"The backup in {backup} holds no trained epoch, only the record of a run stopped before its first "
+                     "epoch ended: this run starts over and replaces it."]
+    assert json.loads((backup / RUN_FILE).read_text())["learning_rate"] == 5e-5  # replaced only when training starts
+    record.write()
+    assert json.loads((backup / RUN_FILE).read_text())["learning_rate"] == 1e-3
+    _trained(backup)
+    assert _record(backup).resuming is True
+    with pytest.raises(ValueError, match=r"made by a run with other learning_rate \(recorded: learning_rate=0.001\)"):
+        _record(backup, learning_rate=2e-3)
+
+
+def test_trained_epochs_without_a_record_are_refused(tmp_path):
+    backup = tmp_path / "bk"
+    claim_backup(str(backup))
+    _trained(backup, "full")
+    with pytest.raises(ValueError, match=rf"backup in {re.escape(str(backup))} holds trained epochs but no run record "
+                                         r"\(run.json\): nothing tells which run"):
+        _record(backup)
+
+
+@pytest.mark.slow
+def test_a_run_stopped_in_its_first_epoch_leaves_no_backup(tmp_path):
+    backup = tmp_path / "bk"
+
+    class Stop(keras.callbacks.Callback):
+        def on_train_batch_end(self, batch, logs=None):
+            raise _Stop("in the first epoch")
+
+    model, encoder = _classifier()
+    with pytest.raises(_Stop):
+        finetune(model, _data(), encoder=encoder, head_epochs=1, epochs=1, callbacks=[Stop()], backup_dir=str(backup), verbose=0)
+    assert not backup.exists()
+    claim_backup(str(backup))
+    _trained(backup)  # once an epoch is trained, a failure keeps it
+    model, encoder = _classifier()
+    with pytest.raises(_Stop):
+        finetune(model, _data(), encoder=encoder, head_epochs=0, epochs=1, callbacks=[Stop()], backup_dir=str(backup), verbose=0)
+    assert sorted(os.listdir(backup / "head")) == [".bert_keras_output.json", "epoch-0001"]
+
+
+# --- issue 47, item 14: a backup resumes only from the files it began from
+
+
+def _checkpoint(folder):
+    """A folder of checkpoint files (as bytes: what is fingerprinted, not read), and a module's parts."""
+    (folder / "encoder" / "variables").mkdir(parents=True)
+    (folder / "config.json").write_text('{"hidden_size": 8}')
+    (folder / "vocab.txt").write_text("[PAD]\n[UNK]\n")
+    (folder / "model.safetensors").write_bytes(bytes(range(256)) * 64)
+    (folder / "README.md").write_text("notes")
+    (folder / "encoder" / "saved_model.pb").write_bytes(b"graph")
+    (folder / "encoder" / "variables" / "variables.data-00000-of-00001").write_bytes(b"weights" * 10)
+    (folder / "encoder" / "variables" / "variables.index").write_bytes(b"index")
+    return folder
+
+
+CHANGES = {  # how a checkpoint is rebuilt at its path -> the file named, or None where the weights are the same
+    "weights rewritten, same size": (lambda c: (c / "model.safetensors").write_bytes(bytes(range(255, -1, -1)) * 64),
+                                     "model.safetensors was 16,384 bytes, SHA-256 [0-9a-f]{12}, now 16,384 bytes, SHA-256"),
+    "a module's variables": (lambda c: (c / "encoder" / "variables" / "variables.data-00000-of-00001").write_bytes(b"other" * 14),
+                             "encoder/variables/variables.data-00000-of-00001 was 70 bytes"),
+    "vocabulary removed": (lambda c: (c / "vocab.txt").unlink(), "vocab.txt was 12 bytes, SHA-256 [0-9a-f]{12}, now absent"),
+    "weights added": (lambda c: (c / "pytorch_model.bin").write_bytes(b"\0"), "pytorch_model.bin was absent, now 1 bytes"),
+    "README edited": (lambda c: (c / "README.md").write_text("other notes"), None),
+    "module graph rewritten": (lambda c: (c / "encoder" / "saved_model.pb").write_bytes(b"same graph, other bytes"), None),
+    "a FIFO and a cache": (lambda c: (os.mkfifo(c / "pipe.json"), (c / "__pycache__").mkdir(),
+                                      (c / "__pycache__" / "x.json").write_text("{}"), (c / ".lock").write_text("")), None),
+}
+
+
+@pytest.mark.parametrize("change", list(CHANGES))
+def test_a_checkpoint_rebuilt_at_its_path_is_refused_naming_the_file(tmp_path, change):
+    rebuild, named = CHANGES[change]
+    checkpoint, backup = _checkpoint(tmp_path / "checkpoint"), tmp_path / "bk"
+    claim_backup(str(backup))
+    _record(backup, sources=[str(checkpoint)]).write()  # training starts: the files fingerprinted
+    recorded = json.loads((backup / RUN_FILE).read_text())["source_files"]
+    assert sorted(recorded) == [str(checkpoint / name) for name in (
+        "config.json", "encoder/variables/variables.data-00000-of-00001", "encoder/variables/variables.index",
+        "model.safetensors", "vocab.txt")]
+    _trained(backup)
+    rebuild(checkpoint)
+    if named is None:
+        assert _record(backup, sources=[str(checkpoint)]).resuming is True
+        return
+    with pytest.raises(ValueError, match=rf"The backup in {re.escape(str(backup))} began from other files: "
+                                         rf"{re.escape(str(checkpoint))}/{named}.* Put those files back to resume it, "
+                                         rf"or remove {re.escape(str(backup))} to start over from these\."):
+        _record(backup, sources=[str(checkpoint)])
+    assert sorted(os.listdir(backup / "head")) == [".bert_keras_output.json", "epoch-0001"]  # refused, nothing removed
+
+
+def test_the_files_of_a_checkpoint_prefix_and_of_no_local_path(tmp_path):
+    for name in ("bert_model.ckpt.index", "bert_model.ckpt.data-00000-of-00001", "bert_model.ckpt.meta", "other.ckpt.index"):
+        (tmp_path / name).write_bytes(b"x")
+    assert sorted(source_files([str(tmp_path / "bert_model.ckpt")])) == [
+        str(tmp_path / "bert_model.ckpt.data-00000-of-00001"), str(tmp_path / "bert_model.ckpt.index")]  # not the graph
+    assert source_files(["https://tfhub.dev/google/bert/1", str(tmp_path / "absent")]) == {}
+
+
+def test_a_backup_without_fingerprints_resumes_saying_it_cannot_check(tmp_path):
+    checkpoint, backup = _checkpoint(tmp_path / "checkpoint"), tmp_path / "bk"
+    claim_backup(str(backup))
+    (backup / RUN_FILE).write_text(json.dumps({"source": "checkpoint", "learning_rate": 1e-3}))  # an earlier version's
+    _trained(backup)
+    lines = []
+    record = _record(backup, lines.append, sources=[str(checkpoint)])
+    assert record.resuming is True
+    assert lines == [f"The backup in {backup} records no fingerprint of the files it began from (an earlier version "
+                     "made it): resuming without checking them."]
+    record.write()
+    assert len(json.loads((backup / RUN_FILE).read_text())["source_files"]) == 5
+
+
+VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "in", "met", "lives", "and", "paris", "london", "rome",
+         "ada", "alan", "grace", "##s", "new", "york", "who", "where", "?"]
+
+
+def _task_data(task):
+    from tests.training.test_reading import _examples
+    from tests.training.test_tagging import _sentences
+
+    if task == "tagger":
+        return finetune_tagger, _sentences(16, 0), {}
+    if task == "reader":
+        return finetune_reader, _examples(16, 0), dict(doc_stride=4, max_question_length=4)
+    texts = ["ada met alan", "paris and rome", "grace met ada", "london and new york"] * 4
+    return finetune_classifier, LabelledText(texts, np.array([1, 0] * 8), ["place", "person"]), {}
+
+
+def _modules(folder, seed):
+    from bert_keras import BertEncoder
+    from bert_keras.export import export_encoder, export_preprocessor
+
+    folder.mkdir(exist_ok=True)
+    (folder / "vocab.txt").write_text("\n".join(VOCAB) + "\n")
+    keras.utils.set_random_seed(seed)
+    encoder = BertEncoder(vocab_size=len(VOCAB), num_layers=1, hidden_size=8, num_heads=2, intermediate_size=16,
+                          max_sequence_length=32)
+    export_encoder(encoder, str(folder / "encoder"), str(folder / "vocab.txt"), do_lower_case=True, overwrite=True)
+    if not (folder / "preprocess").exists():
+        export_preprocessor(str(folder / "preprocess"), str(folder / "vocab.txt"), do_lower_case=True, seq_length=16)
+    return str(folder)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("task", ["classifier", "tagger", "reader", "classifier from modules"])
+def test_a_pipeline_refuses_to_resume_from_a_rebuilt_checkpoint(tmp_path, monkeypatch, task):
+    if task == "classifier from modules":
+        build, changed = functools.partial(_modules, tmp_path / "modules"), "encoder/variables/variables.data-00000-of-00001"
+    else:
+        pytest.importorskip("transformers")
+        build = lambda seed: save_tiny_bert(tmp_path / "checkpoint", VOCAB, seed=seed)  # noqa: E731
+        changed = "model.safetensors"
+    recipe, train, windows = _task_data(task.split()[0])
+    source, backup, lines = build(0), tmp_path / "bk", []
+    run = functools.partial(recipe, source, train, export_dir=str(tmp_path / "out"), backup_dir=str(backup), seq_length=16,
+                            batch_size=8, head_epochs=1, epochs=1, verbose=0, report=lines.append, **windows)
+
+    def stop(point):
+        if point == "after-head-phase":
+            raise _Stop(point)
+
+    monkeypatch.setattr(finetune_module, "fault_point", stop)
+    with pytest.raises(_Stop):
+        run()  # interrupted once phase 1 is backed up
+    assert resumed_epoch(str(backup / "head")) == 1
+    build(1)  # rebuilt at the same path, from other weights
+    lines.clear()
+    with pytest.raises(ValueError, match=rf"began from other files: {re.escape(source)}/{changed} was .* Put those files "
+                                         "back to resume it, or remove"):
+        run()
+    assert lines == [] and resumed_epoch(str(backup / "head")) == 1  # refused before anything was built; the backup kept
+    if task != "classifier":
+        return
+    build(0)  # the same weights again (the same bytes): resumed
+    monkeypatch.undo()
+    result = run()
+    assert f"Resuming from the backup in {backup}" in lines and result.export_dir == str(tmp_path / "out")
+    assert sorted(os.listdir(tmp_path)) == ["checkpoint", "out"]
