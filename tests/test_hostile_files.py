@@ -274,8 +274,11 @@ def test_a_backup_keeps_what_a_user_put_in_it(tmp_path):
     (backup / "full").mkdir()
     (backup / "run.json").write_text("{}")
     (backup / "my_notes.txt").write_text("saved here during the run")
+    (backup / "run.json.partial-k3x_9a0q").write_text("{")  # a record whose write was killed: the backup's own
+    (backup / "run.json.partial-notes.txt").write_text("mine")  # not a name the writer makes: the user's
     remove_backup(str(backup))
-    assert sorted(os.listdir(backup)) == ["my_notes.txt"]  # the backup's own entries went, the user's stayed
+    # the backup's own entries went, the user's stayed
+    assert sorted(os.listdir(backup)) == ["my_notes.txt", "run.json.partial-notes.txt"]
 
 
 def test_a_directory_planted_as_a_lock_is_refused(tmp_path):

@@ -151,7 +151,7 @@ def _check_folders(backup_dir):
 _PHASES = re.compile(r"head|full")  # the phase folders of a fine-tune's backup (`Harness.fit(phase=...)`)
 # The folders of a backup (phases, workers) whose entries are judged one by one when it is removed.
 _FOLDERS = re.compile(r"head|full|chief|worker-\d+")
-_OWNED = re.compile(r"(\.bert_keras_output\.json|run\.json|\.lock|head|full|chief|worker-\d+|epoch-\d{4,}"
+_OWNED = re.compile(r"(\.bert_keras_output\.json|run\.json|run\.json\.partial-[a-z0-9_]{8}|\.lock|head|full|chief|worker-\d+|epoch-\d{4,}"
                     r"|\.partial-epoch-\d{4,}-[a-z0-9_]{8}|\.epoch-\d{4,}\.lock|\.(head|full|chief|worker-\d+)\.lock"
                     r"|\.claim-(head|full|chief|worker-\d+)-[a-z0-9_]{8})")  # `.claim-*`: a claim killed before its rename
 
