@@ -3,13 +3,18 @@
 import dataclasses
 import json
 import logging
+import math
 import os
 import re
 
 import numpy as np
 
 from bert_keras.formats import tables
+from bert_keras.text._subword import TokenizerFileError
+from bert_keras.text.byte_bpe import load_bpe_files
+from bert_keras.text.folders import TOKENIZER_ASSETS, tokenizer_file, tokenizer_options
 from bert_keras.text.tokenizer import load_vocabulary
+from bert_keras.text.unigram import read_pieces
 
 logger = logging.getLogger("bert_keras.checkpoints")
 
@@ -332,8 +337,38 @@ def read_json(path):
     return config
 
 
+# The most Transformer blocks a checkpoint may have. The deepest models of BERT's family have 48 (Megatron-BERT
+# 3.9B, ALBERT's study of depth); every released ALBERT 12 or 24. A stored count is read from the tensors' names, but
+# ALBERT's one shared block leaves only its config to say how often it runs: a config of 10**9 layers would build
+# that many calls of it (about 60 ms each).
+MAX_LAYERS = 128
+# Our float arguments a config may set -> `(lowest, whether the lowest is allowed, bound above, what is expected)`.
+_FLOAT_RANGES = {
+    "dropout": (0.0, True, 1.0, "a dropout rate in [0, 1)"),
+    "attention_dropout": (0.0, True, 1.0, "a dropout rate in [0, 1)"),
+    "initializer_range": (0.0, False, math.inf, "a positive number"),
+    "layer_norm_epsilon": (0.0, False, 1.0, "a number in (0, 1)"),
+}
+
+
+def _in_range(value, lowest, lowest_allowed, above):
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    try:
+        value = float(value)
+    except OverflowError:  # an integer of hundreds of digits
+        return False
+    return (lowest <= value if lowest_allowed else lowest < value) and value < above  # NaN: False
+
+
 def encoder_kwargs(config, key_table, file, defaults=None):
-    """Translates a config dict to `BertEncoder` arguments with a key table."""
+    """Translates a config dict to `BertEncoder` arguments with a key table.
+
+    Raises:
+        ConfigError: a size that is not a positive integer, or a rate,
+            `initializer_range` or `layer_norm_epsilon` that is not a number
+            in its range, naming the file and the field.
+    """
     kwargs = dict(defaults or {})
     for ours, theirs in key_table.items():
         if theirs in config:
@@ -350,14 +385,39 @@ def encoder_kwargs(config, key_table, file, defaults=None):
             continue
         value = kwargs[ours]
         if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-            raise ConfigError(file, key_table[ours], f"expected a positive integer, found {value!r}.")
+            raise ConfigError(file, key_table[ours], f"expected a positive integer, found {value!r:.100}.")
+    for ours, (lowest, lowest_allowed, above, expected) in _FLOAT_RANGES.items():
+        theirs = key_table.get(ours)
+        if theirs in config and not _in_range(config[theirs], lowest, lowest_allowed, above):
+            raise ConfigError(file, theirs, f"expected {expected}, found {config[theirs]!r:.100}.")
     return kwargs
 
 
+def check_shared_block(config, file):
+    """Refuses an ALBERT config (transformers' or google-research/albert's) that one shared block cannot be.
+
+    Raises:
+        ConfigError: `num_hidden_groups` or `inner_group_num` not 1 (every
+            released ALBERT has one group of one layer), or
+            `num_hidden_layers` above `MAX_LAYERS`: no stored tensor counts the
+            layers of a shared block, so the config's count is bounded here.
+    """
+    for field in ("num_hidden_groups", "inner_group_num"):
+        value = config.get(field, 1)
+        if isinstance(value, bool) or value != 1:
+            raise ConfigError(file, field, f"is {value!r:.100}; only 1 is supported (one block shared by every layer, "
+                              "as in every released ALBERT): BertEncoder(shared_layers=True) holds one shared block.")
+    layers = config.get("num_hidden_layers")
+    if isinstance(layers, int) and not isinstance(layers, bool) and layers > MAX_LAYERS:
+        raise ConfigError(file, "num_hidden_layers", f"is {layers}; ALBERT's shared block is applied at most "
+                          f"{MAX_LAYERS} times here (released ALBERTs: 12 or 24 layers; the deepest models of BERT's "
+                          "family: 48). The checkpoint stores one block, so only the config counts them.")
+
+
 def translate_activation(name, table, file, field):
-    if name not in table:
+    if not isinstance(name, str) or name not in table:
         raise ConfigError(
-            file, field, f"unsupported activation {name!r}; supported: {sorted(table)}."
+            file, field, f"unsupported activation {name!r:.100}; supported: {sorted(table)}."
         )
     return table[name]
 
@@ -370,6 +430,62 @@ def read_vocabulary(path):
             token and both lines), before any model is built.
     """
     return load_vocabulary(path)
+
+
+def checkpoint_error(error):
+    """A tokenizer file's error (`TokenizerFileError`) as the readers raise it: a `ConfigError` for
+    `tokenizer_config.json` (naming the key at fault), else a `CheckpointError` naming the file."""
+    if error.key is not None or os.path.basename(error.file) == "tokenizer_config.json":
+        return ConfigError(error.file, error.key, error.reason)
+    return CheckpointError(error.file, None, error.reason)
+
+
+def read_tokenizer_vocabulary(kind, folder, vocab_file=None):
+    """`(file, tokens)`: the tokens of tokenizer `kind`, in id order, read from its files as the tokenizer reads them.
+
+    WordPiece's `vocab_file` (else `folder/vocab.txt`), the pieces of
+    SentencePiece's `spiece.model`, the entries of byte-level BPE's
+    `vocab.json` (with its `merges.txt`). Also reads the kind's options
+    from `folder/tokenizer_config.json`, so that a bad one is named here.
+
+    Returns:
+        `(None, None)` where `folder` lacks the files (the tokenizer names
+        them when it is built).
+
+    Raises:
+        CheckpointError: a file the tokenizer cannot read, naming it
+            (`ConfigError`, naming the key, for tokenizer_config.json).
+    """
+    if kind == "wordpiece":
+        file = vocab_file or (tokenizer_file(folder, "vocab.txt") if folder is not None else None)
+        return (file, read_vocabulary(file)) if file is not None else (None, None)
+    files = [tokenizer_file(folder, name) if folder is not None else None for name in TOKENIZER_ASSETS[kind].values()]
+    if None in files:
+        return None, None
+    try:
+        tokenizer_options(folder, kind)
+        if kind == "sentencepiece":
+            with open(files[0], "rb") as f:
+                proto = f.read()
+            try:
+                tokens = [piece for piece, _, _ in read_pieces(proto)]
+            except ValueError as error:  # a truncated or foreign file, a piece not UTF-8 or too long
+                raise TokenizerFileError(files[0], f"is not a SentencePiece model ({error}).") from error
+        else:
+            tokens, _ = load_bpe_files(*files)
+    except TokenizerFileError as error:
+        raise checkpoint_error(error) from error
+    return files[0], tokens
+
+
+def check_tokenizer_size(kind, folder, vocab_file, tensor_file, tensor_name, rows):
+    """Refuses a tokenizer whose vocabulary (WordPiece tokens, SentencePiece pieces, BPE vocab.json entries) is not
+    the size of the word embeddings, naming the file: an id past the last row fails in the gather (or, on a GPU,
+    reads zeros). Returns its tokens (None where `folder` lacks its files)."""
+    file, tokens = read_tokenizer_vocabulary(kind, folder, vocab_file)
+    if tokens is not None:
+        check_vocabulary(file, tokens, tensor_file, tensor_name, rows)
+    return tokens
 
 
 def check_vocabulary(vocab_file, tokens, tensor_file, tensor_name, embeddings_rows):

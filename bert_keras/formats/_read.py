@@ -11,6 +11,7 @@ import numpy as np
 
 from bert_keras.formats import tables
 from bert_keras.formats._common import (
+    MAX_LAYERS,
     CheckpointError,
     CheckpointWeights,
     ConversionSummary,
@@ -128,14 +129,27 @@ def held_blocks(source, table):
     """How many Transformer blocks `source` holds: one more than the highest block index in it.
 
     None for a table of one shared block (ALBERT), whose names have no block index.
+
+    Raises:
+        CheckpointError: a tensor of block `MAX_LAYERS` or later, naming it.
     """
     if not any("{i}" in name for _, name, _ in table[tables.LAYER]):
         return None
     patterns = [
         re.compile(re.escape(name).replace(re.escape("{i}"), r"(\d+)")) for _, name, _ in table[tables.LAYER]
     ]
-    indices = {int(m.group(1)) for name in source.names() for p in patterns if (m := p.fullmatch(name))}
-    return max(indices) + 1 if indices else 0
+    # A block index of thousands of digits is past any bound (and past what int() reads): counted as 10**9.
+    indices = {int(m.group(1)) if len(m.group(1)) < 10 else 10**9: (name, m.group(1))
+               for name in source.names() for p in patterns if (m := p.fullmatch(name))}
+    if not indices:
+        return 0
+    last = max(indices)
+    if last >= MAX_LAYERS:  # every block's tensors would be listed (and looked for) before the count is compared
+        name, index = indices[last]
+        shown = index if len(index) < 20 else index[:20] + "..."
+        raise CheckpointError(source.file_of(name), source.original_name(name), f"names Transformer block {shown}; "
+                              f"at most {MAX_LAYERS} blocks are read (the deepest models of BERT's family have 48).")
+    return last + 1
 
 
 def check_config(source, table, parts, encoder_config, config_keys, hint=""):

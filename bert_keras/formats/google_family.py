@@ -20,7 +20,8 @@ import re
 from bert_keras.formats import tables
 from bert_keras.formats._common import (
     CheckpointError,
-    ConfigError,
+    check_shared_block,
+    check_tokenizer_size,
     encoder_kwargs,
     first_existing,
     read_json,
@@ -29,9 +30,6 @@ from bert_keras.formats._common import (
 from bert_keras.formats._read import held_blocks, read_weights
 
 ALBERT_CONFIG_FILE = "albert_config.json"
-# ALBERT's SentencePiece model, by the name our tokenizer reads first (Hugging Face's), then the tars' name.
-SENTENCEPIECE_FILE = "spiece.model"
-SENTENCEPIECE_FILES = (SENTENCEPIECE_FILE, "30k-clean.model")
 ELECTRA_CONFIG_FILES = ("electra_config.json", "bert_config.json")
 ELECTRA_EMBEDDINGS = "electra/embeddings/word_embeddings"
 # google-research/albert's AlbertConfig defaults, for the keys a config may leave out; the sizes are required.
@@ -68,13 +66,10 @@ def albert_config_to_kwargs(config, file):
     """Translates an `albert_config.json` dict to `BertEncoder` arguments (one shared block).
 
     Raises:
-        ConfigError: `num_hidden_groups` or `inner_group_num` is not 1, naming the field.
+        ConfigError: `num_hidden_groups` or `inner_group_num` is not 1, or `num_hidden_layers` is above
+            `MAX_LAYERS` (`check_shared_block`), naming the field.
     """
-    for field in ("num_hidden_groups", "inner_group_num"):
-        value = config.get(field, 1)
-        if isinstance(value, bool) or value != 1:
-            raise ConfigError(file, field, f"is {value!r}; only 1 is supported (one block shared by every layer, as "
-                              "in every released ALBERT): BertEncoder(shared_layers=True) holds one shared block.")
+    check_shared_block(config, file)
     kwargs = encoder_kwargs(config, tables.GOOGLE_ALBERT_CONFIG, file, defaults=_ALBERT_DEFAULTS)
     kwargs["activation"] = translate_activation(config.get("hidden_act", "gelu"), tables.GOOGLE_ACTIVATIONS, file,
                                                 "hidden_act")
@@ -93,21 +88,6 @@ def _check_one_group(source):
         raise CheckpointError(source.file_of(extra), source.original_name(extra), "belongs to a second group of "
                               "layers (num_hidden_groups > 1) or a second layer of a group (inner_group_num > 1); only "
                               "one block shared by every layer is supported, as in every released ALBERT.")
-
-
-def _check_sentencepiece_size(model_file, source):
-    """Compares the pieces listed in the `.vocab` beside the model (where there is one) with the embedding rows."""
-    listing = os.path.splitext(model_file)[0] + ".vocab"
-    name = "bert/embeddings/word_embeddings"
-    if not os.path.isfile(listing) or not source.has(name):
-        return
-    with open(listing, encoding="utf-8", errors="replace") as f:
-        pieces = sum(1 for line in f if line.strip("\n"))
-    rows = source.shape(name)[0]
-    if pieces != rows:
-        raise CheckpointError(listing, name, f"lists {pieces} SentencePiece pieces but the word embeddings in "
-                              f"{source.file_of(name)} have {rows} rows. The tokenizer does not belong to these "
-                              "weights.")
 
 
 def read_albert(prefix, source, *, with_heads, do_lower_case, ignored):
@@ -131,8 +111,10 @@ def read_albert(prefix, source, *, with_heads, do_lower_case, ignored):
 
     Raises:
         CheckpointError: no `albert_config.json`, `num_hidden_groups` or
-            `inner_group_num` not 1 (a `ConfigError` naming the field), or
-            tensors of a second group.
+            `inner_group_num` not 1 or too many layers (a `ConfigError`
+            naming the field), tensors of a second group, or a SentencePiece
+            model that cannot be read or is not the size of the word
+            embeddings (naming it).
     """
     directory = os.path.dirname(prefix)
     config_file = os.path.join(directory, ALBERT_CONFIG_FILE)
@@ -141,9 +123,10 @@ def read_albert(prefix, source, *, with_heads, do_lower_case, ignored):
                               "next to it; add the checkpoint's config.")
     kwargs = albert_config_to_kwargs(read_json(config_file), config_file)
     _check_one_group(source)
-    model_file = first_existing(directory, SENTENCEPIECE_FILES)
-    if model_file is not None:
-        _check_sentencepiece_size(model_file, source)
+    embeddings = "bert/embeddings/word_embeddings"
+    if source.has(embeddings):  # the SentencePiece model against the embeddings' rows (the missing tensor: below)
+        check_tokenizer_size("sentencepiece", directory, None, source.file_of(embeddings), embeddings,
+                             source.shape(embeddings)[0])
     weights = read_weights(
         format="google",
         source=source,

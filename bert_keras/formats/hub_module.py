@@ -28,7 +28,6 @@ holds) as data from the folder our exporter writes beside the module
 import dataclasses
 import json
 import os
-import struct
 
 import numpy as np
 
@@ -37,18 +36,22 @@ from bert_keras._files import MARKER
 from bert_keras.formats import tables
 from bert_keras.formats._common import (
     CheckpointError,
-    ConfigError,
-    check_vocabulary,
+    check_tokenizer_size,
+    checkpoint_error,
     guess_do_lower_case,
-    read_json,
     read_vocabulary,
 )
 from bert_keras.formats._read import read_weights
 from bert_keras.formats.sources import _Source
 from bert_keras.hub.loader import load, resolve, unpack_archive
-from bert_keras.text.byte_bpe import load_bpe_files
-from bert_keras.text.folders import TOKENIZER_ASSETS, missing_tokenizer_files, tokenizer_file
-from bert_keras.text.unigram import read_pieces
+from bert_keras.text._subword import TokenizerFileError
+from bert_keras.text.folders import (
+    TOKENIZER_ASSETS,
+    TOKENIZER_OPTIONS,  # noqa: F401 (`bert_keras.export` reads the options' names from here)
+    missing_tokenizer_files,
+    tokenizer_file,
+    tokenizer_options,
+)
 
 ENCODER_DIR = "encoder"
 PREPROCESS_DIR = "preprocess"
@@ -62,14 +65,6 @@ TOLERANCE = 1e-4
 # reads them by, and `tokenizer_config.json`), so that it is rebuilt with the options no variable of the module holds.
 TOKENIZER_FOLDER = "assets.extra/tokenizer"
 TOKENIZER_CONFIG_FILE = "tokenizer_config.json"
-# Kind of tokenizer -> its options: the key in tokenizer_config.json (Hugging Face's, as `bert_keras.text` reads it)
-# -> the tokenizer's attribute.
-TOKENIZER_OPTIONS = {
-    "wordpiece": {"do_lower_case": "lower_case"},
-    "sentencepiece": {"do_lower_case": "lower_case", "keep_accents": "keep_accents"},
-    "byte_bpe": {"add_prefix_space": "add_prefix_space"},
-}
-
 I, T, R = tables.IDENTITY, tables.TRANSPOSE, tables.RESHAPE
 _B = "encoder.transformer_layers.{i}."
 
@@ -268,7 +263,7 @@ def read_hub_module(path, *, do_lower_case=None, module=None):
     folder = _tokenizer_folder(directory, kind, files)
     options = _tokenizer_options(folder, kind)
     vocab_file = files["vocab_file"] if kind == "wordpiece" else None
-    _check_tokenizer_size(kind, folder, vocab_file, directory, shape_table["vocab_size"][0], config["vocab_size"])
+    check_tokenizer_size(kind, folder, vocab_file, directory, shape_table["vocab_size"][0], config["vocab_size"])
     do_lower_case = _do_lower_case(module, kind, options, vocab_file, do_lower_case)
     probe_inputs = _probe_inputs(config)
     expected = module(probe_inputs, training=False)
@@ -520,39 +515,10 @@ def _same_bytes(a, b):
 
 def _tokenizer_options(folder, kind):
     """The options of `kind` (`TOKENIZER_OPTIONS`) that `folder/tokenizer_config.json` records; {} without one."""
-    path = os.path.join(folder, TOKENIZER_CONFIG_FILE)
-    if not os.path.isfile(path):
-        return {}
-    config = read_json(path)
-    options = {key: config[key] for key in TOKENIZER_OPTIONS[kind] if key in config}
-    for key, value in options.items():
-        if not isinstance(value, bool):
-            raise ConfigError(path, key, f"expected true or false, found {value!r}.")
-    return options
-
-
-def _check_tokenizer_size(kind, folder, vocab_file, directory, tensor_name, rows):
-    """Refuses a tokenizer whose vocabulary (WordPiece tokens, SentencePiece pieces, BPE vocab.json entries) is not
-    the size of the word embeddings, naming the file."""
-    if kind == "wordpiece":
-        file, tokens = vocab_file, read_vocabulary(vocab_file)
-    elif kind == "sentencepiece":
-        file = tokenizer_file(folder, TOKENIZER_ASSETS[kind]["sp_model_file"])
-        with open(file, "rb") as f:
-            proto = f.read()
-        try:
-            tokens = read_pieces(proto)
-        except (ValueError, TypeError, struct.error) as error:  # a truncated or foreign file
-            raise CheckpointError(file, None, f"is not a SentencePiece model ({error}).") from error
-    else:
-        file = tokenizer_file(folder, TOKENIZER_ASSETS[kind]["vocab_file"])
-        merges = tokenizer_file(folder, TOKENIZER_ASSETS[kind]["merges_file"])
-        try:
-            tokens, _ = load_bpe_files(file, merges)
-        except (ValueError, RecursionError) as error:
-            message = f"is not a byte-level BPE vocabulary with its merges.txt ({error})."
-            raise CheckpointError(file, None, message) from error
-    check_vocabulary(file, tokens, directory, tensor_name, rows)
+    try:
+        return tokenizer_options(folder, kind)
+    except TokenizerFileError as error:
+        raise checkpoint_error(error) from error
 
 
 def _do_lower_case(module, kind, options, vocab_file, override):

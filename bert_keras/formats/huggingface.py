@@ -17,12 +17,13 @@ from bert_keras.formats import tables
 from bert_keras.formats._common import (
     CheckpointError,
     ConfigError,
-    check_vocabulary,
+    check_shared_block,
+    check_tokenizer_size,
     encoder_kwargs,
     first_existing,
     guess_do_lower_case,
     read_json,
-    read_vocabulary,
+    read_tokenizer_vocabulary,
     translate_activation,
 )
 from bert_keras.formats._read import check_tied_decoder, read_weights, wanted_heads
@@ -62,7 +63,9 @@ def model_type_of(config, file):
         ConfigError: naming the file, the type found and the types supported.
     """
     model_type = config.get("model_type")
-    if model_type is None and not any("Bert" in a for a in config.get("architectures") or []):
+    architectures = config.get("architectures")
+    names = architectures if isinstance(architectures, list) else []  # a malformed list: `read_architectures`'s
+    if model_type is None and not any(isinstance(a, str) and "Bert" in a for a in names):
         raise ConfigError(file, "model_type", "missing, and no Bert architecture is listed; is this a BERT config?")
     if model_type is None:
         return "bert"
@@ -95,19 +98,10 @@ def config_to_kwargs(config, file):
     if model_type == "electra" and kwargs["embedding_size"] == kwargs["hidden_size"]:
         kwargs["embedding_size"] = None  # ElectraModel has no projection where the widths agree
     if model_type == "albert":
-        _check_albert_groups(config, file)
+        check_shared_block(config, file)
     if model_type == "roberta":
         _roberta_positions(config, kwargs, file)
     return kwargs
-
-
-def _check_albert_groups(config, file):
-    """ALBERT's released models share one group of one layer; more groups or layers per group are refused."""
-    for field in ("num_hidden_groups", "inner_group_num"):
-        value = config.get(field, 1)
-        if value != 1:
-            raise ConfigError(file, field, f"is {value!r}; only 1 is supported (one block shared by every layer, as "
-                              "in every released ALBERT). BertEncoder(shared_layers=True) has one shared block.")
 
 
 def _roberta_positions(config, kwargs, file):
@@ -206,20 +200,9 @@ def read_huggingface(path, *, with_heads=True, do_lower_case=None):
     warn_unread_task_heads(architectures, wanted_heads(with_heads), config_file)
     source = open_weights(directory, tables.HF_FAMILIES[model_type]["prefix"])
 
-    vocab_file = first_existing(directory, (VOCAB_FILE,))
-    embeddings_name = "embeddings.word_embeddings.weight"
-    tokens = None
-    if vocab_file is not None:
-        tokens = read_vocabulary(vocab_file)
-        if source.has(embeddings_name):
-            check_vocabulary(
-                vocab_file,
-                tokens,
-                source.file_of(embeddings_name),
-                source.original_name(embeddings_name),
-                source.shape(embeddings_name)[0],
-            )
     tokenizer_kind = tables.HF_FAMILIES[model_type]["tokenizer"]
+    vocab_file = first_existing(directory, (VOCAB_FILE,))
+    tokens = _check_tokenizer(tokenizer_kind, directory, vocab_file, source)
     if tokenizer_kind == "byte_bpe":  # RoBERTa's byte-level BPE is cased: it never lower-cases
         do_lower_case = False
     elif do_lower_case is None:
@@ -360,6 +343,19 @@ def _extra_checks(source, heads, table, family):
         for name, alternatives in family["aliases"].items():
             skipped += [n for n in (name,) + alternatives if source.has(n) and n not in read]
     return skipped
+
+
+def _check_tokenizer(kind, directory, vocab_file, source):
+    """Checks the folder's tokenizer files against the word embeddings' rows, before anything is built: a `vocab.txt`
+    (WordPiece's, or one beside another kind's files) and the family's own. Returns the `vocab.txt` tokens, or None."""
+    name = "embeddings.word_embeddings.weight"
+    if not source.has(name):  # the missing tensor is named by the weights' check
+        return read_tokenizer_vocabulary("wordpiece", directory, vocab_file)[1] if vocab_file else None
+    embeddings = (source.file_of(name), source.original_name(name), source.shape(name)[0])
+    tokens = check_tokenizer_size("wordpiece", directory, vocab_file, *embeddings) if vocab_file else None
+    if kind != "wordpiece":
+        check_tokenizer_size(kind, directory, None, *embeddings)
+    return tokens
 
 
 def _read_do_lower_case(directory, tokens):

@@ -8,6 +8,9 @@ SentencePiece word starts at a piece beginning with "▁", a BPE word is one
 chunk of GPT-2's pre-tokenization).
 """
 
+import json
+import os
+
 import keras
 import numpy as np
 import tensorflow as tf
@@ -17,6 +20,61 @@ from bert_keras.text.tokenizer import VocabularyMethods, to_string_tensor
 # Plain TensorFlow ops without Python control flow: tracing them through
 # AutoGraph only makes `tf.function` and `tf.data` tracing slower.
 _do_not_convert = tf.autograph.experimental.do_not_convert
+
+
+class TokenizerFileError(ValueError):
+    """A tokenizer's file (`vocab.json`, `merges.txt`, `spiece.model`, `tokenizer_config.json`) that cannot be read.
+
+    The message names the file (and the JSON key at fault, where there is one),
+    as `bert_keras.formats.CheckpointError` does: `"{file}, field {key!r}: {reason}"`.
+
+    Attributes:
+        file: str. The file at fault.
+        key: str or None. The key of `tokenizer_config.json` at fault.
+        reason: str. What is wrong, without the file's name.
+    """
+
+    def __init__(self, file, reason, key=None):
+        self.file, self.key, self.reason = os.fspath(file), key, reason
+        super().__init__(self.file + (f", field {key!r}" if key is not None else "") + f": {reason}")
+
+
+def read_json_file(path):
+    """The JSON value of a tokenizer's file; a `TokenizerFileError` naming it where it is not UTF-8 JSON."""
+    with tf.io.gfile.GFile(os.fspath(path), "rb") as f:
+        data = f.read()
+    try:
+        return json.loads(data.decode("utf-8"))
+    # ValueError: not UTF-8, not JSON, or an integer of more than 4,300 digits; RecursionError: nested too deep.
+    except (ValueError, RecursionError) as error:
+        raise TokenizerFileError(path, f"is not valid JSON ({error}).") from error
+
+
+def read_tokenizer_config(folder, keys):
+    """The options among `keys` that `folder/tokenizer_config.json` records, as `{key: bool}`.
+
+    An absent file, or a key absent or `null`, gives no entry (the
+    tokenizer's default applies).
+
+    Raises:
+        TokenizerFileError: the file is not a JSON object, or holds one of
+            `keys` that is not `true` or `false`.
+    """
+    path = os.path.join(os.fspath(folder), "tokenizer_config.json")
+    if not tf.io.gfile.exists(path):
+        return {}
+    config = read_json_file(path)
+    if not isinstance(config, dict):
+        raise TokenizerFileError(path, f"expected a JSON object, found {type(config).__name__}.")
+    options = {}
+    for key in keys:
+        value = config.get(key)
+        if value is None:
+            continue
+        if not isinstance(value, bool):
+            raise TokenizerFileError(path, f"expected true or false, found {value!r:.100}.", key=key)
+        options[key] = value
+    return options
 
 
 def row_ids(ragged_or_splits):

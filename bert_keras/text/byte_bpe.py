@@ -21,7 +21,7 @@ The reference is Hugging Face's `RobertaTokenizerFast` on the same
 spaces).
 """
 
-import json
+import collections
 import os
 
 import keras
@@ -31,6 +31,7 @@ import tensorflow as tf
 from bert_keras.text import _family_tables as tables
 from bert_keras.text._subword import (
     SubwordTokenizer,
+    TokenizerFileError,
     TracedTokenization,
     byte_to_char_spans,
     check_bool,
@@ -38,6 +39,8 @@ from bert_keras.text._subword import (
     nest_words,
     next_in_row,
     previous_in_row,
+    read_json_file,
+    read_tokenizer_config,
     row_ids,
 )
 
@@ -106,45 +109,104 @@ def load_bpe_files(vocabulary, merges):
             tokens in id order.
         merges: a `merges.txt` path (a `#version` first line is skipped) or a
             list of `"left right"` strings.
+
+    Raises:
+        TokenizerFileError: a file that is not what the tokenizer reads
+            (invalid UTF-8 or JSON, an id that is not an integer, ids with
+            gaps or repeats, a merge line that is not two tokens or that
+            repeats an earlier one), naming the file.
+        ValueError: a file that does not exist, or lists or dicts as above.
     """
+    vocab_file = merges_file = None
     if isinstance(vocabulary, (str, os.PathLike)):
-        path = os.fspath(vocabulary)
-        if not tf.io.gfile.exists(path):
+        vocab_file = os.fspath(vocabulary)
+        if not tf.io.gfile.exists(vocab_file):
             raise ValueError(
                 "Received an invalid value for argument `vocabulary`, expected a dict, a list of tokens or the "
-                f"path of a vocab.json file that exists. Received: vocabulary={path!r}"
+                f"path of a vocab.json file that exists. Received: vocabulary={vocab_file!r}"
             )
-        with tf.io.gfile.GFile(path, "rb") as f:
-            vocabulary = json.loads(f.read().decode("utf-8"))
-    if isinstance(vocabulary, dict):
-        ids = sorted(vocabulary.values())
-        if ids != list(range(len(ids))):
+        vocabulary = read_json_file(vocab_file)
+    if isinstance(merges, (str, os.PathLike)):
+        merges_file = os.fspath(merges)
+        if not tf.io.gfile.exists(merges_file):
             raise ValueError(
-                "Received an invalid value for argument `vocabulary`: its ids must run from 0 to "
-                f"{len(ids) - 1} without gaps or repeats"
+                "Received an invalid value for argument `merges`, expected a list of str or the path of a "
+                f"merges.txt file that exists. Received: merges={merges_file!r}"
             )
-        vocabulary = [token for token, _ in sorted(vocabulary.items(), key=lambda item: item[1])]
+        merges = _read_merges(merges_file)
+    else:
+        merges = list(merges) if isinstance(merges, (list, tuple)) else merges
+    return _vocabulary_tokens(vocabulary, vocab_file), _check_merges(merges, merges_file)
+
+
+def _problem(argument, file, reason):
+    """The error for a bad vocabulary or merges: naming the file it was read from, else the argument."""
+    if file is not None:
+        return TokenizerFileError(file, reason)
+    return ValueError(f"Received an invalid value for argument `{argument}`: {reason}")
+
+
+def _vocabulary_tokens(vocabulary, file):
+    """The tokens in id order of a dict token -> id or a list of tokens (as `vocab.json` holds it)."""
+    if isinstance(vocabulary, dict):
+        for token, index in vocabulary.items():
+            if isinstance(index, bool) or not isinstance(index, int):
+                raise _problem("vocabulary", file, f"maps {token!r:.100} to {index!r:.100}; expected a JSON object of "
+                               "token -> integer id.")
+        counts = collections.Counter(vocabulary.values())
+        wrong = next((i for i in range(len(vocabulary)) if counts[i] != 1), None)
+        if wrong is not None:
+            found = "is missing" if counts[wrong] == 0 else f"is given to {counts[wrong]} tokens"
+            raise _problem("vocabulary", file, f"its ids must run from 0 to {len(vocabulary) - 1} without gaps or "
+                           f"repeats; id {wrong} {found}.")
+        vocabulary = sorted(vocabulary, key=vocabulary.get)
     if not isinstance(vocabulary, (list, tuple)) or not vocabulary or not all(isinstance(t, str) for t in vocabulary):
+        if file is not None:
+            found = "no token" if vocabulary == [] else f"a JSON {type(vocabulary).__name__}"
+            raise TokenizerFileError(file, f"expected a JSON object of token -> id, found {found}.")
         raise ValueError(
             "Received an invalid value for argument `vocabulary`, expected a non-empty list of str, a dict "
             f"token -> id or a vocab.json path. Received: vocabulary of type {type(vocabulary).__name__}"
         )
-    if isinstance(merges, (str, os.PathLike)):
-        path = os.fspath(merges)
-        if not tf.io.gfile.exists(path):
-            raise ValueError(
-                "Received an invalid value for argument `merges`, expected a list of str or the path of a "
-                f"merges.txt file that exists. Received: merges={path!r}"
-            )
-        with tf.io.gfile.GFile(path, "rb") as f:
-            lines = f.read().decode("utf-8").split("\n")
-        merges = [line.rstrip("\r") for line in lines if line.rstrip("\r") and not line.startswith("#version")]
-    if not isinstance(merges, (list, tuple)) or not all(isinstance(m, str) and len(m.split(" ")) == 2 for m in merges):
+    return list(vocabulary)
+
+
+def _read_merges(path):
+    """The merges of a `merges.txt` as `(line number, text)` pairs: blank lines and a `#version` line skipped."""
+    with tf.io.gfile.GFile(path, "rb") as f:
+        data = f.read()
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise TokenizerFileError(path, f"is not UTF-8 text ({error}).") from error
+    lines = [(number, line.rstrip("\r")) for number, line in enumerate(text.split("\n"), 1)]
+    return [(number, line) for number, line in lines if line and not line.startswith("#version")]
+
+
+def _check_merges(merges, file):
+    """The merges as a list of `"left right"` strings, each once. `merges`: strings, or `(line, text)` of a file."""
+    if not isinstance(merges, list):
         raise ValueError(
             "Received an invalid value for argument `merges`, expected a list of \"left right\" strings or a "
             "merges.txt path"
         )
-    return list(vocabulary), list(merges)
+    numbered = merges if file is not None else list(enumerate(merges, 1))
+    where = "line" if file is not None else "merge"
+    seen = {}
+    for number, merge in numbered:
+        if not isinstance(merge, str) or len(merge.split(" ")) != 2:
+            if file is None:
+                raise ValueError(
+                    "Received an invalid value for argument `merges`, expected a list of \"left right\" strings or "
+                    "a merges.txt path"
+                )
+            raise TokenizerFileError(file, f"line {number} is {merge!r:.100}; expected two tokens separated by one "
+                                     "space (\"left right\").")
+        if merge in seen:  # its pair would have two ranks
+            raise _problem("merges", file, f"{where} {number} repeats {where} {seen[merge]} ({merge!r:.100}); each "
+                           "pair of tokens is merged at one rank, so it may be listed once.")
+        seen[merge] = number
+    return [merge for _, merge in numbered]
 
 
 def _merge_step(values, row_splits, pair_table, merged_ids, vocabulary_size):
@@ -266,11 +328,7 @@ class BytePairTokenizer(SubwordTokenizer):
                     "Received an invalid value for argument `path`, expected a folder holding vocab.json and "
                     f"merges.txt. Received: path={path!r}, which has no {os.path.basename(file)}"
                 )
-        options = {}
-        config_path = os.path.join(path, "tokenizer_config.json")
-        if tf.io.gfile.exists(config_path):
-            with tf.io.gfile.GFile(config_path, "r") as f:
-                options["add_prefix_space"] = bool(json.load(f).get("add_prefix_space", False))
+        options = read_tokenizer_config(path, ("add_prefix_space",))
         options.update(kwargs)
         return cls(*files, **options)
 

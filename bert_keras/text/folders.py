@@ -8,6 +8,7 @@ BERT, ELECTRA and DistilBERT use WordPiece (`vocab.txt`), ALBERT SentencePiece
 
 import os
 
+from bert_keras.text._subword import read_tokenizer_config
 from bert_keras.text.byte_bpe import BytePairTokenizer
 from bert_keras.text.sentencepiece import SentencePieceTokenizer
 from bert_keras.text.tokenizer import WordPieceTokenizer
@@ -20,6 +21,12 @@ TOKENIZER_ASSETS = {
     "byte_bpe": {"vocab_file": "vocab.json", "merges_file": "merges.txt"},
 }
 TOKENIZER_FILES = {kind: tuple(files.values()) for kind, files in TOKENIZER_ASSETS.items()}
+# Kind of tokenizer -> its options: the key in tokenizer_config.json (Hugging Face's) -> the tokenizer's attribute.
+TOKENIZER_OPTIONS = {
+    "wordpiece": {"do_lower_case": "lower_case"},
+    "sentencepiece": {"do_lower_case": "lower_case", "keep_accents": "keep_accents"},
+    "byte_bpe": {"add_prefix_space": "add_prefix_space"},
+}
 # Other names a file goes by: google-research/albert's tars name the SentencePiece model `30k-clean.model`.
 OTHER_NAMES = {"spiece.model": ("30k-clean.model",)}
 
@@ -32,6 +39,17 @@ def tokenizer_file(folder, name):
         if os.path.isfile(path):
             return path
     return None
+
+
+def tokenizer_options(folder, kind):
+    """The options of tokenizer `kind` (`TOKENIZER_OPTIONS`) that `folder/tokenizer_config.json` records, as
+    `{key: bool}`; {} without the file.
+
+    Raises:
+        TokenizerFileError: the file is not a JSON object, or an option is
+            not `true` or `false` (naming the file and the key).
+    """
+    return read_tokenizer_config(folder, TOKENIZER_OPTIONS[kind])
 
 
 def missing_tokenizer_files(folder, kind):

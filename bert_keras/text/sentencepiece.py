@@ -19,7 +19,6 @@ used with today.
 """
 
 import base64
-import json
 import os
 
 import keras
@@ -29,16 +28,18 @@ import tensorflow_text as tf_text
 from bert_keras.text import _family_tables as tables
 from bert_keras.text._subword import (
     SubwordTokenizer,
+    TokenizerFileError,
     TracedTokenization,
     byte_to_char_spans,
     check_bool,
     in_ranges,
     nest_words,
     previous_in_row,
+    read_tokenizer_config,
     row_ids,
 )
 from bert_keras.text._unicode_tables import to_regex_class
-from bert_keras.text.unigram import UnigramSegmenter
+from bert_keras.text.unigram import UnigramSegmenter, read_pieces
 
 _do_not_convert = tf.autograph.experimental.do_not_convert
 
@@ -171,6 +172,13 @@ def _read_proto(proto):
     )
 
 
+def _refused(file, reason):
+    """The error for a model that cannot be read: naming its file where it came from one, else the argument."""
+    if file is not None:
+        return TokenizerFileError(file, f"{reason}.")
+    return ValueError(f"Received an invalid value for argument `proto`: it {reason}")
+
+
 @keras.saving.register_keras_serializable(package="bert_keras")
 class SentencePieceTokenizer(SubwordTokenizer):
     """ALBERT's SentencePiece tokenizer: strings to piece ids, in the graph.
@@ -196,7 +204,9 @@ class SentencePieceTokenizer(SubwordTokenizer):
     Args:
         proto: bytes or str. The serialized SentencePiece model, or the path
             of a `spiece.model`. Kept in the layer's config (base64), so
-            saved models carry it.
+            saved models carry it. A model whose pieces are not UTF-8, repeat,
+            or run past `unigram.MAX_PIECE_CHARS` (64) characters is refused,
+            naming the file (`TokenizerFileError`) where a path is given.
         lower_case: bool. `do_lower_case`. Defaults to `True`.
         keep_accents: bool. Skip NFKD and accent stripping. Defaults to `False`.
         unknown_token, cls_token, sep_token, pad_token, mask_token: str. The
@@ -225,22 +235,17 @@ class SentencePieceTokenizer(SubwordTokenizer):
         super().__init__(**kwargs)
         self.lower_case = check_bool("lower_case", lower_case)
         self.keep_accents = check_bool("keep_accents", keep_accents)
+        file = os.fspath(proto) if isinstance(proto, (str, os.PathLike)) else None
         self.proto = _read_proto(proto)
         try:
-            model = tf_text.SentencepieceTokenizer(model=self.proto, out_type=tf.int32)
-            pieces = model.id_to_string(tf.range(model.vocab_size())).numpy()
-        except (tf.errors.InvalidArgumentError, tf.errors.InternalError) as error:
-            raise ValueError(
-                "Received an invalid value for argument `proto`: it is not a SentencePiece model "
-                f"({str(error).splitlines()[0][:200]})"
-            ) from error
-        self.vocabulary = [piece.decode("utf-8") for piece in pieces]
+            self.vocabulary = [piece for piece, _, _ in read_pieces(self.proto)]
+            tf_text.SentencepieceTokenizer(model=self.proto, out_type=tf.int32).vocab_size()
+        except (ValueError, tf.errors.InvalidArgumentError, tf.errors.InternalError) as error:
+            raise _refused(file, f"is not a SentencePiece model ({str(error).splitlines()[0][:300]})") from error
         try:
             self._segmenter = UnigramSegmenter(self.proto)
         except ValueError as error:
-            raise ValueError(
-                f"Received an invalid value for argument `proto`: it is not an ALBERT SentencePiece model ({error})"
-            ) from error
+            raise _refused(file, f"is not an ALBERT SentencePiece model ({error})") from error
         self._set_special_tokens(
             self.vocabulary,
             unknown_token=unknown_token,
@@ -274,15 +279,8 @@ class SentencePieceTokenizer(SubwordTokenizer):
                 f"Received an invalid value for argument `path`, expected a folder holding spiece.model. "
                 f"Received: path={path!r}, which has no spiece.model"
             )
-        config = {}
-        config_path = os.path.join(path, "tokenizer_config.json")
-        if tf.io.gfile.exists(config_path):
-            with tf.io.gfile.GFile(config_path, "r") as f:
-                config = json.load(f)
-        options = {
-            "lower_case": bool(config.get("do_lower_case", True)),
-            "keep_accents": bool(config.get("keep_accents", False)),
-        }
+        config = read_tokenizer_config(path, ("do_lower_case", "keep_accents"))
+        options = {"lower_case": config.get("do_lower_case", True), "keep_accents": config.get("keep_accents", False)}
         options.update(kwargs)
         return cls(model, **options)
 

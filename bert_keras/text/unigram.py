@@ -42,6 +42,11 @@ from bert_keras.text._subword import row_ids
 _NORMAL, _UNKNOWN, _CONTROL, _USER_DEFINED, _UNUSED, _BYTE = 1, 2, 3, 4, 5, 6
 _UNK_PENALTY = np.float32(10.0)
 _RESET_THRESHOLD = 100000.0
+# The longest piece read, in characters. sentencepiece's trainer cuts pieces at `max_sentencepiece_length`, 16 by
+# default, which ALBERT's, T5's and XLNet's models keep; user-defined pieces ("<mask>", "[CLS]") are shorter still.
+# The search looks this far back from every position: a piece of thousands of characters would make every text pay
+# for it.
+MAX_PIECE_CHARS = 64
 
 
 def _varint(data, at):
@@ -59,6 +64,12 @@ def _varint(data, at):
 
 def _fields(data):
     """(field number, value) of a serialized protocol buffer message: ints, bytes, or 4/8 raw bytes."""
+    for number, _, value in _typed_fields(data):
+        yield number, value
+
+
+def _typed_fields(data):
+    """(field number, wire type, value) of a serialized protocol buffer message: ints, bytes, or 4/8 raw bytes."""
     at = 0
     while at < len(data):
         key, at = _varint(data, at)
@@ -76,7 +87,7 @@ def _fields(data):
             raise ValueError(f"unsupported wire type {wire}")
         if at > len(data):
             raise ValueError("truncated field")
-        yield number, value
+        yield number, wire, value
 
 
 def read_pieces(proto):
@@ -85,21 +96,41 @@ def read_pieces(proto):
     Read from the wire format directly (field 1 of the model, and the piece's
     fields 1-3): the `sentencepiece` package's generated protobuf module needs
     a newer protobuf runtime than TensorFlow 2.21 allows.
+
+    Raises:
+        ValueError: the bytes are not such a message, a piece is not UTF-8,
+            is defined twice, or is longer than `MAX_PIECE_CHARS` characters.
     """
-    pieces = []
-    for number, value in _fields(bytes(proto)):
+    pieces, seen = [], {}
+    for number, wire, value in _typed_fields(bytes(proto)):
         if number != 1:
             continue
+        if wire != 2:
+            raise ValueError(f"piece {len(pieces)} is not a message (wire type {wire})")
         piece, score, kind = None, 0.0, _NORMAL
-        for field, item in _fields(value):
-            if field == 1:
-                piece = item.decode("utf-8")
-            elif field == 2:
+        for field, field_wire, item in _typed_fields(value):
+            if (field, field_wire) == (1, 2):
+                try:
+                    piece = item.decode("utf-8")
+                except UnicodeDecodeError as error:
+                    raise ValueError(f"piece {len(pieces)} is not UTF-8 ({error})") from None
+            elif (field, field_wire) == (2, 5):
                 score = struct.unpack("<f", item)[0]
-            elif field == 3:
+            elif (field, field_wire) == (3, 0):
                 kind = item
+            elif field in (1, 2, 3):
+                raise ValueError(f"piece {len(pieces)} has field {field} of wire type {field_wire}")
         if piece is None:
             raise ValueError(f"piece {len(pieces)} has no text")
+        if len(piece) > MAX_PIECE_CHARS:
+            raise ValueError(
+                f"piece {len(pieces)} ({piece[:20]!r}...) has {len(piece)} characters; at most {MAX_PIECE_CHARS} are "
+                "read: sentencepiece's trainer makes pieces of at most max_sentencepiece_length characters, 16 by "
+                "default, as in ALBERT's, T5's and XLNet's models"
+            )
+        if piece in seen:  # the library refuses a model that defines a piece twice
+            raise ValueError(f"piece {len(pieces)} ({piece[:20]!r}) repeats piece {seen[piece]}")
+        seen[piece] = len(pieces)
         pieces.append((piece, np.float32(score), kind))
     if not pieces:
         raise ValueError("no pieces")
@@ -159,6 +190,10 @@ class UnigramSegmenter(tf.Module):
     def _candidates(self, chars):
         """Every piece found in the texts: `(row, start, length, id, score)`, lengths in characters.
 
+        Substrings grow one character at a time while they are the prefix of
+        some piece, in a `tf.while_loop`: the graph is the same whatever the
+        longest piece, and the loop ends when no substring can grow.
+
         Args:
             chars: ragged `(batch, chars)` string tensor of single characters.
         """
@@ -166,28 +201,34 @@ class UnigramSegmenter(tf.Module):
         rows = row_ids(chars)
         limits = tf.gather(chars.row_limits(), rows)
         position = tf.range(tf.size(flat, tf.int64), dtype=tf.int64)
-        found_at, found_length, found_id = [], [], []
-        text, start = flat, position
-        for length in range(1, self.max_chars + 1):
+        # No one-character piece starts here: the character is an unknown piece.
+        unknown = tf.boolean_mask(position, self._pieces.lookup(flat) < 0)
+        found = [tf.TensorArray(dtype, size=0, dynamic_size=True, infer_shape=False, element_shape=[None])
+                 for dtype in (tf.int64, tf.int32, tf.int32)]
+        found = [found[0].write(0, unknown), found[1].write(0, tf.ones_like(unknown, tf.int32)),
+                 found[2].write(0, tf.fill(tf.shape(unknown), self.unk_id))]
+
+        def step(length, text, start, found_at, found_length, found_id):
             ids = self._pieces.lookup(text)
             hit = ids >= 0
-            found_at.append(tf.boolean_mask(start, hit))
-            found_length.append(tf.fill([tf.reduce_sum(tf.cast(hit, tf.int32))], length))
-            found_id.append(tf.boolean_mask(ids, hit))
-            if length == 1:
-                # No one-character piece starts here: the character is an unknown piece.
-                unknown = ~hit
-                found_at.append(tf.boolean_mask(start, unknown))
-                found_length.append(tf.fill([tf.reduce_sum(tf.cast(unknown, tf.int32))], 1))
-                found_id.append(tf.fill([tf.reduce_sum(tf.cast(unknown, tf.int32))], self.unk_id))
-            if length == self.max_chars:
-                break
-            longer = self._prefixes.lookup(text) & (start + length < tf.gather(limits, start))
+            at = tf.boolean_mask(start, hit)
+            index = length  # the unknown pieces took index 0
+            found_at = found_at.write(index, at)
+            found_length = found_length.write(index, tf.fill(tf.shape(at), length))
+            found_id = found_id.write(index, tf.boolean_mask(ids, hit))
+            longer = self._prefixes.lookup(text) & (start + tf.cast(length, tf.int64) < tf.gather(limits, start))
             text, start = tf.boolean_mask(text, longer), tf.boolean_mask(start, longer)
-            text = tf.strings.join([text, tf.gather(flat, start + length)])
-        at = tf.concat(found_at, 0)
-        length = tf.concat(found_length, 0)
-        piece_id = tf.concat(found_id, 0)
+            text = tf.strings.join([text, tf.gather(flat, start + tf.cast(length, tf.int64))])
+            return length + 1, text, start, found_at, found_length, found_id
+
+        *_, found_at, found_length, found_id = tf.while_loop(
+            lambda length, text, *_: (length <= self.max_chars) & (tf.size(text) > 0),
+            step,
+            (tf.constant(1), flat, position, *found),
+            shape_invariants=(tf.TensorShape([]), tf.TensorShape([None]), tf.TensorShape([None]),
+                              *(tf.TensorShape(None) for _ in found)),
+        )
+        at, length, piece_id = found_at.concat(), found_length.concat(), found_id.concat()
         score = tf.where(piece_id == self.unk_id, self.unk_score, tf.gather(self._scores, piece_id))
         row = tf.gather(rows, at)
         start_in_row = at - tf.gather(chars.row_starts(), row)

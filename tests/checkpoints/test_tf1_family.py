@@ -8,6 +8,8 @@ written out longhand here, independently of the reader's tables. Then our reader
 
 import json
 import os
+import re
+import shutil
 
 import numpy as np
 import pytest
@@ -200,6 +202,22 @@ def test_albert_tensors_of_a_second_group_are_refused(tmp_path):
     _, folder = write_albert_directory(tmp_path / "second", extra_arrays={second: np.ones(32, "float32")})
     with pytest.raises(CheckpointError, match="group_1.*num_hidden_groups > 1"):
         load_checkpoint(folder)
+
+
+def test_albert_sentencepiece_model_larger_than_the_embeddings_is_refused_naming_it(albert, tmp_path):
+    """The model itself is read (not the `.vocab` listing beside it): pieces appended to it are refused."""
+    from tests.checkpoints.test_hostile_family import piece_field
+
+    model, folder = albert
+    copy = tmp_path / "albert"
+    shutil.copytree(folder, copy)
+    with open(copy / "30k-clean.model", "ab") as f:
+        f.write(piece_field("▁zz") + piece_field("▁zzz"))
+    rows = model.config.vocab_size
+    with pytest.raises(CheckpointError, match=re.escape(
+            f"{copy / '30k-clean.model'}, tensor 'bert/embeddings/word_embeddings': the vocabulary has {rows + 2} "
+            f"tokens but the word embeddings 'bert/embeddings/word_embeddings' in ")):
+        load_checkpoint(str(copy))
 
 
 def test_albert_without_its_config_is_refused(albert, tmp_path):
