@@ -93,7 +93,7 @@ def minilm_dir():
 
 def build_exports(out_dir, seq_length, dtypes, log):
     """Converts MiniLM into a Hub module pair and exports an untrained 3-class classifier per dtype."""
-    from bert_keras.checkpoints.to_hub import convert_to_hub
+    from bert_keras.export import convert_to_hub
     from bert_keras.saved_model import export_classifier
     from bert_keras.tasks import BertClassifier
 

@@ -18,10 +18,11 @@ import time
 import numpy as np
 
 from bert_keras._files import read_marker
-from bert_keras.checkpoints.to_hub import convert_to_hub
+from bert_keras.export import convert_to_hub
 from bert_keras.datasets import LabelledText, stratified_split
 from bert_keras.evaluate import classification_scores
-from bert_keras.export import load_classifier, read_module_pair
+from bert_keras.export import load_classifier
+from bert_keras.formats.hub_module import read_module_pair
 from bert_keras.training import FineTuneConfig, finetune_classifier
 from bert_keras.text.corpora import TWEET_LABELS, load_tweets, minilm_vocab_path
 

@@ -206,3 +206,30 @@ def save_tiny_bert(directory, vocabulary, num_layers=1, seed=0):
     with open(os.path.join(directory, "vocab.txt"), "w", encoding="utf-8") as f:
         f.write("\n".join(vocabulary) + "\n")
     return str(directory)
+
+
+def as_written_before_the_manifest(export_dir):
+    """Rewrites an export as versions before the manifest wrote it: its settings in its kind's own file.
+
+    A classifier's in `assets.extra/labels.json`, a tagger's there with `"task": "tagger"`, a reader's in
+    `reader.json`, a sentence encoder's in `sentence_encoder.json`; `export.json` removed. Returns the old file's path.
+    """
+    import json
+
+    from bert_keras.export.manifest import manifest_path, read_manifest
+
+    settings = read_manifest(export_dir)
+    kind = settings.pop("kind")
+    for key in ("format", "version"):
+        settings.pop(key)
+    name = {"classifier": "labels.json", "tagger": "labels.json", "reader": "reader.json",
+            "sentence_encoder": "sentence_encoder.json"}[kind]
+    if kind == "tagger":
+        settings["task"] = "tagger"
+        if settings.get("tokenizer") != "wordpiece":
+            settings.pop("suffix_indicator", None)  # versions before wrote it for WordPiece only
+    path = os.path.join(export_dir, "assets.extra", name)
+    with open(path, "w") as f:
+        json.dump(settings, f)
+    os.remove(manifest_path(export_dir))
+    return path

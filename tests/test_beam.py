@@ -83,5 +83,5 @@ def test_the_command_refuses_a_directory_that_is_no_export(tmp_path):
                              "--output", str(tmp_path / "out")], cwd=ROOT, capture_output=True, text=True,
                             env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
     assert result.returncode == 2, result.stderr[-2000:]
-    assert f"error: {str(tmp_path)!r} is not a sentence encoder written by export_sentence_encoder" in result.stderr
+    assert f"error: {str(tmp_path)!r} is not an export: it holds no saved_model.pb" in result.stderr
     assert not glob.glob(str(tmp_path / "out*"))

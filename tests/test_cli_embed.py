@@ -151,16 +151,16 @@ def test_embed_and_index_refuse_a_lone_surrogate_naming_the_file_and_line(models
 
 
 def test_an_export_whose_info_is_nested_too_deep_is_refused_naming_it(models, tmp_path, capsys):
-    from bert_keras.export.sentence_encoder import EXPORT_INFO_FILE
+    from bert_keras.export.manifest import manifest_path
 
     export = str(tmp_path / "export")
     shutil.copytree(models["export"], export)
-    info = os.path.join(export, "assets.extra", EXPORT_INFO_FILE)
+    info = manifest_path(export)
     with open(info, "w") as f:
         f.write("[" * 100_000 + "]" * 100_000)
     out = str(tmp_path / "out.npy")
     code, _, err = _run(["embed", "--model", export, "--out", out, "ok"], capsys)
-    assert code == 2 and f"{info} cannot be read (maximum recursion depth exceeded" in err, err
+    assert code == 2 and f"{info} cannot be read (nested too deep)" in err, err
     assert not os.path.exists(out)
 
 

@@ -107,21 +107,24 @@ def test_model_export_directories_are_read_with_numbered_labels(exports, caplog)
     assert named.label_source == "given" and named.predict("good")["label"] == "pos"
     with pytest.raises(ValueError, match="Received 2 label names for a classifier with 3 classes"):
         load_classifier(exports["keras_softmax"], label_names=["a", "b"])
-    with pytest.raises(ValueError, match=r"is not a text classifier .*its inputs are \{'x': 'float32 \(None, 4\)'\}"):
+    with pytest.raises(ValueError, match=r"is not a classifier written by bert_keras' `export_classifier`: .*its inputs are \{'x': 'float32 \(None, 4\)'\}"):
         load_classifier(exports["other"])
 
 
 @pytest.mark.slow
-def test_labels_json_without_its_keys_does_not_crash(exports, tmp_path, caplog):
+def test_a_manifest_without_its_keys_does_not_crash(exports, tmp_path, caplog):
     import shutil
+
+    from bert_keras.export.manifest import manifest_path
 
     copy = tmp_path / "copy"
     shutil.copytree(exports["single"], copy)
-    (copy / "assets.extra" / "labels.json").write_text('{"something": 1}')
+    with open(manifest_path(copy), "w") as f:
+        json.dump({"format": "bert_keras export", "version": 1, "kind": "classifier", "label_names": 1}, f)
     with caplog.at_level(logging.WARNING):
         classifier = load_classifier(str(copy), warm_up=False)
     assert classifier.label_names == NAMES  # from the export's `label_names` endpoint
-    assert "holds no list of `label_names`" in caplog.text
+    assert "the manifest holds no list of `label_names`; ignoring it" in caplog.text
 
 
 def _run(argv, capsys, stdin=None, monkeypatch=None):
@@ -200,7 +203,7 @@ def test_predict_bad_input_messages(exports, tmp_path, capsys, monkeypatch):
     code, _, err = _run(["predict", "--model", str(tmp_path / "nothing"), "hello"], capsys)
     assert code == 2 and "--model " in err and "nothing: no such file or directory." in err
     code, _, err = _run(["predict", "--model", exports["other"], "hello"], capsys)
-    assert code == 2 and "is not a text classifier" in err
+    assert code == 2 and "is not a classifier written by bert_keras" in err
     code, out, err = _run(["predict", "--model", exports["single"]], capsys, b"fine\n\xffbad\n", monkeypatch)
     assert code == 2 and "standard input line 2 is not valid UTF-8 (byte 0xff at column 1)" in err
     assert out == "" or out.startswith("pos")

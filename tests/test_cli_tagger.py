@@ -3,6 +3,7 @@
 import io
 import json
 import os
+import pathlib
 import re
 import shutil
 import subprocess
@@ -21,8 +22,10 @@ from bert_keras.export import export_tagger, load_tagger
 from bert_keras.export import tagger as tagger_module
 from bert_keras.export.entity_groups import AGGREGATIONS as LIBRARY_AGGREGATIONS
 from bert_keras.export.entity_groups import text_entities
+from bert_keras.export.manifest import manifest_path
 from bert_keras.tasks import BertTokenClassifier
 from bert_keras.text import BertPreprocessor
+from tests.helpers import as_written_before_the_manifest
 
 VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "ada", "love", "##lace", "paris", "is", "nice", "in",
          "london", "the", "city", "!", ","]
@@ -162,9 +165,10 @@ def test_a_long_text_runs_through_the_model_a_few_windows_at_a_time(tagger, monk
     np.testing.assert_allclose([e["score"] for e in chunked_entities], [e["score"] for e in entities], atol=1e-6)
 
 
-def _edited(tagger_dir, tmp_path, **fields):
+def _edited(tagger_dir, tmp_path, legacy=False, **fields):
+    """A copy of the tagger export with `fields` of its manifest (or, `legacy`, of an older export's labels.json) edited."""
     directory = shutil.copytree(tagger_dir, tmp_path / "edited", dirs_exist_ok=True)
-    labels = directory / "assets.extra" / "labels.json"
+    labels = pathlib.Path(as_written_before_the_manifest(str(directory)) if legacy else manifest_path(str(directory)))
     metadata = json.loads(labels.read_text())
     metadata.update(fields)
     labels.write_text(json.dumps(metadata))
@@ -178,18 +182,19 @@ def test_an_edited_labels_json_cannot_change_how_pieces_make_words(tagger_dir, t
     for field, value, graph in (("tokenizer", "byte_bpe", "'wordpiece'"), ("suffix_indicator", "", "'##'"),
                                 ("unknown_token", {"a": 1}, "'\\[UNK\\]'")):
         directory = _edited(tagger_dir, tmp_path, **{field: value})
-        with pytest.raises(ValueError, match=rf"labels\.json records {field}={re.escape(repr(value))}, but the "
-                           rf"SavedModel in .* was exported with {field}={graph} \(its `tokenizer_info\(\)`: how its "
+        with pytest.raises(ValueError, match=rf"The manifest of .* records {field}={re.escape(repr(value))}, but the "
+                           rf"SavedModel was exported with {field}={graph} \(its `tokenizer_info\(\)`: how its "
                            r"pieces make words\): the export was modified after it was written"):
             load_tagger(directory, warm_up=False)
     code, _, err = _run(["predict", "--model", directory, "Ada Lovelace"], capsys)
     assert code == 2 and err.startswith(f"bert-keras predict: cannot load a tagger from {directory}: ")
-    # The graph is the truth: a labels.json without these fields (or nested too deeply to read) changes nothing.
-    directory = _edited(tagger_dir, tmp_path)
-    (tmp_path / "edited" / "assets.extra" / "labels.json").write_text("[" * 100_000 + "]" * 100_000)
+    # The graph is the truth: a manifest without these fields changes nothing; one nested too deeply is refused.
+    directory = _edited(tagger_dir, tmp_path, tokenizer=None, suffix_indicator=None, unknown_token=None)
     assert load_tagger(directory, warm_up=False).predict(TEXTS[0]) == expected
-    code, _, err = _run(["predict", "--model", directory, "Ada"], capsys)  # not told a tagger: no traceback
-    assert code == 2 and f"bert-keras predict: cannot load a classifier from {directory}: " in err
+    pathlib.Path(manifest_path(directory)).write_text("[" * 100_000 + "]" * 100_000)
+    code, _, err = _run(["predict", "--model", directory, "Ada"], capsys)  # no traceback
+    assert code == 2 and err == f"bert-keras predict: {manifest_path(directory)} cannot be read (nested too deep): " \
+                                "the export is damaged; export the model again.\n"
 
 
 @pytest.mark.slow
@@ -204,6 +209,6 @@ def test_an_export_written_before_the_graph_carried_them_is_checked_by_a_probe(t
                                 ("unknown_token", "ada", "unknown_token='[UNK]'")):
         with pytest.raises(ValueError, match=rf"records {field}='{value}', but the export's own tokenizer gives "
                                              rf"{re.escape(found)} \(its pieces of a probe text\)"):
-            load_tagger(_edited(tagger_dir, tmp_path, **{field: value}), warm_up=False)
+            load_tagger(_edited(tagger_dir, tmp_path, legacy=True, **{field: value}), warm_up=False)
     with pytest.raises(ValueError, match=r"records suffix_indicator=''; expected a non-empty string"):
-        load_tagger(_edited(tagger_dir, tmp_path, suffix_indicator=""), warm_up=False)
+        load_tagger(_edited(tagger_dir, tmp_path, legacy=True, suffix_indicator=""), warm_up=False)

@@ -9,6 +9,7 @@ import pytest
 import tensorflow as tf
 
 from bert_keras.export import export_reader, load_reader
+from bert_keras.export.manifest import read_manifest
 from bert_keras.export.warmup import WARMUP_FILE, read_warmup_requests
 from bert_keras.tasks import BertSpanLabeler
 from bert_keras.text.corpora import minilm_vocab_path
@@ -184,9 +185,10 @@ def test_empty_and_blank_contexts_give_the_empty_answer(exported):
 @pytest.mark.slow
 def test_the_export_writes_its_settings_and_a_warm_up_file_that_replays(exported):
     directory, reader = exported
-    with open(os.path.join(directory, "assets.extra", "reader.json")) as f:
-        assert json.load(f) == {"inputs": ["question", "context"], "seq_length": SEQ_LENGTH, "doc_stride": STRIDE,
-                                "max_question_length": 16, "max_answer_len": 15, "dtype": "float32"}
+    assert read_manifest(directory) == {"format": "bert_keras export", "version": 1, "kind": "reader",
+                                        "inputs": ["question", "context"], "seq_length": SEQ_LENGTH,
+                                        "doc_stride": STRIDE, "max_question_length": 16, "max_answer_len": 15,
+                                        "dtype": "float32"}
     requests = read_warmup_requests(os.path.join(directory, "assets.extra", WARMUP_FILE))
     assert [sorted(r) for r in requests] == [["context", "question"]] * 3
     assert reader.warm_up_seconds > 0

@@ -13,6 +13,7 @@ import tensorflow as tf
 
 from bert_keras.export import export_classifier, export_tagger, load_tagger
 from bert_keras.export.entity_groups import text_entities, tokens_to_string
+from bert_keras.export.manifest import read_manifest
 from bert_keras.export.tagger import _primary, _windows
 from bert_keras.export.warmup import WARMUP_FILE, read_warmup_requests
 from bert_keras.tasks import BertClassifier, BertTokenClassifier
@@ -181,8 +182,8 @@ def test_warm_up_file_replays(exported):
     assert len(requests) == 2 + 1 + 1  # 8 and 16 tokens (the packed length), a batch, a text of three windows
     assert len(texts[-1][0].split()) == 2 * SEQ_LENGTH
     assert loaded.warm_up_seconds > 0
-    metadata = json.load(open(os.path.join(export_dir, "assets.extra", "labels.json")))
-    assert metadata["tag_names"] == TAGS and metadata["stride"] == STRIDE and metadata["task"] == "tagger"
+    metadata = read_manifest(export_dir)
+    assert metadata["tag_names"] == TAGS and metadata["stride"] == STRIDE and metadata["kind"] == "tagger"
     assert load_tagger(export_dir, warm_up=False).warm_up_seconds == 0.0
 
 
@@ -217,8 +218,9 @@ def test_export_errors_and_a_classifier_export_refused(folder, exported, tmp_pat
     with pytest.raises(ValueError, match=r"export_tagger exports a BertTokenClassifier"):
         export_tagger(classifier, str(tmp_path / "x"))
     export_dir = export_classifier(classifier, str(tmp_path / "classifier"))
-    with pytest.raises(ValueError, match=r"is not a tagger written by bert_keras' `export_tagger`: .*tag_ids.*"
-                       r"It is a classifier export: load it with load_classifier"):
+    with pytest.raises(ValueError, match=r"is a classifier export, not a tagger one. Serve it with "
+                       r"bert_keras.export.load_classifier\(.*\).predict\(texts\), or on the command line: "
+                       r"bert-keras predict --model .*classifier \"a text\"\."):
         load_tagger(export_dir)
 
 

@@ -21,13 +21,14 @@ import pytest
 import tensorflow as tf
 
 from bert_keras.export import export_reader, export_tagger, load_reader, load_tagger
-from bert_keras.export.classifier import LABELS_FILE
+from bert_keras.export.manifest import read_manifest
 from bert_keras.export.entity_groups import text_entities, tokens_to_string
 from bert_keras.tasks import BertSpanLabeler, BertTokenClassifier
 from bert_keras.text.alignment import window_sentences
 from bert_keras.text.windows import qa_windows
 from bert_keras.training import finetune_reader, finetune_tagger
 from tests.checkpoints._models import perturb_torch
+from tests.helpers import as_written_before_the_manifest
 from tests.test_export_reader import reference_answers
 from tests.test_family_workflows import FAMILIES, WRITERS, make_family_folder, tweets  # noqa: F401 (a fixture)
 from tests.text.test_sentencepiece import albert_reference_text
@@ -164,9 +165,8 @@ def _softmax(logits):
 @pytest.mark.parametrize("name", [pytest.param("albert", marks=pytest.mark.slow), "roberta"])
 def test_tagger_export_of_the_family_serves_raw_strings_with_offsets(taggers, texts, name):
     _, _, tagger, export_dir, loaded = taggers(name)
-    with open(os.path.join(export_dir, "assets.extra", LABELS_FILE)) as f:
-        metadata = json.load(f)
-    assert metadata["tokenizer"] == KINDS[name] and "suffix_indicator" not in metadata
+    metadata = read_manifest(export_dir)
+    assert metadata["tokenizer"] == KINDS[name] and metadata["suffix_indicator"] == ""
     assert loaded.tokenizer_kind == KINDS[name]
     tokenizer = tagger.preprocessor.tokenizer
     rows = loaded.tag_pieces(texts)
@@ -295,14 +295,14 @@ def test_tagger_exports_before_the_family_read_as_wordpiece(taggers, tmp_path):
     expected = loaded.predict(MADE_TEXTS, aggregation="first")
     old = tmp_path / "old"
     shutil.copytree(export_dir, old)
-    labels = old / "assets.extra" / LABELS_FILE
-    metadata = json.loads(labels.read_text())
+    labels = as_written_before_the_manifest(str(old))
+    metadata = json.loads(open(labels).read())
     assert metadata.pop("tokenizer") == "wordpiece" and metadata["suffix_indicator"] == "##"
-    labels.write_text(json.dumps(metadata))
+    open(labels, "w").write(json.dumps(metadata))
     reloaded = load_tagger(str(old), warm_up=False)
     assert reloaded.tokenizer_kind == "wordpiece"
     assert reloaded.predict(MADE_TEXTS, aggregation="first") == expected
-    labels.write_text(json.dumps({**metadata, "tokenizer": "unigram"}))
+    open(labels, "w").write(json.dumps({**metadata, "tokenizer": "unigram"}))
     with pytest.raises(ValueError, match="records a tokenizer of kind 'unigram'"):
         load_tagger(str(old), warm_up=False)
 

@@ -16,7 +16,7 @@ import pytest
 
 from bert_keras import _checks, cli
 from bert_keras.commands import search as search_command
-from bert_keras.commands.predict import is_tagger_export
+from bert_keras.export.manifest import ExportError, export_kind
 from bert_keras.datasets import read_labelled_file, read_texts
 from bert_keras.squad import read_squad
 from bert_keras.tagged_data import read_tagged_file
@@ -208,10 +208,17 @@ def test_search_drops_a_byte_order_mark_as_predict_does(monkeypatch, capsys):
 # --- item 7: a tagger export's labels.json nested too deeply ---
 
 
-def test_an_export_whose_labels_json_is_nested_too_deeply_is_not_a_tagger(tmp_path):
+@pytest.mark.parametrize("name", ["labels.json", "export.json"])
+def test_an_export_whose_metadata_is_nested_too_deeply_is_refused_naming_it(tmp_path, capsys, name):
+    (tmp_path / "saved_model.pb").write_bytes(b"")
     (tmp_path / "assets.extra").mkdir()
-    labels = tmp_path / "assets.extra" / "labels.json"
-    labels.write_text("[" * 100_000 + "]" * 100_000)  # was a RecursionError, a traceback of exit 1
-    assert is_tagger_export(str(tmp_path)) is False
-    labels.write_text(json.dumps({"task": "tagger"}))
-    assert is_tagger_export(str(tmp_path)) is True
+    path = tmp_path / "assets.extra" / name
+    path.write_text("[" * 100_000 + "]" * 100_000)  # was a RecursionError, a traceback of exit 1
+    with pytest.raises(ExportError, match=re.escape(f"{path} cannot be read (nested too deep): the export is damaged")):
+        export_kind(str(tmp_path))
+    assert cli.main(["predict", "--model", str(tmp_path), "a text"]) == 2  # before TensorFlow loads
+    assert capsys.readouterr().err == (f"bert-keras predict: {path} cannot be read (nested too deep): the export is "
+                                       "damaged; export the model again.\n")
+    path.write_text(json.dumps({"task": "tagger"} if name == "labels.json" else
+                               {"format": "bert_keras export", "version": 1, "kind": "tagger"}))
+    assert export_kind(str(tmp_path)) == "tagger"

@@ -12,7 +12,9 @@ import numpy as np
 import pytest
 
 from bert_keras import BertEncoder, cli
+from bert_keras.export.manifest import manifest_path
 from bert_keras.saved_model import LABELS_FILE, export_classifier, load_classifier
+from tests.helpers import as_written_before_the_manifest
 from bert_keras.tasks import BertClassifier
 from bert_keras.text import BertPreprocessor, WordPieceTokenizer, load_vocabulary
 
@@ -95,7 +97,7 @@ def _copy(export, tmp_path):
 
 
 def _write_labels(directory, names):
-    path = os.path.join(directory, "assets.extra", LABELS_FILE)
+    path = manifest_path(directory)
     with open(path) as f:
         labels = json.load(f)
     labels["label_names"] = names
@@ -108,9 +110,9 @@ def _write_labels(directory, names):
 def test_edited_labels_json_is_refused_not_silently_used(export, tmp_path, capsys):
     directory = _copy(export, tmp_path)
     path = _write_labels(directory, ["pos", "neu", "neg"])  # flipped
-    message = (f"{path} lists the labels ['pos', 'neu', 'neg'], but the SavedModel in {directory} was exported with "
-               "['neg', 'neu', 'pos'] (its `label_names()` and the `label` it serves): the export was modified after "
-               "it was written. Restore the file, or pass `label_names=` to load_classifier to name the classes "
+    message = (f"The manifest of {directory} lists the labels ['pos', 'neu', 'neg'], but the SavedModel was exported "
+               "with ['neg', 'neu', 'pos'] (its `label_names()` and the `label` it serves): the export was modified "
+               "after it was written. Restore the file, or pass `label_names=` to load_classifier to name the classes "
                "yourself.")
     with pytest.raises(ValueError, match=re.escape(message)):
         load_classifier(directory)
@@ -129,7 +131,13 @@ def test_the_savedmodel_names_are_the_truth(export, tmp_path):
     loaded = load_classifier(directory, warm_up=False)
     assert loaded.label_names == NAMES and loaded.label_source == "export"
     assert loaded.predict("good movie")["label"] == "pos"
-    os.remove(os.path.join(directory, "assets.extra", LABELS_FILE))  # the file is a copy, not needed
+    _write_labels(directory, None)  # the manifest's names are a copy, not needed
+    loaded = load_classifier(directory, warm_up=False)
+    assert loaded.label_names == NAMES and loaded.label_source == "export"
+    as_written_before_the_manifest(directory)  # an export of an earlier version: its names in labels.json
+    loaded = load_classifier(directory, warm_up=False)
+    assert loaded.label_names == NAMES and loaded.label_source == "export"
+    os.remove(os.path.join(directory, "assets.extra", LABELS_FILE))  # and with no file at all: a model.export() dir
     loaded = load_classifier(directory, warm_up=False)
     assert loaded.label_names == NAMES and loaded.label_source == "export"
     named = load_classifier(directory, label_names=["x", "y", "z"], warm_up=False)  # names given by the caller are theirs
@@ -256,12 +264,11 @@ def test_a_damaged_warmup_file_is_a_warning_and_the_classifier_still_predicts(ex
     assert warning.endswith("); continuing without warm-up.")
 
 
-def test_a_labels_file_nested_too_deep_is_ignored_with_a_warning(export, tmp_path, caplog):
+def test_a_manifest_nested_too_deep_is_refused_naming_it(export, tmp_path):
     directory = _copy(export, tmp_path)
-    path = os.path.join(directory, "assets.extra", LABELS_FILE)
+    path = manifest_path(directory)
     with open(path, "w") as f:
         f.write("[" * 100_000 + "]" * 100_000)
-    with caplog.at_level("WARNING"):
-        loaded = load_classifier(directory, warm_up=False)
-    assert loaded.label_names == NAMES and loaded.label_source == "export"  # the SavedModel's own names
-    assert f"{path} cannot be read (maximum recursion depth exceeded" in caplog.text
+    with pytest.raises(ValueError, match=re.escape(f"{path} cannot be read (nested too deep): the export is damaged; "
+                                                   "export the model again.")):
+        load_classifier(directory, warm_up=False)

@@ -9,8 +9,10 @@ import pytest
 import tensorflow as tf
 
 from bert_keras import BertEncoder, dtypes
+from bert_keras.export import _serving as serving
 from bert_keras.export import classifier as saved_model
 from bert_keras.export import export_classifier, export_module_pair, load_classifier
+from bert_keras.export.manifest import read_manifest
 from bert_keras.tasks import BertClassifier
 from bert_keras.tasks import classifier as classifier_task
 from bert_keras.text import BertPreprocessor
@@ -62,19 +64,19 @@ def test_single_texts_run_an_xla_compiled_function(fp32_export):
     library = proto.meta_graphs[0].graph_def.library.function
     compiled = [f.signature.name for f in library if f.attr["_XlaMustCompile"].b]
     assert len(compiled) == 1 and "classify" in compiled[0], compiled
-    with open(os.path.join(fp32_export, "assets.extra", "labels.json")) as f:
-        assert json.load(f) == {"label_names": LABELS, "inputs": ["text"], "dtype": "float32"}
+    assert read_manifest(fp32_export) == {"format": "bert_keras export", "version": 1, "kind": "classifier",
+                                          "label_names": LABELS, "inputs": ["text"], "dtype": "float32"}
 
 
 def test_padding_is_cut_after_the_longest_row_and_buckets_round_up():
     mask = tf.constant([[1, 1, 1, 0, 0, 0], [1, 1, 1, 1, 1, 0]])
     packed = {"input_word_ids": mask * 7, "input_mask": mask, "input_type_ids": tf.zeros_like(mask)}
-    trimmed = saved_model._trim_padding(packed)
+    trimmed = serving.trim_padding(packed)
     assert trimmed["input_word_ids"].numpy().tolist() == [[7, 7, 7, 0, 0], [7, 7, 7, 7, 7]]
-    assert saved_model._trim_padding({k: v[:, :0] + 0 for k, v in packed.items()})["input_mask"].shape == (2, 0)
-    padded = saved_model._pad_to(trimmed, tf.constant(16))
+    assert serving.trim_padding({k: v[:, :0] + 0 for k, v in packed.items()})["input_mask"].shape == (2, 0)
+    padded = serving.pad_to(trimmed, tf.constant(16))
     assert padded["input_mask"].shape == (2, 16) and int(tf.reduce_sum(padded["input_mask"])) == 8
-    assert [int(saved_model._bucket(tf.constant(n))) for n in (1, 8, 9, 17, 33, 48, 49, 64)] == [8, 8, 16, 24, 40, 48, 56, 64]
+    assert [int(serving.bucket(tf.constant(n))) for n in (1, 8, 9, 17, 33, 48, 49, 64)] == [8, 8, 16, 24, 40, 48, 56, 64]
 
 
 @pytest.mark.slow
@@ -116,8 +118,7 @@ def test_float32_and_bfloat16_exports_of_a_classifier_on_hub_layers(tmp_path, mo
     difference = float(np.max(np.abs(probabilities - expected)))
     assert 1e-6 < difference < 0.02, difference  # bfloat16 arithmetic: near the float32 model, not equal to it
     np.testing.assert_allclose(probabilities.sum(-1), 1.0, atol=1e-5)
-    with open(os.path.join(tmp_path, "bf16", "assets.extra", "labels.json")) as f:
-        assert json.load(f)["dtype"] == "bfloat16"
+    assert read_manifest(os.path.join(tmp_path, "bf16"))["dtype"] == "bfloat16"
 
 
 def test_bfloat16_export_refusals(classifier, tmp_path, monkeypatch):

@@ -264,7 +264,7 @@ def test_export_serves_strings_as_the_universal_sentence_encoder(tiny_model, tmp
 
     with pytest.raises(ValueError, match=r"expected a model from a \(batch,\) string input to \(batch, dim\) embeddings"):
         export_sentence_encoder(SentenceEncoder(tiny_model.encoder), str(tmp_path / "no_strings"))
-    with pytest.raises(ValueError, match="is not a sentence encoder written by export_sentence_encoder"):
+    with pytest.raises(ValueError, match="is not an export: it holds no saved_model.pb"):
         load_sentence_encoder(str(tmp_path))
 
 

@@ -14,6 +14,7 @@ import sys
 import time
 
 from bert_keras import dtypes  # no TensorFlow import; read at call time (tests replace its CPU check)
+from bert_keras.export.manifest import CLASSIFIER, TAGGER, export_kind, wrong_kind  # no TensorFlow
 
 
 def at_least(minimum):
@@ -222,3 +223,20 @@ def warn_emulated_bfloat16(args, command):
 def default_backup_dir(out):
     parent, name = os.path.split(os.path.abspath(out))
     return os.path.join(parent, f".{name}.backup")
+
+
+def served_kind(model, command):
+    """The kind of export `model` is, read from its manifest without TensorFlow (`manifest.export_kind`).
+
+    A directory that records no kind (Keras' `model.export()` of a classifier) is served as a classifier. Any
+    kind the command does not serve, or a manifest that cannot be read, is an `ExportError` (exit 2) that says
+    what the export is and what serves it.
+    """
+    kind = export_kind(model) or CLASSIFIER
+    if kind not in SERVES[command]:
+        raise wrong_kind(model, kind, " or ".join(SERVES[command]))
+    return kind
+
+
+# The kinds of export each command serves.
+SERVES = {"predict": (CLASSIFIER, TAGGER), "evaluate": (CLASSIFIER, TAGGER)}

@@ -29,7 +29,7 @@ def register(commands, common):
 
 def run(args):
     from bert_keras._files import OutputLockedError
-    from bert_keras.checkpoints.to_hub import convert_to_hub
+    from bert_keras.export import convert_to_hub
 
     def progress(index, total, text):
         print(f"[{index}/{total}] {text}", flush=True)

@@ -9,9 +9,9 @@ import json
 import os
 
 from bert_keras._checks import NotRegularFileError
-from bert_keras.commands._common import at_least, fail, say
+from bert_keras.commands._common import at_least, fail, say, served_kind
 from bert_keras.commands._io import READER_ARGUMENTS
-from bert_keras.commands.predict import is_tagger_export
+from bert_keras.export.manifest import TAGGER, ExportError
 from bert_keras.datasets import DataError, read_labelled_file
 from bert_keras.entities import entity_scores, format_entity_report
 from bert_keras.tagged_data import read_tagged_file
@@ -49,10 +49,10 @@ def _read(args, label_names=None):
 
 def run(args):
     try:
-        tagger = is_tagger_export(args.model)
-    except NotRegularFileError as error:  # its labels.json is a FIFO or a device
+        kind = served_kind(args.model, "evaluate")
+    except (NotRegularFileError, ExportError) as error:  # a manifest that is a FIFO, damaged, or another kind's
         return fail("evaluate", str(error))
-    if tagger:
+    if kind == TAGGER:
         return _run_tagger(args)
     try:  # the data's own errors first: they must not wait for TensorFlow and the model (its labels are checked after)
         _read(args)

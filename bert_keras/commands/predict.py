@@ -1,18 +1,17 @@
 """`bert-keras predict`: an exported classifier or tagger on TEXT arguments, --input FILE or standard input, streamed.
 
 The loaders (TensorFlow) are imported in `run`: --help and the checks before TensorFlow loads (the TEXT
-arguments' encoding, --top-k) must not pay for it. A tagger export is told from a classifier by its
-`assets.extra/labels.json` (read as data: `"task": "tagger"`).
+arguments' encoding, --top-k) must not pay for it. A tagger export is told from a classifier by its manifest
+(`bert_keras.export.manifest`, read as data).
 """
 
-import json
-import os
 import sys
 
-from bert_keras._checks import NotRegularFileError, open_regular_file
-from bert_keras.commands._common import at_least, fail
+from bert_keras._checks import NotRegularFileError
+from bert_keras.commands._common import at_least, fail, served_kind
 from bert_keras.commands._io import InputError, argument_texts, input_records, json_text, prompt, standard_input, tsv_field
 from bert_keras.datasets import DataError
+from bert_keras.export.manifest import TAGGER, ExportError
 
 
 def register(commands, common):
@@ -50,23 +49,6 @@ def register(commands, common):
 
 # bert_keras.export.entity_groups.AGGREGATIONS, named here so that --help does not import TensorFlow.
 AGGREGATIONS = ("simple", "first", "max", "average", "none")
-TAGGER_METADATA = os.path.join("assets.extra", "labels.json")
-
-
-def is_tagger_export(path):
-    """Whether `path` is a tagger export: its `assets.extra/labels.json` says `"task": "tagger"` (no TensorFlow).
-
-    A file that cannot be read as JSON (nested too deeply too) tells nothing: False, and the classifier's loader says
-    what it finds. One that is no regular file (a FIFO, which would wait for a writer) is a `NotRegularFileError`.
-    """
-    try:
-        with open_regular_file(os.path.join(path, TAGGER_METADATA), "r", encoding="utf-8") as f:
-            metadata = json.load(f)
-    except NotRegularFileError:
-        raise
-    except (OSError, ValueError, RecursionError):
-        return False
-    return isinstance(metadata, dict) and metadata.get("task") == "tagger"
 
 
 def marked_text(text, entities):
@@ -161,10 +143,10 @@ def run(args):
                 raise InputError(f"--input {args.input} holds no text.")
         if not texts and not args.input:
             standard_input()  # closed: no text can come
-        tagger = is_tagger_export(args.model)
-    except (InputError, DataError, NotRegularFileError) as error:
+        kind = served_kind(args.model, "predict")
+    except (InputError, DataError, NotRegularFileError, ExportError) as error:
         return fail("predict", str(error))
-    if tagger:
+    if kind == TAGGER:
         return _run_tagger(args, texts)
     from bert_keras.export import load_classifier  # after the checks: they must not wait for TensorFlow
 

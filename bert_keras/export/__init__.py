@@ -1,70 +1,78 @@
-"""Every export of the package, one file per kind, and the readers of what they write.
+"""Every export of the package and its loader, on one floor above the tasks.
 
-- `hub_modules`: TF Hub encoder and preprocess modules (Model Garden's
-  format) and module pairs: `export_encoder`, `export_preprocessor`,
-  `export_module_pair`, `read_module_pair`.
+One writer (`_writer.write_export`: archive, variables once, endpoints,
+staging, manifest, warm-up, extra assets), one manifest read without
+TensorFlow (`manifest`: `export_kind`, `read_manifest`), one loaded-export
+base (`loaded.LoadedExport`: load, check, refuse with the right hint, warm
+up); the kinds are thin:
+
 - `classifier`: a text classifier as a SavedModel serving raw strings
-  (`export_classifier`) and its loader (`load_classifier`).
+  (`export_classifier`) and its loader (`load_classifier`, an
+  `ExportedClassifier`).
 - `tagger`: a tagger (named entities) as a SavedModel from raw strings to
   per-piece tags and character offsets (`export_tagger`), and its loader
-  (`load_tagger`), whose entities follow transformers' token-classification
-  pipeline (`entity_groups`).
+  (`load_tagger`, an `ExportedTagger`), whose entities follow transformers'
+  token-classification pipeline (`entity_groups`).
 - `reader`: an extractive question-answering model as a SavedModel from a
   raw question and context to the answer's span (`export_reader`) and its
-  loader (`load_reader`), decoding as transformers 4's pipeline.
+  loader (`load_reader`, an `ExportedReader`), decoding as transformers 4's
+  pipeline.
 - `sentence_encoder`: a sentence encoder as a SavedModel from raw strings to
-  embeddings (`export_sentence_encoder`) and its loader (`load_sentence_encoder`).
+  embeddings (`export_sentence_encoder`) and its loader
+  (`load_sentence_encoder`, an `ExportedSentenceEncoder`).
+- `hub_modules` and `to_hub`: TF Hub encoder and preprocess modules (Model
+  Garden's format) and module pairs: `export_encoder`,
+  `export_preprocessor`, `export_module_pair`, and `convert_to_hub` (a
+  checkpoint -> a pair, what `bert-keras convert` runs).
 
-This package ranks below `bert_keras.checkpoints` (whose `to_hub.convert_to_hub`
-reads a checkpoint and writes a pair through `export_module_pair`) and below
-`bert_keras.tasks` (which reads pairs with `read_module_pair`), so it imports
-no checkpoint reader and no task class: a model is served through its own
-`serving_outputs` and rebuilt on a native encoder by its own
-`with_native_encoder` where it has them (`BertClassifier` does).
-`bert_keras.saved_model` keeps the classifier's names where the README
-shows them.
+The names are loaded on first use: a command that only asks what an export
+is (`export_kind`) or loads one does not pay for the writers' imports
+(Keras), and `import bert_keras.export` imports no TensorFlow.
 """
 
-from bert_keras.export.classifier import (
-    LABELS_FILE,
-    TextClassifier,
-    export_classifier,
-    load_classifier,
-    outputs_probabilities,
-)
-from bert_keras.export.hub_modules import (
-    ENCODER_DIR,
-    PREPROCESS_DIR,
-    build_encoder_module,
-    export_encoder,
-    export_module_pair,
-    export_preprocessor,
-    read_module_pair,
-)
-from bert_keras.export.reader import ExportedReader, export_reader, load_reader
-from bert_keras.export.sentence_encoder import ExportedSentenceEncoder, export_sentence_encoder, load_sentence_encoder
-from bert_keras.export.tagger import TextTagger, export_tagger, load_tagger
+import importlib
 
-__all__ = [
-    "ENCODER_DIR",
-    "ExportedReader",
-    "ExportedSentenceEncoder",
-    "LABELS_FILE",
-    "PREPROCESS_DIR",
-    "TextClassifier",
-    "TextTagger",
-    "build_encoder_module",
-    "export_classifier",
-    "export_encoder",
-    "export_module_pair",
-    "export_preprocessor",
-    "export_reader",
-    "export_sentence_encoder",
-    "export_tagger",
-    "load_classifier",
-    "load_reader",
-    "load_sentence_encoder",
-    "load_tagger",
-    "outputs_probabilities",
-    "read_module_pair",
-]
+# name -> the module of this package that defines it.
+_NAMES = {
+    "ExportedClassifier": "classifier",
+    "LABELS_FILE": "classifier",
+    "TextClassifier": "classifier",
+    "export_classifier": "classifier",
+    "load_classifier": "classifier",
+    "outputs_probabilities": "classifier",
+    "ENCODER_DIR": "hub_modules",
+    "PREPROCESS_DIR": "hub_modules",
+    "read_module_pair": "hub_modules",
+    "build_encoder_module": "hub_modules",
+    "export_encoder": "hub_modules",
+    "export_module_pair": "hub_modules",
+    "export_preprocessor": "hub_modules",
+    "convert_to_hub": "to_hub",
+    "LoadedExport": "loaded",
+    "KINDS": "manifest",
+    "ExportError": "manifest",
+    "export_kind": "manifest",
+    "read_manifest": "manifest",
+    "ExportedReader": "reader",
+    "export_reader": "reader",
+    "load_reader": "reader",
+    "ExportedSentenceEncoder": "sentence_encoder",
+    "export_sentence_encoder": "sentence_encoder",
+    "load_sentence_encoder": "sentence_encoder",
+    "ExportedTagger": "tagger",
+    "TextTagger": "tagger",
+    "export_tagger": "tagger",
+    "load_tagger": "tagger",
+}
+
+__all__ = sorted(_NAMES)
+
+
+def __getattr__(name):
+    if name not in _NAMES:
+        raise AttributeError(f"module 'bert_keras.export' has no attribute {name!r}")
+    return getattr(importlib.import_module(f"bert_keras.export.{_NAMES[name]}"), name)
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_NAMES))

@@ -6,7 +6,6 @@ pass. `load_classifier` reads what it writes, and `model.export()` directories
 of classifiers built with this package.
 """
 
-import json
 import logging
 import os
 
@@ -15,14 +14,17 @@ import numpy as np
 import tensorflow as tf
 
 from bert_keras._checks import check_int
-from bert_keras._files import directory_under, staged_directory
-from bert_keras._keras_compat import variables_once, write_archive
 from bert_keras.dtypes import check_compute_dtype, compute_dtype
 from bert_keras.export import warmup
-from bert_keras.hub.loader import load
+from bert_keras.export._serving import XLA_LENGTHS, bucket, pad_to, trim_padding
+from bert_keras.export._writer import write_export
+from bert_keras.export.loaded import LoadedExport
+from bert_keras.export.manifest import CLASSIFIER
+from bert_keras.predictions import as_probabilities, blank_prediction, check_top_k, labelled_predictions
 
 logger = logging.getLogger(__name__)
 
+# Where exports before the manifest (assets.extra/export.json) kept the label names.
 LABELS_FILE = "labels.json"
 
 
@@ -41,14 +43,6 @@ def outputs_probabilities(model):
     """
     activation = getattr(model.layers[-1], "activation", None) if model.layers else None
     return activation is keras.activations.softmax or getattr(activation, "__name__", None) == "softmax"
-
-
-# The batch-1 fast path: a single text's packed inputs are padded to the next of these lengths and run
-# through an XLA-compiled encoder and head (one compilation per length, on first use). Steps of 8:
-# for MiniLM each 8 tokens cost ~1 ms of a ~6 ms call, so finer steps waste less on padding.
-# Beyond the last one, or for batches, the graph runs op by op on the batch's longest row, where
-# the encoder's token packing (dense layers on real tokens only) pays more than XLA's fusion.
-XLA_LENGTHS = (8, 16, 24, 32, 40, 48, 56, 64)
 
 
 def _serves_its_own_outputs(model):
@@ -83,25 +77,6 @@ def _on_native_encoder(model, dtype):
         return model
 
 
-def _trim_padding(packed):
-    """The Hub input dict cut after the batch's longest row (padding columns carry no information)."""
-    length = tf.reduce_max(tf.reduce_sum(packed["input_mask"], axis=1))  # the longest row's tokens
-    length = tf.maximum(length, 1)
-    return {key: value[:, :length] for key, value in packed.items()}  # (batch, length)
-
-
-def _pad_to(packed, length):
-    """The Hub input dict padded with zeros (padding id 0, mask 0, type 0) to `length` columns."""
-    extra = length - tf.shape(packed["input_mask"])[1]
-    return {key: tf.pad(value, [[0, 0], [0, extra]]) for key, value in packed.items()}  # (batch, length)
-
-
-def _bucket(length):
-    """The first of `XLA_LENGTHS` that holds `length` tokens (a scalar tensor)."""
-    buckets = tf.constant(XLA_LENGTHS, tf.int32)
-    return tf.gather(buckets, tf.reduce_sum(tf.cast(buckets < length, tf.int32)))
-
-
 def _serving_function(model, xla=True):
     """`serve(*texts)` -> the model's outputs, fast where the model offers `serving_outputs` and a preprocessor.
 
@@ -118,7 +93,7 @@ def _serving_function(model, xla=True):
         return lambda *texts: model(list(texts) if len(texts) > 1 else texts[0], training=False)
 
     def packed_inputs(texts):
-        return _trim_padding(model.preprocessor(list(texts) if len(texts) > 1 else texts[0]))
+        return trim_padding(model.preprocessor(list(texts) if len(texts) > 1 else texts[0]))
 
     def classify(packed):
         return model.serving_outputs(packed, first_token_only=False)  # (batch, num_classes)
@@ -136,7 +111,7 @@ def _serving_function(model, xla=True):
         small = tf.logical_and(tf.equal(shape[0], 1), shape[1] <= XLA_LENGTHS[-1])
         return tf.cond(
             small,
-            lambda: compiled(_pad_to(packed, _bucket(shape[1]))),
+            lambda: compiled(pad_to(packed, bucket(shape[1]))),
             lambda: classify(packed),
         )
 
@@ -210,11 +185,6 @@ def export_classifier(model, export_dir, label_names=None, overwrite=False, extr
 def _write_export(model, export_dir, label_names, overwrite, extra_assets, dtype):
     names = tf.constant(label_names)
     input_names = ["text", "text_pair"][: len(model.inputs)]
-
-    archive = keras.export.ExportArchive()
-    archive.track(model)
-    variables_once(archive)  # each weight saved once (Keras lists it twice)
-
     softmax = not outputs_probabilities(model)
     signature = [tf.TensorSpec([None], tf.string, name=name) for name in input_names]
     # XLA's CPU matrix products in bfloat16 are slower than oneDNN's (measured: benchmarks/results/serving.md).
@@ -228,33 +198,20 @@ def _write_export(model, export_dir, label_names, overwrite, extra_assets, dtype
             probabilities = tf.nn.softmax(probabilities, axis=-1)
         return {"probabilities": probabilities, "label": tf.gather(names, tf.argmax(probabilities, axis=-1))}
 
-    archive.add_endpoint("serve", serve, input_signature=signature)
-
     def call(*texts):  # what `model(texts)` returns: logits or probabilities, as Keras 2's SavedModels did
         return tf.cast(run(*texts), tf.float32)  # (batch, num_classes)
 
-    archive.add_endpoint("__call__", call, input_signature=signature)
-    archive.add_endpoint("label_names", lambda: names, input_signature=[])
-
-    with staged_directory(export_dir, overwrite, kind="classifier") as staging:
-        write_archive(archive, staging)  # each endpoint traced once
-        directory_under(staging, "assets.extra", argument="export_dir")  # made now: a planted link is refused
-        with open(os.path.join(staging, "assets.extra", LABELS_FILE), "w") as f:
-            json.dump({"label_names": label_names, "inputs": input_names, "dtype": dtype}, f)
-        if _serves_its_own_outputs(model):  # its preprocessor tells how long a text is
-            requests = warmup.warmup_requests(model.preprocessor, input_names, XLA_LENGTHS)
-            warmup.write_warmup_requests(os.path.join(staging, "assets.extra", warmup.WARMUP_FILE), requests)
-        for name, value in (extra_assets or {}).items():
-            asset = os.path.join(staging, "assets.extra", name)
-            if isinstance(value, bytes):
-                with open(asset, "wb") as f:
-                    f.write(value)
-            else:
-                with open(asset, "w") as f:
-                    json.dump(value, f, indent=2)
+    requests = None
+    if _serves_its_own_outputs(model):  # its preprocessor tells how long a text is
+        requests = warmup.warmup_requests(model.preprocessor, input_names, XLA_LENGTHS)
+    write_export(
+        model, export_dir, kind=CLASSIFIER, overwrite=overwrite, extra_assets=extra_assets, warmup_requests=requests,
+        endpoints=[("serve", serve, signature), ("__call__", call, signature), ("label_names", lambda: names, [])],
+        settings={"label_names": label_names, "inputs": input_names, "dtype": dtype},
+    )
 
 
-class TextClassifier:
+class ExportedClassifier(LoadedExport):
     """A loaded text classifier: raw strings in; per text the label and every class's score out.
 
     Reads a directory written by `export_classifier` (label names included)
@@ -263,7 +220,8 @@ class TextClassifier:
     output of probabilities or logits). Such an export carries no label
     names: pass `label_names=`, or the classes are numbered `"0"`, `"1"`, ...
     (`label_source` then reads `"numbered"`, and a warning says so).
-    Anything else is refused with a `ValueError` that says what was found.
+    Another kind of export (a tagger, a reader) is refused with the loader
+    that serves it; anything else with a `ValueError` that says what was found.
 
     Args:
         export_dir: str. The SavedModel directory.
@@ -289,35 +247,21 @@ class TextClassifier:
     ```
     """
 
+    kind = CLASSIFIER
+    expected = ("a `serving_default` signature taking one or two string tensors of shape (batch,) and returning "
+                "(batch, num_classes) scores")
+    accepts_unrecorded = True  # Keras' `model.export()` of a classifier records nothing
+
     def __init__(self, export_dir, label_names=None, warm_up=True):
-        self.export_dir = os.fspath(export_dir)
-        if self.export_dir.endswith(".keras") and os.path.isfile(self.export_dir):
-            raise ValueError(
-                f"{self.export_dir!r} is a Keras model file, not an export. Load it with "
-                "`keras.saving.load_model(path)` and call its `predict_labels(texts)` (a BertClassifier), or export "
-                "it once with `bert_keras.export.export_classifier(model, DIR, label_names)` and load DIR."
-            )
-        self._saved = load(self.export_dir)
-        self._signature = self._serving_signature()
+        self._given_label_names = label_names
+        super().__init__(export_dir, warm_up=warm_up)
+
+    def _check_signatures(self):
+        self._signature = self.serving_signature()
         self.inputs = self._input_names()
         self._output = self._output_name()
         self.num_classes = int(self._signature.structured_outputs[self._output].shape[-1])
-        self.label_names, self.label_source = self._read_label_names(label_names)
-        # TF Serving's warm-up requests, replayed as TF Serving does at load: each length's compile is done here.
-        self.warm_up_seconds = warmup.replay(self.export_dir, self._signature) if warm_up else 0.0
-
-    def _refuse(self, found):
-        return ValueError(
-            f"{self.export_dir!r} is not a text classifier written by bert_keras' `export_classifier` or by "
-            f"`model.export()` of a classifier built with it: {found}. Expected a `serving_default` signature "
-            "taking one or two string tensors of shape (batch,) and returning (batch, num_classes) scores."
-        )
-
-    def _serving_signature(self):
-        signatures = getattr(self._saved, "signatures", None) or {}
-        if "serving_default" not in signatures:
-            raise self._refuse(f"it has no `serving_default` signature (signatures: {sorted(signatures)})")
-        return signatures["serving_default"]
+        self.label_names, self.label_source = self._read_label_names(self._given_label_names)
 
     def _input_names(self):
         _, specs = self._signature.structured_input_signature
@@ -368,41 +312,28 @@ class TextClassifier:
         return names, source
 
     def _stored_label_names(self):
-        """The export's own `label_names()`, else `assets.extra/labels.json`'s names, else None.
+        """The export's own `label_names()`, else the manifest's names, else None.
 
         The SavedModel's names are the truth: they are what its `label` output
-        serves. `labels.json` is a copy for people and other tools; a copy that
-        disagrees means the export was edited after it was written, and is
-        refused rather than silently preferred or ignored.
+        serves. The manifest's are a copy for people and other tools; a copy
+        that disagrees means the export was edited after it was written, and
+        is refused rather than silently preferred or ignored.
         """
-        path = os.path.join(self.export_dir, "assets.extra", LABELS_FILE)
-        from_file = self._labels_file_names(path)
+        from_file = self.setting("label_names")
+        if not (isinstance(from_file, list) and all(isinstance(name, str) for name in from_file)):
+            if from_file is not None:
+                logger.warning("%s: the manifest holds no list of `label_names`; ignoring it.", self.export_dir)
+            from_file = None
         if not hasattr(self._saved, "label_names"):
             return from_file
         names = [name.decode("utf-8", "replace") for name in self._saved.label_names().numpy()]
         if from_file is not None and from_file != names:
             raise ValueError(
-                f"{path} lists the labels {from_file}, but the SavedModel in {self.export_dir} was exported with "
-                f"{names} (its `label_names()` and the `label` it serves): the export was modified after it was "
+                f"The manifest of {self.export_dir} lists the labels {from_file}, but the SavedModel was exported "
+                f"with {names} (its `label_names()` and the `label` it serves): the export was modified after it was "
                 "written. Restore the file, or pass `label_names=` to load_classifier to name the classes yourself."
             )
         return names
-
-    @staticmethod
-    def _labels_file_names(path):
-        """The `label_names` list of `labels.json`, or None (with a warning when the file is unusable)."""
-        try:
-            with open(path) as f:
-                names = json.load(f).get("label_names")
-        except FileNotFoundError:
-            return None
-        except (OSError, ValueError, AttributeError, RecursionError) as error:
-            logger.warning("%s cannot be read (%s); ignoring it.", path, error)
-            return None
-        if isinstance(names, list) and all(isinstance(name, str) for name in names):
-            return names
-        logger.warning("%s holds no list of `label_names`; ignoring it.", path)
-        return None
 
     def _columns(self, texts, text_pairs):
         """`(texts, pairs_or_None, single)` from the forms `predict` accepts."""
@@ -442,7 +373,7 @@ class TextClassifier:
         for start in range(0, len(texts), batch_size):
             columns = [texts[start : start + batch_size]] + ([text_pairs[start : start + batch_size]] if text_pairs else [])
             feed = {name: tf.constant(column, dtype=tf.string) for name, column in zip(self.inputs, columns)}
-            batches.append(_as_probabilities(self._signature(**feed)[self._output].numpy()))
+            batches.append(as_probabilities(self._signature(**feed)[self._output].numpy()))
         return np.concatenate(batches) if batches else np.zeros((0, self.num_classes), "float32")
 
     def predict(self, texts, text_pairs=None, *, top_k=None, batch_size=64):
@@ -475,44 +406,8 @@ class TextClassifier:
         return results[0] if single else results
 
 
-def blank_prediction():
-    """What `predict` gives a blank text (empty or only whitespace): no label, as `bert-keras predict` prints it."""
-    return {"label": None, "score": None, "scores": {}}
-
-
-def check_top_k(top_k, num_classes):
-    """`top_k` if it is None or an int from 1 to `num_classes`, else a `ValueError` that names it."""
-    if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int) or not 1 <= top_k <= num_classes):
-        raise ValueError(f"Received an invalid value for argument `top_k`, expected an integer from 1 to "
-                         f"{num_classes} (the number of classes). Received: top_k={top_k!r}")
-    return top_k
-
-
-def labelled_predictions(probabilities, label_names, top_k=None):
-    """Per row of `probabilities` `(n, num_classes)`: `{"label", "score", "scores"}` (the best class, its
-    probability, and every class's, or the `top_k` best first)."""
-    results = []
-    for row in np.asarray(probabilities, dtype="float32"):
-        best = int(row.argmax())
-        order = range(len(row)) if top_k is None else np.argsort(-row, kind="stable")[:top_k]
-        results.append({
-            "label": label_names[best],
-            "score": float(row[best]),
-            "scores": {label_names[i]: float(row[i]) for i in order},
-        })
-    return results
-
-
-def _as_probabilities(outputs):
-    """`outputs` `(batch, num_classes)` as probabilities: rows that are not distributions get a softmax."""
-    outputs = np.asarray(outputs, dtype="float32")
-    is_distribution = np.all(outputs >= 0, axis=-1) & (np.abs(outputs.sum(axis=-1) - 1) <= 1e-3)
-    shifted = np.exp(outputs - outputs.max(axis=-1, keepdims=True))
-    return np.where(is_distribution[:, None], outputs, shifted / shifted.sum(axis=-1, keepdims=True))
-
-
 def load_classifier(export_dir, label_names=None, warm_up=True):
-    """Loads a text classifier export (see `TextClassifier`), registering tensorflow-text's ops first.
+    """Loads a text classifier export (see `ExportedClassifier`), registering tensorflow-text's ops first.
 
     No `import tensorflow_text` is needed before it. Plain
     `tf.saved_model.load(export_dir)` needs one, as TF Hub's BERT modules do
@@ -522,4 +417,8 @@ def load_classifier(export_dir, label_names=None, warm_up=True):
     gives probabilities and label names. The export's warm-up requests are
     replayed first unless `warm_up=False`.
     """
-    return TextClassifier(export_dir, label_names=label_names, warm_up=warm_up)
+    return ExportedClassifier(export_dir, label_names=label_names, warm_up=warm_up)
+
+
+# The name of earlier versions.
+TextClassifier = ExportedClassifier

@@ -13,11 +13,12 @@ import tensorflow as tf
 
 from bert_keras._contract import ARCHITECTURE_FILE
 from bert_keras._faults import fault_point
-from bert_keras._files import directory_under, read_marker, staged_directory
+from bert_keras._files import directory_under, staged_directory
 from bert_keras._keras_compat import traced_as_saved
 from bert_keras.dtypes import check_compute_dtype, compute_dtype
 from bert_keras.encoder import INPUT_KEYS
-from bert_keras.formats.hub_module import TOKENIZER_CONFIG_FILE, TOKENIZER_FOLDER, TOKENIZER_OPTIONS, tokenizer_kind
+from bert_keras.formats.hub_module import (ENCODER_DIR, PREPROCESS_DIR, TOKENIZER_CONFIG_FILE, TOKENIZER_FOLDER,
+                                          TOKENIZER_OPTIONS, read_module_pair, tokenizer_kind)
 from bert_keras.text import BertPreprocessor
 from bert_keras.text.folders import TOKENIZER_ASSETS
 
@@ -302,8 +303,6 @@ def _save_preprocessor(directory, vocab_file, do_lower_case, seq_length, tokeniz
     tf.saved_model.save(root, directory, signatures={"serving_default": serving_default})
 
 
-ENCODER_DIR = "encoder"
-PREPROCESS_DIR = "preprocess"
 
 
 def export_module_pair(
@@ -364,12 +363,4 @@ def export_module_pair(
         _save_preprocessor(directory_under(staging, PREPROCESS_DIR, argument="out_dir"), vocab_file, do_lower_case,
                            seq_length, tokenizer)
     logger.info("Wrote the module pair to %s", out_dir)
-    return os.path.join(out_dir, ENCODER_DIR), os.path.join(out_dir, PREPROCESS_DIR)
-
-
-def read_module_pair(out_dir):
-    """`(encoder_dir, preprocess_dir)` of a whole pair written by `export_module_pair`, else None."""
-    marker = read_marker(out_dir)
-    if marker is None or marker.get("kind") != "module_pair":
-        return None
     return os.path.join(out_dir, ENCODER_DIR), os.path.join(out_dir, PREPROCESS_DIR)

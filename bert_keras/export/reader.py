@@ -17,27 +17,22 @@ with `[CLS]` left out, start <= end, at most `max_answer_len` pieces; the
 best window wins.
 """
 
-import json
 import logging
 import os
 
-import keras
 import numpy as np
 import tensorflow as tf
 
 from bert_keras._checks import check_int
-from bert_keras._files import directory_under, staged_directory
-from bert_keras._keras_compat import variables_once, write_archive
 from bert_keras.dtypes import check_compute_dtype, compute_dtype
 from bert_keras.encoder import BertEncoder
-from bert_keras.export import warmup
-from bert_keras.hub.loader import load
+from bert_keras.export._writer import write_export
+from bert_keras.export.loaded import LoadedExport
+from bert_keras.export.manifest import READER
 from bert_keras.text.windows import ROBERTA_SPECIAL_TOKENS, check_window_arguments, qa_windows, special_tokens
 
 logger = logging.getLogger(__name__)
 
-READER_FILE = "reader.json"
-EXPORT_KIND = "reader"
 INPUTS = ("question", "context")
 WINDOW_OUTPUTS = ("example_index", "start_probabilities", "end_probabilities", "context_mask", "char_starts",
                   "char_ends", "word_starts", "word_ends")
@@ -177,23 +172,13 @@ def export_reader(model, export_dir, overwrite=False, extra_assets=None, dtype="
                                         max_question_length)
 
         run = tf.function(windows, input_signature=signature, autograph=False)  # traced once for both endpoints
-        archive = keras.export.ExportArchive()
-        archive.track(model)
-        variables_once(archive)
-        archive.add_endpoint("serve", lambda question, context: best_answers(run(question, context), context,
-                                                                             max_answer_len),
-                             input_signature=signature)
-        archive.add_endpoint("windows", run, input_signature=signature)
-        with staged_directory(export_dir, overwrite, kind=EXPORT_KIND) as staging:
-            write_archive(archive, staging)
-            directory_under(staging, "assets.extra", argument="export_dir")  # made now: a planted link is refused
-            with open(os.path.join(staging, "assets.extra", READER_FILE), "w") as f:
-                json.dump(info, f, indent=2)
-            warmup.write_warmup_requests(os.path.join(staging, "assets.extra", warmup.WARMUP_FILE),
-                                         warmup_requests(seq_length))
-            for name, value in (extra_assets or {}).items():
-                with open(os.path.join(staging, "assets.extra", name), "wb" if isinstance(value, bytes) else "w") as f:
-                    f.write(value) if isinstance(value, bytes) else json.dump(value, f, indent=2)
+
+        def serve(question, context):
+            return best_answers(run(question, context), context, max_answer_len)
+
+        write_export(model, export_dir, kind=READER, overwrite=overwrite, extra_assets=extra_assets,
+                     endpoints=[("serve", serve, signature), ("windows", run, signature)], settings=info,
+                     warmup_requests=warmup_requests(seq_length))
     logger.info("Exported the reader to %s", export_dir)
     return export_dir
 
@@ -266,7 +251,7 @@ def decode_answers(windows, context, top_k=1, handle_impossible_answer=False, ma
     return sorted(answers, key=lambda answer: answer["score"], reverse=True)[:top_k]
 
 
-class ExportedReader:
+class ExportedReader(LoadedExport):
     """A question-answering export loaded from `export_reader`'s directory.
 
     Args:
@@ -275,24 +260,25 @@ class ExportedReader:
             returning. Defaults to `True`.
 
     Attributes:
-        info: dict. `assets.extra/reader.json` (seq_length, doc_stride,
+        info: dict. The export's settings (seq_length, doc_stride,
             max_question_length, max_answer_len, dtype).
     """
 
-    def __init__(self, export_dir, warm_up=True):
-        self.export_dir = os.fspath(export_dir)
-        info_file = os.path.join(self.export_dir, "assets.extra", READER_FILE)
-        if not os.path.isfile(os.path.join(self.export_dir, "saved_model.pb")) or not os.path.isfile(info_file):
-            raise ValueError(f"{self.export_dir!r} is not a reader written by export_reader (it needs saved_model.pb "
-                             f"and assets.extra/{READER_FILE}).")
-        try:
-            with open(info_file, encoding="utf-8") as f:
-                self.info = dict(json.load(f))
-        except (OSError, ValueError, TypeError, RecursionError) as error:
-            raise ValueError(f"{info_file} cannot be read ({error}): the export is damaged; export again.") from None
-        self._saved = load(self.export_dir)
-        self._windows = self._saved.signatures["windows"]
-        self.warm_up_seconds = warmup.replay(self.export_dir, self._saved.signatures["serving_default"]) if warm_up else 0.0
+    kind = READER
+    expected = ("`serving_default` and `windows` signatures taking the string tensors `question` and `context`, "
+                f"`windows` returning {', '.join(WINDOW_OUTPUTS)}")
+
+    def _check_signatures(self):
+        signatures = getattr(self._saved, "signatures", None) or {}
+        windows = signatures.get("windows")
+        if windows is None or "serving_default" not in signatures:
+            raise self._refuse(f"its signatures are {sorted(signatures)}")
+        _, inputs = windows.structured_input_signature
+        missing = [name for name in WINDOW_OUTPUTS if name not in windows.structured_outputs]
+        if sorted(inputs) != sorted(INPUTS) or missing:
+            raise self._refuse(f"its `windows` takes {sorted(inputs)} and lacks {missing}")
+        self._windows = windows
+        self.info = {key: value for key, value in self.manifest.items() if key not in ("format", "version", "kind")}
 
     def __call__(self, question, context):
         """`serving_default` on `(batch,)` string tensors: the best span per example (see `export_reader`)."""

@@ -8,7 +8,6 @@ encoder, pooling) behind `__call__` and `serving_default`;
 `bert_keras.embedder.encode_in_batches` and share its `EmbeddingMethods`.
 """
 
-import json
 import logging
 import os
 
@@ -16,15 +15,13 @@ import keras
 import tensorflow as tf
 
 from bert_keras._checks import check_positive_int
-from bert_keras._files import directory_under, staged_directory
-from bert_keras._keras_compat import variables_once, write_archive
 from bert_keras.embedder import BatchEmbedder, EmbeddingMethods, encode_in_batches
-from bert_keras.hub.loader import load
+from bert_keras.export._writer import write_export
+from bert_keras.export.loaded import LoadedExport
+from bert_keras.export.manifest import SENTENCE_ENCODER, ExportError
 
 logger = logging.getLogger(__name__)
 
-EXPORT_INFO_FILE = "sentence_encoder.json"
-EXPORT_KIND = "sentence_encoder"
 
 
 def export_sentence_encoder(model, export_dir, overwrite=False):
@@ -35,7 +32,7 @@ def export_sentence_encoder(model, export_dir, overwrite=False):
     `text` (a `(batch,)` string tensor) and returns `embeddings`.
     `bert_keras.hub.KerasLayer(export_dir)` puts it into a Keras model
     (string in, vector out). The variables travel with it (`variables`,
-    `trainable_variables`); `assets.extra/sentence_encoder.json` records
+    `trainable_variables`); the manifest (`assets.extra/export.json`) records
     the dimension, pooling, normalisation, maximum length and source. The
     directory is written whole or not at all (`_files.staged_directory`).
 
@@ -56,16 +53,10 @@ def export_sentence_encoder(model, export_dir, overwrite=False):
         return tf.cast(model(text, training=False), tf.float32)  # (batch, dim)
 
     signature = [tf.TensorSpec([None], tf.string, name="text")]
-    archive = keras.export.ExportArchive()
-    archive.track(model)
-    variables_once(archive)  # each weight saved once (Keras lists it twice)
-    archive.add_endpoint("__call__", embed, input_signature=signature)
-    archive.add_endpoint("serving_default", lambda text: {"embeddings": embed(text)}, input_signature=signature)
-    with staged_directory(export_dir, overwrite, kind=EXPORT_KIND, info={"dimension": info["dimension"]}) as staging:
-        write_archive(archive, staging)  # each endpoint traced once
-        directory_under(staging, "assets.extra", argument="export_dir")  # made now: a planted link is refused
-        with open(os.path.join(staging, "assets.extra", EXPORT_INFO_FILE), "w") as f:
-            json.dump(info, f, indent=2)
+    write_export(model, export_dir, kind=SENTENCE_ENCODER, overwrite=overwrite, settings=info,
+                 endpoints=[("__call__", embed, signature),
+                            ("serving_default", lambda text: {"embeddings": embed(text)}, signature)],
+                 marker_info={"dimension": info["dimension"]})
     logger.info("Exported the sentence encoder to %s", export_dir)
     return export_dir
 
@@ -99,7 +90,7 @@ def describe_model(model):
     }
 
 
-class ExportedSentenceEncoder(EmbeddingMethods):
+class ExportedSentenceEncoder(EmbeddingMethods, LoadedExport):
     """A sentence encoder loaded from `export_sentence_encoder`'s directory: `encode` as `SentenceEncoder.encode`.
 
     Args:
@@ -107,25 +98,27 @@ class ExportedSentenceEncoder(EmbeddingMethods):
 
     Attributes:
         embedding_dim: int. The length of an embedding.
-        info: dict. `assets.extra/sentence_encoder.json` (source, pooling,
-            normalize, max_seq_length, dimension).
+        info: dict. The export's settings (source, pooling, normalize,
+            max_seq_length, dimension).
     """
 
+    kind = SENTENCE_ENCODER
+    expected = "a `serving_default` signature from a string tensor `text` to `embeddings` (batch, dim)"
+
     def __init__(self, export_dir):
-        self.export_dir = os.fspath(export_dir)
-        info_file = os.path.join(self.export_dir, "assets.extra", EXPORT_INFO_FILE)
-        if not os.path.isfile(os.path.join(self.export_dir, "saved_model.pb")) or not os.path.isfile(info_file):
-            raise ValueError(
-                f"{self.export_dir!r} is not a sentence encoder written by export_sentence_encoder (it needs "
-                f"saved_model.pb and assets.extra/{EXPORT_INFO_FILE})."
-            )
+        super().__init__(export_dir, warm_up=False)
+
+    def _check_signatures(self):
+        self.info = {key: value for key, value in self.manifest.items() if key not in ("format", "version", "kind")}
         try:
-            with open(info_file, encoding="utf-8") as f:
-                self.info = json.load(f)
-            self.embedding_dim = check_positive_int("dimension", self.info["dimension"])
-        except (OSError, ValueError, TypeError, KeyError, RecursionError) as error:
-            raise ValueError(f"{info_file} cannot be read ({error}): the export is damaged; export the model again.") from None
-        self._saved = load(self.export_dir)
+            self.embedding_dim = check_positive_int("dimension", self.info.get("dimension"))
+        except (ValueError, TypeError) as error:
+            raise ExportError(f"The manifest of {self.export_dir} holds no usable dimension ({error}): the export is "
+                              "damaged; export the model again.") from None
+        signature = self.serving_signature()
+        outputs = signature.structured_outputs
+        if list(outputs) != ["embeddings"] or outputs["embeddings"].shape[-1] != self.embedding_dim:
+            raise self._refuse(f"its outputs are {dict((n, str(spec.shape)) for n, spec in outputs.items())}")
         self._embedder = BatchEmbedder(self._saved)
 
     def __call__(self, texts):

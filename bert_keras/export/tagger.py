@@ -9,22 +9,20 @@ entities as transformers' token-classification pipeline does
 never tokenizes again.
 """
 
-import json
 import logging
 import os
 
-import keras
 import numpy as np
 import tensorflow as tf
 
-from bert_keras._checks import NotRegularFileError, check_int, open_regular_file
-from bert_keras._files import directory_under, staged_directory
-from bert_keras._keras_compat import variables_once, write_archive
+from bert_keras._checks import check_int
 from bert_keras.dtypes import check_compute_dtype, compute_dtype
 from bert_keras.export import warmup
-from bert_keras.export.classifier import LABELS_FILE, XLA_LENGTHS, _bucket, _pad_to, _trim_padding
+from bert_keras.export._serving import XLA_LENGTHS, bucket, pad_to, trim_padding
+from bert_keras.export._writer import write_export
 from bert_keras.export.entity_groups import AGGREGATIONS, TOKENIZER_KINDS, check_aggregation, text_entities
-from bert_keras.hub.loader import load
+from bert_keras.export.loaded import LoadedExport
+from bert_keras.export.manifest import TAGGER
 from bert_keras.text.byte_bpe import BytePairTokenizer
 from bert_keras.text.packer import pack_inputs
 from bert_keras.text.sentencepiece import SentencePieceTokenizer
@@ -32,7 +30,6 @@ from bert_keras.text.tokenizer import WordPieceTokenizer
 
 logger = logging.getLogger(__name__)
 
-TASK = "tagger"
 # What `serving_default` returns; a directory whose signature lacks one of these is not a tagger export.
 OUTPUTS = ("tag_ids", "scores", "char_starts", "char_ends", "tokens", "token_ids", "window", "piece_index",
            "primary", "lengths")
@@ -157,7 +154,7 @@ def _entry_scores(model, tokenizer, window_ids, length, xla, windows_per_call):
 
     def run(call, scores):
         rows = window_ids[call * windows_per_call : (call + 1) * windows_per_call]  # (chunk, (pieces))
-        packed = _trim_padding(pack_inputs([rows], length, tokenizer.cls_id, tokenizer.sep_id, tokenizer.pad_id))
+        packed = trim_padding(pack_inputs([rows], length, tokenizer.cls_id, tokenizer.sep_id, tokenizer.pad_id))
         logits = tf.cast(_run_model(model, packed, xla, single), tf.float32)  # (chunk, length, num_classes)
         row = rows.value_rowids()  # (chunk entries,)
         column = tf.range(tf.size(row, out_type=tf.int64)) - tf.gather(rows.row_starts(), row)
@@ -177,7 +174,7 @@ def _run_model(model, packed, xla, single):
         return model.serving_outputs(packed)
     shape = tf.shape(packed["input_mask"])  # (windows, length)
     small = tf.logical_and(single, shape[1] <= XLA_LENGTHS[-1])
-    return tf.cond(small, lambda: xla(_pad_to(packed, _bucket(shape[1])))[:, : shape[1]],
+    return tf.cond(small, lambda: xla(pad_to(packed, bucket(shape[1])))[:, : shape[1]],
                    lambda: model.serving_outputs(packed))
 
 
@@ -220,7 +217,7 @@ def export_tagger(model, export_dir, tag_names=None, overwrite=False, extra_asse
     and `tokenizer_info()` how the pieces make words (`tokenizer`: its kind;
     `unknown_token`; `suffix_indicator`: WordPiece's prefix of continuing
     pieces, else empty), which `load_tagger` reads from the graph, never
-    from the editable copy in `assets.extra/labels.json`.
+    from the editable copy in the manifest (`assets.extra/export.json`).
 
     Every batch runs op by op on its windows' longest row. With `xla` (float32
     only), a batch of one text that fits one window runs XLA-compiled instead,
@@ -276,48 +273,31 @@ def export_tagger(model, export_dir, tag_names=None, overwrite=False, extra_asse
 
 def _write_export(model, tokenizer, export_dir, tag_names, overwrite, extra_assets, dtype, stride, xla):
     names, vocabulary = tf.constant(tag_names), tf.constant(list(tokenizer.vocabulary))
-    archive = keras.export.ExportArchive()
-    archive.track(model)
-    variables_once(archive)  # each weight saved once (Keras lists it twice)
     compiled = tf.function(model.serving_outputs, jit_compile=True, reduce_retracing=True) if xla else None
     signature = [tf.TensorSpec([None], tf.string, name="text")]
-    archive.add_endpoint("serve", lambda texts: _tag_pieces(model, tokenizer, vocabulary, texts, stride, compiled),
-                         input_signature=signature)
-    archive.add_endpoint("tag_names", lambda: names, input_signature=[])
     kind = tokenizer_kind(tokenizer)
     decoding = {"tokenizer": kind, "unknown_token": tokenizer.unknown_token,
                 "suffix_indicator": tokenizer.suffix_indicator if kind == "wordpiece" else ""}
-    # How the loader makes words of the pieces, kept in the graph: labels.json is an editable copy.
+    # How the loader makes words of the pieces, kept in the graph: the manifest is an editable copy.
     constants = {name: tf.constant(value) for name, value in decoding.items()}
-    archive.add_endpoint(DECODING_ENDPOINT, lambda: constants, input_signature=[])
-    metadata = {"task": TASK, "tag_names": tag_names, "inputs": ["text"], "dtype": dtype, "stride": stride,
-                "seq_length": model.preprocessor.seq_length, "unknown_token": tokenizer.unknown_token,
-                "tokenizer": kind}
-    if kind == "wordpiece":
-        metadata["suffix_indicator"] = tokenizer.suffix_indicator
-    with staged_directory(export_dir, overwrite, kind=TASK) as staging:
-        write_archive(archive, staging)
-        directory_under(staging, "assets.extra", argument="export_dir")  # made now: a planted link is refused
-        with open(os.path.join(staging, "assets.extra", LABELS_FILE), "w") as f:
-            json.dump(metadata, f)
-        requests = warmup.warmup_requests(model.preprocessor, ["text"], XLA_LENGTHS)
-        # One text of three windows: the windowed path (and a cut at a window's end) warmed up too.
-        requests.append({"text": [" ".join(["a"] * (2 * model.preprocessor.seq_length))]})
-        warmup.write_warmup_requests(os.path.join(staging, "assets.extra", warmup.WARMUP_FILE), requests)
-        for name, value in (extra_assets or {}).items():
-            with open(os.path.join(staging, "assets.extra", name), "wb" if isinstance(value, bytes) else "w") as f:
-                if isinstance(value, bytes):
-                    f.write(value)
-                else:
-                    json.dump(value, f, indent=2)
+    requests = warmup.warmup_requests(model.preprocessor, ["text"], XLA_LENGTHS)
+    # One text of three windows: the windowed path (and a cut at a window's end) warmed up too.
+    requests.append({"text": [" ".join(["a"] * (2 * model.preprocessor.seq_length))]})
+    write_export(
+        model, export_dir, kind=TAGGER, overwrite=overwrite, extra_assets=extra_assets, warmup_requests=requests,
+        endpoints=[("serve", lambda texts: _tag_pieces(model, tokenizer, vocabulary, texts, stride, compiled), signature),
+                   ("tag_names", lambda: names, []), (DECODING_ENDPOINT, lambda: constants, [])],
+        settings={"tag_names": tag_names, "inputs": ["text"], "dtype": dtype, "stride": stride,
+                  "seq_length": model.preprocessor.seq_length, **decoding},
+    )
 
 
-class TextTagger:
+class ExportedTagger(LoadedExport):
     """A loaded tagger export: raw strings in; per text its entities, with their exact characters, out.
 
-    Reads a directory written by `export_tagger`; anything else (a classifier
-    export, another SavedModel) is refused with a `ValueError` saying what
-    was found, and so is an `assets.extra/labels.json` edited to say that the
+    Reads a directory written by `export_tagger`; another kind of export is
+    refused with the loader that serves it, anything else with a `ValueError`
+    saying what was found, and so is a manifest edited to say that the
     pieces make words otherwise than the export's graph does.
 
     Args:
@@ -335,13 +315,11 @@ class TextTagger:
     ```
     """
 
-    def __init__(self, export_dir, warm_up=True):
-        self.export_dir = os.fspath(export_dir)
-        self._saved = load(self.export_dir)
-        signatures = getattr(self._saved, "signatures", None) or {}
-        self._signature = signatures.get("serving_default")
-        if self._signature is None:
-            raise self._refuse(f"it has no `serving_default` signature (signatures: {sorted(signatures)})")
+    kind = TAGGER
+    expected = f"a `serving_default` signature from a string tensor `text` to per-piece {', '.join(OUTPUTS)}"
+
+    def _check_signatures(self):
+        self._signature = self.serving_signature()
         outputs = self._signature.structured_outputs
         _, inputs = self._signature.structured_input_signature
         missing = [name for name in OUTPUTS if name not in outputs]
@@ -353,71 +331,46 @@ class TextTagger:
         decoding = self._decoding()
         self.tokenizer_kind = decoding["tokenizer"]
         self._unknown_token, self._suffix_indicator = decoding["unknown_token"], decoding["suffix_indicator"]
-        self.warm_up_seconds = warmup.replay(self.export_dir, self._signature) if warm_up else 0.0
-
-    def _refuse(self, found):
-        hint = (" It is a classifier export: load it with load_classifier." if os.path.isfile(
-            os.path.join(self.export_dir, "assets.extra", LABELS_FILE)) and self._metadata().get("task") != TASK else "")
-        return ValueError(f"{self.export_dir!r} is not a tagger written by bert_keras' `export_tagger`: {found}. "
-                          f"Expected a `serving_default` signature from a string tensor `text` to per-piece "
-                          f"{', '.join(OUTPUTS)}.{hint}")
-
-    def _metadata(self):
-        """`assets.extra/labels.json` as a dict; {} when missing or unusable (a `NotRegularFileError` for a FIFO)."""
-        path = os.path.join(self.export_dir, "assets.extra", LABELS_FILE)
-        try:
-            with open_regular_file(path, "r", encoding="utf-8") as f:
-                metadata = json.load(f)
-        except NotRegularFileError:
-            raise
-        except FileNotFoundError:
-            return {}
-        except (OSError, ValueError, RecursionError) as error:  # RecursionError: nested too deeply
-            logger.warning("%s cannot be read (%s); ignoring it.", path, str(error)[:200])
-            return {}
-        return metadata if isinstance(metadata, dict) else {}
 
     def _decoding(self):
         """How the pieces make words: `{tokenizer, unknown_token, suffix_indicator}`, what the export was written with.
 
         An export of this version carries them in its graph (`tokenizer_info()`),
-        which is the truth: `labels.json` is a copy for people and other tools,
+        which is the truth: the manifest is a copy for people and other tools,
         and a copy that disagrees means the export was edited after it was
         written (refused). One written before records them only in
         `labels.json`: read there, and checked against what its own graph does
         with a probe text (its kind, its unknown token, WordPiece's prefix).
         """
-        path = os.path.join(self.export_dir, "assets.extra", LABELS_FILE)
-        metadata = self._metadata()
-        kind = metadata.get("tokenizer", "wordpiece")  # written before the family: none recorded, WordPiece
+        where = f"The manifest of {self.export_dir}"
+        kind = self.setting("tokenizer", "wordpiece")  # written before the family: none recorded, WordPiece
         if kind not in TOKENIZER_KINDS:
-            raise ValueError(f"{self.export_dir!r} records a tokenizer of kind {kind!r} in assets.extra/{LABELS_FILE}; "
-                             f"this version of bert_keras reads {', '.join(TOKENIZER_KINDS)}. Export the tagger again "
-                             "with it.")
+            raise ValueError(f"{where} records a tokenizer of kind {kind!r}; this version of bert_keras reads "
+                             f"{', '.join(TOKENIZER_KINDS)}. Export the tagger again with it.")
         if hasattr(self._saved, DECODING_ENDPOINT):
             decoding = {name: value.numpy().decode("utf-8")
                         for name, value in getattr(self._saved, DECODING_ENDPOINT)().items()}
             for name in DECODING_FIELDS:
-                if name in metadata and metadata[name] != decoding[name]:
+                recorded = self.setting(name)
+                if recorded is not None and recorded != decoding[name]:
                     raise ValueError(
-                        f"{path} records {name}={metadata[name]!r}, but the SavedModel in {self.export_dir} was "
-                        f"exported with {name}={decoding[name]!r} (its `{DECODING_ENDPOINT}()`: how its pieces make "
-                        "words): the export was modified after it was written. Restore the file, or export the "
-                        "tagger again.")
+                        f"{where} records {name}={recorded!r}, but the SavedModel was exported with "
+                        f"{name}={decoding[name]!r} (its `{DECODING_ENDPOINT}()`: how its pieces make words): the "
+                        "export was modified after it was written. Restore the file, or export the tagger again.")
             return decoding
-        decoding = {"tokenizer": kind, "unknown_token": metadata.get("unknown_token", "[UNK]"),
-                    "suffix_indicator": metadata.get("suffix_indicator", "##")}
+        decoding = {"tokenizer": kind, "unknown_token": self.setting("unknown_token", "[UNK]"),
+                    "suffix_indicator": self.setting("suffix_indicator", "##")}
         for name, value in decoding.items():
             if not isinstance(value, str) or not value:
-                raise ValueError(f"{path} records {name}={value!r}; expected a non-empty string. Restore the file, "
+                raise ValueError(f"{where} records {name}={value!r}; expected a non-empty string. Restore the file, "
                                  "or export the tagger again.")
         found = self._probed_decoding()
         for name, value in found.items():
             if value != decoding[name]:
-                recorded = (f"records {name}={decoding[name]!r}" if name in metadata else
+                recorded = (f"records {name}={decoding[name]!r}" if self.setting(name) is not None else
                             f"records no {name} (read as {decoding[name]!r}, as an export written before the family)")
                 raise ValueError(
-                    f"{path} {recorded}, but the export's own tokenizer gives {name}={value!r} (its pieces of a "
+                    f"{where} {recorded}, but the export's own tokenizer gives {name}={value!r} (its pieces of a "
                     "probe text): the file was modified after the export was written. Restore it, or export the "
                     "tagger again.")
         return decoding
@@ -497,14 +450,18 @@ class TextTagger:
         return results[0] if single else results
 
 
+# The name of earlier versions.
+TextTagger = ExportedTagger
+
+
 def load_tagger(export_dir, warm_up=True):
-    """Loads a tagger export (see `TextTagger`), registering tensorflow-text's ops first.
+    """Loads a tagger export (see `ExportedTagger`), registering tensorflow-text's ops first.
 
     Plain `tf.saved_model.load(export_dir)` needs `import tensorflow_text`
     first; its `signatures["serving_default"]` gives the per-piece outputs
-    that `TextTagger.predict` aggregates.
+    that `ExportedTagger.predict` aggregates.
     """
     return TextTagger(export_dir, warm_up=warm_up)
 
 
-__all__ = ["AGGREGATIONS", "TextTagger", "export_tagger", "load_tagger"]
+__all__ = ["AGGREGATIONS", "ExportedTagger", "TextTagger", "export_tagger", "load_tagger"]

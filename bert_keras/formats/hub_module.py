@@ -32,7 +32,7 @@ import os
 import numpy as np
 
 from bert_keras._contract import ARCHITECTURE_FILE, INPUT_KEYS
-from bert_keras._files import MARKER
+from bert_keras._files import MARKER, read_marker
 from bert_keras.formats import tables
 from bert_keras.formats._common import (
     CheckpointError,
@@ -563,3 +563,11 @@ def _difference(encoder, inputs, expected):
         worst = max(worst, float(np.max(np.abs(np.asarray(ours[key])[where] - theirs))))
         scale = max(scale, float(np.max(np.abs(theirs))))
     return worst / max(scale, 1.0)
+
+
+def read_module_pair(out_dir):
+    """`(encoder_dir, preprocess_dir)` of a whole pair written by `export_module_pair`, else None (read as data)."""
+    marker = read_marker(out_dir)
+    if marker is None or marker.get("kind") != "module_pair":
+        return None
+    return os.path.join(out_dir, ENCODER_DIR), os.path.join(out_dir, PREPROCESS_DIR)

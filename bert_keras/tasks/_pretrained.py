@@ -8,7 +8,7 @@ from bert_keras import hub
 from bert_keras._checks import check_int
 from bert_keras._task import Task
 from bert_keras.checkpoints import holds_weights, load_checkpoint
-from bert_keras.export import read_module_pair
+from bert_keras.formats.hub_module import read_module_pair
 from bert_keras.formats import tables
 from bert_keras.heads import ClassificationHead
 from bert_keras.text import BertPreprocessor

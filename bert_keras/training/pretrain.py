@@ -30,7 +30,8 @@ from bert_keras._checks import check_positive_int
 from bert_keras._faults import fault_point
 from bert_keras._files import MARKER, check_target, claim_directory
 from bert_keras.encoder import BertEncoder
-from bert_keras.export import ENCODER_DIR, PREPROCESS_DIR, export_module_pair
+from bert_keras.export import export_module_pair
+from bert_keras.formats.hub_module import ENCODER_DIR, PREPROCESS_DIR
 from bert_keras.optimization import bert_optimizer
 from bert_keras.presets import get_preset
 from bert_keras.pretrainer import MLM_LOGITS, BertPretrainer, pretraining_losses, pretraining_metrics

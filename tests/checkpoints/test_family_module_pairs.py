@@ -18,7 +18,7 @@ import pytest
 
 from bert_keras import cli
 from bert_keras.checkpoints import CheckpointError, ConfigError, load_checkpoint
-from bert_keras.checkpoints.to_hub import convert_to_hub
+from bert_keras.export import convert_to_hub
 from bert_keras.formats.hub_module import TOKENIZER_CONFIG_FILE, TOKENIZER_FOLDER
 from bert_keras.text import BertPreprocessor
 from bert_keras.text.byte_bpe import BytePairTokenizer

@@ -169,7 +169,7 @@ def test_bfloat16_encoder_module_keeps_float32_inputs_outputs_and_variables(tmp_
 def test_bfloat16_is_refused_on_a_cpu_without_it_before_anything_is_written(tmp_path, vocab_file, tiny_encoder, monkeypatch):
     import pytest
 
-    from bert_keras.checkpoints.to_hub import convert_to_hub
+    from bert_keras.export import convert_to_hub
     from bert_keras import dtypes
 
     monkeypatch.setattr(dtypes, "cpu_supports_bfloat16", lambda: False)

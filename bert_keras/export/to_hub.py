@@ -1,7 +1,7 @@
 """Any checkpoint the converters read -> a pair of TF Hub modules (encoder, preprocess).
 
 A recipe of two steps: read the checkpoint (`load_checkpoint`), write the
-pair (`bert_keras.export.export_module_pair`, where every export lives).
+pair (`export_module_pair`).
 """
 
 import logging
@@ -10,7 +10,7 @@ import os
 from bert_keras._files import check_target
 from bert_keras.checkpoints import load_checkpoint
 from bert_keras.dtypes import check_compute_dtype
-from bert_keras.export import export_module_pair
+from bert_keras.export.hub_modules import export_module_pair
 
 logger = logging.getLogger(__name__)
 

@@ -1,0 +1,99 @@
+"""The one loaded-export base: read the manifest, refuse another kind, load the SavedModel, check it, warm it up.
+
+`ExportedClassifier`, `ExportedTagger`, `ExportedReader` and
+`ExportedSentenceEncoder` are thin kinds of `LoadedExport`: each says what it
+serves (`kind`), which signature it calls and what that signature must look
+like (`_check_signatures`); loading, refusing with the right hint and the
+warm-up are done here, once.
+"""
+
+import logging
+import os
+
+from bert_keras.export import warmup
+from bert_keras.export.manifest import ExportError, read_manifest, wrong_kind
+from bert_keras.hub.loader import load
+
+logger = logging.getLogger(__name__)
+
+
+class LoadedExport:
+    """A SavedModel export of this package, loaded for serving.
+
+    Subclasses set `kind` (one of `manifest.KINDS`) and `expected` (what its
+    signature must look like, in words), and implement `_check_signatures`,
+    which reads `self._saved` and raises `self._refuse(found)` for anything
+    else.
+
+    Args:
+        export_dir: str. The export's directory.
+        warm_up: bool. Replay the export's TF Serving warm-up requests
+            (`assets.extra/tf_serving_warmup_requests`) before returning, as TF
+            Serving does when it loads a model, so that no later request waits
+            for a trace or a compile; `warm_up_seconds` says what it took.
+            Defaults to `True`.
+
+    Attributes:
+        export_dir: str.
+        manifest: dict, the export's settings (`manifest.read_manifest`); None
+            for a SavedModel that records none (`model.export()`'s).
+
+    Raises:
+        ExportError (a `ValueError`): the directory is another kind of export
+            (the message names the loader and command that serve it), its
+            manifest is damaged, or its signatures are not this kind's.
+    """
+
+    kind = None
+    expected = ""
+    # Whether a SavedModel without a manifest is taken (a classifier from Keras' `model.export()`).
+    accepts_unrecorded = False
+
+    def __init__(self, export_dir, warm_up=True):
+        self.export_dir = os.fspath(export_dir)
+        if self.export_dir.endswith(".keras") and os.path.isfile(self.export_dir):
+            raise ExportError(
+                f"{self.export_dir!r} is a Keras model file, not an export. Load it with "
+                "`keras.saving.load_model(path)`, or export the model once (e.g. "
+                "`bert_keras.export.export_classifier(model, DIR, label_names)`) and load DIR."
+            )
+        if not os.path.isfile(os.path.join(self.export_dir, "saved_model.pb")):
+            raise ExportError(f"{self.export_dir!r} is not an export: it holds no saved_model.pb. Expected a directory "
+                              f"written by bert_keras' `export_{self.kind}`.")
+        self.manifest = read_manifest(self.export_dir)
+        found = None if self.manifest is None else self.manifest["kind"]
+        if found is not None and found != self.kind:
+            raise wrong_kind(self.export_dir, found, self.kind)
+        if found is None and not self.accepts_unrecorded:
+            raise ExportError(f"{self.export_dir!r} is not a {self.kind.replace('_', ' ')} written by bert_keras' "
+                              f"`export_{self.kind}`: its assets.extra/ records no kind of export.")
+        self._saved = load(self.export_dir)
+        self._check_signatures()
+        self.warm_up_seconds = self.warm_up() if warm_up else 0.0
+
+    def setting(self, name, default=None):
+        """A setting of the export's manifest (`default` where it records none, or null)."""
+        value = (self.manifest or {}).get(name)
+        return default if value is None else value
+
+    def _check_signatures(self):
+        raise NotImplementedError
+
+    def _refuse(self, found):
+        """The `ExportError` for signatures that are not this kind's: what was found, what was expected."""
+        return ExportError(f"{self.export_dir!r} is not a {self.kind.replace('_', ' ')} written by bert_keras' "
+                           f"`export_{self.kind}`: {found}. Expected {self.expected}.")
+
+    def serving_signature(self):
+        """The signature the warm-up requests are replayed on (`serving_default`)."""
+        signatures = getattr(self._saved, "signatures", None) or {}
+        if "serving_default" not in signatures:
+            raise self._refuse(f"it has no `serving_default` signature (signatures: {sorted(signatures)})")
+        return signatures["serving_default"]
+
+    def warm_up(self):
+        """Replays the export's warm-up requests now; returns the seconds it took (0 without a warm-up file)."""
+        return warmup.replay(self.export_dir, self.serving_signature())
+
+    def __repr__(self):
+        return f"{type(self).__name__}({self.export_dir!r})"

@@ -1,0 +1,58 @@
+"""A classifier's probabilities as a user reads them: label, score and every class's score, as transformers' pipeline.
+
+Shared by the Keras task (`BertClassifier.predict_labels`) and the loaded
+export (`ExportedClassifier.predict`), so that both answer in one shape.
+Plain numpy: no TensorFlow.
+"""
+
+import numpy as np
+
+
+def blank_prediction():
+    """What `predict` gives a blank text (empty or only whitespace): no label, as `bert-keras predict` prints it."""
+    return {"label": None, "score": None, "scores": {}}
+
+
+def check_top_k(top_k, num_classes):
+    """`top_k` if it is None or an int from 1 to `num_classes`, else a `ValueError` that names it.
+
+    >>> check_top_k(4, 3)
+    Traceback (most recent call last):
+    ...
+    ValueError: Received an invalid value for argument `top_k`, expected an integer from 1 to 3 (the number of classes). Received: top_k=4
+    """
+    if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int) or not 1 <= top_k <= num_classes):
+        raise ValueError(f"Received an invalid value for argument `top_k`, expected an integer from 1 to "
+                         f"{num_classes} (the number of classes). Received: top_k={top_k!r}")
+    return top_k
+
+
+def labelled_predictions(probabilities, label_names, top_k=None):
+    """Per row of `probabilities` `(n, num_classes)`: `{"label", "score", "scores"}` (the best class, its
+    probability, and every class's, or the `top_k` best first).
+
+    >>> labelled_predictions([[0.25, 0.75]], ["neg", "pos"])
+    [{'label': 'pos', 'score': 0.75, 'scores': {'neg': 0.25, 'pos': 0.75}}]
+    """
+    results = []
+    for row in np.asarray(probabilities, dtype="float32"):
+        best = int(row.argmax())
+        order = range(len(row)) if top_k is None else np.argsort(-row, kind="stable")[:top_k]
+        results.append({
+            "label": label_names[best],
+            "score": float(row[best]),
+            "scores": {label_names[i]: float(row[i]) for i in order},
+        })
+    return results
+
+
+def as_probabilities(outputs):
+    """`outputs` `(batch, num_classes)` as probabilities: rows that are not distributions get a softmax.
+
+    >>> as_probabilities([[0.0, 0.0], [0.2, 0.8]]).tolist()
+    [[0.5, 0.5], [0.20000000298023224, 0.800000011920929]]
+    """
+    outputs = np.asarray(outputs, dtype="float32")
+    is_distribution = np.all(outputs >= 0, axis=-1) & (np.abs(outputs.sum(axis=-1) - 1) <= 1e-3)
+    shifted = np.exp(outputs - outputs.max(axis=-1, keepdims=True))
+    return np.where(is_distribution[:, None], outputs, shifted / shifted.sum(axis=-1, keepdims=True))
