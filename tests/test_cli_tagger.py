@@ -15,7 +15,7 @@ import pytest
 import tensorflow as tf
 
 from bert_keras import BertEncoder, cli
-from bert_keras.commands.evaluate import word_tags
+from bert_keras.export.tagger import word_tags
 from bert_keras.commands.predict import AGGREGATIONS, marked_text
 from bert_keras.entities import entity_scores
 from bert_keras.export import export_tagger, load_tagger

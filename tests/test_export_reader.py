@@ -204,6 +204,36 @@ def test_export_refuses_a_model_without_a_preprocessor(tmp_path):
     assert not os.path.exists(tmp_path / "out")
 
 
+def test_a_long_context_runs_through_the_model_a_few_windows_at_a_time(monkeypatch):
+    # The fresh review after issue 47: every window of a context went into one call (a 0.9 MB context: 3.7 GB).
+    from bert_keras import BertEncoder
+    from bert_keras.export.reader import window_probabilities
+    from bert_keras.text import BertPreprocessor
+
+    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + [f"w{i}" for i in range(35)]
+    encoder = BertEncoder(vocab_size=40, num_layers=1, hidden_size=8, num_heads=2, intermediate_size=16)
+    labeler = BertSpanLabeler(encoder, preprocessor=BertPreprocessor(vocab, seq_length=16))
+    serving, calls = labeler.serving_outputs, []
+
+    def counted(packed):
+        calls.append(int(packed["input_word_ids"].shape[0]))
+        return serving(packed)
+
+    monkeypatch.setattr(labeler, "serving_outputs", counted)
+    questions = tf.constant(["w1 w2", "w3"])
+    # 40 context pieces beside 2 question pieces: windows of 11 every 7, 6 of them; the second example 1.
+    contexts = tf.constant([" ".join(f"w{i % 30 + 5}" for i in range(40)), "w9 w8"])
+    tokenizer = labeler.preprocessor.tokenizer
+    # Run eagerly, the loop over calls is a Python loop: each call of the model is seen.
+    chunked = window_probabilities(labeler, tokenizer, questions, contexts, 16, 4, 4, windows_per_call=2)
+    assert calls == [2, 2, 2, 1]  # 7 windows, 2 per call
+    calls.clear()
+    whole = window_probabilities(labeler, tokenizer, questions, contexts, 16, 4, 4, windows_per_call=100)
+    assert calls == [7]
+    for name, value in chunked.items():
+        np.testing.assert_allclose(value.numpy(), whole[name].numpy(), atol=1e-6)
+
+
 @pytest.mark.slow
 def test_default_windows_of_384_with_stride_128_equal_transformers(checkpoint, tmp_path):
     folder, model, tokenizer = checkpoint

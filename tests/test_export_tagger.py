@@ -4,7 +4,6 @@ The reference is transformers' token-classification pipeline on the same folder 
 `model_max_length=SEQ_LENGTH`, so that it cuts an over-long text into the same windows with `stride=STRIDE`).
 """
 
-import json
 import os
 
 import numpy as np
@@ -14,7 +13,6 @@ import tensorflow as tf
 from bert_keras.export import export_classifier, export_tagger, load_tagger
 from bert_keras.export.entity_groups import text_entities, tokens_to_string
 from bert_keras.export.manifest import read_manifest
-from bert_keras.export.tagger import _primary, _windows
 from bert_keras.export.warmup import WARMUP_FILE, read_warmup_requests
 from bert_keras.tasks import BertClassifier, BertTokenClassifier
 
@@ -245,16 +243,3 @@ def test_overlapping_window_entities_keep_the_longer():
     assert [(e["index"], e["entity"]) for e in none] == [(1, "B-X"), (2, "I-X"), (3, "I-X")]
 
 
-def test_windows_and_primary_copies_in_the_graph():
-    # Texts of 0, 5, 6, 7 and 15 pieces; windows of 5 pieces every 3 (stride 2), as tokenizers' overflow cuts them.
-    text, index, first, last = (x.numpy().tolist() for x in _windows(tf.constant([0, 5, 6, 7, 15], tf.int64), 5, 3))
-    assert text == [0, 1, 2, 2, 3, 3, 4, 4, 4, 4, 4]
-    assert list(zip(first, last)) == [(0, 0), (0, 5), (0, 5), (3, 6), (0, 5), (3, 7), (0, 5), (3, 8), (6, 11),
-                                      (9, 14), (12, 15)]
-    assert index == [0, 0, 0, 1, 0, 1, 0, 1, 2, 3, 4]
-    # One text of 7 pieces in windows [0, 5) and [3, 7): pieces 3 and 4 appear twice.
-    piece = tf.constant([0, 1, 2, 3, 4, 3, 4, 5, 6], tf.int64)
-    window = tf.constant([0, 0, 0, 0, 0, 1, 1, 1, 1], tf.int64)
-    primary = _primary(piece, window, tf.constant([0, 3], tf.int64), tf.constant([5, 7], tf.int64), 7)
-    # Piece 3: 1 piece right of it in window 0, 1 left in window 1: a tie, the earlier window. Piece 4: window 1.
-    assert primary.numpy().tolist() == [True, True, True, True, False, False, True, True, True]

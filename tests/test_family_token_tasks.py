@@ -24,8 +24,8 @@ from bert_keras.export import export_reader, export_tagger, load_reader, load_ta
 from bert_keras.export.manifest import read_manifest
 from bert_keras.export.entity_groups import text_entities, tokens_to_string
 from bert_keras.tasks import BertSpanLabeler, BertTokenClassifier
-from bert_keras.text.alignment import window_sentences
-from bert_keras.text.windows import qa_windows
+from bert_keras.text.alignment import join_words
+from bert_keras.text.windows import qa_windows, tagging_windows
 from bert_keras.training import finetune_reader, finetune_tagger
 from tests.checkpoints._models import perturb_torch
 from tests.helpers import as_written_before_the_manifest
@@ -320,18 +320,19 @@ def test_words_join_as_the_family_decoders():
         text_entities("a", {"window": np.zeros(0)}, ["O"], tokenizer="bpe")
 
 
-def test_roberta_windows_of_sentences_fit_and_are_full(taggers):
-    _, _, tagger, _, _ = taggers("roberta")
+def test_roberta_windows_of_a_long_sentence_are_the_exports(taggers):
+    _, _, tagger, export_dir, loaded = taggers("roberta")
     tokenizer = tagger.preprocessor.tokenizer
-    words = "Ada Lovelace loves Paris and New York , naïve café 😀 Berlin is nice too".split()
-    windows = window_sentences(tokenizer, [words * 3], seq_length=12)
-    assert len(windows["text"]) > 3
-    counts = [int(n) for n in tokenizer.tokenize(windows["text"]).merge_dims(1, 2).row_lengths().numpy()]
-    assert max(counts) <= 10, counts  # every window fits [CLS] ... [SEP] in 12: none is cut when packed
-    for window in range(len(windows["text"]) - 1):  # and holds as many words as fit: one more would not
-        following = words[(windows["first_word"][window + 1]) % len(words)]
-        longer = windows["text"][window] + " " + following
-        assert int(tokenizer.tokenize([longer]).merge_dims(1, 2).row_lengths()[0]) > 10, longer
+    words = "Ada Lovelace loves Paris and New York , naïve café 😀 Berlin is nice too".split() * 3
+    text, starts, ends = join_words(words)
+    seq_length = tagger.preprocessor.seq_length
+    windows = tagging_windows(tokenizer, [text], [starts], [ends], [[1] * len(words)], seq_length=seq_length,
+                              stride=TAGGER_STRIDE)
+    served = loaded.tag_pieces([text])[0]  # the export's windows of the same text
+    assert len(windows["text_index"]) == int(served["window"].max()) + 1 > 1
+    for w in range(len(windows["text_index"])):
+        ids = windows["input_word_ids"].numpy()[w][1 : int(windows["input_mask"].numpy()[w].sum()) - 1]
+        assert ids.tolist() == served["token_ids"][served["window"] == w].tolist()
 
 
 # ---------------------------------------------------------------------------

@@ -112,11 +112,9 @@ def _run_tagger(args):
         data = read_tagged_file(args.data, tag_names=tagger.tag_names)
     except (FileNotFoundError, DataError, ValueError) as error:
         return fail("evaluate", f"{error} (the tagger's tags: {tagger.tag_names})")
-    texts, spans = zip(*(_joined(words) for words in data.words))
-    pieces = tagger.tag_pieces(list(texts), batch_size=args.batch_size)
-    predicted = [word_tags(piece, starts, tagger.tag_names) for piece, (starts, _) in zip(pieces, spans)]
+    predicted = tagger.tag_words(data.words, batch_size=args.batch_size)
     try:
-        scores = entity_scores(data.tags, predicted, scheme=None)
+        scores = entity_scores(data.tags, predicted, scheme=data.scheme)
     except ValueError as error:  # a tag of the model's outside B-, I-, E-, S-
         return fail("evaluate", f"cannot score the tagger's tags {tagger.tag_names}: {error}")
     say(format_entity_report(scores))
@@ -129,27 +127,3 @@ def _run_tagger(args):
             return fail("evaluate", str(error))
         say(f"Wrote {ENTITY_REPORT_FILE} to {args.out}")
     return 0
-
-
-def _joined(words):
-    """A sentence's text (its words joined by single spaces) and the words' `(starts, ends)` in it."""
-    starts, position = [], 0
-    for word in words:
-        starts.append(position)
-        position += len(word) + 1
-    return " ".join(words), (starts, [start + len(word) for start, word in zip(starts, words)])
-
-
-def word_tags(pieces, word_starts, tag_names):
-    """Each word's tag: the tag of its first piece (as a tagger is trained); `O` for a word without pieces.
-
-    `pieces` is one text's outputs of `TextTagger.tag_pieces` (of an over-long
-    text, each piece's `primary` copy is read); a word's first piece is the
-    one that starts at the word's first character (words are joined by single
-    spaces, so a word's pieces start inside it).
-    """
-    first = {}
-    for start, tag, primary in zip(pieces["char_starts"], pieces["tag_ids"], pieces["primary"]):
-        if primary:
-            first.setdefault(int(start), tag_names[int(tag)])
-    return [first.get(start, "O") for start in word_starts]

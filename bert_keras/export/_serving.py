@@ -32,3 +32,39 @@ def bucket(length):
     """The first of `XLA_LENGTHS` that holds `length` tokens (a scalar tensor)."""
     buckets = tf.constant(XLA_LENGTHS, tf.int32)
     return tf.gather(buckets, tf.reduce_sum(tf.cast(buckets < length, tf.int32)))
+
+
+# Windows run through the model per call: a text of any length holds the activations of this many windows at once.
+WINDOWS_PER_CALL = 64
+
+
+def in_chunks(function, count, specs, size=WINDOWS_PER_CALL):
+    """`function(begin, end)` on rows `[begin, end)` of `count`, `size` rows per call, one call after another.
+
+    A `tf.while_loop`: the activations held at once are one call's, however
+    many windows a long text makes; each call's outputs are kept and
+    concatenated along their first axis. No rows: one call of none.
+
+    Args:
+        function: callable `(begin, end)` (int64 scalars) -> a dict of tensors
+            whose first axis is the rows `[begin, end)`.
+        count: int64 scalar, the rows.
+        specs: dict name -> `(dtype, element_shape)`: each output's dtype and
+            the shape of one call's output (first axis `None`).
+        size: int. Rows per call. Defaults to `WINDOWS_PER_CALL`.
+
+    Returns:
+        A dict name -> `(count, ...)` tensor.
+    """
+    calls = tf.maximum((count + size - 1) // size, 1)
+
+    def run(call, arrays):
+        begin = call * size
+        outputs = function(begin, tf.minimum(begin + size, count))
+        return call + 1, {name: arrays[name].write(tf.cast(call, tf.int32), outputs[name]) for name in specs}
+
+    arrays = {name: tf.TensorArray(dtype, size=tf.cast(calls, tf.int32), infer_shape=False,
+                                   element_shape=tf.TensorShape(shape))
+              for name, (dtype, shape) in specs.items()}
+    _, arrays = tf.while_loop(lambda call, _: call < calls, run, (tf.constant(0, tf.int64), arrays))
+    return {name: array.concat() for name, array in arrays.items()}

@@ -18,7 +18,7 @@ from bert_keras._keras_compat import traced_as_saved
 from bert_keras.dtypes import check_compute_dtype, compute_dtype
 from bert_keras.encoder import INPUT_KEYS
 from bert_keras.formats.hub_module import (ENCODER_DIR, PREPROCESS_DIR, TOKENIZER_CONFIG_FILE, TOKENIZER_FOLDER,
-                                          TOKENIZER_OPTIONS, read_module_pair, tokenizer_kind)
+                                          TOKENIZER_OPTIONS, read_module_pair, tokenizer_kind)  # noqa: F401 (read_module_pair: bert_keras.export's)
 from bert_keras.text import BertPreprocessor
 from bert_keras.text.folders import TOKENIZER_ASSETS
 

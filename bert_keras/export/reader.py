@@ -26,6 +26,7 @@ import tensorflow as tf
 from bert_keras._checks import check_int
 from bert_keras.dtypes import check_compute_dtype, compute_dtype
 from bert_keras.encoder import BertEncoder
+from bert_keras.export._serving import WINDOWS_PER_CALL, in_chunks
 from bert_keras.export._writer import write_export
 from bert_keras.export.loaded import LoadedExport
 from bert_keras.export.manifest import READER
@@ -60,20 +61,31 @@ def _tokenizer_of(model):
     return tokenizer
 
 
-def window_probabilities(model, tokenizer, questions, contexts, seq_length, doc_stride, max_question_length):
-    """Every window of the batch with its start and end probabilities (float32), as `windows` serves them."""
+def window_probabilities(model, tokenizer, questions, contexts, seq_length, doc_stride, max_question_length,
+                         windows_per_call=WINDOWS_PER_CALL):
+    """Every window of the batch with its start and end probabilities (float32), as `windows` serves them.
+
+    The model runs on `windows_per_call` windows per call, one call after
+    another (`_serving.in_chunks`): a context of any length holds the
+    activations of that many windows at once.
+    """
     windows = qa_windows(tokenizer, questions, contexts, seq_length, doc_stride, max_question_length)
     width = tf.maximum(tf.reduce_max(tf.reduce_sum(windows["input_mask"], axis=1)), 1)  # the longest window
     windows = {key: value[:, :width] if value.shape.rank == 2 else value for key, value in windows.items()}
-    packed = {key: windows[key] for key in ("input_word_ids", "input_mask", "input_type_ids")}
-    logits = model.serving_outputs(packed)
     # [CLS] and the context's pieces only, as the pipeline's `p_mask`: the model's own mask (BERT's packing, where
     # the context is segment 1) is the same; a model without one (RoBERTa's packing has no segments) needs it here.
     allowed = windows["context_mask"] | tf.equal(tf.range(width), 0)[None, :]  # (windows, width)
+
+    def run(begin, end):
+        packed = {key: windows[key][begin:end] for key in ("input_word_ids", "input_mask", "input_type_ids")}
+        logits = model.serving_outputs(packed)
+        return {f"{name}_probabilities": tf.nn.softmax(tf.where(allowed[begin:end], tf.cast(logits[f"{name}_logits"],
+                                                                                            tf.float32), -1e9), axis=-1)
+                for name in ("start", "end")}
+
+    specs = {f"{name}_probabilities": (tf.float32, [None, None]) for name in ("start", "end")}
     outputs = {key: windows[key] for key in WINDOW_OUTPUTS if key in windows}
-    for name in ("start", "end"):
-        masked = tf.where(allowed, tf.cast(logits[f"{name}_logits"], tf.float32), -1e9)
-        outputs[f"{name}_probabilities"] = tf.nn.softmax(masked, axis=-1)
+    outputs.update(in_chunks(run, tf.size(windows["example_index"], out_type=tf.int64), specs, windows_per_call))
     return outputs
 
 

@@ -18,11 +18,13 @@ import tensorflow as tf
 from bert_keras._checks import check_int
 from bert_keras.dtypes import check_compute_dtype, compute_dtype
 from bert_keras.export import warmup
-from bert_keras.export._serving import XLA_LENGTHS, bucket, pad_to, trim_padding
+from bert_keras.export._serving import WINDOWS_PER_CALL, XLA_LENGTHS, bucket, in_chunks, pad_to, trim_padding
 from bert_keras.export._writer import write_export
 from bert_keras.export.entity_groups import AGGREGATIONS, TOKENIZER_KINDS, check_aggregation, text_entities
 from bert_keras.export.loaded import LoadedExport
 from bert_keras.export.manifest import TAGGER
+from bert_keras.text.alignment import join_words
+from bert_keras.text.windows import check_stride, max_context, piece_windows
 from bert_keras.text.byte_bpe import BytePairTokenizer
 from bert_keras.text.packer import pack_inputs
 from bert_keras.text.sentencepiece import SentencePieceTokenizer
@@ -41,8 +43,6 @@ DECODING_FIELDS = ("tokenizer", "unknown_token", "suffix_indicator")
 # all its pieces: the unknown token), a word, and a long one (WordPiece: continuing pieces).
 _PROBE_UNKNOWN = "\u2603\U0001f9ff\u2603"
 _PROBE = f"{_PROBE_UNKNOWN} a aaaaaaaaaaaaaaaa"
-# Windows run through the model per call: a text of any length holds the activations of this many windows at once.
-WINDOWS_PER_CALL = 64
 
 
 def tokenizer_kind(tokenizer):
@@ -79,40 +79,11 @@ def _check_tagger(model):
     return tokenizer
 
 
-def _windows(lengths, window, step):
-    """The windows of texts with `lengths` pieces, as transformers' tokenizers cut overflowing tokens.
-
-    A text of at most `window` pieces is one window (an empty text too);
-    a longer one is windows of `window` pieces starting every `step` pieces,
-    the last one reaching its end (shorter or not).
-
-    Returns:
-        `(text, index, first, last)`, int64 `(windows,)` each: the window's
-        text, its index within the text (0, 1, ...) and its pieces
-        `[first, last)`.
-    """
-    counts = 1 + tf.maximum(lengths - window + step - 1, 0) // step  # (batch,)
-    text = tf.repeat(tf.range(tf.size(lengths, out_type=tf.int64)), counts)  # (windows,)
-    index = tf.ragged.range(counts).flat_values  # (windows,)
-    first = index * step
-    return text, index, first, tf.minimum(first + window, tf.gather(lengths, text))
-
-
-def _primary(entry_piece, entry_window, first, last, num_pieces):
-    """Whether each entry is its piece's copy with the most context: min(pieces left, pieces right), earliest window."""
-    position = entry_piece - tf.gather(first, entry_window)
-    context = tf.minimum(position, tf.gather(last, entry_window) - 1 - entry_piece + tf.gather(first, entry_window))
-    windows = tf.size(first, out_type=tf.int64) + 1
-    key = context * windows + (windows - 1 - entry_window)  # more context first, then the earlier window
-    best = tf.math.unsorted_segment_max(key, entry_piece, num_pieces)
-    return tf.equal(key, tf.gather(best, entry_piece))
-
-
 def _tag_pieces(model, tokenizer, vocabulary, texts, stride, xla, windows_per_call=WINDOWS_PER_CALL):
     """`serving_default`'s computation: texts -> the dict of `OUTPUTS`, `(batch, entries)` each (see export_tagger)."""
     window = model.preprocessor.seq_length - 2
     ids, starts, ends = (x.merge_dims(1, 2) for x in tokenizer.tokenize_with_char_offsets(texts))  # (batch, (pieces))
-    text, index, first, last = _windows(ids.row_lengths(), window, window - stride)
+    text, index, first, last = piece_windows(ids.row_lengths(), window, window - stride)
     positions = tf.ragged.range(first, last)  # (windows, (pieces)): the piece's index within its text
     entry_window = positions.value_rowids()  # (entries,)
     entry_text = tf.gather(text, entry_window)
@@ -129,7 +100,7 @@ def _tag_pieces(model, tokenizer, vocabulary, texts, stride, xla, windows_per_ca
         "token_ids": (entry_ids, -1),
         "window": (tf.cast(tf.gather(index, entry_window), tf.int32), -1),
         "piece_index": (tf.cast(positions.flat_values, tf.int32), -1),
-        "primary": (_primary(entry_piece, entry_window, first, last, tf.size(ids.flat_values)), False),
+        "primary": (max_context(entry_piece, entry_window, first, last, tf.size(ids.flat_values)), False),
     }
     batch = tf.shape(texts, out_type=tf.int64)[0]
     outputs = {name: tf.RaggedTensor.from_value_rowids(value, entry_text, nrows=batch).to_tensor(default)
@@ -149,23 +120,19 @@ def _entry_scores(model, tokenizer, window_ids, length, xla, windows_per_call):
     entries' probabilities.
     """
     count = window_ids.nrows()  # int64
-    calls = tf.maximum((count + windows_per_call - 1) // windows_per_call, 1)  # no windows: one call of none
     single = tf.equal(count, 1)
 
-    def run(call, scores):
-        rows = window_ids[call * windows_per_call : (call + 1) * windows_per_call]  # (chunk, (pieces))
+    def run(begin, end):
+        rows = window_ids[begin:end]  # (chunk, (pieces))
         packed = trim_padding(pack_inputs([rows], length, tokenizer.cls_id, tokenizer.sep_id, tokenizer.pad_id))
         logits = tf.cast(_run_model(model, packed, xla, single), tf.float32)  # (chunk, length, num_classes)
         row = rows.value_rowids()  # (chunk entries,)
         column = tf.range(tf.size(row, out_type=tf.int64)) - tf.gather(rows.row_starts(), row)
         # Each entry's row of its window's outputs: after [CLS], at its place in the window.
-        return call + 1, scores.write(tf.cast(call, tf.int32), tf.nn.softmax(
-            tf.gather_nd(logits, tf.stack([row, column + 1], axis=1)), axis=-1))
+        return {"scores": tf.nn.softmax(tf.gather_nd(logits, tf.stack([row, column + 1], axis=1)), axis=-1)}
 
-    scores = tf.TensorArray(tf.float32, size=tf.cast(calls, tf.int32), infer_shape=False,
-                            element_shape=tf.TensorShape([None, model.num_classes]))
-    _, scores = tf.while_loop(lambda call, _: call < calls, run, (tf.constant(0, tf.int64), scores))
-    return scores.concat()  # (entries, num_classes), window after window
+    specs = {"scores": (tf.float32, [None, model.num_classes])}
+    return in_chunks(run, count, specs, windows_per_call)["scores"]  # (entries, num_classes), window after window
 
 
 def _run_model(model, packed, xla, single):
@@ -250,11 +217,7 @@ def export_tagger(model, export_dir, tag_names=None, overwrite=False, extra_asse
     export_dir = os.fspath(export_dir)
     check_compute_dtype(dtype)
     tokenizer = _check_tagger(model)
-    window = model.preprocessor.seq_length - 2
-    stride = window // 4 if stride is None else check_int("stride", stride, minimum=0)
-    if stride >= window:
-        raise ValueError(f"Received an invalid value for argument `stride`, expected fewer pieces than a window "
-                         f"holds ({window}: seq_length {window + 2} less [CLS] and [SEP]). Received: stride={stride}")
+    stride = check_stride(stride, model.preprocessor.seq_length)
     if tag_names is None:
         tag_names = getattr(model, "label_names", None)
         if tag_names is None:
@@ -290,6 +253,62 @@ def _write_export(model, tokenizer, export_dir, tag_names, overwrite, extra_asse
         settings={"tag_names": tag_names, "inputs": ["text"], "dtype": dtype, "stride": stride,
                   "seq_length": model.preprocessor.seq_length, **decoding},
     )
+
+
+def pieces_in_batches(serve, texts, batch_size=32):
+    """`serve` (strings -> the padded dict of `OUTPUTS`) over `texts` in batches: one dict per text, padding cut."""
+    batch_size = check_int("batch_size", batch_size, minimum=1)
+    rows = []
+    for begin in range(0, len(texts), batch_size):
+        outputs = {name: value.numpy() for name, value in serve(tf.constant(texts[begin : begin + batch_size],
+                                                                            tf.string)).items()}
+        for row, length in enumerate(outputs.pop("lengths")):
+            piece = {name: value[row, :length] for name, value in outputs.items()}
+            piece["tokens"] = [token.decode("utf-8") for token in piece["tokens"]]
+            rows.append(piece)
+    return rows
+
+
+def serving_pieces(model, stride=None):
+    """The export's computation on a model in memory: `tag_pieces(texts, batch_size)` as `ExportedTagger`'s.
+
+    What a fine-tune scores its tagger with, so that the F1 it reports is the
+    F1 of the path its export serves (the same windows, the same reading of
+    each piece's primary copy).
+    """
+    tokenizer = _check_tagger(model)
+    stride = check_stride(stride, model.preprocessor.seq_length)
+    vocabulary = tf.constant(list(tokenizer.vocabulary))
+    serve = tf.function(lambda texts: _tag_pieces(model, tokenizer, vocabulary, texts, stride, None),
+                        input_signature=[tf.TensorSpec([None], tf.string)], autograph=False)
+    return lambda texts, batch_size=32: pieces_in_batches(serve, texts, batch_size)
+
+
+def word_tags(pieces, word_starts, tag_names):
+    """Each word's tag: the tag of its first piece (as a tagger is trained); `O` for a word without pieces.
+
+    `pieces` is one text's `tag_pieces` (of an over-long text, each piece's
+    `primary` copy is read); a word's first piece is the one that starts at
+    the word's first character (words are joined by single spaces, so a
+    word's pieces start inside it).
+    """
+    first = {}
+    for start, tag, primary in zip(pieces["char_starts"], pieces["tag_ids"], pieces["primary"]):
+        if primary:
+            first.setdefault(int(start), tag_names[int(tag)])
+    return [first.get(start, "O") for start in word_starts]
+
+
+def sentence_tags(tag_pieces, sentences, tag_names, batch_size=32):
+    """Each word's tag for sentences of words: the words joined by single spaces, tagged, read by `word_tags`.
+
+    `tag_pieces` is an export's (`ExportedTagger.tag_pieces`) or a model's
+    (`serving_pieces`): a fine-tune's test score and `bert-keras evaluate`
+    read the tags one way.
+    """
+    joined = [join_words(words) for words in sentences]
+    pieces = tag_pieces([text for text, _, _ in joined], batch_size=batch_size)
+    return [word_tags(piece, starts, tag_names) for piece, (_, starts, _) in zip(pieces, joined)]
 
 
 class ExportedTagger(LoadedExport):
@@ -401,16 +420,11 @@ class ExportedTagger(LoadedExport):
 
     def tag_pieces(self, texts, batch_size=32):
         """The signature's outputs for `texts` (a list of str), as numpy arrays, one dict per text, padding cut."""
-        batch_size = check_int("batch_size", batch_size, minimum=1)
-        rows = []
-        for begin in range(0, len(texts), batch_size):
-            outputs = {name: value.numpy() for name, value in
-                       self._signature(text=tf.constant(texts[begin : begin + batch_size], tf.string)).items()}
-            for row, length in enumerate(outputs.pop("lengths")):
-                piece = {name: value[row, :length] for name, value in outputs.items()}
-                piece["tokens"] = [token.decode("utf-8") for token in piece["tokens"]]
-                rows.append(piece)
-        return rows
+        return pieces_in_batches(lambda batch: self._signature(text=batch), texts, batch_size)
+
+    def tag_words(self, sentences, batch_size=32):
+        """Each word's tag (its first piece's, as the tagger is trained) for sentences of words: see `word_tags`."""
+        return sentence_tags(self.tag_pieces, sentences, self.tag_names, batch_size)
 
     def predict(self, texts, aggregation="simple", batch_size=32):
         """The entities of one text or many, as transformers' token-classification pipeline gives them.

@@ -23,6 +23,8 @@ import numpy as np
 import tensorflow as tf
 
 from bert_keras._checks import check_int
+from bert_keras.text.alignment import IGNORE_LABEL, as_ragged, pack_values, word_of_pieces
+from bert_keras.text.packer import pack_inputs
 
 # Keys of `qa_windows`' dict: the packed inputs, then where every piece came from.
 INPUT_KEYS = ("input_word_ids", "input_mask", "input_type_ids")
@@ -60,6 +62,138 @@ def check_window_arguments(seq_length, doc_stride, max_question_length, num_spec
             f"(seq_length - max_question_length - {num_special}), so that each window moves on. "
             f"Received: doc_stride={doc_stride}"
         )
+
+
+def piece_windows(lengths, window, step):
+    """The windows of rows of `lengths` pieces, as transformers' tokenizers cut overflowing tokens: the one cut.
+
+    A row of at most `window` pieces is one window (an empty row too); a
+    longer one is windows of `window` pieces starting every `step` pieces
+    (`window - step` pieces shared by consecutive windows: transformers'
+    `stride`), the last one reaching the row's end, shorter or not. The
+    tagger's windows (`tagging_windows`, the tagger export) and the reader's
+    (`qa_windows`: the context's pieces beside the question) are cut here.
+
+    Args:
+        lengths: int `(rows,)` tensor, pieces per row.
+        window: int, or int `(rows,)` tensor: pieces per window (a reader's
+            shrinks as its question grows).
+        step: int, or int `(rows,)` tensor, at least 1: pieces between
+            the starts of consecutive windows.
+
+    Returns:
+        `(row, index, first, last)`, int64 `(windows,)` each: the window's
+        row, its index within the row (0, 1, ...) and its pieces
+        `[first, last)`.
+
+    Example:
+    >>> [t.numpy().tolist() for t in piece_windows(tf.constant([3, 0, 7]), 4, 2)]
+    [[0, 1, 2, 2, 2], [0, 0, 0, 1, 2], [0, 0, 0, 2, 4], [3, 0, 4, 6, 7]]
+    """
+    lengths = tf.cast(lengths, tf.int64)
+    window = tf.broadcast_to(tf.cast(window, tf.int64), tf.shape(lengths))  # (rows,)
+    step = tf.broadcast_to(tf.cast(step, tf.int64), tf.shape(lengths))
+    counts = 1 + tf.maximum(lengths - window + step - 1, 0) // step  # (rows,)
+    row = tf.repeat(tf.range(tf.size(lengths, out_type=tf.int64)), counts)  # (windows,)
+    index = tf.ragged.range(counts).flat_values  # (windows,)
+    first = index * tf.gather(step, row)
+    return row, index, first, tf.minimum(first + tf.gather(window, row), tf.gather(lengths, row))
+
+
+def max_context(entry_piece, entry_window, first, last, num_pieces):
+    """Which copy of each piece to read when windows overlap: the one with the most context. BERT's rule.
+
+    A piece's context in a window is the fewer of the pieces left and right
+    of it there; the copy with the most wins, the earlier window on a tie
+    (run_squad.py's `_check_is_max_context`).
+
+    Args:
+        entry_piece: int64 `(entries,)`, each entry's piece (a flat index).
+        entry_window: int64 `(entries,)`, each entry's window.
+        first, last: int64 `(windows,)`, the windows' pieces `[first, last)`
+            (`piece_windows`), in the same numbering as `entry_piece` less the
+            row's start.
+        num_pieces: the number of pieces (flat).
+
+    Returns:
+        bool `(entries,)`: whether each entry is its piece's chosen copy.
+    """
+    position = entry_piece - tf.gather(first, entry_window)
+    context = tf.minimum(position, tf.gather(last, entry_window) - 1 - entry_piece + tf.gather(first, entry_window))
+    windows = tf.size(first, out_type=tf.int64) + 1
+    key = context * windows + (windows - 1 - entry_window)  # more context first, then the earlier window
+    best = tf.math.unsorted_segment_max(key, entry_piece, num_pieces)
+    return tf.equal(key, tf.gather(best, entry_piece))
+
+
+def default_stride(seq_length):
+    """Pieces shared by consecutive windows of a tagger of `seq_length`: a quarter of a window's pieces."""
+    return (seq_length - 2) // 4
+
+
+def check_stride(stride, seq_length):
+    """`stride` (None: `default_stride`) if it leaves each window a new piece; else a `ValueError` naming it."""
+    window = seq_length - 2
+    stride = default_stride(seq_length) if stride is None else check_int("stride", stride, minimum=0)
+    if stride >= window:
+        raise ValueError(f"Received an invalid value for argument `stride`, expected fewer pieces than a window "
+                         f"holds ({window}: seq_length {seq_length} less [CLS] and [SEP]). Received: stride={stride}")
+    return stride
+
+
+@tf.autograph.experimental.do_not_convert
+def tagging_windows(tokenizer, texts, word_starts, word_ends, labels, seq_length=128, stride=None,
+                    ignore_label=IGNORE_LABEL):
+    """Raw texts with labelled words -> packed windows of their pieces, cut as the tagger export cuts them.
+
+    Each text's pieces are cut by `piece_windows` (windows of `seq_length -
+    2` pieces every `seq_length - 2 - stride`), as `export_tagger` serves
+    them, so that a tagger is trained on the windows it answers from. The
+    first piece of each word carries the word's label (in every window that
+    holds it), every other position `ignore_label`.
+
+    Args:
+        tokenizer: a `WordPieceTokenizer`, `SentencePieceTokenizer` or
+            `BytePairTokenizer`.
+        texts: string tensor `(batch,)`, or a list / numpy array of str.
+        word_starts, word_ends: int `(batch, (words))`, each word's
+            character span in its text (`alignment.join_words`).
+        labels: int `(batch, (words))`, the words' label ids.
+        seq_length: int. The packed length, at least 3. Defaults to `128`.
+        stride: optional int. Pieces shared by consecutive windows.
+            Defaults to `default_stride(seq_length)`, the export's.
+        ignore_label: int. Defaults to `IGNORE_LABEL` (-100).
+
+    Returns:
+        A dict: `input_word_ids`, `input_mask`, `input_type_ids`, `labels`
+        (int32 `(windows, seq_length)`) and `text_index` (int64 `(windows,)`,
+        each window's text).
+
+    Example:
+    >>> from bert_keras.text import WordPieceTokenizer
+    >>> tokenizer = WordPieceTokenizer(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "new", "york", "##er"])
+    >>> windows = tagging_windows(tokenizer, ["New Yorker"], [[0, 4]], [[3, 10]], [[1, 2]], seq_length=4, stride=1)
+    >>> windows["input_word_ids"].numpy().tolist(), windows["labels"].numpy().tolist()
+    ([[2, 5, 6, 3], [2, 6, 7, 3]], [[-100, 1, 2, -100], [-100, 2, -100, -100]])
+    """
+    seq_length = check_int("seq_length", seq_length, minimum=3)
+    window = seq_length - 2
+    stride = check_stride(stride, seq_length)
+    ids, starts, _ = (x.merge_dims(1, 2) for x in tokenizer.tokenize_with_char_offsets(texts))  # (batch, (pieces))
+    word_starts, word_ends = as_ragged(word_starts, "word_starts"), as_ragged(word_ends, "word_ends")
+    labels = as_ragged(labels, "labels")
+    word, first_piece = word_of_pieces(starts, word_starts, word_ends)
+    global_word = tf.gather(word_starts.row_starts(), starts.value_rowids()) + word
+    piece_labels = tf.where(first_piece, tf.gather(labels.flat_values, tf.maximum(global_word, 0)), ignore_label)
+    row, _, first, last = piece_windows(ids.row_lengths(), window, window - stride)
+    positions = tf.ragged.range(first, last)  # (windows, (pieces)): the piece's index within its text
+    flat = positions.flat_values + tf.gather(ids.row_starts(), tf.gather(row, positions.value_rowids()))
+    packed = pack_inputs([positions.with_flat_values(tf.gather(ids.flat_values, flat))], seq_length,
+                         tokenizer.cls_id, tokenizer.sep_id, tokenizer.pad_id)
+    packed["labels"] = tf.cast(pack_values(positions.with_flat_values(tf.gather(piece_labels, flat)), seq_length,
+                                           ignore_label), tf.int32)
+    packed["text_index"] = row
+    return packed
 
 
 def _pieces(tokenizer, texts):
@@ -134,10 +268,7 @@ def qa_windows(tokenizer, questions, contexts, seq_length=384, doc_stride=128, m
     budget = seq_length - num_special - question_length  # (batch,) context pieces per window
     step = budget - doc_stride
     length = context["lengths"]
-    count = tf.where(length <= budget, tf.ones_like(length), 1 + (length - budget + step - 1) // step)
-    example = tf.repeat(tf.range(tf.size(count, out_type=tf.int64), dtype=tf.int64), count)  # (windows,)
-    first = tf.ragged.range(count).flat_values * tf.gather(step, example)  # (windows,): first context piece
-    last = tf.minimum(first + tf.gather(budget, example), tf.gather(length, example))  # after the last one
+    example, _, first, last = piece_windows(length, budget, step)  # (windows,): the context pieces [first, last)
     # Positions: [CLS] 0, question 1..q, [SEP] q + 1 (RoBERTa: </s></s> q + 1, q + 2), context from
     # o = q + 2 (RoBERTa: q + 3) to o + c - 1, [SEP] o + c, padding after.
     position = tf.range(seq_length, dtype=tf.int64)[None, :]  # (1, seq_length)

@@ -8,7 +8,8 @@
   rendezvous), who is the chief, a `fit` of one's own under several replicas
   (`trainable_model`); `training.feeding`: each replica's slice of every
   global batch (`distribute_batches`).
-- Recipes: `finetune` / `finetune_classifier` / `finetune_tagger` /
+- Recipes: `finetune` (the two phases) and one pipeline, `recipe.run_recipe`,
+  running a task's `Recipe`: `finetune_classifier` / `finetune_tagger` /
   `finetune_reader` (`FineTuneConfig`),
   `run_pretraining` (`PretrainConfig`) and `finetune_sentence_encoder`
   (`ContrastiveConfig`: pairs, in-batch negatives gathered across replicas).
@@ -18,7 +19,8 @@ from bert_keras.training.backup import EpochBackup, claim_backup
 from bert_keras.training.data import text_dataset
 from bert_keras.training.config import ContrastiveConfig, FineTuneConfig, PretrainConfig
 from bert_keras.training.contrastive import InBatchNegatives, finetune_sentence_encoder
-from bert_keras.training.finetune import FineTuneHistory, FineTuneResult, finetune, finetune_classifier
+from bert_keras.training.classifying import finetune_classifier
+from bert_keras.training.finetune import FineTuneHistory, FineTuneResult, finetune
 from bert_keras.training.harness import Harness
 from bert_keras.training.reading import finetune_reader
 from bert_keras.training.tagging import finetune_tagger

@@ -1,4 +1,4 @@
-"""Fine-tuning: freeze -> adapt -> unfreeze with BERT's optimizer recipe, and the one fine-tune pipeline.
+"""Fine-tuning: freeze -> adapt -> unfreeze with BERT's optimizer recipe, and the shell every fine-tune runs in.
 
 `finetune` trains a model in two phases. Phase 1 trains the head with the
 encoder frozen (Adam at `head_learning_rate`). Phase 2 unfreezes the encoder
@@ -11,41 +11,34 @@ Both phases run on the one `Harness`: the strategy the model was built under
 what one replica with the same global batch would), per-epoch snapshots and
 an exact resume, progress and results on the chief only.
 
-`finetune_classifier` is the pipeline the CLI and the demo run: labelled
-texts -> strategy scope -> `BertClassifier.from_checkpoint` -> `finetune`
--> test scores -> `export_classifier`. What it trains is one
-`FineTuneConfig`, which the CLI fills and the backup's run record stores.
+`run_pipeline` is the shell of every fine-tune (checks, the output's lock,
+the backup and its run record, the harness); `training.recipe.run_recipe`
+runs a task's `Recipe` in it (`finetune_classifier`, `finetune_tagger`,
+`finetune_reader`).
 """
 
 import contextlib
 import dataclasses
 import logging
-import math
 import os
-import time
 import warnings
 
 import keras
 import numpy as np
 import tensorflow as tf
-from sklearn.utils.class_weight import compute_class_weight
 
 from bert_keras import lora
 from bert_keras._faults import fault_point
 from bert_keras._files import check_target, output_lock
-from bert_keras.datasets import stratified_split
 from bert_keras.dtypes import check_compute_dtype
-from bert_keras.evaluate import classification_report, format_report, report_files
-from bert_keras.export import export_classifier, outputs_probabilities
+from bert_keras.export import outputs_probabilities
 from bert_keras.optimization import bert_optimizer
-from bert_keras.tasks import BertClassifier
 from bert_keras.training.config import FineTuneConfig
-from bert_keras.training.backup import fingerprint, held_backup, remove_backup
-from bert_keras.training.data import text_dataset
+from bert_keras.training.backup import held_backup, remove_backup
 from bert_keras.training.feeding import check_global_batch
 from bert_keras.training.harness import Harness
 from bert_keras.training.record import RunRecord
-from bert_keras.training.strategy import is_chief, task_name
+from bert_keras.training.strategy import is_chief
 
 logger = logging.getLogger(__name__)
 
@@ -210,42 +203,6 @@ class FineTuneResult:
     evaluation: dict | None = None
 
 
-def finetune_classifier(source, train, validation=None, test=None, export_dir=None, config=None, *, backup_dir=None,
-                        strategy=None, overwrite=False, verbose="auto", report=logger.info, **options):
-    """The fine-tune pipeline: labelled texts -> scope -> build -> finetune -> score -> export.
-
-    Args:
-        source: where the pretrained model comes from: a checkpoint folder or
-            a Hub module pair directory (`BertClassifier.from_checkpoint`), or
-            a pair of Hub handles `(encoder, preprocess)`.
-        train: `bert_keras.datasets.LabelledText` (texts, or text pairs).
-        validation: optional `LabelledText`; by default a stratified
-            `validation_fraction` of `train`.
-        test: optional `LabelledText`, scored after training.
-        export_dir: optional str. Where the classifier is exported (checked before any training).
-        config: optional `FineTuneConfig`; `options` replace its fields
-            (`seq_length=64`, `learning_rate=5e-5`, `early_stopping=2`, ...).
-        backup_dir: optional str. Makes training resumable (see `finetune`):
-            a new directory, or the backup of an interrupted run of the same
-            source, data and config. Removed once the export is written.
-        strategy: optional `tf.distribute.Strategy` (see
-            `training.strategy.make_strategy`); defaults to the current
-            one. With more than one replica the test scores and the export are
-            made by the chief, from a copy of the trained model outside the
-            strategy; the other workers return with `export_dir` None.
-        overwrite: bool. Replace an earlier export in `export_dir`.
-        verbose: `fit` verbosity.
-        report: callable taking one line of progress text. Defaults to logging.
-
-    Returns:
-        `FineTuneResult`.
-    """
-    config = FineTuneConfig.of(config, **options)
-    return run_pipeline(_train_and_export, source, dict(train=train, validation=validation, test=test), export_dir,
-                        config, kind="classifier", fingerprint=_fingerprint, backup_dir=backup_dir, strategy=strategy,
-                        overwrite=overwrite, verbose=verbose, report=report)
-
-
 def run_pipeline(train_and_export, source, data, export_dir, config, *, kind, fingerprint, backup_dir=None,
                  strategy=None, overwrite=False, verbose="auto", report=logger.info):
     """The shell of every fine-tune pipeline: checks, the output's lock, the backup and its run record, the harness.
@@ -283,8 +240,8 @@ def run_pipeline(train_and_export, source, data, export_dir, config, *, kind, fi
     with locked, held_backup(backup_dir, strategy) as own_backup:
         record = None
         if backup_dir is not None:
-            sources = [source] if isinstance(source, str) else list(source)
-            run = dict(source=source if isinstance(source, str) else sources, **config.record(),
+            sources = [_as_recorded(path) for path in ([source] if isinstance(source, str) else list(source))]
+            run = dict(source=sources[0] if isinstance(source, str) else sources, **config.record(),
                        **{f"{name}_data": fingerprint(data.get(name)) for name in ("train", "validation", "test")})
             record = RunRecord(backup_dir, run, sources=sources, report=report)  # written when training starts
             if record.resuming:
@@ -297,62 +254,6 @@ def run_pipeline(train_and_export, source, data, export_dir, config, *, kind, fi
         else:
             remove_backup(own_backup)
     return result
-
-
-def _train_and_export(harness, source, train, validation, test, export_dir, config, overwrite, report):
-    if validation is None:
-        train_idx, val_idx = stratified_split(train.labels, (1 - config.validation_fraction, config.validation_fraction), seed=config.seed)
-        train, validation = train.subset(train_idx), train.subset(val_idx)
-    sizes = {"train": len(train), "validation": len(validation), "test": 0 if test is None else len(test)}
-    report(f"Training examples: {sizes['train']}, validation: {sizes['validation']}"
-           + (f", test: {sizes['test']}" if test is not None else "") + f"; labels: {train.label_names}")
-    callbacks, class_weight = _training_options(train, validation, config, report)
-    keras.utils.set_random_seed(config.seed)
-    model = _build_classifier(harness, source, train, config)
-    replicas, batching = harness.replicas, f"batch {config.batch_size}"
-    if replicas > 1:
-        batching = f"global batch {config.batch_size} = {config.batch_size // replicas} per replica x {replicas} replicas"
-        report(f"Strategy: {type(harness.strategy).__name__}, {replicas} replicas ({task_name(harness.strategy)} here)")
-    phase_2 = "unfrozen" if config.lora_rank is None else f"adapted by LoRA (rank {config.lora_rank})"
-    report(f"Fine-tuning (seq_length {config.seq_length}, {batching}): {config.head_epochs} epoch(s) with the encoder "
-           f"frozen, then {config.epochs} with it {phase_2} (AdamW {config.phase_2_learning_rate:g})")
-    if not len(validation):
-        report("No validation examples (the training data is too small to hold some back): validation skipped")
-    started = time.time()
-    folded = class_weight if replicas > 1 else None  # distributed datasets carry class weights as sample weights
-    encoder = _find_encoder(model, None)
-    history = _two_phases(
-        harness, model, config, text_dataset(train, config.batch_size, shuffle_seed=config.seed, class_weight=folded),
-        encoder=encoder, validation_data=text_dataset(validation, config.batch_size) if len(validation) else None,
-        steps_per_epoch=math.ceil(len(train) / config.batch_size), callbacks=callbacks,
-        class_weight=None if folded else class_weight,
-    )
-    fit_seconds = time.time() - started
-    if config.lora_rank is not None:
-        lora.merge_lora(model)  # an ordinary model from here on: scored, copied and exported as one
-    if replicas > 1:
-        if not harness.chief:
-            return FineTuneResult(model, history, None, None, None, fit_seconds, sizes)
-        # A copy outside the strategy, built as the model was: scored and exported with no collectives.
-        trained, model = model, _build_classifier(Harness(tf.distribute.get_strategy()), source, train, config)
-        model.set_weights(trained.get_weights())
-    scores = probabilities = evaluation = None
-    if test is not None:
-        logits = harness.predict(model, text_dataset(test, 64).map(lambda x, y: x), steps=math.ceil(len(test) / 64),
-                                 what=f"Scoring the test set ({len(test)} examples)")
-        probabilities = keras.ops.convert_to_numpy(keras.ops.softmax(keras.ops.cast(logits, "float32"), axis=-1))
-        evaluation = classification_report(test.labels, probabilities, train.label_names)
-        scores = {"accuracy": evaluation["accuracy"], "macro_f1": evaluation["macro_f1"]}
-        report(f"Test set ({len(test)} examples):\n{format_report(evaluation)}")
-    if export_dir is not None:
-        metrics = {"label_names": train.label_names, "history": dataclasses.asdict(history), "fit_seconds": round(fit_seconds, 1)}
-        if scores is not None:
-            metrics.update(test_accuracy=scores["accuracy"], test_macro_f1=scores["macro_f1"])
-        # Next to the model, in assets.extra/: the test report (JSON, confusion-matrix PNG) and the training curves (PNG).
-        assets = {"metrics.json": metrics, **report_files(evaluation, dataclasses.asdict(history))}
-        export_classifier(model, export_dir, train.label_names, overwrite=overwrite, extra_assets=assets, dtype=config.export_dtype)
-        report(f"Exported the classifier (raw strings in; probabilities and label names out) to {export_dir}")
-    return FineTuneResult(model, history, scores, probabilities, export_dir, fit_seconds, sizes, evaluation)
 
 
 def random_split(data, fraction, seed):
@@ -390,29 +291,9 @@ def _check_apart(export_dir, backup_dir):
         )
 
 
-def _training_options(train, validation, config, report):
-    """`(callbacks, class_weight)` for `finetune` from the config's `early_stopping` and `class_weights`."""
-    callbacks, class_weights = early_stopping(config, len(validation)), config.class_weights
-    if class_weights is None or isinstance(class_weights, dict):
-        return callbacks, class_weights
-    if class_weights != "balanced":
-        raise ValueError(f"Received an invalid value for argument `class_weights`, expected None, \"balanced\" or a dict. "
-                         f"Received: class_weights={class_weights!r}")
-    present = np.unique(train.labels)
-    weights = dict(zip(present.tolist(), compute_class_weight("balanced", classes=present, y=train.labels).tolist()))
-    report("Class weights (balanced): " + ", ".join(f"{train.label_names[i]} {w:.3f}" for i, w in weights.items()))
-    return callbacks, weights
-
-
-def _build_classifier(harness, source, train, config):
-    """The pipeline's classifier, made under the harness's strategy with the config's dtype policy."""
-    with harness.building(config.dtype):
-        return BertClassifier.from_checkpoint(source, seq_length=config.seq_length, num_classes=len(train.label_names),
-                                              label_names=train.label_names, text_pairs=train.text_pairs is not None,
-                                              dropout=config.dropout)
-
-
-def _fingerprint(data):
-    if data is None:
-        return fingerprint()
-    return fingerprint(data.texts, data.text_pairs or [], [int(label) for label in data.labels], data.label_names)
+def _as_recorded(source):
+    """A source as the run record keeps it: a local path resolved (`ckpt`, `./ckpt/` and its absolute path are one
+    folder, whose files' fingerprints say whether it changed), a URL as it is."""
+    if isinstance(source, str) and os.path.exists(source):
+        return os.path.realpath(source)
+    return source

@@ -1,8 +1,8 @@
-"""The reading pipeline: SQuAD examples -> a `BertSpanLabeler` fine-tuned, scored by exact match and F1, exported.
+"""The reading recipe: SQuAD examples -> a `BertSpanLabeler` fine-tuned, scored by exact match and F1, exported.
 
-`finetune_reader` is `finetune_classifier`'s sibling for extractive
-question answering: the same shell (`run_pipeline`) and two phases, on the
-windows of `text.windows.qa_features` (`[CLS] question [SEP] context [SEP]`,
+`finetune_reader` runs `ReaderRecipe` in the one pipeline
+(`training.recipe.run_recipe`: the classifier's shell and two phases), on
+the windows of `text.windows.qa_features` (`[CLS] question [SEP] context [SEP]`,
 contexts longer than a window cut with a document stride, as transformers'
 `run_qa.py` does). Each window is labelled with the answer's first and last
 piece, or `[CLS]` where it does not hold the whole answer; the loss is the
@@ -13,15 +13,13 @@ scores come from the export's own decoding (`export.reader`), on every
 window of every test question.
 """
 
-import dataclasses
 import logging
 import math
-import time
 
 import keras
 import tensorflow as tf
 
-from bert_keras import export, lora
+from bert_keras.export import export_reader
 from bert_keras.export.reader import best_answers, window_probabilities
 from bert_keras.squad import squad_scores
 from bert_keras.tasks import BertSpanLabeler
@@ -30,9 +28,8 @@ from bert_keras.text.windows import (INPUT_KEYS, ROBERTA_SPECIAL_TOKENS, check_w
 from bert_keras.training.backup import fingerprint
 from bert_keras.training.config import FineTuneConfig
 from bert_keras.training.data import example_dataset
-from bert_keras.training.finetune import (FineTuneResult, _two_phases, early_stopping, offsets_tokenizer,
-                                            pooler_left_out, random_split, run_pipeline)
-from bert_keras.training.harness import Harness
+from bert_keras.training.finetune import offsets_tokenizer, random_split
+from bert_keras.training.recipe import Batches, Recipe, run_recipe
 
 logger = logging.getLogger(__name__)
 
@@ -89,6 +86,76 @@ def predict_answers(model, examples, seq_length, doc_stride=128, max_question_le
     return answers
 
 
+class ReaderRecipe(Recipe):
+    """A `BertSpanLabeler` trained on packed question + context windows; scored as its export decodes."""
+
+    kind = "reader"
+    unit = "questions"
+    token_level = True
+
+    def __init__(self, config, doc_stride=128, max_question_length=64):
+        super().__init__(config)
+        self.windows = dict(doc_stride=doc_stride, max_question_length=max_question_length)
+
+    def fingerprint(self, data):  # the window settings decide the trained weights too
+        if data is None:
+            return fingerprint(self.windows)
+        return fingerprint(data.ids, data.questions, data.contexts, data.answers, self.windows)
+
+    def split(self, train):
+        return random_split(train, self.config.validation_fraction, self.config.seed)
+
+    def build(self, harness, source, train):
+        """`(model, trainer)`: the raw-string reader, and the span labeler on packed windows that shares its layers.
+
+        RoBERTa's packing has no segments to find the context by: its labeler scores every position, as
+        transformers' run_qa.py trains, and the export's windows mask the question.
+        """
+        with harness.building(self.config.dtype):
+            model = BertSpanLabeler.from_checkpoint(source, seq_length=self.config.seq_length)
+            if special_tokens(offsets_tokenizer(model, "reader")) == ROBERTA_SPECIAL_TOKENS:
+                loaded, model = model, BertSpanLabeler(model.encoder, preprocessor=model.preprocessor,
+                                                       context_segment_id=None, name=model.name)
+                model.span_head.set_weights(loaded.span_head.get_weights())
+            trainer = BertSpanLabeler(model.encoder, context_segment_id=model.context_segment_id,
+                                      name="reader_on_windows")
+            trainer.span_head.set_weights(model.span_head.get_weights())
+        return model, trainer
+
+    def batches(self, harness, model, trainer, data, shuffle_seed=None):
+        features = qa_features(model.preprocessor.tokenizer, data, self.config.seq_length, **self.windows)
+        size = len(features["start_positions"])
+        if shuffle_seed is not None:
+            harness.report(f"Windows of {self.config.seq_length} pieces, stride {self.windows['doc_stride']}: "
+                           f"{len(data)} training questions make {size} windows")
+        return Batches(window_dataset(features, self.config.batch_size, shuffle_seed),
+                       math.ceil(size / self.config.batch_size))
+
+    def compile_arguments(self, harness, trainer):
+        losses = {key: keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+                  for key in ("start_logits", "end_logits")}
+        return {"loss": losses, "loss_weights": {"start_logits": 0.5, "end_logits": 0.5}, "metrics": ()}
+
+    def trained(self, model, trainer):
+        model.span_head.set_weights(trainer.span_head.get_weights())  # the encoder is the same object in both
+
+    def score(self, harness, model, test, train):
+        harness.report(f"Answering the {len(test)} test questions as the export decodes them")
+        answers = predict_answers(model, test, self.config.seq_length, **self.windows)
+        evaluation = squad_scores(answers, test)
+        scores = {key: evaluation[key] for key in ("exact_match", "f1")}
+        return scores, evaluation, None, (f"Test set ({len(test)} questions): exact match "
+                                          f"{evaluation['exact_match']:.2f}, F1 {evaluation['f1']:.2f}")
+
+    def export(self, model, export_dir, run, evaluation, scores, overwrite):
+        metrics = {**run, **self.windows}
+        if evaluation is not None:
+            metrics["test"] = evaluation
+        export_reader(model, export_dir, overwrite=overwrite, extra_assets={"metrics.json": metrics},
+                      dtype=self.config.export_dtype, seq_length=self.config.seq_length, **self.windows)
+        return f"Exported the reader (a raw question and context in; the answer's characters out) to {export_dir}"
+
+
 def finetune_reader(source, train, validation=None, test=None, export_dir=None, config=None, *, doc_stride=128,
                     max_question_length=64, backup_dir=None, strategy=None, overwrite=False, verbose="auto",
                     report=logger.info, **options):
@@ -117,94 +184,6 @@ def finetune_reader(source, train, validation=None, test=None, export_dir=None, 
     if config.class_weights is not None:
         raise ValueError(f"`class_weights` weigh a classifier's classes; a reader has none. "
                          f"Received: class_weights={config.class_weights!r}")
-    windows = dict(doc_stride=doc_stride, max_question_length=max_question_length)
-
-    def train_and_export(*arguments):
-        return _train_and_export(*arguments, windows=windows)
-
-    def fingerprint_of(data):  # the window settings decide the trained weights too
-        return _fingerprint(data, windows)
-
-    return run_pipeline(train_and_export, source, dict(train=train, validation=validation, test=test), export_dir,
-                        config, kind="reader", fingerprint=fingerprint_of, backup_dir=backup_dir, strategy=strategy,
-                        overwrite=overwrite, verbose=verbose, report=report)
-
-
-def _train_and_export(harness, source, train, validation, test, export_dir, config, overwrite, report, *, windows):
-    if validation is None:
-        train, validation = random_split(train, config.validation_fraction, config.seed)
-    sizes = {"train": len(train), "validation": len(validation), "test": 0 if test is None else len(test)}
-    report(f"Training questions: {sizes['train']}, validation: {sizes['validation']}"
-           + (f", test: {sizes['test']}" if test is not None else ""))
-    keras.utils.set_random_seed(config.seed)
-    model, trainer = _build_reader(harness, source, config)
-    tokenizer = offsets_tokenizer(model, "reader")
-    features = {name: qa_features(tokenizer, part, config.seq_length, **windows) if len(part) else None
-                for name, part in (("train", train), ("validation", validation))}
-    report(f"Windows of {config.seq_length} pieces, stride {windows['doc_stride']}: {len(train)} training questions make "
-           f"{len(features['train']['start_positions'])} windows")
-    report(f"Fine-tuning the reader (batch {config.batch_size}): {config.head_epochs} epoch(s) with the encoder frozen, "
-           f"then {config.epochs} with it unfrozen (AdamW {config.phase_2_learning_rate:g})")
-    callbacks = early_stopping(config, len(validation), "questions")
-    started = time.time()
-    with pooler_left_out():
-        history = _reader_phases(harness, trainer, config, features, callbacks)
-    fit_seconds = time.time() - started
-    if config.lora_rank is not None:
-        lora.merge_lora(trainer)
-    model.span_head.set_weights(trainer.span_head.get_weights())  # the encoder is the same object in both
-    if harness.replicas > 1:
-        if not harness.chief:
-            return FineTuneResult(model, history, None, None, None, fit_seconds, sizes)
-        trained, (model, _) = model, _build_reader(Harness(tf.distribute.get_strategy()), source, config)
-        model.set_weights(trained.get_weights())
-    scores = evaluation = None
-    if test is not None:
-        report(f"Answering the {len(test)} test questions")
-        answers = predict_answers(model, test, config.seq_length, **windows)
-        evaluation = squad_scores(answers, test)
-        scores = {key: evaluation[key] for key in ("exact_match", "f1")}
-        report(f"Test set ({len(test)} questions): exact match {evaluation['exact_match']:.2f}, F1 {evaluation['f1']:.2f}")
-    if export_dir is not None:
-        metrics = {"history": dataclasses.asdict(history), "fit_seconds": round(fit_seconds, 1), **windows}
-        if evaluation is not None:
-            metrics["test"] = evaluation
-        export.export_reader(model, export_dir, overwrite=overwrite, extra_assets={"metrics.json": metrics},
-                             dtype=config.export_dtype, seq_length=config.seq_length, **windows)
-        report(f"Exported the reader (a raw question and context in; the answer's characters out) to {export_dir}")
-    return FineTuneResult(model, history, scores, None, export_dir, fit_seconds, sizes, evaluation)
-
-
-def _reader_phases(harness, trainer, config, features, callbacks):
-    """`finetune`'s two phases on the windows: the mean of the start and end cross-entropies."""
-    losses = {key: keras.losses.SparseCategoricalCrossentropy(from_logits=True) for key in ("start_logits", "end_logits")}
-    return _two_phases(
-        harness, trainer, config, window_dataset(features["train"], config.batch_size, shuffle_seed=config.seed),
-        encoder=trainer.encoder, loss=losses, loss_weights={"start_logits": 0.5, "end_logits": 0.5}, metrics=(),
-        validation_data=(window_dataset(features["validation"], config.batch_size)
-                         if features["validation"] is not None else None),
-        steps_per_epoch=math.ceil(len(features["train"]["start_positions"]) / config.batch_size), callbacks=callbacks,
-    )
-
-
-def _build_reader(harness, source, config):
-    """`(model, trainer)`: the raw-string reader, and the span labeler on packed windows that shares its layers.
-
-    RoBERTa's packing has no segments to find the context by: its labeler scores every position, as
-    transformers' run_qa.py trains, and the export's windows mask the question.
-    """
-    with harness.building(config.dtype):
-        model = BertSpanLabeler.from_checkpoint(source, seq_length=config.seq_length)
-        if special_tokens(offsets_tokenizer(model, "reader")) == ROBERTA_SPECIAL_TOKENS:
-            loaded, model = model, BertSpanLabeler(model.encoder, preprocessor=model.preprocessor,
-                                                   context_segment_id=None, name=model.name)
-            model.span_head.set_weights(loaded.span_head.get_weights())
-        trainer = BertSpanLabeler(model.encoder, context_segment_id=model.context_segment_id, name="reader_on_windows")
-        trainer.span_head.set_weights(model.span_head.get_weights())
-    return model, trainer
-
-
-def _fingerprint(data, windows):
-    if data is None:
-        return fingerprint(windows)
-    return fingerprint(data.ids, data.questions, data.contexts, data.answers, windows)
+    return run_recipe(ReaderRecipe(config, doc_stride, max_question_length), source, train, validation, test,
+                      export_dir, backup_dir=backup_dir, strategy=strategy, overwrite=overwrite, verbose=verbose,
+                      report=report)

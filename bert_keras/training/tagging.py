@@ -1,41 +1,43 @@
-"""The tagging pipeline: tagged sentences -> a `BertTokenClassifier` fine-tuned, scored by entity F1, exported.
+"""The tagging recipe: tagged sentences -> a `BertTokenClassifier` fine-tuned, scored by entity F1, exported.
 
-`finetune_tagger` is `finetune_classifier`'s sibling for named entities:
-the same shell (`run_pipeline`: checks, lock, backup and exact resume,
-strategies, dtype policies) and the same two phases (`finetune`'s recipe),
-on other examples. A sentence becomes one or more windows of whole words
-(`text.alignment.window_sentences`: none is cut off, however long); each
-window's raw text is what the model reads, and its word labels go to the
-first piece of each word (`text.alignment.align_word_labels`), the other
-positions weighing nothing in the loss. The test score is conlleval's
-entity-level precision, recall and F1 (`bert_keras.entities`), on every word
-of every test sentence.
+`finetune_tagger` runs `TaggerRecipe` in the one pipeline
+(`training.recipe.run_recipe`: the classifier's shell and two phases). A
+sentence's words are joined by single spaces and cut into the windows the
+tagger export serves (`text.windows.tagging_windows`: windows of
+`seq_length - 2` pieces with `stride` pieces of overlap, none dropped); the
+first piece of each word carries its label, the other positions weigh
+nothing in the loss. The model trained is the tagger on those packed
+windows, sharing its encoder with the raw-string tagger that is scored and
+exported. The test score is conlleval's entity-level precision, recall and
+F1 (`bert_keras.entities`) of the tags read through the export's own
+computation (`export.tagger.serving_pieces`: its windows, each piece's
+copy with the most context, each word's first piece), so the F1 in the
+export's `metrics.json` is the F1 `bert-keras evaluate` gets from the export.
 """
 
-import dataclasses
 import logging
 import math
-import time
 
 import keras
 import numpy as np
 import tensorflow as tf
 
-from bert_keras import export, lora
 from bert_keras.entities import entity_scores, format_entity_report
+from bert_keras.export import export_tagger
+from bert_keras.export.tagger import sentence_tags, serving_pieces
 from bert_keras.tasks import BertTokenClassifier
-from bert_keras.text.alignment import IGNORE_LABEL, align_word_labels, merge_windows, window_sentences
+from bert_keras.text.alignment import IGNORE_LABEL, join_words
+from bert_keras.text.windows import INPUT_KEYS, check_stride, tagging_windows
 from bert_keras.training.backup import fingerprint
 from bert_keras.training.config import FineTuneConfig
 from bert_keras.training.data import example_dataset
-from bert_keras.training.finetune import (FineTuneResult, _two_phases, early_stopping, offsets_tokenizer,
-                                            pooler_left_out, random_split, run_pipeline)
-from bert_keras.training.harness import Harness
+from bert_keras.training.finetune import offsets_tokenizer, random_split
+from bert_keras.training.recipe import Batches, Recipe, run_recipe
 
 logger = logging.getLogger(__name__)
 
-# Windows aligned per call of `align_word_labels` (bounds the memory of one call, not the result).
-_ALIGN_CHUNK = 1024
+# Sentences cut into windows per call of `tagging_windows` (bounds the memory of one call, not the result).
+_WINDOW_CHUNK = 1024
 # Options that suit tagging better than the classifier's defaults, used where the caller sets none: small
 # datasets of short sentences (CoNLL, WNUT) want more, smaller steps (transformers' token-classification
 # example trains 3 epochs at batch 8-32 with 5e-5).
@@ -49,79 +51,120 @@ def tagger_config(config=None, **options):
     return FineTuneConfig.of(None, **{**TAGGER_DEFAULTS, **options})
 
 
-@dataclasses.dataclass
-class TaggingExamples:
-    """Tagged sentences as model examples: windows of whole words with per-piece labels.
+def tagging_examples(tokenizer, data, seq_length, stride=None):
+    """`TaggedText` -> the packed windows a tagger trains on: numpy arrays, one row per window.
 
-    Attributes:
-        windows: the dict of `window_sentences` (`text`, `sentence`, `first_word`, `num_words`, ...).
-        labels: int32 `(windows, seq_length)`: the word labels on each word's first piece,
-            `IGNORE_LABEL` elsewhere.
-        word_index: int32 `(windows, seq_length)`: each piece's word within its window, -1 for none.
+    Returns:
+        A dict with `input_word_ids`, `input_mask`, `input_type_ids`, `labels`
+        (int32 `(windows, seq_length)`, `IGNORE_LABEL` off the words' first
+        pieces) and `sentence` (int64 `(windows,)`).
     """
-
-    windows: dict
-    labels: np.ndarray
-    word_index: np.ndarray
-
-    def __len__(self):
-        return len(self.windows["text"])
-
-    def dataset(self, batch_size, shuffle_seed=None, with_labels=True):
-        """Batches of `(texts, labels, weights)` (labels >= 0, weight 1 on labelled pieces), or of texts alone."""
-        texts = tf.constant(self.windows["text"], tf.string)
-        if not with_labels:
-            return example_dataset(texts, len(self), batch_size)
-        weights = (self.labels != IGNORE_LABEL).astype(np.float32)
-        columns = (texts, tf.constant(np.maximum(self.labels, 0)), tf.constant(weights))
-        return example_dataset(columns, len(self), batch_size, shuffle_seed)
+    parts = []
+    for begin in range(0, len(data.words), _WINDOW_CHUNK):
+        joined = [join_words(words) for words in data.words[begin : begin + _WINDOW_CHUNK]]
+        windows = tagging_windows(tokenizer, [text for text, _, _ in joined], [starts for _, starts, _ in joined],
+                                  [ends for _, _, ends in joined], data.tag_ids[begin : begin + _WINDOW_CHUNK],
+                                  seq_length=seq_length, stride=stride)
+        windows = {key: value.numpy() for key, value in windows.items()}
+        windows["sentence"] = windows.pop("text_index") + begin
+        parts.append(windows)
+    empty = {key: np.zeros((0, seq_length), np.int32) for key in (*INPUT_KEYS, "labels")}
+    return {key: np.concatenate([part[key] for part in parts]) for key in parts[0]} if parts else {
+        **empty, "sentence": np.zeros((0,), np.int64)}
 
 
-def tagging_examples(tokenizer, data, seq_length):
-    """`TaggedText` -> `TaggingExamples` for a tagger whose preprocessor uses `tokenizer` at `seq_length`."""
-    windows = window_sentences(tokenizer, data.words, seq_length, labels=data.tag_ids)
-    labels, word_index = [], []
-    for begin in range(0, len(windows["text"]), _ALIGN_CHUNK):
-        part = slice(begin, begin + _ALIGN_CHUNK)
-        packed = align_word_labels(tokenizer, windows["text"][part], windows["word_starts"][part],
-                                   windows["word_ends"][part], labels=windows["labels"][part], seq_length=seq_length)
-        labels.append(packed["labels"].numpy())
-        word_index.append(packed["word_index"].numpy())
-    empty = np.zeros((0, seq_length), np.int32)
-    return TaggingExamples(windows, np.concatenate(labels or [empty]), np.concatenate(word_index or [empty]))
+def _trimmed(inputs, labels, weights):
+    """A batch of windows cut to its longest window (the rest is padding): attention costs the square."""
+    width = tf.maximum(tf.reduce_max(tf.reduce_sum(inputs["input_mask"], axis=1)), 1)
+    return {key: value[:, :width] for key, value in inputs.items()}, labels[:, :width], weights[:, :width]
 
 
-def predict_tags(model, examples, tag_names, batch_size=64, harness=None):
-    """The tagger's tag for every word of every sentence (its first piece's argmax; `"O"` for a word without pieces).
+class TaggerRecipe(Recipe):
+    """A `BertTokenClassifier` on the sequence output: cross-entropy on each word's first piece."""
 
-    With a `harness`, its `predict` runs the model (progress lines at verbosity 2).
-    """
-    data = examples.dataset(batch_size, with_labels=False)
-    if harness is None:
-        logits = model.predict(data, verbose=0)
-    else:
-        logits = harness.predict(model, data, steps=math.ceil(len(examples) / batch_size),
-                                 what=f"Tagging the test set ({len(examples)} examples)")
-    predicted = np.argmax(keras.ops.convert_to_numpy(keras.ops.cast(logits, "float32")), axis=-1)
-    merged = merge_windows(examples.windows, examples.word_index, predicted)
-    return [[tag_names[tag] if tag is not None else "O" for tag in sentence] for sentence in merged]
+    kind = "tagger"
+    unit = "sentences"
+    token_level = True
+
+    def __init__(self, config, stride=None):
+        super().__init__(config)
+        self.stride = check_stride(stride, config.seq_length)
+
+    def fingerprint(self, data):
+        if data is None:
+            return fingerprint(self.stride)
+        return fingerprint(data.words, data.tags, list(data.tag_names), data.scheme, self.stride)
+
+    def split(self, train):
+        return random_split(train, self.config.validation_fraction, self.config.seed)
+
+    def prepare(self, train, report):
+        return f"; tags: {list(train.tag_names)}"
+
+    def build(self, harness, source, train):
+        tag_names = list(train.tag_names)
+        with harness.building(self.config.dtype):
+            model = BertTokenClassifier.from_checkpoint(source, seq_length=self.config.seq_length,
+                                                        num_classes=len(tag_names), label_names=tag_names,
+                                                        dropout=self.config.dropout)
+            offsets_tokenizer(model, "tagger")
+            trainer = BertTokenClassifier(model.encoder, num_classes=len(tag_names), dropout=self.config.dropout,
+                                          name="tagger_on_windows")
+            trainer.classifier_head.set_weights(model.classifier_head.get_weights())
+        return model, trainer
+
+    def batches(self, harness, model, trainer, data, shuffle_seed=None):
+        windows = tagging_examples(model.preprocessor.tokenizer, data, self.config.seq_length, self.stride)
+        inputs = {key: tf.constant(windows[key]) for key in INPUT_KEYS}
+        labels = windows["labels"]
+        columns = (inputs, tf.constant(np.maximum(labels, 0)), tf.constant((labels != IGNORE_LABEL).astype(np.float32)))
+        size = len(labels)
+        return Batches(example_dataset(columns, size, self.config.batch_size, shuffle_seed).map(_trimmed),
+                       math.ceil(size / self.config.batch_size))
+
+    def compile_arguments(self, harness, trainer):
+        loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction="mean_with_sample_weight")
+        return {"loss": loss, "metrics": (), "weighted_metrics": ["accuracy"]}
+
+    def trained(self, model, trainer):
+        model.classifier_head.set_weights(trainer.classifier_head.get_weights())  # the encoder is one object in both
+
+    def score(self, harness, model, test, train):
+        harness.report(f"Tagging the test set ({len(test)} sentences) as the export serves it")
+        predicted = sentence_tags(serving_pieces(model, self.stride), test.words, model.label_names)
+        evaluation = entity_scores(test.tags, predicted, scheme=test.scheme)
+        scores = {key: evaluation[key] for key in ("precision", "recall", "f1")}
+        return scores, evaluation, None, (f"Test set ({len(test)} sentences), entities (exact type and span):\n"
+                                          f"{format_entity_report(evaluation)}")
+
+    def export(self, model, export_dir, run, evaluation, scores, overwrite):
+        metrics = {"tag_names": model.label_names, "stride": self.stride, **run}
+        if evaluation is not None:
+            metrics["test"] = evaluation
+        export_tagger(model, export_dir, model.label_names, overwrite=overwrite, extra_assets={"metrics.json": metrics},
+                      dtype=self.config.export_dtype, stride=self.stride)
+        return f"Exported the tagger (raw strings in; entities with character offsets out) to {export_dir}"
 
 
-def finetune_tagger(source, train, validation=None, test=None, export_dir=None, config=None, *, backup_dir=None,
-                    strategy=None, overwrite=False, verbose="auto", report=logger.info, **options):
+def finetune_tagger(source, train, validation=None, test=None, export_dir=None, config=None, *, stride=None,
+                    backup_dir=None, strategy=None, overwrite=False, verbose="auto", report=logger.info, **options):
     """The tagging pipeline: tagged sentences -> scope -> build -> finetune -> entity F1 -> export.
 
     Args:
         source: a checkpoint folder `BertTokenClassifier.from_checkpoint` reads
             (the tagger keeps each piece's characters through the package's own
             tokenizer, so Hub module pairs are not taken).
-        train: `bert_keras.tagged_data.TaggedText`.
+        train: `bert_keras.tagged_data.TaggedText`, with at least one entity tag.
         validation: optional `TaggedText` with train's tag names; by default a
             random `validation_fraction` of `train`'s sentences.
-        test: optional `TaggedText` with train's tag names, scored after training.
+        test: optional `TaggedText` with train's tag names, scored after
+            training through the export's computation.
         export_dir: optional str. Where the tagger is exported (`export.export_tagger`).
         config: optional `FineTuneConfig`; `options` replace its fields. Without
             a config, `TAGGER_DEFAULTS` replace the classifier's batch size and epochs.
+        stride: optional int. Pieces shared by consecutive windows of a long
+            sentence, in training, scoring and the export. Defaults to a
+            quarter of a window (`text.windows.default_stride`).
         backup_dir, strategy, overwrite, verbose, report: as `finetune_classifier`'s.
 
     Returns:
@@ -132,79 +175,12 @@ def finetune_tagger(source, train, validation=None, test=None, export_dir=None, 
     if config.class_weights is not None:
         raise ValueError("`class_weights` weigh a classifier's classes; a tagger's loss counts every labelled word once. "
                          f"Received: class_weights={config.class_weights!r}")
+    if len(train.tag_names) < 2:
+        raise ValueError(f"Received training data with the tags {list(train.tag_names)}: a tagger needs at least one "
+                         "entity tag besides 'O' to learn anything.")
     for name, part in (("validation", validation), ("test", test)):
         if part is not None and list(part.tag_names) != list(train.tag_names):
             raise ValueError(f"The {name} data's tags {part.tag_names} are not the training data's {train.tag_names}: "
                              f"read it with `tag_names=train.tag_names`.")
-    return run_pipeline(_train_and_export, source, dict(train=train, validation=validation, test=test), export_dir,
-                        config, kind="tagger", fingerprint=_fingerprint, backup_dir=backup_dir, strategy=strategy,
-                        overwrite=overwrite, verbose=verbose, report=report)
-
-
-def _train_and_export(harness, source, train, validation, test, export_dir, config, overwrite, report):
-    if validation is None:
-        train, validation = random_split(train, config.validation_fraction, config.seed)
-    tag_names = list(train.tag_names)
-    sizes = {"train": len(train), "validation": len(validation), "test": 0 if test is None else len(test)}
-    report(f"Training sentences: {sizes['train']}, validation: {sizes['validation']}"
-           + (f", test: {sizes['test']}" if test is not None else "") + f"; tags: {tag_names}")
-    keras.utils.set_random_seed(config.seed)
-    model = _build_tagger(harness, source, tag_names, config)
-    tokenizer = offsets_tokenizer(model, "tagger")
-    train_examples, validation_examples = (tagging_examples(tokenizer, part, config.seq_length) for part in (train, validation))
-    if len(train_examples) > len(train):
-        report(f"Sentences longer than {config.seq_length - 2} pieces are split at word boundaries: "
-               f"{len(train)} training sentences make {len(train_examples)} examples")
-    report(f"Fine-tuning the tagger (seq_length {config.seq_length}, batch {config.batch_size}): {config.head_epochs} "
-           f"epoch(s) with the encoder frozen, then {config.epochs} with it unfrozen (AdamW {config.phase_2_learning_rate:g})")
-    callbacks = early_stopping(config, len(validation), "sentences")
-    started = time.time()
-    with pooler_left_out():
-        history = _tagger_phases(harness, model, config, train_examples, validation_examples, callbacks)
-    fit_seconds = time.time() - started
-    if config.lora_rank is not None:
-        lora.merge_lora(model)  # an ordinary model from here on: scored, copied and exported as one
-    if harness.replicas > 1:
-        if not harness.chief:
-            return FineTuneResult(model, history, None, None, None, fit_seconds, sizes)
-        trained, model = model, _build_tagger(Harness(tf.distribute.get_strategy()), source, tag_names, config)
-        model.set_weights(trained.get_weights())
-    scores = evaluation = None
-    if test is not None:
-        predicted = predict_tags(model, tagging_examples(tokenizer, test, config.seq_length), tag_names, harness=harness)
-        evaluation = entity_scores(test.tags, predicted, scheme=train.scheme)
-        scores = {key: evaluation[key] for key in ("precision", "recall", "f1")}
-        report(f"Test set ({len(test)} sentences), entities (exact type and span):\n{format_entity_report(evaluation)}")
-    if export_dir is not None:
-        metrics = {"tag_names": tag_names, "scheme": train.scheme, "history": dataclasses.asdict(history),
-                   "fit_seconds": round(fit_seconds, 1)}
-        if evaluation is not None:
-            metrics["test"] = evaluation
-        export.export_tagger(model, export_dir, tag_names, overwrite=overwrite, extra_assets={"metrics.json": metrics},
-                             dtype=config.export_dtype)
-        report(f"Exported the tagger (raw strings in; entities with character offsets out) to {export_dir}")
-    return FineTuneResult(model, history, scores, None, export_dir, fit_seconds, sizes, evaluation)
-
-
-def _tagger_phases(harness, model, config, train_examples, validation_examples, callbacks):
-    """`finetune`'s two phases on tagging examples: the loss is the mean over labelled pieces only."""
-    loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction="mean_with_sample_weight")
-    return _two_phases(
-        harness, model, config, train_examples.dataset(config.batch_size, shuffle_seed=config.seed),
-        encoder=model.encoder, loss=loss, metrics=(), weighted_metrics=["accuracy"],
-        validation_data=validation_examples.dataset(config.batch_size) if len(validation_examples) else None,
-        steps_per_epoch=math.ceil(len(train_examples) / config.batch_size), callbacks=callbacks,
-    )
-
-
-def _build_tagger(harness, source, tag_names, config):
-    """The pipeline's tagger, made under the harness's strategy with the config's dtype policy."""
-    with harness.building(config.dtype):
-        return BertTokenClassifier.from_checkpoint(source, seq_length=config.seq_length, num_classes=len(tag_names),
-                                                   label_names=tag_names, dropout=config.dropout)
-
-
-def _fingerprint(data):
-    if data is None:
-        return fingerprint()
-    return fingerprint(data.words, data.tags, list(data.tag_names), data.scheme)
+    return run_recipe(TaggerRecipe(config, stride), source, train, validation, test, export_dir, backup_dir=backup_dir,
+                      strategy=strategy, overwrite=overwrite, verbose=verbose, report=report)
