@@ -272,3 +272,29 @@ def test_a_manifest_nested_too_deep_is_refused_naming_it(export, tmp_path):
     with pytest.raises(ValueError, match=re.escape(f"{path} cannot be read (nested too deep): the export is damaged; "
                                                    "export the model again.")):
         load_classifier(directory, warm_up=False)
+
+
+def test_an_export_whose_variables_are_a_fifo_is_refused_not_waited_on(export, tmp_path, capsys):
+    # The fresh review after issue 47: a FIFO as variables/variables.index hung `predict` and the loaders.
+    directory = _copy(export, tmp_path)
+    index = os.path.join(directory, "variables", "variables.index")
+    os.remove(index)
+    os.mkfifo(index)
+    with pytest.raises(OSError, match=re.escape(f"{index} cannot be read: it is a FIFO (named pipe), not a regular "
+                                                "file")):
+        load_classifier(directory, warm_up=False)
+    code, out, err = _run(["predict", "--model", str(directory), "good movie"], capsys)
+    assert code == 2 and out == "" and f"{index} cannot be read: it is a FIFO" in err
+
+
+def test_an_export_with_damaged_variables_is_refused_naming_it(export, tmp_path, capsys):
+    # The fresh review after issue 47: a truncated variables file ended in "internal error: IndexError" (exit 1).
+    directory = _copy(export, tmp_path)
+    [data] = [name for name in os.listdir(os.path.join(directory, "variables")) if name.startswith("variables.data")]
+    path = os.path.join(directory, "variables", data)
+    with open(path, "r+b") as f:
+        f.truncate(os.path.getsize(path) // 2)
+    code, out, err = _run(["predict", "--model", str(directory), "good movie"], capsys)
+    assert code == 2 and out == "", err
+    assert err.startswith(f"bert-keras predict: cannot load a classifier from {directory}: The SavedModel at ") and \
+        "cannot be read: its files are damaged or incomplete" in err and err.endswith("Write it again.\n"), err

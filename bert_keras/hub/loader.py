@@ -38,6 +38,7 @@ import zlib
 
 import tensorflow as tf
 
+from bert_keras._checks import check_regular_file
 from bert_keras._keras_compat import in_safe_mode
 from bert_keras._files import MARKER, OutputLockedError, read_marker, staged_directory
 
@@ -364,6 +365,10 @@ def resolve(handle, sha256=None):
     return handle
 
 
+# The folders of a SavedModel that TensorFlow reads when it loads one.
+_READ_FOLDERS = ("variables", "assets")
+
+
 def _check_saved_model_dir(path):
     if not os.path.isdir(path):
         raise ValueError(f"Expected a SavedModel directory, but {path!r} is a file.")
@@ -373,6 +378,14 @@ def _check_saved_model_dir(path):
             f"The directory {path!r} is not a SavedModel: it holds no saved_model.pb. "
             f"Found: {contents}. Point the handle at the folder that contains saved_model.pb."
         )
+    # What TensorFlow will read must be regular files: a FIFO among them would make the load wait forever.
+    for name in _SAVED_MODEL_FILES:
+        check_regular_file(os.path.join(path, name))
+    for folder in _READ_FOLDERS:
+        folder = os.path.join(path, folder)
+        if os.path.isdir(folder):
+            for entry in sorted(os.listdir(folder)):
+                check_regular_file(os.path.join(folder, entry))
 
 
 def load(handle, tags=None, options=None, sha256=None):
@@ -394,9 +407,14 @@ def load(handle, tags=None, options=None, sha256=None):
     _check_saved_model_dir(path)
     try:
         return tf.saved_model.load(path, tags=tags, options=options)
-    except (tf.errors.OpError, RuntimeError, ValueError, KeyError) as error:
+    except (tf.errors.OpError, RuntimeError, ValueError, KeyError, IndexError) as error:
         missing = re.findall(r"Op type not registered '([^']+)'", str(error))
         if not missing:
+            if isinstance(error, (tf.errors.DataLossError, tf.errors.OutOfRangeError, IndexError)) or (
+                    isinstance(error, tf.errors.OpError) and "variables" in str(error)):
+                first_line = (str(error).strip().splitlines() or [""])[0][:300]
+                raise ValueError(f"The SavedModel at {path!r} cannot be read: its files are damaged or incomplete "
+                                 f"({type(error).__name__}: {first_line}). Write it again.") from None
             raise
         raise RuntimeError(
             f"The SavedModel at {path!r} needs the op(s) {sorted(set(missing))}, which are not "
