@@ -284,3 +284,72 @@ def test_predict_reads_files_with_the_reader_and_messages_of_finetune(exports, t
     assert code == 2 and "argument `--text-column`: it applies to CSV, TSV, JSON and JSONL files; standard input" in err
     code, _, err = _run(["predict", "--model", exports["pairs"]], capsys, b"good\tbad\nno pair\n", monkeypatch)
     assert code == 2 and "standard input line 2 is not a text pair: give each as TEXT<TAB>TEXT_PAIR" in err
+
+
+# --- readers (issue 50, item 3): a question and its context, on the command line -------------------------------
+
+
+@pytest.fixture(scope="module")
+def reader_export(tmp_path_factory):
+    from bert_keras.export import export_reader, load_reader
+    from bert_keras.tasks import BertSpanLabeler
+    from bert_keras.text import BertPreprocessor
+
+    keras.utils.set_random_seed(3)
+    encoder = BertEncoder(vocab_size=len(VOCAB), num_layers=1, hidden_size=8, num_heads=2, intermediate_size=16,
+                          max_sequence_length=32)
+    labeler = BertSpanLabeler(encoder, preprocessor=BertPreprocessor(VOCAB, seq_length=16))
+    directory = export_reader(labeler, str(tmp_path_factory.mktemp("reader") / "qa"), seq_length=16, doc_stride=2,
+                              max_question_length=4)
+    return directory, load_reader(directory, warm_up=False)
+
+
+def test_predict_answers_a_question_from_a_reader(reader_export, capsys, monkeypatch):
+    model, reader = reader_export
+    question, context = "the plot", "good movie the plot bad great movie"
+    expected = reader.predict(question, context)
+    code, out, err = _run(["predict", "--model", model, "--question", question, "--context", context,
+                           "--format", "jsonl"], capsys)
+    assert code == 0, err
+    [record] = [json.loads(line) for line in out.splitlines()]
+    assert record["question"] == question and len(record["answers"]) == 1
+    answer = record["answers"][0]
+    assert (answer["answer"], answer["start"], answer["end"]) == (expected["answer"], expected["start"], expected["end"])
+    assert context[answer["start"]:answer["end"]] == answer["answer"] and answer["score"] == round(expected["score"], 6)
+    # Records of two fields: standard input (QUESTION<TAB>CONTEXT), or a JSONL file of questions and contexts.
+    code, out, err = _run(["predict", "--model", model], capsys, stdin=f"{question}\t{context}\nbad\tgood movie\n".encode(),
+                          monkeypatch=monkeypatch)
+    lines = out.splitlines()
+    assert code == 0 and len(lines) == 2 and lines[0] == f"{expected['score']:.4f}\t{expected['answer']}\t{question}", err
+    records = os.path.join(os.path.dirname(model), "questions.jsonl")
+    with open(records, "w") as f:
+        f.write(json.dumps({"question": question, "context": context, "id": 7}) + "\n")
+    code, out, err = _run(["predict", "--model", model, "--input", records, "--format", "json"], capsys)
+    assert code == 0 and json.loads(out)[0]["answers"][0]["answer"] == expected["answer"], err
+
+
+def test_a_reader_is_told_what_it_needs_before_tensorflow_loads(reader_export, tmp_path):
+    model, _ = reader_export
+    program = ("import sys; from bert_keras import cli; code = cli.main(sys.argv[1:]); "
+               "print('tensorflow' in sys.modules); sys.exit(code)")
+    for argv, message in (
+            (["a text"], "is a reader: pass --question QUESTION --context CONTEXT (or --input FILE of question and "
+                         "context columns), not TEXT arguments."),
+            (["--question", "who?"], "pass --question and --context together."),
+    ):
+        result = subprocess.run([sys.executable, "-c", program, "predict", "--model", model, *argv], capture_output=True,
+                                text=True, timeout=120, env=dict(os.environ, PYTHONPATH=os.getcwd()))
+        assert result.returncode == 2 and result.stdout.strip() == "False", result.stderr
+        assert result.stderr.startswith("bert-keras predict: ") and message in result.stderr, result.stderr
+
+
+def test_a_classifier_loader_and_evaluate_given_a_reader_say_what_it_is(reader_export, tmp_path, capsys):
+    model, _ = reader_export
+    with pytest.raises(ValueError, match=r"is a reader export, not a classifier one. Serve it with "
+                                         r"bert_keras.export.load_reader\(.*\).predict\(question, context\), or on the "
+                                         r'command line: bert-keras predict --model .* --question "..." --context "..."'):
+        load_classifier(model)
+    data = tmp_path / "x.csv"
+    data.write_text("text,label\ngood movie,pos\n")
+    code, _, err = _run(["evaluate", "--model", model, "--data", str(data)], capsys)
+    assert code == 2 and "is a reader export, not a classifier or tagger one" in err

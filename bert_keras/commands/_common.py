@@ -14,7 +14,7 @@ import sys
 import time
 
 from bert_keras import dtypes  # no TensorFlow import; read at call time (tests replace its CPU check)
-from bert_keras.export.manifest import CLASSIFIER, TAGGER, export_kind, wrong_kind  # no TensorFlow
+from bert_keras.export.manifest import CLASSIFIER, READER, TAGGER, export_kind, wrong_kind  # no TensorFlow
 
 
 def at_least(minimum):
@@ -239,4 +239,4 @@ def served_kind(model, command):
 
 
 # The kinds of export each command serves.
-SERVES = {"predict": (CLASSIFIER, TAGGER), "evaluate": (CLASSIFIER, TAGGER)}
+SERVES = {"predict": (CLASSIFIER, TAGGER, READER), "evaluate": (CLASSIFIER, TAGGER)}

@@ -9,7 +9,7 @@ import itertools
 import os
 
 from bert_keras.commands._common import UsageError, at_least, fail, progress, say
-from bert_keras.commands._io import InputError, argument_texts, input_records, prompt
+from bert_keras.commands._io import InputError, input_records, prompt
 from bert_keras.datasets import DataError
 
 

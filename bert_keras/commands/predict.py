@@ -5,13 +5,14 @@ arguments' encoding, --top-k) must not pay for it. A tagger export is told from 
 (`bert_keras.export.manifest`, read as data).
 """
 
+import argparse
 import sys
 
 from bert_keras._checks import NotRegularFileError
 from bert_keras.commands._common import at_least, fail, served_kind
 from bert_keras.commands._io import InputError, argument_texts, input_records, json_text, prompt, standard_input, tsv_field
 from bert_keras.datasets import DataError
-from bert_keras.export.manifest import TAGGER, ExportError
+from bert_keras.export.manifest import READER, TAGGER, ExportError
 
 
 def register(commands, common):
@@ -23,11 +24,13 @@ def register(commands, common):
         "and control characters in the text escaped (\\t, \\x1b); json / jsonl: text, label, score and the "
         "score of every class. For a classifier of text pairs, give TEXT<TAB>TEXT_PAIR (or --text-pair-column). "
         "A blank input gives an empty prediction (or, with --skip-blank, none). On a tagger (export_tagger): "
-        "each text's entities (see --aggregation).",
+        "each text's entities (see --aggregation). On a reader (export_reader): the answer to --question in "
+        "--context, or to each record of --input (.jsonl / .csv / .tsv with question and context columns) or of "
+        "standard input (QUESTION<TAB>CONTEXT per line).",
     )
     predict.add_argument("--model", required=True, help="a classifier exported by bert-keras finetune or demo, "
-                         "by export_classifier, or by model.export() of a classifier built with bert_keras; or a "
-                         "tagger exported by export_tagger")
+                         "by export_classifier, or by model.export() of a classifier built with bert_keras; a "
+                         "tagger exported by export_tagger; or a reader exported by export_reader")
     predict.add_argument("texts", nargs="*", metavar="TEXT", help="texts to classify (default: --input, else standard input)")
     predict.add_argument("--input", help="a file of texts: .csv, .tsv, .jsonl or .json (one object per line, or an "
                          "array, read whole) with --text-column; any other file: one text per line")
@@ -35,7 +38,10 @@ def register(commands, common):
     predict.add_argument("--text-pair-column", help="column of the second text, for classifiers of text pairs (default: text_pair)")
     predict.add_argument("--delimiter", help="field separator of a .csv or .tsv --input (default: , or tab)")
     predict.add_argument("--format", choices=("tsv", "json", "jsonl"), default="tsv", help="output format (default: tsv)")
-    predict.add_argument("--top-k", type=at_least(1), help="print the K best classes (json: their scores only)")
+    predict.add_argument("--top-k", type=at_least(1), help="print the K best classes (json: their scores only); for "
+                         "a reader, the K best answers")
+    predict.add_argument("--question", help="readers: the question (with --context)")
+    predict.add_argument("--context", help="readers: the text the answer is found in (with --question)")
     predict.add_argument("--batch-size", type=at_least(1), default=64, help="texts per model call (default: 64)")
     predict.add_argument("--skip-blank", action="store_true", help="skip blank inputs (counted on standard error) "
                          "instead of printing an empty prediction")
@@ -138,14 +144,21 @@ def run(args):
         return fail("predict", f"--top-k must be at least 1. Received: {args.top_k}")
     try:
         texts = list(argument_texts(args.texts))  # checked before the model loads
-        if args.input and not texts:  # so is the file's start: its columns and a first record (no TensorFlow yet)
-            if next(input_records(args, pairs=bool(args.text_pair_column)), None) is None:
-                raise InputError(f"--input {args.input} holds no text.")
-        if not texts and not args.input:
-            standard_input()  # closed: no text can come
         kind = served_kind(args.model, "predict")
+        if kind == READER:
+            _check_reader_arguments(args, texts)
+        elif args.question is not None or args.context is not None:
+            raise InputError(f"--question and --context apply to readers; {args.model} is a {kind} export.")
+        if args.input and not texts:  # so is the file's start: its columns and a first record (no TensorFlow yet)
+            records = _reader_records(args) if kind == READER else input_records(args, pairs=bool(args.text_pair_column))
+            if next(records, None) is None:
+                raise InputError(f"--input {args.input} holds no text.")
+        if not texts and not args.input and args.question is None:
+            standard_input()  # closed: no text can come
     except (InputError, DataError, NotRegularFileError, ExportError) as error:
         return fail("predict", str(error))
+    if kind == READER:
+        return _run_reader(args)
     if kind == TAGGER:
         return _run_tagger(args, texts)
     from bert_keras.export import load_classifier  # after the checks: they must not wait for TensorFlow
@@ -217,4 +230,69 @@ def _run_tagger(args, texts):
         return fail("predict", "no text given: pass TEXT arguments, --input FILE, or lines on standard input.")
     if skipped:
         print(f"bert-keras predict: skipped {skipped} blank input(s) of {seen}.", file=sys.stderr)
+    return 0
+
+
+def _check_reader_arguments(args, texts):
+    """The reader's inputs, checked before TensorFlow loads: --question with --context, or records of two fields."""
+    if texts:
+        raise InputError(f"{args.model} is a reader: pass --question QUESTION --context CONTEXT (or --input FILE of "
+                         "question and context columns), not TEXT arguments.")
+    if (args.question is None) != (args.context is None):
+        raise InputError("pass --question and --context together.")
+    if args.question is not None and args.input:
+        raise InputError("pass --question and --context, or --input FILE, not both.")
+    if args.text_pair_column or args.skip_blank:
+        flag = "--text-pair-column" if args.text_pair_column else "--skip-blank"
+        raise InputError(f"{flag} applies to classifiers; {args.model} is a reader (its columns: --text-column "
+                         "names the question's, default question; the context's is context).")
+
+
+def _reader_records(args):
+    """`(number, [question, context])` from --question/--context, --input (question and context columns) or stdin."""
+    if args.question is not None:
+        return iter([(1, [args.question, args.context])])
+    reading = argparse.Namespace(**vars(args))
+    if args.input and not args.text_column:  # a file's columns: question and context; lines: QUESTION<TAB>CONTEXT
+        reading.text_column, reading.text_pair_column = "question", "context"
+    try:
+        return input_records(reading, pairs=True)
+    except InputError:
+        reading.text_column = reading.text_pair_column = None  # one record per line: the file has no columns
+        return input_records(reading, pairs=True)
+
+
+def _run_reader(args):
+    """`predict` on a reader export: each question's answer in its context, in input order."""
+    from bert_keras.export import load_reader  # after the checks: they must not wait for TensorFlow
+
+    try:
+        reader = load_reader(args.model, warm_up=False)  # one run of the command: only its lengths trace
+    except (OSError, ValueError, RuntimeError) as error:
+        return fail("predict", f"cannot load a reader from {args.model}: {error}")
+    if args.question is None and not args.input:
+        prompt()
+    out, seen, top_k = sys.stdout, 0, args.top_k or 1
+    try:
+        for batch in _batches(_reader_records(args), args.batch_size):
+            questions, contexts = [fields[0] for _, fields in batch], [fields[1] for _, fields in batch]
+            answers = reader.predict(questions, contexts, top_k=top_k, batch_size=args.batch_size)
+            for question, answer in zip(questions, answers):
+                seen += 1
+                found = answer if top_k > 1 else [answer]
+                if args.format == "tsv":
+                    cells = [cell for a in found for cell in (f"{a['score']:.4f}", tsv_field(a["answer"]))]
+                    out.write("\t".join(cells + [tsv_field(question)]) + "\n")
+                else:
+                    line = json_text({"question": question, "answers": [
+                        dict(a, score=round(a["score"], 6)) for a in found]})
+                    out.write(("[" if seen == 1 else ",") + line + "\n" if args.format == "json" else line + "\n")
+            out.flush()
+    except (InputError, DataError) as error:
+        return fail("predict", str(error))
+    if args.format == "json":
+        out.write("[]\n" if not seen else "]\n")
+    if not seen:
+        return fail("predict", "no question given: pass --question and --context, --input FILE, or "
+                    "QUESTION<TAB>CONTEXT lines on standard input.")
     return 0
