@@ -10,11 +10,9 @@ import re
 import numpy as np
 
 from bert_keras.formats import tables
-from bert_keras.text._subword import TokenizerFileError
-from bert_keras.text.byte_bpe import load_bpe_files
-from bert_keras.text.folders import TOKENIZER_ASSETS, tokenizer_file, tokenizer_options
+from bert_keras.text.base import TokenizerFileError
+from bert_keras.text.folders import read_folder
 from bert_keras.text.tokenizer import load_vocabulary
-from bert_keras.text.unigram import read_pieces
 
 logger = logging.getLogger("bert_keras.checkpoints")
 
@@ -440,42 +438,31 @@ def checkpoint_error(error):
     return CheckpointError(error.file, None, error.reason)
 
 
-def read_tokenizer_vocabulary(kind, folder, vocab_file=None):
-    """`(file, tokens)`: the tokens of tokenizer `kind`, in id order, read from its files as the tokenizer reads them.
+def read_tokenizer(kind, folder, vocab_file=None):
+    """`(found, tokens)`: where the tokenizer of `kind` is read from (`bert_keras.text.folders.read_folder`: its own
+    files, else a `tokenizer.json`) and its tokens in id order, read as the tokenizer reads them; `(None, None)`
+    where `folder` has none of them (the tokenizer names its files when it is built).
 
     WordPiece's `vocab_file` (else `folder/vocab.txt`), the pieces of
     SentencePiece's `spiece.model`, the entries of byte-level BPE's
-    `vocab.json` (with its `merges.txt`). Also reads the kind's options
-    from `folder/tokenizer_config.json`, so that a bad one is named here.
-
-    Returns:
-        `(None, None)` where `folder` lacks the files (the tokenizer names
-        them when it is built).
+    `vocab.json` (with its `merges.txt`). The kind's options in
+    `folder/tokenizer_config.json` are read too, so that a bad one is named here.
 
     Raises:
         CheckpointError: a file the tokenizer cannot read, naming it
             (`ConfigError`, naming the key, for tokenizer_config.json).
     """
-    if kind == "wordpiece":
-        file = vocab_file or (tokenizer_file(folder, "vocab.txt") if folder is not None else None)
-        return (file, read_vocabulary(file)) if file is not None else (None, None)
-    files = [tokenizer_file(folder, name) if folder is not None else None for name in TOKENIZER_ASSETS[kind].values()]
-    if None in files:
-        return None, None
     try:
-        tokenizer_options(folder, kind)
-        if kind == "sentencepiece":
-            with open(files[0], "rb") as f:
-                proto = f.read()
-            try:
-                tokens = [piece for piece, _, _ in read_pieces(proto)]
-            except ValueError as error:  # a truncated or foreign file, a piece not UTF-8 or too long
-                raise TokenizerFileError(files[0], f"is not a SentencePiece model ({error}).") from error
-        else:
-            tokens, _ = load_bpe_files(*files)
+        found = read_folder(folder, kind, vocab_file)
+        return (found, found.tokens()) if found is not None else (None, None)
     except TokenizerFileError as error:
         raise checkpoint_error(error) from error
-    return files[0], tokens
+
+
+def read_tokenizer_vocabulary(kind, folder, vocab_file=None):
+    """`(file, tokens)` of `read_tokenizer`: the file the tokens are read from; `(None, None)` where none."""
+    found, tokens = read_tokenizer(kind, folder, vocab_file)
+    return (found.file if found is not None else None), tokens
 
 
 def check_tokenizer_size(kind, folder, vocab_file, tensor_file, tensor_name, rows):

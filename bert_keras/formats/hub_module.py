@@ -19,8 +19,8 @@ projection, no type embeddings, no pooler, one block called once per
 offset leaves no trace in the shapes: each candidate is tried with the
 recorded offset (or 0), then with RoBERTa's 2.
 
-The tokenizer's kind is read from the module's asset attributes
-(`bert_keras.text.folders.TOKENIZER_ASSETS`), its options (which no variable
+The tokenizer's kind is read from the module's asset attributes (each
+tokenizer class's `files`: `bert_keras.text.kinds.kind_of_assets`), its options (which no variable
 holds) as data from the folder our exporter writes beside the module
 (`TOKENIZER_FOLDER`: the tokenizer's files and `tokenizer_config.json`).
 """
@@ -44,14 +44,10 @@ from bert_keras.formats._common import (
 from bert_keras.formats._read import read_weights
 from bert_keras.formats.sources import _Source
 from bert_keras.hub.loader import load, resolve, unpack_archive
-from bert_keras.text._subword import TokenizerFileError
-from bert_keras.text.folders import (
-    TOKENIZER_ASSETS,
-    TOKENIZER_OPTIONS,  # noqa: F401 (`bert_keras.export` reads the options' names from here)
-    missing_tokenizer_files,
-    tokenizer_file,
-    tokenizer_options,
-)
+from bert_keras.text.base import TokenizerFileError
+from bert_keras.text.folders import TOKENIZER_OPTIONS  # noqa: F401 (`bert_keras.export` reads the options' names here)
+from bert_keras.text.kinds import TOKENIZER_CLASSES, kind_of_assets, tokenizer_class
+from bert_keras.text.tokenizer import WordPieceTokenizer
 
 ENCODER_DIR = "encoder"
 PREPROCESS_DIR = "preprocess"
@@ -260,11 +256,12 @@ def read_hub_module(path, *, do_lower_case=None, module=None):
     config = _config(source, shape_table, query_kernel,
                      optional=_BK_OPTIONAL_SIZES if layout == "bert_keras" else ())
     kind, files = _tokenizer_files(module, directory, preprocess_dir)
-    folder = _tokenizer_folder(directory, kind, files)
-    options = _tokenizer_options(folder, kind)
-    vocab_file = files["vocab_file"] if kind == "wordpiece" else None
+    cls = tokenizer_class(kind)
+    folder = _tokenizer_folder(directory, cls, files)
+    options = _tokenizer_options(folder, cls)
+    vocab_file = files["vocab_file"] if cls is WordPieceTokenizer else None  # read whatever its name
     check_tokenizer_size(kind, folder, vocab_file, directory, shape_table["vocab_size"][0], config["vocab_size"])
-    do_lower_case = _do_lower_case(module, kind, options, vocab_file, do_lower_case)
+    do_lower_case = _do_lower_case(module, cls, options, vocab_file, do_lower_case)
     probe_inputs = _probe_inputs(config)
     expected = module(probe_inputs, training=False)
     if layout == "bert_keras":
@@ -446,32 +443,29 @@ def _is_bookkeeping(name):
     return name in ("Variable", "do_lower_case")
 
 
-def tokenizer_kind(attributes):
-    """The kind of tokenizer whose Hub module attributes (`TOKENIZER_ASSETS`) are all among `attributes`, the one
-    with the most where several are (RoBERTa's `vocab_file` and `merges_file` over WordPiece's `vocab_file`); None
-    where no kind's are."""
-    kinds = [kind for kind, files in TOKENIZER_ASSETS.items() if set(files) <= set(attributes)]
-    return max(kinds, key=lambda kind: len(TOKENIZER_ASSETS[kind]), default=None)
+# The name `bert_keras.export` imports.
+tokenizer_kind = kind_of_assets
 
 
 def _tokenizer_files(module, directory, preprocess_dir):
     """`(kind, {attribute: path})`: the tokenizer files the encoder module carries as assets, else the preprocess
     module's `assets/` files (read as files: that module is not loaded)."""
-    attributes = {name for files in TOKENIZER_ASSETS.values() for name in files
+    attributes = {name for cls in TOKENIZER_CLASSES for name in cls.files
                   if hasattr(getattr(module, name, None), "asset_path")}
-    kind = tokenizer_kind(attributes)
+    kind = kind_of_assets(attributes)
     if kind is not None:
-        files = {name: getattr(module, name).asset_path.numpy().decode("utf-8") for name in TOKENIZER_ASSETS[kind]}
+        files = {name: getattr(module, name).asset_path.numpy().decode("utf-8") for name in tokenizer_class(kind).files}
         if all(os.path.isfile(path) for path in files.values()):
             return kind, files
     if preprocess_dir is not None:
         assets = os.path.join(preprocess_dir, "assets")
         # The kind the encoder's attributes name, else any whose files are there (vocab.json before vocab.txt).
-        candidates = [kind] if kind is not None else sorted(TOKENIZER_ASSETS, key=lambda k: -len(TOKENIZER_ASSETS[k]))
-        for candidate in candidates:
-            if not missing_tokenizer_files(assets, candidate):
-                files = TOKENIZER_ASSETS[candidate]
-                return candidate, {name: tokenizer_file(assets, file) for name, file in files.items()}
+        candidates = ([tokenizer_class(kind)] if kind is not None
+                      else sorted(TOKENIZER_CLASSES, key=lambda cls: -len(cls.files)))
+        for cls in candidates:
+            files = cls.folder_files(assets)
+            if None not in files.values():
+                return cls.kind, files
     raise CheckpointError(
         directory,
         None,
@@ -481,25 +475,26 @@ def _tokenizer_files(module, directory, preprocess_dir):
     )
 
 
-def _tokenizer_folder(directory, kind, files):
+def _tokenizer_folder(directory, cls, files):
     """The folder the tokenizer is built from: the one our exporter writes beside the module (its files checked to be
     the module's own), else the folder of the module's assets, whose files must go by the names the tokenizer reads."""
     recorded = os.path.join(directory, TOKENIZER_FOLDER)
     if not os.path.isdir(recorded):
         folder = os.path.dirname(next(iter(files.values())))
-        if kind != "wordpiece":  # WordPiece is read from `vocab_file` itself, whatever its name
-            misnamed = [path for name, path in files.items()
-                        if tokenizer_file(folder, TOKENIZER_ASSETS[kind][name]) != path]
+        if cls is not WordPieceTokenizer:  # WordPiece is read from `vocab_file` itself, whatever its name
+            found = cls.folder_files(folder)
+            misnamed = [path for name, path in files.items() if found[name] != path]
             if misnamed:
-                names = " and ".join(TOKENIZER_ASSETS[kind].values())
-                raise CheckpointError(misnamed[0], None, f"is a file of the module's {kind} tokenizer, but the "
+                names = " and ".join(cls.files.values())
+                raise CheckpointError(misnamed[0], None, f"is a file of the module's {cls.kind} tokenizer, but the "
                                       f"tokenizer reads its files as {names}, all in one folder.")
         return folder
+    copies = cls.folder_files(recorded)
     for name, path in files.items():
-        copy = tokenizer_file(recorded, TOKENIZER_ASSETS[kind][name])
+        copy = copies[name]
         if copy is None:
-            raise CheckpointError(recorded, None, f"has no {TOKENIZER_ASSETS[kind][name]}, a file of the module's "
-                                  f"{kind} tokenizer ({name}). The pair is incomplete: write it again.")
+            raise CheckpointError(recorded, None, f"has no {cls.files[name]}, a file of the module's "
+                                  f"{cls.kind} tokenizer ({name}). The pair is incomplete: write it again.")
         if not _same_bytes(copy, path):
             raise CheckpointError(copy, None, f"differs from {path}, the {name} the module's graph tokenizes with: the "
                                   "pair was changed after it was written. Write it again.")
@@ -513,17 +508,18 @@ def _same_bytes(a, b):
         return f.read() == g.read()
 
 
-def _tokenizer_options(folder, kind):
-    """The options of `kind` (`TOKENIZER_OPTIONS`) that `folder/tokenizer_config.json` records; {} without one."""
+def _tokenizer_options(folder, cls):
+    """The options (`cls.options`) that `folder/tokenizer_config.json` records; {} without one."""
     try:
-        return tokenizer_options(folder, kind)
+        return cls.config_options(folder)
     except TokenizerFileError as error:
         raise checkpoint_error(error) from error
 
 
-def _do_lower_case(module, kind, options, vocab_file, override):
-    """Byte-level BPE never lower-cases; else `override`, the recorded option, the module's variable, the default."""
-    if kind == "byte_bpe":  # as the Hugging Face reader says of RoBERTa
+def _do_lower_case(module, cls, options, vocab_file, override):
+    """Byte-level BPE never lower-cases; else `override`, the recorded option, the module's variable, a guess from
+    the WordPiece vocabulary, or (ALBERT's SentencePiece, which has none) its tokenizer's default, `True`."""
+    if not cls.lower_cases():  # as the Hugging Face reader says of RoBERTa
         return False
     if override is not None:
         return bool(override)
@@ -532,9 +528,7 @@ def _do_lower_case(module, kind, options, vocab_file, override):
     variable = getattr(module, "do_lower_case", None)
     if variable is not None and hasattr(variable, "numpy"):
         return bool(variable.numpy())
-    if kind == "sentencepiece":  # ALBERT's tokenizer's default
-        return True
-    return guess_do_lower_case(read_vocabulary(vocab_file))
+    return guess_do_lower_case(read_vocabulary(vocab_file)) if vocab_file is not None else True
 
 
 def _probe_inputs(config):

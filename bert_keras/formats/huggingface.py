@@ -18,16 +18,18 @@ from bert_keras.formats._common import (
     CheckpointError,
     ConfigError,
     check_shared_block,
-    check_tokenizer_size,
+    check_vocabulary,
     encoder_kwargs,
     first_existing,
     guess_do_lower_case,
     read_json,
-    read_tokenizer_vocabulary,
+    read_tokenizer,
     translate_activation,
 )
 from bert_keras.formats._read import check_tied_decoder, read_weights, wanted_heads
 from bert_keras.formats.sources import SafetensorsSource, TorchSource
+from bert_keras.text.kinds import tokenizer_class
+from bert_keras.text.tokenizer import WordPieceTokenizer
 
 # A class index of `id2label`, as transformers writes it ("0", "1", ...).
 _INDEX = re.compile(r"0|[1-9][0-9]{0,8}")
@@ -202,11 +204,11 @@ def read_huggingface(path, *, with_heads=True, do_lower_case=None):
 
     tokenizer_kind = tables.HF_FAMILIES[model_type]["tokenizer"]
     vocab_file = first_existing(directory, (VOCAB_FILE,))
-    tokens = _check_tokenizer(tokenizer_kind, directory, vocab_file, source)
-    if tokenizer_kind == "byte_bpe":  # RoBERTa's byte-level BPE is cased: it never lower-cases
+    found, tokens = _check_tokenizer(tokenizer_kind, directory, vocab_file, source)
+    if not tokenizer_class(tokenizer_kind).lower_cases():  # RoBERTa's byte-level BPE is cased: it never lower-cases
         do_lower_case = False
     elif do_lower_case is None:
-        do_lower_case = _read_do_lower_case(directory, tokens)
+        do_lower_case = _read_do_lower_case(found, tokens)
 
     table = family_table(model_type, kwargs)
     family = tables.HF_FAMILIES[model_type]
@@ -347,21 +349,37 @@ def _extra_checks(source, heads, table, family):
 
 def _check_tokenizer(kind, directory, vocab_file, source):
     """Checks the folder's tokenizer files against the word embeddings' rows, before anything is built: a `vocab.txt`
-    (WordPiece's, or one beside another kind's files) and the family's own. Returns the `vocab.txt` tokens, or None."""
+    (WordPiece's, or one beside another kind's files) and the family's own (its files, else its `tokenizer.json`).
+
+    Returns:
+        `(found, tokens)`: where the family's tokenizer is read from
+        (`bert_keras.text.folders.FolderTokenizer`, None where nowhere) and
+        the WordPiece tokens (`vocab.txt`'s, or a WordPiece `tokenizer.json`'s),
+        which tell whether the vocabulary is cased; None where there are none.
+    """
     name = "embeddings.word_embeddings.weight"
-    if not source.has(name):  # the missing tensor is named by the weights' check
-        return read_tokenizer_vocabulary("wordpiece", directory, vocab_file)[1] if vocab_file else None
-    embeddings = (source.file_of(name), source.original_name(name), source.shape(name)[0])
-    tokens = check_tokenizer_size("wordpiece", directory, vocab_file, *embeddings) if vocab_file else None
-    if kind != "wordpiece":
-        check_tokenizer_size(kind, directory, None, *embeddings)
-    return tokens
+    # Without the tensor, the files are only read: the missing tensor is named by the weights' check.
+    rows = (source.file_of(name), source.original_name(name), source.shape(name)[0]) if source.has(name) else None
+
+    def check(kind, vocab_file):
+        found, tokens = read_tokenizer(kind, directory, vocab_file)
+        if tokens is not None and rows is not None:
+            check_vocabulary(found.file, tokens, *rows)
+        return found, tokens
+
+    vocab_found, vocab_tokens = check(WordPieceTokenizer.kind, vocab_file) if vocab_file else (None, None)
+    cls = tokenizer_class(kind)
+    if vocab_file is not None and cls is WordPieceTokenizer:
+        return vocab_found, vocab_tokens
+    found, tokens = check(kind, None)  # the family's own files, else its tokenizer.json
+    if vocab_tokens is None and cls is WordPieceTokenizer:  # a tokenizer.json's
+        vocab_tokens = tokens
+    return found, vocab_tokens
 
 
-def _read_do_lower_case(directory, tokens):
-    tokenizer_config = os.path.join(directory, TOKENIZER_CONFIG_FILE)
-    if os.path.exists(tokenizer_config):
-        value = read_json(tokenizer_config).get("do_lower_case")
-        if isinstance(value, bool):
-            return value
+def _read_do_lower_case(found, tokens):
+    """What the folder records (`tokenizer_config.json`'s `do_lower_case`, a `tokenizer.json`'s normalizer), else a
+    guess from the WordPiece tokens, else `True`."""
+    if found is not None and "lower_case" in found.arguments:
+        return found.arguments["lower_case"]
     return guess_do_lower_case(tokens) if tokens is not None else True

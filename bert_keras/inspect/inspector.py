@@ -13,19 +13,9 @@ import tensorflow as tf
 
 from bert_keras.checkpoints import load_checkpoint
 from bert_keras.encoder import INPUT_KEYS, BertEncoder
-from bert_keras.text import (
-    BertPreprocessor,
-    BytePairTokenizer,
-    SentencePieceTokenizer,
-    WordPieceTokenizer,
-    load_vocabulary,
-)
+from bert_keras.text import BertPreprocessor, load_vocabulary
 
 logger = logging.getLogger(__name__)
-
-# The family's tokenizers by kind, named as `bert_keras.text.folders` names them.
-TOKENIZER_KINDS = {WordPieceTokenizer: "wordpiece", SentencePieceTokenizer: "sentencepiece",
-                   BytePairTokenizer: "byte_bpe"}
 
 
 @dataclasses.dataclass
@@ -158,7 +148,7 @@ class Inspector:
     @property
     def tokenizer_kind(self):
         """`"wordpiece"`, `"sentencepiece"` or `"byte_bpe"`: how the pieces spell their text (`is_punctuation`)."""
-        return next(kind for cls, kind in TOKENIZER_KINDS.items() if isinstance(self.tokenizer, cls))
+        return self.tokenizer.kind
 
     @property
     def special_tokens(self):
@@ -167,9 +157,8 @@ class Inspector:
 
     def num_special_tokens(self, num_segments):
         """Special tokens packed around `num_segments` segments: `[CLS]` and a `[SEP]` per segment, and
-        RoBERTa's second `</s>` before each later one."""
-        extra = num_segments - 1 if getattr(self.tokenizer, "packing", "bert") == "roberta" else 0
-        return num_segments + 1 + extra
+        RoBERTa's second `</s>` before each later one (`Tokenizer.num_special_tokens`)."""
+        return self.tokenizer.num_special_tokens(num_segments)
 
     @property
     def num_layers(self):

@@ -4,15 +4,12 @@ import unicodedata
 
 import numpy as np
 
-from bert_keras.text.byte_bpe import bytes_to_unicode
+from bert_keras.text.kinds import TOKENIZER_KINDS, tokenizer_class
 
 # The statistics, in the order they are reported. Shares are averages over
 # query tokens of the attention that goes to the named keys.
 STATISTICS = ("cls", "sep", "punctuation", "self", "previous", "next", "entropy")
-PIECE_KINDS = ("wordpiece", "sentencepiece", "byte_bpe")
-# Byte-level BPE spells each byte as one printable character (GPT-2's table): the way back to the bytes.
-_BPE_BYTES = {char: byte for byte, char in bytes_to_unicode().items()}
-_WORD_START = "\u2581"  # SentencePiece's mark of a piece that starts a word
+PIECE_KINDS = TOKENIZER_KINDS
 
 
 def piece_text(token, kind="wordpiece"):
@@ -21,24 +18,12 @@ def piece_text(token, kind="wordpiece"):
     WordPiece: without the `##` of a continuation. SentencePiece: without the
     `▁` (U+2581) that starts a word. Byte-level BPE: its bytes decoded as
     UTF-8 (`Ġ` is a space), without leading spaces; None for a piece holding
-    part of a character only.
+    part of a character only. (`Tokenizer.piece_text` of the kind's class.)
 
     >>> piece_text("##ing"), piece_text("▁the", "sentencepiece"), piece_text("Ġthe", "byte_bpe")
     ('ing', 'the', 'the')
     """
-    if kind not in PIECE_KINDS:
-        raise ValueError(f"Received an invalid value for argument `kind`, expected one of {list(PIECE_KINDS)}. "
-                         f"Received: kind={kind!r}")
-    if kind == "wordpiece":
-        return token[2:] if token.startswith("##") and len(token) > 2 else token
-    if kind == "sentencepiece":
-        return token.lstrip(_WORD_START)
-    if not all(char in _BPE_BYTES for char in token):
-        return token  # a token added outside the byte table, spelled as its text
-    try:
-        return bytes(_BPE_BYTES[char] for char in token).decode("utf-8").lstrip(" ")
-    except UnicodeDecodeError:
-        return None
+    return tokenizer_class(kind).piece_text(token)
 
 
 def is_punctuation(token, kind="wordpiece"):

@@ -1,5 +1,5 @@
-"""In-graph text preprocessing with tensorflow-text: tokenizers (WordPiece, SentencePiece, byte-level BPE), packer,
-preprocessor, tf.data.
+"""In-graph text preprocessing with tensorflow-text: tokenizers (WordPiece, SentencePiece, byte-level BPE: one
+`Tokenizer` base, `tokenizer_class(kind)` the one registry), packer, preprocessor, tf.data.
 
 The names below load on first use: `bert_keras.text.corpora` (paths of the
 offline vocabulary and tweets) imports without TensorFlow.
@@ -14,6 +14,9 @@ _HOMES = {
     "BertPreprocessor": "bert_keras.text.preprocessor",
     "BytePairTokenizer": "bert_keras.text.byte_bpe",
     "SentencePieceTokenizer": "bert_keras.text.sentencepiece",
+    "TOKENIZER_KINDS": "bert_keras.text.kinds",
+    "Tokenizer": "bert_keras.text.base",
+    "tokenizer_class": "bert_keras.text.kinds",
     "preprocess_albert_text": "bert_keras.text.sentencepiece",
     "WordPieceTokenizer": "bert_keras.text.tokenizer",
     "tokenizer_from_folder": "bert_keras.text.folders",

@@ -29,20 +29,8 @@ import numpy as np
 import tensorflow as tf
 
 from bert_keras.text import _family_tables as tables
-from bert_keras.text._subword import (
-    SubwordTokenizer,
-    TokenizerFileError,
-    TracedTokenization,
-    byte_to_char_spans,
-    check_bool,
-    in_ranges,
-    nest_words,
-    next_in_row,
-    previous_in_row,
-    read_json_file,
-    read_tokenizer_config,
-    row_ids,
-)
+from bert_keras.text._subword import byte_to_char_spans, in_ranges, next_in_row, previous_in_row, row_ids
+from bert_keras.text.base import Tokenizer, TokenizerFileError, TracedTokenization, check_bool, read_json_file
 
 _do_not_convert = tf.autograph.experimental.do_not_convert
 
@@ -61,6 +49,10 @@ def bytes_to_unicode():
             mapping[byte] = chr(256 + extra)
             extra += 1
     return mapping
+
+
+_BYTE_CHARS = bytes_to_unicode()
+_BYTES_OF = {char: byte for byte, char in _BYTE_CHARS.items()}  # the way back from a token's characters to its bytes
 
 
 def pretokenize(chars):
@@ -249,7 +241,7 @@ def apply_merges(symbols, pair_table, merged_ids, vocabulary_size):
 
 
 @keras.saving.register_keras_serializable(package="bert_keras")
-class BytePairTokenizer(SubwordTokenizer):
+class BytePairTokenizer(Tokenizer):
     """RoBERTa's byte-level BPE tokenizer: strings to token ids, in the graph.
 
     Gives the ids and the character offsets of Hugging Face's
@@ -286,7 +278,12 @@ class BytePairTokenizer(SubwordTokenizer):
     [[[9], [8]]]
     """
 
+    kind = "byte_bpe"
+    files = {"vocab_file": "vocab.json", "merges_file": "merges.txt"}
+    file_arguments = {"vocab_file": "vocabulary", "merges_file": "merges"}
+    options = {"add_prefix_space": "add_prefix_space"}
     packing = "roberta"
+    word_start_mark = _BYTE_CHARS[ord(" ")]  # "Ġ": a space's byte
 
     def __init__(
         self,
@@ -302,9 +299,9 @@ class BytePairTokenizer(SubwordTokenizer):
     ):
         super().__init__(**kwargs)
         self.add_prefix_space = check_bool("add_prefix_space", add_prefix_space)
-        self.vocabulary, self.merges = load_bpe_files(vocabulary, merges)
-        self._set_special_tokens(
-            self.vocabulary,
+        vocabulary, self.merges = load_bpe_files(vocabulary, merges)
+        self._set_vocabulary(
+            vocabulary,
             unknown_token=unknown_token,
             cls_token=cls_token,
             sep_token=sep_token,
@@ -315,27 +312,46 @@ class BytePairTokenizer(SubwordTokenizer):
         self._traced = TracedTokenization(self._tokenize_rows, self._tokenize_rows_with_char_offsets)
 
     @classmethod
-    def from_folder(cls, path, **kwargs):
-        """The tokenizer of a Hugging Face RoBERTa folder (`vocab.json`, `merges.txt`, `tokenizer_config.json`).
+    def tokens_to_string(cls, tokens, suffix_indicator="##"):
+        """Pieces as one string, as tokenizers' `ByteLevel` decoder joins them: the bytes of all tokens (a token's
+        raw UTF-8 where a character is not a byte's) decoded together, an invalid UTF-8 sequence as U+FFFD.
 
-        `add_prefix_space` is read from `tokenizer_config.json` when present; `kwargs` override it.
+        >>> BytePairTokenizer.tokens_to_string(["\u0120New", "\u0120York"])
+        ' New York'
         """
-        path = os.fspath(path)
-        files = [os.path.join(path, name) for name in ("vocab.json", "merges.txt")]
-        for file in files:
-            if not tf.io.gfile.exists(file):
-                raise ValueError(
-                    "Received an invalid value for argument `path`, expected a folder holding vocab.json and "
-                    f"merges.txt. Received: path={path!r}, which has no {os.path.basename(file)}"
-                )
-        options = read_tokenizer_config(path, ("add_prefix_space",))
-        options.update(kwargs)
-        return cls(*files, **options)
+        del suffix_indicator  # WordPiece's
+        data = bytearray()
+        for token in tokens:
+            if all(char in _BYTES_OF for char in token):
+                data.extend(_BYTES_OF[char] for char in token)
+            else:
+                data.extend(token.encode("utf-8"))
+        return data.decode("utf-8", errors="replace")
+
+    @classmethod
+    def piece_text(cls, token):
+        """The text of a piece: its bytes decoded as UTF-8 (`Ġ` is a space), without leading spaces; None for a
+        piece holding part of a character only.
+
+        >>> BytePairTokenizer.piece_text("\u0120the")
+        'the'
+        """
+        if not all(char in _BYTES_OF for char in token):
+            return token  # a token added outside the byte table, spelled as its text
+        try:
+            return bytes(_BYTES_OF[char] for char in token).decode("utf-8").lstrip(" ")
+        except UnicodeDecodeError:
+            return None
+
+    @classmethod
+    def read_tokens(cls, files):
+        """The tokens of `vocab.json` in id order, checked with `merges.txt` (`load_bpe_files`)."""
+        return load_bpe_files(files["vocab_file"], files["merges_file"])[0]
 
     def _build_tables(self):
         size = len(self.vocabulary)
         self._size = size
-        byte_chars = bytes_to_unicode()
+        byte_chars = _BYTE_CHARS
         # Each byte's token (a byte-level vocabulary has all 256; a missing one is the unknown token).
         self._byte_ids = tf.constant(
             [self._token_to_id.get(byte_chars[b], self.unknown_id) for b in range(256)], tf.int32
@@ -464,11 +480,6 @@ class BytePairTokenizer(SubwordTokenizer):
                 "vocabulary": list(self.vocabulary),
                 "merges": list(self.merges),
                 "add_prefix_space": self.add_prefix_space,
-                "unknown_token": self.unknown_token,
-                "cls_token": self.cls_token,
-                "sep_token": self.sep_token,
-                "pad_token": self.pad_token,
-                "mask_token": self.mask_token,
             }
         )
         return config

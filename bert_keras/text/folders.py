@@ -1,63 +1,130 @@
-"""The tokenizer of a checkpoint folder, by the family's kind of tokenizer: WordPiece, SentencePiece or byte-level BPE.
+"""A checkpoint folder's tokenizer: where it is read from, by its kind (`bert_keras.text.kinds`).
 
 BERT, ELECTRA and DistilBERT use WordPiece (`vocab.txt`), ALBERT SentencePiece
 (`spiece.model`), RoBERTa byte-level BPE (`vocab.json` and `merges.txt`);
 `tokenizer_config.json` next to them carries the options (`do_lower_case`,
-`keep_accents`, `add_prefix_space`).
+`keep_accents`, `add_prefix_space`): each class says which (`files`,
+`options`). A folder without them may hold Hugging Face's `tokenizer.json`
+(transformers 5 saves only that), read where the class reads one
+(`tokenizer_json_model`). Each place tokenizer files come from is one entry
+of `SOURCES`, tried in order, so a new one is one function there; every
+reader of a folder (the checkpoint readers' size checks, `LoadedCheckpoint.tokenizer`,
+`bert_keras.checkpoints.load_pretrained`) goes through `read_folder`.
 """
 
+import dataclasses
 import os
 
-from bert_keras.text._subword import read_tokenizer_config
-from bert_keras.text.byte_bpe import BytePairTokenizer
-from bert_keras.text.sentencepiece import SentencePieceTokenizer
+from bert_keras.text.base import find_file, read_json_file
+from bert_keras.text.kinds import TOKENIZER_CLASSES, tokenizer_class
 from bert_keras.text.tokenizer import WordPieceTokenizer
 
-# Kind of tokenizer -> its files, all needed, by the attribute that carries each as an asset of a Hub module (TF
-# Hub's BERT modules: `vocab_file`; its ALBERT modules: `sp_model_file`; RoBERTa has none on TF Hub: ours).
-TOKENIZER_ASSETS = {
-    "wordpiece": {"vocab_file": "vocab.txt"},
-    "sentencepiece": {"sp_model_file": "spiece.model"},
-    "byte_bpe": {"vocab_file": "vocab.json", "merges_file": "merges.txt"},
-}
-TOKENIZER_FILES = {kind: tuple(files.values()) for kind, files in TOKENIZER_ASSETS.items()}
-# Kind of tokenizer -> its options: the key in tokenizer_config.json (Hugging Face's) -> the tokenizer's attribute.
-TOKENIZER_OPTIONS = {
-    "wordpiece": {"do_lower_case": "lower_case"},
-    "sentencepiece": {"do_lower_case": "lower_case", "keep_accents": "keep_accents"},
-    "byte_bpe": {"add_prefix_space": "add_prefix_space"},
-}
-# Other names a file goes by: google-research/albert's tars name the SentencePiece model `30k-clean.model`.
-OTHER_NAMES = {"spiece.model": ("30k-clean.model",)}
+TOKENIZER_JSON = "tokenizer.json"
+# Views of the classes' own attributes, for the modules that still read them by kind (bert_keras.export).
+TOKENIZER_ASSETS = {cls.kind: dict(cls.files) for cls in TOKENIZER_CLASSES}
+TOKENIZER_FILES = {cls.kind: tuple(cls.files.values()) for cls in TOKENIZER_CLASSES}
+TOKENIZER_OPTIONS = {cls.kind: dict(cls.options) for cls in TOKENIZER_CLASSES}
 
 
-def tokenizer_file(folder, name):
-    """The path of tokenizer file `name` in `folder` (under `name` or, failing that, one of its other names),
-    or None where it has none."""
-    for candidate in (name, *OTHER_NAMES.get(name, ())):
-        path = os.path.join(os.fspath(folder), candidate)
-        if os.path.isfile(path):
-            return path
+@dataclasses.dataclass(frozen=True)
+class FolderTokenizer:
+    """Where a folder's tokenizer is read from, found before anything is built.
+
+    Attributes:
+        cls: the tokenizer's class (`bert_keras.text.base.Tokenizer`).
+        file: str. The file its vocabulary is read from (named in messages).
+        files: dict or None. Its own files by Hub module attribute (`cls.files`),
+            which a module pair carries as assets; None where it is read from
+            another source (`tokenizer.json`).
+        arguments: dict. The constructor's arguments read from the files
+            (their paths, or the tokens themselves) and the options recorded
+            (`tokenizer_config.json`'s, or `tokenizer.json`'s).
+    """
+
+    cls: type
+    file: str
+    files: object
+    arguments: dict
+
+    def tokens(self):
+        """The tokens in id order, read without building the tokenizer.
+
+        Raises:
+            TokenizerFileError or ValueError: a file it cannot read, named.
+        """
+        if self.files is not None:
+            return self.cls.read_tokens(self.files)
+        return list(self.arguments["vocabulary"])
+
+    def build(self, **kwargs):
+        """The tokenizer; `kwargs` override what the folder records (`lower_case`, ...) and give its `name`."""
+        return self.cls(**dict(self.arguments, **kwargs))
+
+
+def _own_files(cls, folder):
+    """The class's own files (`files`), with the options of `tokenizer_config.json`."""
+    files = cls.folder_files(folder)
+    if None in files.values():
+        return None
+    arguments = {cls.file_arguments[attribute]: path for attribute, path in files.items()}
+    return FolderTokenizer(cls, next(iter(files.values())), files, dict(_options(cls, folder), **arguments))
+
+
+def _options(cls, folder):
+    """The constructor's options that `folder/tokenizer_config.json` records (`cls.options`)."""
+    return {cls.options[key]: value for key, value in cls.config_options(folder).items()}
+
+
+def _tokenizer_json(cls, folder):
+    """Hugging Face's `tokenizer.json`, for a class that reads it (`tokenizer_json_model`); what it says wins over
+    `tokenizer_config.json` (its normalizer is what transformers' fast tokenizer runs)."""
+    path = find_file(folder, TOKENIZER_JSON)
+    if path is None or cls.tokenizer_json_model is None:
+        return None
+    arguments = cls.arguments_from_tokenizer_json(read_json_file(path), path)
+    return FolderTokenizer(cls, path, None, dict(_options(cls, folder), **arguments))
+
+
+# Where a folder's tokenizer files come from, first to last: `source(cls, folder) -> FolderTokenizer or None`.
+SOURCES = (_own_files, _tokenizer_json)
+
+
+def read_folder(folder, kind="wordpiece", vocab_file=None):
+    """Where `folder`'s tokenizer of `kind` is read from: the first of `SOURCES` that has it, else None.
+
+    Args:
+        folder: str or None. The folder holding the tokenizer's files.
+        kind: str. One of `bert_keras.text.kinds.TOKENIZER_KINDS`.
+        vocab_file: optional str. A WordPiece vocabulary found elsewhere
+            than `folder/vocab.txt` (a Google or keras-nlp checkpoint's).
+
+    Raises:
+        ValueError: `kind` unknown.
+        TokenizerFileError: `tokenizer_config.json` or `tokenizer.json` that
+            cannot be read, naming the file (and the key).
+    """
+    cls = tokenizer_class(kind)
+    if cls is WordPieceTokenizer and vocab_file is not None:  # WordPiece's vocabulary goes by other names too
+        vocab_file = os.fspath(vocab_file)
+        options = {} if folder is None else _options(cls, folder)
+        return FolderTokenizer(cls, vocab_file, {"vocab_file": vocab_file}, dict(options, vocabulary=vocab_file))
+    if folder is None:
+        return None
+    for source in SOURCES:
+        found = source(cls, os.fspath(folder))
+        if found is not None:
+            return found
     return None
 
 
-def tokenizer_options(folder, kind):
-    """The options of tokenizer `kind` (`TOKENIZER_OPTIONS`) that `folder/tokenizer_config.json` records, as
-    `{key: bool}`; {} without the file.
-
-    Raises:
-        TokenizerFileError: the file is not a JSON object, or an option is
-            not `true` or `false` (naming the file and the key).
-    """
-    return read_tokenizer_config(folder, TOKENIZER_OPTIONS[kind])
-
-
-def missing_tokenizer_files(folder, kind):
-    """The files of tokenizer `kind` that `folder` lacks (all of them where `folder` is None)."""
-    files = TOKENIZER_FILES[kind]
-    if folder is None:
-        return list(files)
-    return [name for name in files if tokenizer_file(folder, name) is None]
+def missing_files_message(source, kind, missing=None):
+    """What a checkpoint at `source` without the files of its `kind` of tokenizer is told (`missing`: all of them)."""
+    cls = tokenizer_class(kind)
+    names = list(cls.files.values())
+    or_json = f" (or its {TOKENIZER_JSON})" if cls.tokenizer_json_model is not None else ""
+    return (f"The checkpoint at {source!r} has no {' and no '.join(missing or names)}, which its {kind} tokenizer is "
+            f"read from, so no preprocessor can be built for it. Put the model's {' and '.join(names)}{or_json} next "
+            "to its weights.")
 
 
 def tokenizer_from_folder(folder, kind="wordpiece", lower_case=None, vocab_file=None, name="tokenizer", source=None):
@@ -66,9 +133,9 @@ def tokenizer_from_folder(folder, kind="wordpiece", lower_case=None, vocab_file=
     Args:
         folder: str or None. The folder holding the tokenizer's files.
         kind: str. `"wordpiece"`, `"sentencepiece"` or `"byte_bpe"`.
-        lower_case: optional bool. `do_lower_case` of a WordPiece or
-            SentencePiece tokenizer; defaults to the folder's
-            `tokenizer_config.json` (SentencePiece) or `True` (WordPiece).
+        lower_case: optional bool. `do_lower_case`, for a tokenizer that has
+            the option (`Tokenizer.lower_cases`); defaults to what the folder
+            records, else the tokenizer's default.
         vocab_file: optional str. A WordPiece vocabulary found elsewhere
             than `folder/vocab.txt` (a Google or keras-nlp checkpoint's).
         name: str. The layer's name.
@@ -79,35 +146,43 @@ def tokenizer_from_folder(folder, kind="wordpiece", lower_case=None, vocab_file=
         A `WordPieceTokenizer`, `SentencePieceTokenizer` or `BytePairTokenizer`.
 
     Raises:
-        ValueError: `kind` unknown, or a file it needs missing (named).
+        ValueError: `kind` unknown, or the files it needs missing (named).
     """
-    if kind not in TOKENIZER_FILES:
-        raise ValueError(f"Received an invalid value for argument `kind`, expected one of {sorted(TOKENIZER_FILES)}. "
-                         f"Received: kind={kind!r}")
-    if kind == "wordpiece" and vocab_file is not None:
-        return WordPieceTokenizer(vocab_file, lower_case=True if lower_case is None else lower_case, name=name)
-    missing = missing_tokenizer_files(folder, kind)
-    if missing:
-        raise ValueError(
-            f"The checkpoint at {source or folder!r} has no {' and no '.join(missing)}, which its {kind} tokenizer is read "
-            f"from, so no preprocessor can be built for it. Put the model's {' and '.join(TOKENIZER_FILES[kind])} "
-            "next to its weights."
-        )
-    folder = os.fspath(folder)
-    if kind == "wordpiece":
-        return WordPieceTokenizer(os.path.join(folder, "vocab.txt"), lower_case=True if lower_case is None else lower_case,
-                                  name=name)
-    if kind == "sentencepiece":
-        options = {} if lower_case is None else {"lower_case": lower_case}
-        return SentencePieceTokenizer.from_folder(folder, name=name, **options)
-    return BytePairTokenizer.from_folder(folder, name=name)
+    found = read_folder(folder, kind, vocab_file)
+    if found is None:
+        raise ValueError(missing_files_message(source or folder, kind, missing_tokenizer_files(folder, kind)))
+    options = {"lower_case": lower_case} if lower_case is not None and found.cls.lower_cases() else {}
+    return found.build(name=name, **options)
+
+
+def tokenizer_file(folder, name):
+    """The path of tokenizer file `name` in `folder` (under `name` or, failing that, one of its other names),
+    or None where it has none."""
+    other_names = next((cls.other_names[name] for cls in TOKENIZER_CLASSES if name in cls.other_names), ())
+    return find_file(folder, name, other_names)
+
+
+def tokenizer_options(folder, kind):
+    """The options of tokenizer `kind` (its `options`) that `folder/tokenizer_config.json` records, as
+    `{key: bool}`; {} without the file.
+
+    Raises:
+        TokenizerFileError: the file is not a JSON object, or an option is
+            not `true` or `false` (naming the file and the key).
+    """
+    return tokenizer_class(kind).config_options(folder)
+
+
+def missing_tokenizer_files(folder, kind):
+    """The files of tokenizer `kind` that `folder` lacks (all of them where `folder` is None)."""
+    return [tokenizer_class(kind).files[attribute]
+            for attribute, path in tokenizer_class(kind).folder_files(folder).items() if path is None]
 
 
 def tokenizer_assets(folder, kind="wordpiece", vocab_file=None):
     """The Hub module attributes of tokenizer `kind`'s files -> their paths in `folder` (`vocab_file`: WordPiece's)."""
-    if kind == "wordpiece" and vocab_file is not None:
+    cls = tokenizer_class(kind)
+    if cls is WordPieceTokenizer and vocab_file is not None:
         return {"vocab_file": os.fspath(vocab_file)}
-    return {
-        attribute: tokenizer_file(folder, file) or os.path.join(os.fspath(folder), file)
-        for attribute, file in TOKENIZER_ASSETS[kind].items()
-    }
+    return {attribute: path or os.path.join(os.fspath(folder), cls.files[attribute])
+            for attribute, path in cls.folder_files(folder).items()}

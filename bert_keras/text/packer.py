@@ -24,6 +24,17 @@ TRUNCATIONS = ("round_robin", "waterfall")
 PACKINGS = ("bert", "roberta")
 
 
+def num_special_tokens(num_segments, packing="bert"):
+    """How many special tokens `packing` adds around `num_segments` segments: `[CLS]` and one `[SEP]` per segment,
+    and RoBERTa's second `</s>` before each later segment (BERT: 2 and 3, RoBERTa: 2 and 4).
+
+    >>> num_special_tokens(2), num_special_tokens(2, "roberta")
+    (3, 4)
+    """
+    check_choice("packing", packing, PACKINGS)
+    return num_segments + 1 + (num_segments - 1 if packing == "roberta" else 0)
+
+
 def _as_segment(segment, index):
     """A ragged `(batch, tokens)` integer tensor from ragged rank 1 or 2 input."""
     if not isinstance(segment, tf.RaggedTensor):
@@ -104,9 +115,7 @@ def pack_inputs(
             f"token-id tensors. Received: segments={segments!r:.80}"
         )
     check_choice("truncation", truncation, TRUNCATIONS)
-    check_choice("packing", packing, PACKINGS)
-    # Special tokens: [CLS] and one [SEP] per segment, plus RoBERTa's second </s> before each later segment.
-    num_special = len(segments) + 1 + (len(segments) - 1 if packing == "roberta" else 0)
+    num_special = num_special_tokens(len(segments), packing)
     if isinstance(seq_length, tf.Tensor):
         # A scalar tensor, as the exported `bert_pack_inputs(..., seq_length=)` receives it.
         seq_length = tf.cast(seq_length, tf.int32)

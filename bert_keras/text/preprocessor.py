@@ -4,18 +4,15 @@ import keras
 import tensorflow as tf
 
 from bert_keras._contract import INPUT_KEYS
-from bert_keras.text.byte_bpe import BytePairTokenizer
+from bert_keras.text.base import Tokenizer, to_string_tensor
 from bert_keras.text.packer import BertPacker, pack_inputs
-from bert_keras.text.sentencepiece import SentencePieceTokenizer
-from bert_keras.text.tokenizer import WordPieceTokenizer, to_string_tensor
+from bert_keras.text.tokenizer import WordPieceTokenizer
 
 # Plain TensorFlow ops without Python control flow: tracing them through
 # AutoGraph only makes `tf.function` and `tf.data` tracing slower.
 _do_not_convert = tf.autograph.experimental.do_not_convert
 
 OUTPUT_KEYS = INPUT_KEYS
-# The family's tokenizers; each says how its pairs are packed (`packing`: "bert" or "roberta").
-TOKENIZERS = (WordPieceTokenizer, SentencePieceTokenizer, BytePairTokenizer)
 
 
 class _TracedPacking:
@@ -108,7 +105,7 @@ class BertPreprocessor(keras.layers.Layer):
             tokenizer = keras.saving.deserialize_keras_object(tokenizer)
         if tokenizer is None:
             tokenizer = WordPieceTokenizer(vocabulary, lower_case=lower_case, name="tokenizer")
-        elif not isinstance(tokenizer, TOKENIZERS):
+        elif not isinstance(tokenizer, Tokenizer):  # each says how its pairs are packed (`packing`)
             raise ValueError(
                 "Received an invalid value for argument `tokenizer`, expected a WordPieceTokenizer, "
                 f"SentencePieceTokenizer or BytePairTokenizer. Received: tokenizer={tokenizer!r}"
@@ -136,7 +133,7 @@ class BertPreprocessor(keras.layers.Layer):
             "start_of_sequence_id": self.tokenizer.cls_id,
             "end_of_segment_id": self.tokenizer.sep_id,
             "padding_id": self.tokenizer.pad_id,
-            "packing": getattr(self.tokenizer, "packing", "bert"),
+            "packing": self.tokenizer.packing,
         }
 
     def get_special_tokens_dict(self):

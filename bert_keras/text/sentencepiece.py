@@ -26,18 +26,8 @@ import tensorflow as tf
 import tensorflow_text as tf_text
 
 from bert_keras.text import _family_tables as tables
-from bert_keras.text._subword import (
-    SubwordTokenizer,
-    TokenizerFileError,
-    TracedTokenization,
-    byte_to_char_spans,
-    check_bool,
-    in_ranges,
-    nest_words,
-    previous_in_row,
-    read_tokenizer_config,
-    row_ids,
-)
+from bert_keras.text._subword import byte_to_char_spans, in_ranges, nest_words, previous_in_row, row_ids
+from bert_keras.text.base import Tokenizer, TokenizerFileError, TracedTokenization, check_bool
 from bert_keras.text._unicode_tables import to_regex_class
 from bert_keras.text.unigram import UnigramSegmenter, read_pieces
 
@@ -180,7 +170,7 @@ def _refused(file, reason):
 
 
 @keras.saving.register_keras_serializable(package="bert_keras")
-class SentencePieceTokenizer(SubwordTokenizer):
+class SentencePieceTokenizer(Tokenizer):
     """ALBERT's SentencePiece tokenizer: strings to piece ids, in the graph.
 
     Gives the ids of ALBERT's definition (its text preprocessing, then the
@@ -220,6 +210,14 @@ class SentencePieceTokenizer(SubwordTokenizer):
         An int32 `tf.RaggedTensor` `(batch, words, pieces)`.
     """
 
+    kind = "sentencepiece"
+    files = {"sp_model_file": "spiece.model"}
+    file_arguments = {"sp_model_file": "proto"}
+    # google-research/albert's tars name the model `30k-clean.model`.
+    other_names = {"spiece.model": ("30k-clean.model",)}
+    options = {"do_lower_case": "lower_case", "keep_accents": "keep_accents"}
+    word_start_mark = _WORD_START
+
     def __init__(
         self,
         proto,
@@ -238,7 +236,7 @@ class SentencePieceTokenizer(SubwordTokenizer):
         file = os.fspath(proto) if isinstance(proto, (str, os.PathLike)) else None
         self.proto = _read_proto(proto)
         try:
-            self.vocabulary = [piece for piece, _, _ in read_pieces(self.proto)]
+            vocabulary = [piece for piece, _, _ in read_pieces(self.proto)]
             tf_text.SentencepieceTokenizer(model=self.proto, out_type=tf.int32).vocab_size()
         except (ValueError, tf.errors.InvalidArgumentError, tf.errors.InternalError) as error:
             raise _refused(file, f"is not a SentencePiece model ({str(error).splitlines()[0][:300]})") from error
@@ -246,8 +244,8 @@ class SentencePieceTokenizer(SubwordTokenizer):
             self._segmenter = UnigramSegmenter(self.proto)
         except ValueError as error:
             raise _refused(file, f"is not an ALBERT SentencePiece model ({error})") from error
-        self._set_special_tokens(
-            self.vocabulary,
+        self._set_vocabulary(
+            vocabulary,
             unknown_token=unknown_token,
             cls_token=cls_token,
             sep_token=sep_token,
@@ -258,31 +256,43 @@ class SentencePieceTokenizer(SubwordTokenizer):
         self._traced = TracedTokenization(self._tokenize_rows, self._tokenize_rows_with_char_offsets)
 
     @classmethod
-    def from_folder(cls, path, **kwargs):
-        """The tokenizer of an ALBERT folder: `spiece.model` (google-research/albert's `30k-clean.model` where
-        there is no `spiece.model`), and `tokenizer_config.json` if present.
+    def tokens_to_string(cls, tokens, suffix_indicator="##"):
+        """Pieces as one string, as transformers' SentencePiece decoder joins them: "▁" read as a space, the first
+        one dropped.
 
-        `do_lower_case` (default `True`) and `keep_accents` (default `False`)
-        are read from `tokenizer_config.json`; `kwargs` override them.
+        >>> SentencePieceTokenizer.tokens_to_string(["\u2581new", "\u2581york", "er"])
+        'new yorker'
         """
-        path = os.fspath(path)
-        model = next(
-            (
-                os.path.join(path, name)
-                for name in ("spiece.model", "30k-clean.model")
-                if tf.io.gfile.exists(os.path.join(path, name))
-            ),
-            None,
-        )
-        if model is None:
-            raise ValueError(
-                f"Received an invalid value for argument `path`, expected a folder holding spiece.model. "
-                f"Received: path={path!r}, which has no spiece.model"
-            )
-        config = read_tokenizer_config(path, ("do_lower_case", "keep_accents"))
-        options = {"lower_case": config.get("do_lower_case", True), "keep_accents": config.get("keep_accents", False)}
-        options.update(kwargs)
-        return cls(model, **options)
+        del suffix_indicator  # WordPiece's
+        words = [token.replace(_WORD_START, " ") for token in tokens]
+        if words and words[0].startswith(" "):
+            words[0] = words[0][1:]
+        return "".join(words)
+
+    @classmethod
+    def piece_text(cls, token):
+        """The text of a piece: without the "▁" (U+2581) that starts a word.
+
+        >>> SentencePieceTokenizer.piece_text("\u2581the")
+        'the'
+        """
+        return token.lstrip(_WORD_START)
+
+    @classmethod
+    def read_tokens(cls, files):
+        """The pieces of `spiece.model` (`files["sp_model_file"]`), read without building the tokenizer.
+
+        Raises:
+            TokenizerFileError: a truncated or foreign file, a piece not UTF-8
+                or too long, naming the file.
+        """
+        path = files["sp_model_file"]
+        with tf.io.gfile.GFile(os.fspath(path), "rb") as f:
+            proto = f.read()
+        try:
+            return [piece for piece, _, _ in read_pieces(proto)]
+        except ValueError as error:
+            raise TokenizerFileError(path, f"is not a SentencePiece model ({error}).") from error
 
     @_do_not_convert
     def preprocess(self, inputs):
@@ -324,11 +334,6 @@ class SentencePieceTokenizer(SubwordTokenizer):
                 "proto": base64.b64encode(self.proto).decode("ascii"),
                 "lower_case": self.lower_case,
                 "keep_accents": self.keep_accents,
-                "unknown_token": self.unknown_token,
-                "cls_token": self.cls_token,
-                "sep_token": self.sep_token,
-                "pad_token": self.pad_token,
-                "mask_token": self.mask_token,
             }
         )
         return config

@@ -28,6 +28,8 @@ import tensorflow as tf
 import tensorflow_text as tf_text
 
 from bert_keras.text import _unicode_tables as tables
+# to_string_tensor: the name is imported from here too.
+from bert_keras.text.base import Tokenizer, TokenizerFileError, TracedTokenization, to_string_tensor  # noqa: F401
 from bert_keras.text.offsets import char_offsets
 
 # Plain TensorFlow ops without Python control flow: tracing them through
@@ -55,6 +57,9 @@ _SMALL_SIGMA = "\u03c3"
 _PATCH_KEYS = [key for key, _ in tables.CASE_PATCH]
 _PATCH_VALUES = [value for _, value in tables.CASE_PATCH]
 _PATCH_MATCH = "(?s).*" + tables.to_regex_class([(key, key) for key in _PATCH_KEYS]) + ".*"
+# The WordPiece decoder's clean-up (tokenizers' `decoders.WordPiece(cleanup=True)`), token by token.
+_CLEANUP = ((" .", "."), (" ?", "?"), (" !", "!"), (" ,", ","), (" ' ", "'"), (" n't", "n't"), (" 'm", "'m"),
+            (" do not", " don't"), (" 's", "'s"), (" 've", "'ve"), (" 're", "'re"))
 # Private-use code points stand in for the patched characters while the
 # uncased steps run: the cleaning step has removed all private-use input.
 _PLACEHOLDER_BASE = 0xF0000
@@ -202,89 +207,8 @@ def check_unique_tokens(tokens, path=None):
         )
 
 
-def to_string_tensor(inputs, argument="inputs"):
-    """Converts `inputs` to a string tensor, or raises a `TypeError` that names it."""
-    if isinstance(inputs, (tf.Tensor, tf.RaggedTensor, keras.KerasTensor)):
-        tensor = inputs
-    else:
-        try:
-            tensor = tf.convert_to_tensor(inputs)
-        except (TypeError, ValueError) as error:
-            raise TypeError(
-                f"Received an invalid value for argument `{argument}`, expected strings "
-                f"(str, bytes, or a tf.string tensor). Received: {argument}={inputs!r:.80}"
-            ) from error
-    if tensor.dtype != tf.string:
-        raise TypeError(
-            f"Received an invalid value for argument `{argument}`, expected a tensor of "
-            f"dtype string (raw text). Received: {argument} with dtype={tensor.dtype.name}"
-        )
-    return tensor
-
-
-class _TracedTokenization:
-    """The tokenizer's work on a batch of strings as one `tf.function`, traced once per tokenizer.
-
-    Every function that tokenizes (a train step, an evaluation step, each
-    serving signature of an export) calls it, where tracing the ops again
-    took ~0.5 s per function and its first run as long again. It is held by
-    this plain object, not as an attribute of the layer, so that a
-    SavedModel does not take it for one of the layer's functions.
-    """
-
-    def __init__(self, tokenizer):
-        def tokenize_rows(strings):  # (batch,) -> ids, starts, ends, each (batch, words, pieces)
-            return tokenizer._tokenize_normalized(normalize_text(strings, lower_case=tokenizer.lower_case))
-
-        self.tokenize_rows = tf.function(
-            tokenize_rows, input_signature=[tf.TensorSpec([None], tf.string)], autograph=False
-        )
-
-        def tokenize_rows_with_char_offsets(strings):
-            ids, starts, ends = self.tokenize_rows(strings)
-            normalize = functools.partial(normalize_text, lower_case=tokenizer.lower_case)
-            return (ids,) + char_offsets(strings, starts, ends, normalize)
-
-        self.tokenize_rows_with_char_offsets = tf.function(
-            tokenize_rows_with_char_offsets, input_signature=[tf.TensorSpec([None], tf.string)], autograph=False
-        )
-
-
-class VocabularyMethods:
-    """What every tokenizer answers from its vocabulary: `self.vocabulary` (list of str), `self._token_to_id`, and
-    the special ids (`cls_id`, `sep_id`, `pad_id`, `mask_id`)."""
-
-    def vocabulary_size(self):
-        """The number of tokens (ids run from 0 to this minus one)."""
-        return len(self.vocabulary)
-
-    def token_to_id(self, token):
-        """The id of `token`; raises a `KeyError` when the vocabulary lacks it."""
-        return self._token_to_id[token]
-
-    def id_to_token(self, token_id):
-        """The token of `token_id`."""
-        return self.vocabulary[token_id]
-
-    def get_special_tokens_dict(self):
-        """The TF Hub preprocessor's special-token dict, as Python ints.
-
-        Returns:
-            A dict with `vocab_size`, `start_of_sequence_id` ([CLS]),
-            `end_of_segment_id` ([SEP]), `padding_id` ([PAD]) and `mask_id`
-            ([MASK]), all read from the vocabulary.
-        """
-        return {
-            "vocab_size": self.vocabulary_size(),
-            "start_of_sequence_id": self.cls_id,
-            "end_of_segment_id": self.sep_id,
-            "padding_id": self.pad_id,
-            "mask_id": self.mask_id,
-        }
-
-
 @keras.saving.register_keras_serializable(package="bert_keras")
-class WordPieceTokenizer(VocabularyMethods, keras.layers.Layer):
+class WordPieceTokenizer(Tokenizer):
     """BERT's WordPiece tokenizer: strings to word-piece ids, in the graph.
 
     Gives the ids of Hugging Face's `BertTokenizerFast` built from the same
@@ -292,6 +216,19 @@ class WordPieceTokenizer(VocabularyMethods, keras.layers.Layer):
     checked on every Unicode code point and on 38,158 real tweets. The
     reference's special-token matching of literal strings such as `"[MASK]"`
     in the input is not reproduced: they are tokenized as text.
+
+    Offsets: `tokenize_with_offsets` gives byte offsets into
+    `normalize(inputs)` (the normalised text, which equals the input for
+    clean ASCII text that is already lower-case). `tokenize_with_char_offsets`
+    counts Unicode code points of the raw input, the unit of Python's `str`:
+    `text[start:end]` is the piece as the user wrote it (before lower-casing,
+    accent stripping, dropping of control characters), the
+    `return_offsets_mapping=True` of `BertTokenizerFast` (equal on 38,158
+    tweets and on every code point but the reordering noted in
+    `offsets.char_offsets`). UTF-16 clients (Java, JavaScript) count
+    characters beyond U+FFFF twice. An `[UNK]` spans its word; pieces of a
+    character that normalises to several (a Hangul syllable) share its span.
+    All in the graph, so exports serve it.
 
     Args:
         vocabulary: str, path-like, or list of str. A `vocab.txt` (one token
@@ -323,7 +260,19 @@ class WordPieceTokenizer(VocabularyMethods, keras.layers.Layer):
     ...     ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "qu", "##ick", "!"])
     >>> tokenizer(["The quick!"]).to_list()
     [[[5], [6, 7], [8]]]
+    >>> tokenizer = WordPieceTokenizer(
+    ...     ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "cafe", "qu", "##ick", "!"])
+    >>> text = "\u200bCAFÉ\tQuick!"
+    >>> ids, starts, ends = tokenizer.tokenize_with_char_offsets([text])
+    >>> [text[s:e] for s, e in zip(starts.flat_values.numpy(), ends.flat_values.numpy())]
+    ['CAFÉ', 'Qu', 'ick', '!']
     """
+
+    kind = "wordpiece"
+    files = {"vocab_file": "vocab.txt"}
+    file_arguments = {"vocab_file": "vocabulary"}
+    options = {"do_lower_case": "lower_case"}
+    tokenizer_json_model = "WordPiece"
 
     def __init__(
         self,
@@ -358,42 +307,24 @@ class WordPieceTokenizer(VocabularyMethods, keras.layers.Layer):
                 "Received an invalid value for argument `suffix_indicator`, expected a "
                 f"non-empty str. Received: suffix_indicator={suffix_indicator!r}"
             )
-        self.vocabulary = load_vocabulary(vocabulary)
-        if not self.vocabulary:
+        tokens = load_vocabulary(vocabulary)
+        if not tokens:
             raise ValueError(
                 "Received an invalid value for argument `vocabulary`, expected at least one "
                 "token. Received: an empty vocabulary"
             )
+        # Tokens are unique (`load_vocabulary` checks it; tensorflow-text's WordPiece requires it).
+        self._set_vocabulary(
+            tokens,
+            unknown_token=unknown_token,
+            cls_token=cls_token,
+            sep_token=sep_token,
+            pad_token=pad_token,
+            mask_token=mask_token,
+        )
         self.lower_case = lower_case
-        self.unknown_token = unknown_token
-        self.cls_token = cls_token
-        self.sep_token = sep_token
-        self.pad_token = pad_token
-        self.mask_token = mask_token
         self.suffix_indicator = suffix_indicator
         self.max_chars_per_word = max_chars_per_word
-
-        # Tokens are unique (`load_vocabulary` checks it; tensorflow-text's WordPiece requires it).
-        self._token_to_id = {token: index for index, token in enumerate(self.vocabulary)}
-        special = {
-            "unknown_token": unknown_token,
-            "cls_token": cls_token,
-            "sep_token": sep_token,
-            "pad_token": pad_token,
-            "mask_token": mask_token,
-        }
-        for argument, token in special.items():
-            if token not in self._token_to_id:
-                raise ValueError(
-                    f"Received an invalid value for argument `{argument}`, expected a token "
-                    f"of the vocabulary ({len(self.vocabulary)} tokens). Received: "
-                    f"{argument}={token!r}, which the vocabulary lacks"
-                )
-        self.unknown_id = self._token_to_id[unknown_token]
-        self.cls_id = self._token_to_id[cls_token]
-        self.sep_id = self._token_to_id[sep_token]
-        self.pad_id = self._token_to_id[pad_token]
-        self.mask_id = self._token_to_id[mask_token]
 
         # Two paths give the reference's ids. The fast one splits words and
         # cuts pieces in one tensorflow-text op; it serves every text without
@@ -417,10 +348,88 @@ class WordPieceTokenizer(VocabularyMethods, keras.layers.Layer):
         else:
             long_run = ""
         self._detour_pattern = f"(?s).*(?:{long_run}{_SPLIT_DETOUR}).*"
-        self._traced = _TracedTokenization(self)
-        self._convert_input_args = False
-        self._allow_non_tensor_positional_args = True
-        self.built = True
+        self._traced = TracedTokenization(self._tokenize_rows, self._tokenize_rows_with_char_offsets)
+
+    @classmethod
+    def tokens_to_string(cls, tokens, suffix_indicator="##"):
+        """Word pieces as one string, as transformers' `decoders.WordPiece(cleanup=True)` joins them.
+
+        Continuing pieces are glued (`suffix_indicator` dropped), the others
+        follow a space, and the spaces before `. ? ! ,` are dropped.
+
+        >>> WordPieceTokenizer.tokens_to_string(["new", "york", "##er", ",", "hi"])
+        'new yorker, hi'
+        """
+        words = []
+        for i, token in enumerate(tokens):
+            if i:
+                token = token[len(suffix_indicator):] if token.startswith(suffix_indicator) else " " + token
+            for dirty, clean in _CLEANUP:
+                token = token.replace(dirty, clean)
+            words.append(token)
+        return "".join(words)
+
+    @classmethod
+    def piece_starts_word(cls, token, text, start, end):
+        """Whether a piece starts a word: WordPiece marks a continuing piece, so its token is longer than its text.
+
+        transformers' pipeline rule for a model with a continuing-subword
+        prefix (`##ing` against the `ing` it spans).
+        """
+        return len(token) == len(text[start:end])
+
+    @classmethod
+    def piece_text(cls, token, suffix_indicator="##"):
+        """The text of a piece: without the `##` of a continuation.
+
+        >>> WordPieceTokenizer.piece_text("##ing")
+        'ing'
+        """
+        return token[len(suffix_indicator):] if token.startswith(suffix_indicator) and len(token) > 2 else token
+
+    @classmethod
+    def read_tokens(cls, files):
+        """The tokens of `vocab.txt` (`files["vocab_file"]`), checked to be unique (`load_vocabulary`)."""
+        return load_vocabulary(files["vocab_file"])
+
+    @classmethod
+    def arguments_from_tokenizer_json(cls, tokenizer, path):
+        """`{vocabulary, lower_case}` of a Hugging Face `tokenizer.json` (transformers 5 saves no vocab.txt).
+
+        Only BERT's own tokenizer is taken: a `BertNormalizer` that strips
+        accents exactly when it lower-cases (uncased or cased BERT), the
+        `BertPreTokenizer` and a WordPiece model with `##` pieces and ids
+        0..n-1.
+
+        Args:
+            tokenizer: the file's JSON value.
+            path: str. The file, named in the error.
+
+        Raises:
+            TokenizerFileError: anything else, naming the file.
+        """
+        fields = tokenizer if isinstance(tokenizer, dict) else {}
+        model, normalizer, pre_tokenizer = (fields.get(key) for key in ("model", "normalizer", "pre_tokenizer"))
+        vocab = model.get("vocab") if isinstance(model, dict) else None
+        lower_case = normalizer.get("lowercase") if isinstance(normalizer, dict) else None
+        strip_accents = normalizer.get("strip_accents") if isinstance(normalizer, dict) else None
+        ids = (sorted(vocab.values()) if isinstance(vocab, dict)
+               and all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in vocab.values()) else None)
+        if (
+            not isinstance(model, dict) or model.get("type") != "WordPiece"
+            or model.get("continuing_subword_prefix", "##") != "##"
+            or not isinstance(normalizer, dict) or normalizer.get("type") != "BertNormalizer"
+            or not isinstance(lower_case, bool) or strip_accents not in (None, lower_case)
+            or not isinstance(pre_tokenizer, dict) or pre_tokenizer.get("type") != "BertPreTokenizer"
+            or ids != list(range(len(ids or [])))
+        ):
+            raise TokenizerFileError(path, "is not BERT's WordPiece tokenizer (BertNormalizer, BertPreTokenizer, "
+                                     "WordPiece with '##' pieces and ids 0..n-1), and the folder has no vocab.txt: "
+                                     "put the model's vocab.txt next to its weights.")
+        tokens = [None] * len(ids)
+        for token, index in vocab.items():
+            tokens[index] = token
+        return {"vocabulary": tokens, "lower_case": lower_case}
 
     @_do_not_convert
     def normalize(self, inputs):
@@ -488,85 +497,13 @@ class WordPieceTokenizer(VocabularyMethods, keras.layers.Layer):
 
         return tf.cond(tf.reduce_any(detour), with_detour, lambda: fast)
 
-    @_do_not_convert
-    def tokenize_with_offsets(self, inputs):
-        """Like `tokenize`, and also returns the byte offsets of every word piece.
+    def _tokenize_rows(self, strings):  # (batch,) -> ids, starts, ends, each (batch, words, pieces)
+        return self._tokenize_normalized(normalize_text(strings, lower_case=self.lower_case))
 
-        Returns:
-            A tuple `(token_ids, starts, ends)` of ragged tensors
-            `(batch, words, word_pieces)`: int32 ids and int64 byte offsets
-            into `normalize(inputs)` (the normalised text, which equals the
-            input for clean ASCII text that is already lower-case).
-        """
-        return self._rows(self._traced.tokenize_rows, inputs)
-
-    @_do_not_convert
-    def tokenize_with_char_offsets(self, inputs):
-        """Like `tokenize`, and also returns where every word piece is in the raw input, in code points.
-
-        Offsets count Unicode code points, the unit of Python's `str`:
-        `text[start:end]` is the piece as the user wrote it (before
-        lower-casing, accent stripping, dropping of control characters), the
-        `return_offsets_mapping=True` of `BertTokenizerFast` (equal on 38,158
-        tweets and on every code point but the reordering noted in
-        `offsets.char_offsets`). UTF-16 clients (Java, JavaScript) count characters
-        beyond U+FFFF twice. An `[UNK]` spans its word; pieces of a character
-        that normalises to several (a Hangul syllable) share its span. All in
-        the graph, so exports serve it.
-
-        Returns:
-            A tuple `(token_ids, starts, ends)` of ragged tensors
-            `(batch, words, word_pieces)`: int32 ids and int64 code point
-            offsets into `inputs` (an invalid UTF-8 sequence counts as one
-            U+FFFD, as in Python's `bytes.decode(errors="replace")`).
-
-        Example:
-        >>> tokenizer = WordPieceTokenizer(
-        ...     ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "cafe", "qu", "##ick", "!"])
-        >>> text = "\u200bCAFÉ\tQuick!"
-        >>> ids, starts, ends = tokenizer.tokenize_with_char_offsets([text])
-        >>> [text[s:e] for s, e in zip(starts.flat_values.numpy(), ends.flat_values.numpy())]
-        ['CAFÉ', 'Qu', 'ick', '!']
-        """
-        return self._rows(self._traced.tokenize_rows_with_char_offsets, inputs)
-
-    def _rows(self, tokenize_rows, inputs):
-        """`tokenize_rows` on a batch of strings; a scalar string is a batch of one, given back without its batch."""
-        inputs = self._check_inputs(inputs)
-        scalar = inputs.shape.rank == 0
-        if scalar:
-            inputs = tf.expand_dims(inputs, 0)
-        outputs = tokenize_rows(inputs)
-        if scalar:
-            outputs = tuple(output[0] for output in outputs)
-        return outputs
-
-    @_do_not_convert
-    def tokenize(self, inputs):
-        """Strings to int32 word-piece ids, a ragged tensor `(batch, words, word_pieces)`."""
-        return self.tokenize_with_offsets(inputs)[0]
-
-    @_do_not_convert
-    def call(self, inputs):
-        return self.tokenize(inputs)
-
-    def _check_inputs(self, inputs):
-        tensor = to_string_tensor(inputs)
-        rank = tensor.shape.rank
-        if rank == 2 and tensor.shape[-1] == 1:
-            tensor = tf.squeeze(tensor, axis=-1)
-        elif rank is not None and rank > 1:
-            raise ValueError(
-                "Received an invalid value for argument `inputs`, expected a scalar or a "
-                f"batch of strings of shape (batch,) or (batch, 1). Received: inputs.shape={tensor.shape}"
-            )
-        return tensor
-
-    def compute_output_spec(self, inputs):
-        raise NotImplementedError(
-            "WordPieceTokenizer returns a tf.RaggedTensor, which Keras' functional models "
-            "cannot carry; call it on tensors, or use BertPreprocessor inside a model."
-        )
+    def _tokenize_rows_with_char_offsets(self, strings):
+        ids, starts, ends = self._traced.tokenize_rows(strings)
+        normalize = functools.partial(normalize_text, lower_case=self.lower_case)
+        return (ids,) + char_offsets(strings, starts, ends, normalize)
 
     def get_config(self):
         config = super().get_config()
@@ -574,11 +511,6 @@ class WordPieceTokenizer(VocabularyMethods, keras.layers.Layer):
             {
                 "vocabulary": list(self.vocabulary),
                 "lower_case": self.lower_case,
-                "unknown_token": self.unknown_token,
-                "cls_token": self.cls_token,
-                "sep_token": self.sep_token,
-                "pad_token": self.pad_token,
-                "mask_token": self.mask_token,
                 "suffix_indicator": self.suffix_indicator,
                 "max_chars_per_word": self.max_chars_per_word,
             }

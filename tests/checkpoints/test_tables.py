@@ -99,3 +99,11 @@ def test_summary_text_lists_what_was_left():
     assert "Ignored (20): s0" in text and "(8 more)" in text
     assert "Unused (1): cls/extra." in text
     assert "left randomly initialized: pooler" in text
+
+
+def test_each_family_names_a_registered_tokenizer():
+    from bert_keras.text import tokenizer_class
+
+    kinds = {model_type: tokenizer_class(family["tokenizer"]).kind for model_type, family in tables.HF_FAMILIES.items()}
+    assert kinds == {"albert": "sentencepiece", "bert": "wordpiece", "distilbert": "wordpiece", "electra": "wordpiece",
+                     "roberta": "byte_bpe"}
