@@ -7,7 +7,7 @@ sentence-transformers folder (`modules.json`: Transformer -> Pooling ->
 Normalize, `1_Pooling/config.json`, `sentence_bert_config.json` and the
 tokenizer's `model_max_length`), which
 `bert_keras.formats.sentence_transformers` reads as data; the BERT weights
-come through `bert_keras.checkpoints.load_checkpoint`.
+and tokenizer come through `bert_keras.checkpoints.load_pretrained`.
 Its export, a SavedModel from strings to embeddings, is
 `bert_keras.export.export_sentence_encoder`. `bert_keras.embedding_files.write_embeddings`
 streams the embeddings of a stream of texts into a `.npy` or `.jsonl` file,
@@ -26,18 +26,12 @@ import numpy as np
 import tensorflow as tf
 from keras import ops
 
-from bert_keras._checks import check_int
 from bert_keras._task import Task, call_encoder, check_encoder, model_inputs
-from bert_keras.checkpoints import load_checkpoint
+from bert_keras.checkpoints import load_pretrained
 from bert_keras.embedder import BatchEmbedder, EmbeddingMethods, encode_in_batches
 from bert_keras.formats import detect_format
-from bert_keras.formats.sentence_transformers import (
-    read_sentence_transformers_folder,
-    tokenizer_json_vocabulary,
-    tokenizer_max_length,
-)
+from bert_keras.formats.sentence_transformers import read_sentence_transformers_folder, tokenizer_max_length
 from bert_keras.heads import POOLING_MODES, SentencePooling
-from bert_keras.text import BertPreprocessor
 
 __all__ = ["SentenceEncoder"]
 
@@ -190,8 +184,10 @@ class SentenceEncoder(EmbeddingMethods, Task):
                 other than Transformer / Pooling / Normalize, an embedding
                 dimension other than the encoder's, a length beyond the
                 encoder's positions.
-            CheckpointError: from `load_checkpoint`, for the weights
-                (`ModuleRefusedError`: a module, with `allow_modules=False`).
+            CheckpointError: from `bert_keras.checkpoints.load_pretrained`
+                (the one way the tasks and the inspector read a folder too),
+                for the weights and the tokenizer's files (`ModuleRefusedError`:
+                a module, with `allow_modules=False`).
 
         Example:
         >>> from bert_keras.text.corpora import minilm_vocab_path  # all-MiniLM-L6-v2, from the test extra
@@ -214,24 +210,16 @@ class SentenceEncoder(EmbeddingMethods, Task):
         SentencePooling(pooling)  # checks the mode(s) before the weights are read
         if normalize is None:
             normalize = folder.normalize if folder is not None else False
+        if max_seq_length is None and folder is not None:
+            max_seq_length = folder.max_seq_length
+        source = folder.transformer_path if folder is not None else path
         # A folder's Transformer is a path modules.json records: data, read as weights only, whoever named the folder.
-        loaded = load_checkpoint(folder.transformer_path if folder else path, with_heads=False, dtype=dtype,
-                                 allow_modules=allow_modules and folder is None)
-        encoder = loaded.encoder
-        vocabulary, lower_case = loaded.vocab_file, loaded.do_lower_case
-        tokenizer = None
-        if loaded.tokenizer_kind != "wordpiece":  # ALBERT's SentencePiece, RoBERTa's BPE: from their own files
-            tokenizer = loaded.tokenizer(path)
-        elif vocabulary is None:
-            from_json = tokenizer_json_vocabulary(folder.transformer_path if folder else path)
-            if from_json is None:
-                raise ValueError(f"The checkpoint at {path!r} has no vocabulary (vocab.txt or tokenizer.json): put the "
-                                 "model's vocab.txt next to its weights.")
-            vocabulary, lower_case = from_json
-            if len(vocabulary) != encoder.vocab_size:
-                raise ValueError(f"The tokenizer.json of {path!r} has {len(vocabulary)} tokens, but the encoder's "
-                                 f"word embeddings have {encoder.vocab_size} rows: they do not belong together.")
-        if folder is not None and folder.do_lower_case and not lower_case:
+        # Without a length: the tokenizer's `model_max_length`, at most the encoder's positions.
+        pretrained = load_pretrained(source, seq_length=max_seq_length, default_seq_length=tokenizer_max_length(source),
+                                     dtype=dtype, allow_modules=allow_modules and folder is None,
+                                     seq_length_name="max_seq_length")
+        encoder, preprocessor = pretrained.encoder, pretrained.preprocessor
+        if folder is not None and folder.do_lower_case and not preprocessor.lower_case:
             raise ValueError(
                 f"{os.path.join(folder.transformer_path, 'sentence_bert_config.json')} sets do_lower_case for a cased "
                 "vocabulary; lower-casing the text before a cased tokenizer is not reproduced."
@@ -241,22 +229,6 @@ class SentenceEncoder(EmbeddingMethods, Task):
                 f"The pooling configuration of {path!r} says embedding_dimension={folder.dimension}, but the encoder's "
                 f"hidden size is {encoder.hidden_size}: the folder's modules do not belong together."
             )
-        if max_seq_length is None:
-            max_seq_length = folder.max_seq_length if folder is not None else None
-        if max_seq_length is None:
-            tokenizer_max = tokenizer_max_length(folder.transformer_path if folder else path)
-            max_seq_length = min(encoder.max_sequence_length, tokenizer_max or encoder.max_sequence_length)
-        check_int("max_seq_length", max_seq_length, minimum=3)
-        if max_seq_length > encoder.max_sequence_length:
-            raise ValueError(
-                f"Received an invalid value for argument `max_seq_length`, expected at most the encoder's "
-                f"max_sequence_length={encoder.max_sequence_length}. Received: max_seq_length={max_seq_length}"
-            )
-        if tokenizer is not None:
-            preprocessor = BertPreprocessor(tokenizer=tokenizer, seq_length=max_seq_length, name="preprocessor")
-        else:
-            preprocessor = BertPreprocessor(vocabulary, lower_case=lower_case, seq_length=max_seq_length,
-                                            name="preprocessor")
         model = cls(encoder, preprocessor=preprocessor, pooling=pooling, normalize=normalize, **kwargs)
         model.source = path
         return model

@@ -3,9 +3,12 @@
 `load_checkpoint(path)` reads a checkpoint of any supported format
 (`bert_keras.formats`, which builds nothing) and returns a `LoadedCheckpoint`
 with the encoder, any heads, the vocabulary and a summary of the conversion.
+`load_pretrained(path)` adds the folder's tokenizer and a preprocessor: the
+one way the tasks, the sentence encoder and the inspector read a folder.
 """
 
 from bert_keras.checkpoints._build import LoadedCheckpoint, load
+from bert_keras.checkpoints.pretrained import Pretrained, load_pretrained
 from bert_keras.formats import (
     CheckpointError,
     ConfigError,
@@ -171,6 +174,7 @@ __all__ = [
     "ConversionSummary",
     "LoadedCheckpoint",
     "ModuleRefusedError",
+    "Pretrained",
     "detect_format",
     "holds_weights",
     "from_keras_nlp",
@@ -179,5 +183,6 @@ __all__ = [
     "load_hub_module",
     "load_huggingface",
     "load_keras_nlp_preset",
+    "load_pretrained",
     "to_keras_nlp",
 ]

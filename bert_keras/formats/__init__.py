@@ -14,11 +14,13 @@ import logging
 import os
 
 from bert_keras.formats._common import (
+    Candidates,
     CheckpointError,
     CheckpointWeights,
     ConfigError,
     ConversionSummary,
     ModuleRefusedError,
+    assign_arrays,
     build_and_load,
     read_json,
 )
@@ -177,11 +179,13 @@ def read_checkpoint(path, *, format=None, with_heads=True, do_lower_case=None, a
 
 __all__ = [
     "FORMATS",
+    "Candidates",
     "CheckpointError",
     "CheckpointWeights",
     "ConfigError",
     "ConversionSummary",
     "ModuleRefusedError",
+    "assign_arrays",
     "build_and_load",
     "detect_format",
     "holds_weights",

@@ -274,13 +274,65 @@ def assign_arrays(weights, roots):
         variable.assign(array.astype(variable.dtype))
 
 
+class Candidates:
+    """The encoder configs of `weights` to build in turn, most likely first, until one reproduces the checkpoint.
+
+    The caller builds (it holds the model classes: readers import none) and
+    asks; nothing here calls back into it:
+
+        candidates = Candidates(weights)
+        for config in candidates:
+            roots = build(config)  # {"encoder": ..., heads}
+            assign_arrays(weights, roots)
+            if candidates.fits(roots["encoder"]):
+                break
+
+    Where the files fix the architecture (`weights.difference` is None)
+    the one config fits. Where `weights` lists several (a Hub module), each
+    built encoder is run next to the module's outputs; the loop raises a
+    `CheckpointError` (naming the closest candidate) when none fits.
+    """
+
+    def __init__(self, weights):
+        self.weights = weights
+        self._config = None
+        self._best = None
+
+    def __iter__(self):
+        for config in self.weights.encoder_configs:
+            self._config = config
+            yield config
+        best = self._best
+        raise CheckpointError(
+            self.weights.summary.files[0],
+            None,
+            f"no BertEncoder reproduces this module's outputs (closest: num_heads={best[1]['num_heads']}, "
+            f"activation={best[1]['activation']!r}, position_offset={best[1].get('position_offset', 0)}, relative "
+            f"difference {best[0]:.3g}). It may be a BERT variant this package does not build (pre-LayerNorm, "
+            "another activation, another position offset).",
+        )
+
+    def fits(self, encoder):
+        """Whether `encoder`, built from the current config with the weights assigned, reproduces the checkpoint."""
+        if self.weights.difference is None:
+            return True
+        config = self._config
+        difference = self.weights.difference(encoder)
+        logger.info("%s: num_heads=%d, activation=%s, position_offset=%d: max difference %.3g",
+                    self.weights.summary.files[0], config["num_heads"], config["activation"],
+                    config.get("position_offset", 0), difference)
+        if self._best is None or difference < self._best[0]:
+            self._best = (difference, config)
+        return difference <= self.weights.tolerance
+
+
 def build_and_load(weights, make_roots):
     """Builds models with `make_roots(encoder_config)` and assigns the checkpoint's weights to them.
 
     The checkpoint is read and checked before (`read_checkpoint`); this only
     builds and assigns. Where `weights` lists several encoder configs (a Hub
     module), each is built in turn and the first whose encoder reproduces
-    the module's outputs is kept.
+    the module's outputs is kept (`Candidates`).
 
     Args:
         weights: `CheckpointWeights`.
@@ -294,28 +346,12 @@ def build_and_load(weights, make_roots):
     Raises:
         CheckpointError: no candidate reproduces the module's outputs.
     """
-    best = None
-    for config in weights.encoder_configs:
+    candidates = Candidates(weights)
+    for config in candidates:
         roots = make_roots(config)
         assign_arrays(weights, roots)
-        if weights.difference is None:
+        if candidates.fits(roots["encoder"]):
             return roots
-        difference = weights.difference(roots["encoder"])
-        logger.info("%s: num_heads=%d, activation=%s, position_offset=%d: max difference %.3g",
-                    weights.summary.files[0], config["num_heads"], config["activation"],
-                    config.get("position_offset", 0), difference)
-        if difference <= weights.tolerance:
-            return roots
-        if best is None or difference < best[0]:
-            best = (difference, config)
-    raise CheckpointError(
-        weights.summary.files[0],
-        None,
-        f"no BertEncoder reproduces this module's outputs (closest: num_heads={best[1]['num_heads']}, "
-        f"activation={best[1]['activation']!r}, position_offset={best[1].get('position_offset', 0)}, relative "
-        f"difference {best[0]:.3g}). It may be a BERT variant this package does not build (pre-LayerNorm, another "
-        "activation, another position offset).",
-    )
 
 
 # ---------------------------------------------------------------------------

@@ -3,9 +3,10 @@
 `read_sentence_transformers_folder` says how a folder embeds a text (its
 pooling modes, normalisation and maximum length) without importing or
 running anything of it; `bert_keras.sentence_encoder.SentenceEncoder.from_checkpoint`
-builds the model it describes. `tokenizer_max_length` and
-`tokenizer_json_vocabulary` read what a Hugging Face folder's tokenizer files
-say when it has no `vocab.txt` or `max_seq_length`.
+builds the model it describes. `tokenizer_max_length` reads what a Hugging
+Face folder's tokenizer says when it has no `max_seq_length` (its vocabulary,
+from `vocab.txt` or `tokenizer.json`, is read where every reader reads it:
+`bert_keras.text.folders`).
 """
 
 import dataclasses
@@ -16,8 +17,7 @@ import reprlib
 
 from bert_keras.formats import holds_weights
 
-__all__ = ["SentenceTransformersConfig", "read_sentence_transformers_folder", "tokenizer_json_vocabulary",
-           "tokenizer_max_length"]
+__all__ = ["SentenceTransformersConfig", "read_sentence_transformers_folder", "tokenizer_max_length"]
 
 # sentence-transformers' names of the pooling modes (`pooling_mode` in 6.x, the legacy `pooling_mode_*_token(s)`
 # booleans before), in the order its Pooling module concatenates the legacy ones.
@@ -235,40 +235,3 @@ def tokenizer_max_length(folder):
     if isinstance(value, float) and math.isfinite(value):  # 1e400 reads as inf, which has no int
         value = int(value)
     return value if _is_int(value, 3) else None
-
-
-def tokenizer_json_vocabulary(folder):
-    """`(tokens, lower_case)` of a BERT WordPiece `tokenizer.json` (transformers 5 saves no vocab.txt), or None.
-
-    Only BERT's own tokenizer is taken: a `BertNormalizer` that strips
-    accents exactly when it lower-cases (uncased or cased BERT), the
-    `BertPreTokenizer` and a WordPiece model with `##` pieces and ids
-    0..n-1; anything else is refused with a `ValueError`.
-    """
-    path = os.path.join(folder, "tokenizer.json")
-    if not os.path.isfile(path):
-        return None
-    tokenizer = _read_json(path, "tokenizer")
-    model = tokenizer.get("model") if isinstance(tokenizer, dict) else None
-    normalizer = tokenizer.get("normalizer") if isinstance(tokenizer, dict) else None
-    pre_tokenizer = tokenizer.get("pre_tokenizer") if isinstance(tokenizer, dict) else None
-    vocab = model.get("vocab") if isinstance(model, dict) else None
-    lower_case = normalizer.get("lowercase") if isinstance(normalizer, dict) else None
-    strip_accents = normalizer.get("strip_accents") if isinstance(normalizer, dict) else None
-    ids = sorted(vocab.values()) if isinstance(vocab, dict) and all(_is_int(i, 0) for i in vocab.values()) else None
-    if (
-        not isinstance(model, dict) or model.get("type") != "WordPiece" or model.get("continuing_subword_prefix", "##") != "##"
-        or not isinstance(normalizer, dict) or normalizer.get("type") != "BertNormalizer" or not isinstance(lower_case, bool)
-        or strip_accents not in (None, lower_case)
-        or not isinstance(pre_tokenizer, dict) or pre_tokenizer.get("type") != "BertPreTokenizer"
-        or ids != list(range(len(ids or [])))
-    ):
-        raise ValueError(
-            f"{path} is not BERT's WordPiece tokenizer (BertNormalizer, BertPreTokenizer, WordPiece with '##' "
-            "pieces and ids 0..n-1), and the folder has no vocab.txt: put the model's vocab.txt next to its weights."
-        )
-    tokens = [None] * len(ids)
-    for token, index in vocab.items():
-        tokens[index] = token
-    return tokens, lower_case
-

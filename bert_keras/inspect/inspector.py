@@ -11,7 +11,7 @@ import logging
 import numpy as np
 import tensorflow as tf
 
-from bert_keras.checkpoints import load_checkpoint
+from bert_keras.checkpoints import load_pretrained
 from bert_keras.encoder import INPUT_KEYS, BertEncoder
 from bert_keras.text import BertPreprocessor, load_vocabulary
 
@@ -133,16 +133,12 @@ class Inspector:
     def from_checkpoint(cls, path, seq_length=None):
         """An inspector for anything `load_checkpoint` reads: Hugging Face folders of the family (BERT,
         ALBERT, ELECTRA, DistilBERT, RoBERTa), Google BERT, keras-nlp, TF Hub / Model Garden BERT
-        encoder modules; with the checkpoint's own tokenizer (`LoadedCheckpoint.tokenizer`: WordPiece,
-        ALBERT's SentencePiece or RoBERTa's byte-level BPE), as the tasks build it."""
-        loaded = load_checkpoint(path, with_heads=False)
-        encoder = loaded.encoder
-        if seq_length is None:
-            seq_length = min(128, encoder.max_sequence_length)
-        _check_seq_length(seq_length, encoder.max_sequence_length)
-        preprocessor = BertPreprocessor(tokenizer=loaded.tokenizer(path), seq_length=seq_length, name="preprocessor")
-        inspector = cls(encoder, seq_length=seq_length, preprocessor=preprocessor)
-        inspector.vocab_file = loaded.vocab_file  # a WordPiece checkpoint's vocab.txt; None for ALBERT and RoBERTa
+        encoder modules; with the checkpoint's own tokenizer (WordPiece, ALBERT's SentencePiece or
+        RoBERTa's byte-level BPE), read as the tasks read it (`bert_keras.checkpoints.load_pretrained`).
+        `seq_length` defaults to 128, or the encoder's `max_sequence_length` if shorter."""
+        pretrained = load_pretrained(path, seq_length=seq_length)
+        inspector = cls(pretrained.encoder, seq_length=pretrained.seq_length, preprocessor=pretrained.preprocessor)
+        inspector.vocab_file = pretrained.loaded.vocab_file  # a WordPiece checkpoint's vocab.txt; None for the others
         return inspector
 
     @property

@@ -2,44 +2,14 @@
 
 import collections.abc
 import logging
-import os
 
-from bert_keras import hub
-from bert_keras._checks import check_int
 from bert_keras._task import Task
-from bert_keras.checkpoints import holds_weights, load_checkpoint
-from bert_keras.formats.hub_module import read_module_pair
+from bert_keras.checkpoints import load_pretrained
 from bert_keras.formats import tables
 from bert_keras.heads import ClassificationHead
-from bert_keras.text import BertPreprocessor
 
 # The task family's one logger (users filter on it), whichever of its modules speaks.
 logger = logging.getLogger("bert_keras.tasks")
-
-
-def _module_pair(path):
-    """`(encoder_dir, preprocess_dir)` when `path` holds a Hub module pair (and no weights checkpoint), else None.
-
-    A folder that also holds a checkpoint of weights is read as weights: loading the modules would run their
-    graphs, which reading weights never does (`checkpoints.detect_format`).
-    """
-    if holds_weights(path):
-        return None
-    pair = read_module_pair(path)
-    if pair is not None:
-        return pair
-    encoder_dir, preprocess_dir = os.path.join(path, "encoder"), os.path.join(path, "preprocess")
-    if all(os.path.isfile(os.path.join(d, "saved_model.pb")) for d in (encoder_dir, preprocess_dir)):
-        return encoder_dir, preprocess_dir
-    return None
-
-
-def _module_max_length(encoder_layer):
-    """Rows of a Hub encoder's learned position table (ours and Model Garden's name it so), or None."""
-    for variable in encoder_layer.resolved_object.variables:
-        if "position" in variable.name and len(variable.shape) == 2:
-            return int(variable.shape[0])
-    return None
 
 
 def load_encoder_and_preprocessor(path, seq_length=128, trainable=True):
@@ -58,43 +28,15 @@ def load_encoder_and_preprocessor(path, seq_length=128, trainable=True):
         `(encoder, preprocessor)`: a `BertEncoder` and a `BertPreprocessor`,
         or, for a module pair, a `hub.KerasLayer` and a `hub.PreprocessLayer`.
     """
-    return _load_pretrained(path, seq_length, trainable, with_heads=False)[:2]
+    pretrained = _load_pretrained(path, seq_length, trainable, with_heads=False)
+    return pretrained.encoder, pretrained.preprocessor
 
 
 def _load_pretrained(path, seq_length, trainable, with_heads):
-    """`(encoder, preprocessor, loaded)`: `loaded` is the `LoadedCheckpoint` (heads: `with_heads`), None for modules."""
-    check_int("seq_length", seq_length, minimum=3)
-    if isinstance(path, (tuple, list)):
-        pair = tuple(path)
-        if len(pair) != 2:
-            raise ValueError(
-                "Received an invalid value for argument `path`, expected a checkpoint path or a pair of Hub "
-                f"handles (encoder, preprocess). Received: path={path!r}"
-            )
-    else:
-        path = os.fspath(path)
-        pair = _module_pair(path) if os.path.isdir(path) else None
-    if pair is not None:
-        encoder_dir, preprocess_dir = pair
-        encoder = hub.KerasLayer(encoder_dir, trainable=trainable, name="encoder")
-        max_length = _module_max_length(encoder)
-        if max_length is not None and seq_length > max_length:
-            raise ValueError(
-                f"Received an invalid value for argument `seq_length`, expected at most the encoder module's "
-                f"{max_length} positions. Received: seq_length={seq_length}"
-            )
-        return encoder, hub.PreprocessLayer(preprocess_dir, seq_length=seq_length, name="preprocessor"), None
-    loaded = load_checkpoint(path, with_heads=with_heads)
-    tokenizer = loaded.tokenizer(path)  # the family's: WordPiece, ALBERT's SentencePiece or RoBERTa's BPE
-    max_length = loaded.encoder.max_sequence_length
-    if seq_length > max_length:
-        raise ValueError(
-            f"Received an invalid value for argument `seq_length`, expected at most the checkpoint's "
-            f"max_sequence_length={max_length}. Received: seq_length={seq_length}"
-        )
-    loaded.encoder.trainable = trainable
-    preprocessor = BertPreprocessor(tokenizer=tokenizer, seq_length=seq_length, name="preprocessor")
-    return loaded.encoder, preprocessor, loaded
+    """`checkpoints.load_pretrained` as the tasks read a folder: a module pair kept as its Hub layers."""
+    pretrained = load_pretrained(path, seq_length=seq_length, with_heads=with_heads, module_pair_layers=True)
+    pretrained.encoder.trainable = trainable
+    return pretrained
 
 
 class _PretrainedTask(Task):
@@ -123,7 +65,8 @@ class _PretrainedTask(Task):
                 refused).
         """
         heads = [cls._checkpoint_head] if cls._checkpoint_head else False
-        encoder, preprocessor, loaded = _load_pretrained(path, seq_length, True, with_heads=heads)
+        pretrained = _load_pretrained(path, seq_length, True, with_heads=heads)
+        encoder, preprocessor, loaded = pretrained.encoder, pretrained.preprocessor, pretrained.loaded
         head = loaded.heads.get(cls._checkpoint_head) if loaded is not None else None
         if head is None:
             _warn_unused_task_head(cls, path, loaded)
