@@ -224,8 +224,11 @@ def as_written_before_the_manifest(export_dir):
         settings.pop(key)
     name = {"classifier": "labels.json", "tagger": "labels.json", "reader": "reader.json",
             "sentence_encoder": "sentence_encoder.json"}[kind]
+    tokenizer = settings.pop("tokenizer", None)  # versions before recorded only a tagger's, as these three fields
     if kind == "tagger":
         settings["task"] = "tagger"
+        settings.update(tokenizer=tokenizer["kind"], unknown_token=tokenizer["unknown_token"],
+                        suffix_indicator=tokenizer.get("suffix_indicator"))
         if settings.get("tokenizer") != "wordpiece":
             settings.pop("suffix_indicator", None)  # versions before wrote it for WordPiece only
     path = os.path.join(export_dir, "assets.extra", name)

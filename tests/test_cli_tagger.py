@@ -170,6 +170,12 @@ def _edited(tagger_dir, tmp_path, legacy=False, **fields):
     directory = shutil.copytree(tagger_dir, tmp_path / "edited", dirs_exist_ok=True)
     labels = pathlib.Path(as_written_before_the_manifest(str(directory)) if legacy else manifest_path(str(directory)))
     metadata = json.loads(labels.read_text())
+    if not legacy:  # this version's manifest: how the pieces make words is in its `tokenizer` entry
+        entry = metadata["tokenizer"]
+        for field, value in fields.items():
+            key = "kind" if field == "tokenizer" else field
+            entry.pop(key) if value is None else entry.update({key: value})
+        fields = {}
     metadata.update(fields)
     labels.write_text(json.dumps(metadata))
     return str(directory)

@@ -91,3 +91,26 @@ def test_encode_in_batches_embeds_two_batches_per_call_and_puts_rows_back_in_ord
     # One trace of a batch (graph mode), shared by the one-batch and the two-batch functions.
     assert calls == [False]
     assert len(embedder.two.get_concrete_function().graph.get_operations()) < 10  # two calls of `one`, not two copies
+
+
+def test_an_export_serves_token_ids_too_and_records_how_it_tokenizes(tmp_path):
+    import numpy as np
+    import tensorflow as tf
+
+    from bert_keras.export.manifest import read_manifest
+    from bert_keras.text import BertPreprocessor
+
+    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "good", "bad", "day"] + [f"w{i}" for i in range(32)]
+    classifier = BertClassifier(BertEncoder(**TINY), num_classes=3, preprocessor=BertPreprocessor(vocab, seq_length=12))
+    directory = export.export_classifier(classifier, str(tmp_path / "clf"), ["a", "b", "c"])
+    texts = ["good day", "bad w3 w4 day"]
+    loaded = tf.saved_model.load(directory)
+    packed = classifier.preprocessor(tf.constant(texts))
+    from_ids = loaded.serve_ids(**packed)["probabilities"].numpy()
+    np.testing.assert_allclose(from_ids, loaded.serve(tf.constant(texts))["probabilities"].numpy(), atol=1e-6)
+    tokenizer = read_manifest(directory)["tokenizer"]
+    assert tokenizer == {"kind": "wordpiece", "seq_length": 12, "cls_id": 2, "sep_id": 3, "pad_id": 0,
+                         "unknown_token": "[UNK]", "vocabulary_size": 40, "lower_case": True, "suffix_indicator": "##",
+                         "max_chars_per_word": 100, "vocabulary_file": "vocab.txt"}
+    with open(f"{directory}/assets.extra/vocab.txt", encoding="utf-8") as f:
+        assert f.read().split("\n")[:-1] == vocab

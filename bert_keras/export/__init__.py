@@ -68,7 +68,13 @@ _NAMES = {
 __all__ = sorted(_NAMES)
 
 
+_MODULES = ("classifier", "entity_groups", "hub_modules", "loaded", "manifest", "reader", "sentence_encoder", "tagger",
+            "to_hub", "warmup")
+
+
 def __getattr__(name):
+    if name in _MODULES:  # `bert_keras.export.tagger`, as a plain package would give it
+        return importlib.import_module(f"bert_keras.export.{name}")
     if name not in _NAMES:
         raise AttributeError(f"module 'bert_keras.export' has no attribute {name!r}")
     return getattr(importlib.import_module(f"bert_keras.export.{_NAMES[name]}"), name)

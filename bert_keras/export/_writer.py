@@ -9,11 +9,56 @@ import json
 import os
 
 import keras
+import tensorflow as tf
 
+from bert_keras._contract import INPUT_KEYS
 from bert_keras._files import directory_under, staged_directory
 from bert_keras._keras_compat import variables_once, write_archive
 from bert_keras.export import warmup
 from bert_keras.export.manifest import ASSETS_EXTRA, manifest, write_manifest
+from bert_keras.text.base import Tokenizer
+from bert_keras.text.tokenizer import WordPieceTokenizer
+
+# The endpoint every export of a model with a preprocessor carries besides its strings: the packed inputs (int32
+# `(batch, seq)` each) to the model's outputs, what a runtime without tensorflow-text's ops serves (LiteRT's
+# token-ids signature is converted from it).
+IDS_ENDPOINT = "serve_ids"
+IDS_SIGNATURE = [tf.TensorSpec([None, None], tf.int32, name=key) for key in INPUT_KEYS]
+VOCABULARY_FILE = "vocab.txt"
+
+
+def tokenizer_kind(tokenizer):
+    """What an export records of `tokenizer`: its kind (`text.kinds.TOKENIZER_KINDS`); a `ValueError` for another."""
+    if not isinstance(tokenizer, Tokenizer):
+        raise ValueError(f"Received a model whose tokenizer is a {type(tokenizer).__name__}; the export takes the "
+                         "package's WordPieceTokenizer, SentencePieceTokenizer or BytePairTokenizer.")
+    return tokenizer.kind
+
+
+def tokenizer_settings(preprocessor):
+    """`(settings, files)`: how the model's preprocessor tokenizes and packs, for the manifest's `tokenizer`, and
+    the files of `assets.extra/` a runtime rebuilds it from (WordPiece's `vocab.txt`). `({}, {})` for a
+    preprocessor of another kind (a Hub preprocess module's)."""
+    tokenizer = getattr(preprocessor, "tokenizer", None)
+    seq_length = getattr(preprocessor, "seq_length", None)
+    if not isinstance(tokenizer, Tokenizer) or not isinstance(seq_length, int):
+        return {}, {}
+    settings = {"kind": tokenizer_kind(tokenizer), "seq_length": seq_length, "cls_id": tokenizer.cls_id,
+                "sep_id": tokenizer.sep_id, "pad_id": tokenizer.pad_id, "unknown_token": tokenizer.unknown_token,
+                "vocabulary_size": len(tokenizer.vocabulary)}
+    if not isinstance(tokenizer, WordPieceTokenizer):
+        return settings, {}
+    settings.update(lower_case=tokenizer.lower_case, suffix_indicator=tokenizer.suffix_indicator,
+                    max_chars_per_word=tokenizer.max_chars_per_word, vocabulary_file=VOCABULARY_FILE)
+    return settings, {VOCABULARY_FILE: "".join(token + "\n" for token in tokenizer.vocabulary).encode("utf-8")}
+
+
+def ids_endpoint(outputs):
+    """The `serve_ids` endpoint of `outputs` (a function of the packed dict): `(name, function, signature)`."""
+    def serve_ids(input_word_ids, input_mask, input_type_ids):
+        return outputs({"input_word_ids": input_word_ids, "input_mask": input_mask, "input_type_ids": input_type_ids})
+
+    return IDS_ENDPOINT, serve_ids, IDS_SIGNATURE
 
 
 def write_extra_assets(directory, extra_assets):
@@ -29,7 +74,7 @@ def write_extra_assets(directory, extra_assets):
 
 
 def write_export(model, export_dir, *, kind, endpoints, settings, overwrite=False, warmup_requests=None,
-                 extra_assets=None, marker_info=None):
+                 extra_assets=None, marker_info=None, preprocessor=None):
     """Writes `model`'s endpoints as a SavedModel export of `kind`, whole or not at all.
 
     Args:
@@ -49,10 +94,17 @@ def write_export(model, export_dir, *, kind, endpoints, settings, overwrite=Fals
         extra_assets: optional dict of file name -> JSON value or `bytes`,
             written to `assets.extra/`.
         marker_info: optional dict, recorded in the output's marker.
+        preprocessor: optional. The model's preprocessor: how it tokenizes
+            and packs is recorded (`tokenizer_settings`) as the manifest's
+            `tokenizer`, with the vocabulary beside it.
 
     Returns:
         `export_dir`.
     """
+    tokenizer, files = tokenizer_settings(preprocessor)
+    if tokenizer:
+        settings = dict(settings, tokenizer=tokenizer)
+        extra_assets = {**(extra_assets or {}), **files}
     archive = keras.export.ExportArchive()
     archive.track(model)
     variables_once(archive)  # each weight saved once (Keras lists it twice)

@@ -17,7 +17,7 @@ from bert_keras._checks import check_int
 from bert_keras.dtypes import check_compute_dtype, compute_dtype
 from bert_keras.export import warmup
 from bert_keras.export._serving import XLA_LENGTHS, bucket, pad_to, trim_padding
-from bert_keras.export._writer import write_export
+from bert_keras.export._writer import ids_endpoint, write_export
 from bert_keras.export.loaded import LoadedExport
 from bert_keras.export.manifest import CLASSIFIER
 from bert_keras.predictions import as_probabilities, blank_prediction, check_top_k, labelled_predictions
@@ -201,13 +201,21 @@ def _write_export(model, export_dir, label_names, overwrite, extra_assets, dtype
     def call(*texts):  # what `model(texts)` returns: logits or probabilities, as Keras 2's SavedModels did
         return tf.cast(run(*texts), tf.float32)  # (batch, num_classes)
 
-    requests = None
+    endpoints = [("serve", serve, signature), ("__call__", call, signature), ("label_names", lambda: names, [])]
+    requests = preprocessor = None
     if _serves_its_own_outputs(model):  # its preprocessor tells how long a text is
         requests = warmup.warmup_requests(model.preprocessor, input_names, XLA_LENGTHS)
+        preprocessor = model.preprocessor
+
+        def probabilities_of_ids(packed):  # (batch, num_classes)
+            outputs = tf.cast(model.serving_outputs(packed, first_token_only=False), tf.float32)
+            return {"probabilities": tf.nn.softmax(outputs, axis=-1) if softmax else outputs}
+
+        endpoints.append(ids_endpoint(probabilities_of_ids))
     write_export(
         model, export_dir, kind=CLASSIFIER, overwrite=overwrite, extra_assets=extra_assets, warmup_requests=requests,
-        endpoints=[("serve", serve, signature), ("__call__", call, signature), ("label_names", lambda: names, [])],
-        settings={"label_names": label_names, "inputs": input_names, "dtype": dtype},
+        endpoints=endpoints, settings={"label_names": label_names, "inputs": input_names, "dtype": dtype},
+        preprocessor=preprocessor,
     )
 
 

@@ -71,6 +71,12 @@ class LoadedExport:
         self._check_signatures()
         self.warm_up_seconds = self.warm_up() if warm_up else 0.0
 
+    def settings(self):
+        """The kind's settings the manifest records (what `export_<kind>` was given), without its bookkeeping (format,
+        version, kind) and without how the model tokenizes (`tokenizer`)."""
+        return {key: value for key, value in (self.manifest or {}).items()
+                if key not in ("format", "version", "kind", "tokenizer")}
+
     def setting(self, name, default=None):
         """A setting of the export's manifest (`default` where it records none, or null)."""
         value = (self.manifest or {}).get(name)

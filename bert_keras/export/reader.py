@@ -27,7 +27,7 @@ from bert_keras._checks import check_int
 from bert_keras.dtypes import check_compute_dtype, compute_dtype
 from bert_keras.encoder import BertEncoder
 from bert_keras.export._serving import WINDOWS_PER_CALL, in_chunks
-from bert_keras.export._writer import write_export
+from bert_keras.export._writer import ids_endpoint, write_export
 from bert_keras.export.loaded import LoadedExport
 from bert_keras.export.manifest import READER
 from bert_keras.text.windows import ROBERTA_SPECIAL_TOKENS, check_window_arguments, qa_windows, special_tokens
@@ -188,9 +188,12 @@ def export_reader(model, export_dir, overwrite=False, extra_assets=None, dtype="
         def serve(question, context):
             return best_answers(run(question, context), context, max_answer_len)
 
+        def logits_of_ids(packed):  # the model on packed windows: (windows, seq) start and end logits
+            return {key: tf.cast(value, tf.float32) for key, value in model.serving_outputs(packed).items()}
+
         write_export(model, export_dir, kind=READER, overwrite=overwrite, extra_assets=extra_assets,
-                     endpoints=[("serve", serve, signature), ("windows", run, signature)], settings=info,
-                     warmup_requests=warmup_requests(seq_length))
+                     endpoints=[("serve", serve, signature), ("windows", run, signature), ids_endpoint(logits_of_ids)],
+                     settings=info, warmup_requests=warmup_requests(seq_length), preprocessor=model.preprocessor)
     logger.info("Exported the reader to %s", export_dir)
     return export_dir
 
@@ -290,7 +293,7 @@ class ExportedReader(LoadedExport):
         if sorted(inputs) != sorted(INPUTS) or missing:
             raise self._refuse(f"its `windows` takes {sorted(inputs)} and lacks {missing}")
         self._windows = windows
-        self.info = {key: value for key, value in self.manifest.items() if key not in ("format", "version", "kind")}
+        self.info = self.settings()
 
     def __call__(self, question, context):
         """`serving_default` on `(batch,)` string tensors: the best span per example (see `export_reader`)."""

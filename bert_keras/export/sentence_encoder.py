@@ -16,7 +16,7 @@ import tensorflow as tf
 
 from bert_keras._checks import check_positive_int
 from bert_keras.embedder import BatchEmbedder, EmbeddingMethods, encode_in_batches
-from bert_keras.export._writer import write_export
+from bert_keras.export._writer import ids_endpoint, write_export
 from bert_keras.export.loaded import LoadedExport
 from bert_keras.export.manifest import SENTENCE_ENCODER, ExportError
 
@@ -53,10 +53,17 @@ def export_sentence_encoder(model, export_dir, overwrite=False):
         return tf.cast(model(text, training=False), tf.float32)  # (batch, dim)
 
     signature = [tf.TensorSpec([None], tf.string, name="text")]
-    write_export(model, export_dir, kind=SENTENCE_ENCODER, overwrite=overwrite, settings=info,
-                 endpoints=[("__call__", embed, signature),
-                            ("serving_default", lambda text: {"embeddings": embed(text)}, signature)],
-                 marker_info={"dimension": info["dimension"]})
+    endpoints = [("__call__", embed, signature), ("serving_default", lambda text: {"embeddings": embed(text)}, signature)]
+    pooling, encoder = getattr(model, "pooling_layer", None), getattr(model, "encoder", None)
+    if pooling is not None and encoder is not None:  # a SentenceEncoder: its pooling of the encoder's tokens
+
+        def embeddings_of_ids(packed):  # (batch, dim)
+            sequence = encoder(packed, training=False)["sequence_output"]  # (batch, seq, hidden)
+            return {"embeddings": tf.cast(pooling(sequence, packed["input_mask"]), tf.float32)}
+
+        endpoints.append(ids_endpoint(embeddings_of_ids))
+    write_export(model, export_dir, kind=SENTENCE_ENCODER, overwrite=overwrite, settings=info, endpoints=endpoints,
+                 marker_info={"dimension": info["dimension"]}, preprocessor=getattr(model, "preprocessor", None))
     logger.info("Exported the sentence encoder to %s", export_dir)
     return export_dir
 
@@ -109,7 +116,7 @@ class ExportedSentenceEncoder(EmbeddingMethods, LoadedExport):
         super().__init__(export_dir, warm_up=False)
 
     def _check_signatures(self):
-        self.info = {key: value for key, value in self.manifest.items() if key not in ("format", "version", "kind")}
+        self.info = self.settings()
         try:
             self.embedding_dim = check_positive_int("dimension", self.info.get("dimension"))
         except (ValueError, TypeError) as error:

@@ -19,16 +19,13 @@ from bert_keras._checks import check_int
 from bert_keras.dtypes import check_compute_dtype, compute_dtype
 from bert_keras.export import warmup
 from bert_keras.export._serving import WINDOWS_PER_CALL, XLA_LENGTHS, bucket, in_chunks, pad_to, trim_padding
-from bert_keras.export._writer import write_export
+from bert_keras.export._writer import ids_endpoint, tokenizer_kind, write_export
 from bert_keras.export.entity_groups import AGGREGATIONS, TOKENIZER_KINDS, check_aggregation, text_entities
 from bert_keras.export.loaded import LoadedExport
 from bert_keras.export.manifest import TAGGER
 from bert_keras.text.alignment import join_words
 from bert_keras.text.windows import check_stride, max_context, piece_windows
-from bert_keras.text.byte_bpe import BytePairTokenizer
 from bert_keras.text.packer import pack_inputs
-from bert_keras.text.sentencepiece import SentencePieceTokenizer
-from bert_keras.text.tokenizer import WordPieceTokenizer
 
 logger = logging.getLogger(__name__)
 
@@ -43,16 +40,6 @@ DECODING_FIELDS = ("tokenizer", "unknown_token", "suffix_indicator")
 # all its pieces: the unknown token), a word, and a long one (WordPiece: continuing pieces).
 _PROBE_UNKNOWN = "\u2603\U0001f9ff\u2603"
 _PROBE = f"{_PROBE_UNKNOWN} a aaaaaaaaaaaaaaaa"
-
-
-def tokenizer_kind(tokenizer):
-    """What the export records of `tokenizer` (one of `TOKENIZER_KINDS`): how the loader finds and joins words."""
-    for kind, cls in zip(TOKENIZER_KINDS, (WordPieceTokenizer, SentencePieceTokenizer, BytePairTokenizer)):
-        if isinstance(tokenizer, cls):
-            return kind
-    raise ValueError(f"Received a tagger whose tokenizer is a {type(tokenizer).__name__}; export_tagger takes the "
-                     "package's WordPieceTokenizer, SentencePieceTokenizer or BytePairTokenizer (the loader groups "
-                     "their pieces into words as transformers' pipeline does for each).")
 
 
 def _check_tagger(model):
@@ -249,9 +236,11 @@ def _write_export(model, tokenizer, export_dir, tag_names, overwrite, extra_asse
     write_export(
         model, export_dir, kind=TAGGER, overwrite=overwrite, extra_assets=extra_assets, warmup_requests=requests,
         endpoints=[("serve", lambda texts: _tag_pieces(model, tokenizer, vocabulary, texts, stride, compiled), signature),
-                   ("tag_names", lambda: names, []), (DECODING_ENDPOINT, lambda: constants, [])],
+                   ("tag_names", lambda: names, []), (DECODING_ENDPOINT, lambda: constants, []),
+                   ids_endpoint(lambda packed: {"scores": tf.nn.softmax(model.serving_outputs(packed), axis=-1)})],
+        preprocessor=model.preprocessor,
         settings={"tag_names": tag_names, "inputs": ["text"], "dtype": dtype, "stride": stride,
-                  "seq_length": model.preprocessor.seq_length, **decoding},
+                  "seq_length": model.preprocessor.seq_length},  # `tokenizer`: the writer's, from the preprocessor
     )
 
 
@@ -362,7 +351,8 @@ class ExportedTagger(LoadedExport):
         with a probe text (its kind, its unknown token, WordPiece's prefix).
         """
         where = f"The manifest of {self.export_dir}"
-        kind = self.setting("tokenizer", "wordpiece")  # written before the family: none recorded, WordPiece
+        recorded = self._recorded_decoding()
+        kind = recorded["tokenizer"] or "wordpiece"  # written before the family: none recorded, WordPiece
         if kind not in TOKENIZER_KINDS:
             raise ValueError(f"{where} records a tokenizer of kind {kind!r}; this version of bert_keras reads "
                              f"{', '.join(TOKENIZER_KINDS)}. Export the tagger again with it.")
@@ -370,15 +360,14 @@ class ExportedTagger(LoadedExport):
             decoding = {name: value.numpy().decode("utf-8")
                         for name, value in getattr(self._saved, DECODING_ENDPOINT)().items()}
             for name in DECODING_FIELDS:
-                recorded = self.setting(name)
-                if recorded is not None and recorded != decoding[name]:
+                if recorded[name] is not None and recorded[name] != decoding[name]:
                     raise ValueError(
-                        f"{where} records {name}={recorded!r}, but the SavedModel was exported with "
+                        f"{where} records {name}={recorded[name]!r}, but the SavedModel was exported with "
                         f"{name}={decoding[name]!r} (its `{DECODING_ENDPOINT}()`: how its pieces make words): the "
                         "export was modified after it was written. Restore the file, or export the tagger again.")
             return decoding
-        decoding = {"tokenizer": kind, "unknown_token": self.setting("unknown_token", "[UNK]"),
-                    "suffix_indicator": self.setting("suffix_indicator", "##")}
+        decoding = {"tokenizer": kind, "unknown_token": recorded["unknown_token"] or "[UNK]",
+                    "suffix_indicator": "##" if recorded["suffix_indicator"] is None else recorded["suffix_indicator"]}
         for name, value in decoding.items():
             if not isinstance(value, str) or not value:
                 raise ValueError(f"{where} records {name}={value!r}; expected a non-empty string. Restore the file, "
@@ -386,13 +375,23 @@ class ExportedTagger(LoadedExport):
         found = self._probed_decoding()
         for name, value in found.items():
             if value != decoding[name]:
-                recorded = (f"records {name}={decoding[name]!r}" if self.setting(name) is not None else
-                            f"records no {name} (read as {decoding[name]!r}, as an export written before the family)")
+                said = (f"records {name}={decoding[name]!r}" if recorded[name] is not None else
+                        f"records no {name} (read as {decoding[name]!r}, as an export written before the family)")
                 raise ValueError(
-                    f"{where} {recorded}, but the export's own tokenizer gives {name}={value!r} (its pieces of a "
+                    f"{where} {said}, but the export's own tokenizer gives {name}={value!r} (its pieces of a "
                     "probe text): the file was modified after the export was written. Restore it, or export the "
                     "tagger again.")
         return decoding
+
+    def _recorded_decoding(self):
+        """What the manifest says of `DECODING_FIELDS` (None where it says nothing): its `tokenizer` entry, or an
+        older export's `labels.json` fields."""
+        tokenizer = self.setting("tokenizer")
+        if isinstance(tokenizer, dict):  # this version's manifest: how the preprocessor tokenizes
+            return {"tokenizer": tokenizer.get("kind"), "unknown_token": tokenizer.get("unknown_token"),
+                    "suffix_indicator": tokenizer.get("suffix_indicator")}
+        return {"tokenizer": tokenizer, "unknown_token": self.setting("unknown_token"),
+                "suffix_indicator": self.setting("suffix_indicator")}
 
     def _probed_decoding(self):
         """What the graph's pieces of `_PROBE` show of the fields an older export records only in labels.json.
