@@ -45,10 +45,12 @@ def attention_bias_from_mask(attention_mask):
         float32 `(batch, 1, 1, seq_k)` or `(batch, 1, seq_q, seq_k)`.
     """
     mask = ops.cast(attention_mask, "float32")
+    # `expand_dims`, not `mask[:, None, None, :]`: a slice that adds axes cannot be lowered to LiteRT's builtin ops
+    # when the batch and length are unknown (tests/layers/test_litert_lowering.py).
     if len(mask.shape) == 2:
-        mask = mask[:, None, None, :]  # (batch, 1, 1, seq_k)
+        mask = ops.expand_dims(ops.expand_dims(mask, 1), 1)  # (batch, 1, 1, seq_k)
     elif len(mask.shape) == 3:
-        mask = mask[:, None, :, :]  # (batch, 1, seq_q, seq_k)
+        mask = ops.expand_dims(mask, 1)  # (batch, 1, seq_q, seq_k)
     else:
         raise ValueError(
             "Expected `attention_mask` of rank 2 (batch, seq) or 3 (batch, seq, seq). "

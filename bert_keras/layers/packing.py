@@ -151,7 +151,8 @@ def _head_rows(position_index, num_heads):
     Positions that are not packed get head h of packed row 0.
     """
     heads = tf.range(num_heads, dtype=position_index.dtype)[None, :, None]  # (1, heads, 1)
-    return tf.maximum(position_index, 0)[:, None, :] * num_heads + heads  # (batch, heads, seq)
+    # `expand_dims` rather than `[:, None, :]`, which LiteRT cannot lower with dynamic shapes (attention.py says why).
+    return tf.expand_dims(tf.maximum(position_index, 0), 1) * num_heads + heads  # (batch, heads, seq)
 
 
 def _packed_rows(packing, num_heads):
