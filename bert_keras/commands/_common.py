@@ -240,3 +240,43 @@ def served_kind(model, command):
 
 # The kinds of export each command serves.
 SERVES = {"predict": (CLASSIFIER, TAGGER, READER), "evaluate": (CLASSIFIER, TAGGER)}
+
+
+# --- The sentence encoder of `embed`, `index` and `search` ------------------------------------------------
+
+
+def sentence_model_arguments(command, required):
+    """--checkpoint (with --pooling, --normalize, --max-seq-length) or --model, and --batch-size."""
+    source = command.add_mutually_exclusive_group(required=required)
+    source.add_argument("--checkpoint", help="a sentence-transformers folder (e.g. all-MiniLM-L6-v2), or a BERT checkpoint "
+                        "folder with --pooling")
+    source.add_argument("--model", help="a sentence encoder exported by export_sentence_encoder")
+    command.add_argument("--pooling", metavar="MODE", help="with --checkpoint: mean, cls, max, mean_sqrt_len, weighted_mean "
+                         "or last_token (several: separated by commas); default: the folder's pooling configuration")
+    command.add_argument("--normalize", action="store_true", help="with --checkpoint: L2-normalise the embeddings "
+                         "(default: as the folder says)")
+    command.add_argument("--max-seq-length", type=at_least(3), metavar="N", help="with --checkpoint: the longest text in "
+                         "tokens (default: as the folder says)")
+    command.add_argument("--batch-size", type=at_least(1), default=32, help="texts per model call (default: 32)")
+
+
+def embedding_model(args, command):
+    """The sentence encoder of --checkpoint (with --pooling, --normalize, --max-seq-length) or of --model (an export)."""
+    if args.model and (args.pooling or args.normalize or args.max_seq_length):
+        raise UsageError(command, "--pooling, --normalize and --max-seq-length go with --checkpoint; an export keeps its own")
+    from bert_keras.export import load_sentence_encoder  # after the check: it must not wait for TensorFlow
+    from bert_keras.heads import POOLING_MODES
+    from bert_keras.sentence_encoder import SentenceEncoder
+
+    pooling = args.pooling.split(",") if args.pooling else None
+    unknown = [mode for mode in pooling or [] if mode not in POOLING_MODES]
+    if unknown:
+        raise UsageError(command, f"--pooling {args.pooling}: no pooling mode {unknown[0]!r}; expected one of "
+                         f"{', '.join(POOLING_MODES)} (several: separated by commas)")
+    try:
+        if args.model:
+            return load_sentence_encoder(args.model)
+        return SentenceEncoder.from_checkpoint(args.checkpoint, pooling=pooling[0] if pooling and len(pooling) == 1 else pooling,
+                                               normalize=True if args.normalize else None, max_seq_length=args.max_seq_length)
+    except (OSError, ValueError) as error:
+        raise UsageError(command, f"cannot load a sentence encoder from {args.model or args.checkpoint}: {error}") from None

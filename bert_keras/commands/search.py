@@ -6,9 +6,8 @@ TensorFlow loads must not pay for them.
 
 import os
 
-from bert_keras.commands._common import at_least, fail
+from bert_keras.commands._common import at_least, embedding_model, fail, sentence_model_arguments
 from bert_keras.commands._io import InputError, argument_texts, json_text, prompt, standard_input, tsv_field
-from bert_keras.commands.embed import embedding_model, sentence_model_arguments
 from bert_keras.datasets import DataError, read_texts
 
 

@@ -29,18 +29,10 @@ tokenization happens here. The rules are the pipeline's
 
 import numpy as np
 
-from bert_keras.text.byte_bpe import bytes_to_unicode
+from bert_keras.text.kinds import TOKENIZER_KINDS, tokenizer_class
 
 AGGREGATIONS = ("simple", "first", "max", "average", "none")
-# The tokenizers whose pieces are grouped: what a tagger export records as its `tokenizer` (WordPiece for an
-# export that records none, as those written before the family).
-TOKENIZER_KINDS = ("wordpiece", "sentencepiece", "byte_bpe")
 IGNORED = ("O",)
-_WORD_START = "\u2581"  # SentencePiece's "▁"
-_BYTES_OF = {char: byte for byte, char in bytes_to_unicode().items()}  # GPT-2's byte alphabet, reversed
-# The WordPiece decoder's clean-up (tokenizers' `decoders.WordPiece(cleanup=True)`), token by token.
-_CLEANUP = ((" .", "."), (" ?", "?"), (" !", "!"), (" ,", ","), (" ' ", "'"), (" n't", "n't"), (" 'm", "'m"),
-            (" do not", " don't"), (" 's", "'s"), (" 've", "'ve"), (" 're", "'re"))
 
 
 def check_aggregation(aggregation):
@@ -52,20 +44,16 @@ def check_aggregation(aggregation):
 
 
 def check_tokenizer_kind(kind):
-    """`kind` if it is one of `TOKENIZER_KINDS`, else a `ValueError` naming it."""
+    """The tokenizer class of `kind` (one of `text.kinds.TOKENIZER_KINDS`), else a `ValueError` naming `tokenizer`."""
     if kind not in TOKENIZER_KINDS:
         raise ValueError(f"Received an invalid value for argument `tokenizer`, expected one of "
                          f"{', '.join(repr(k) for k in TOKENIZER_KINDS)}. Received: tokenizer={kind!r}")
-    return kind
+    return tokenizer_class(kind)
 
 
 def tokens_to_string(tokens, suffix_indicator="##", tokenizer="wordpiece"):
-    """Word pieces as one string, as transformers' fast tokenizer of that kind decodes them.
-
-    Args:
-        tokens: list of str, the pieces (an unknown piece may be raw text).
-        suffix_indicator: str. WordPiece's prefix of continuing pieces.
-        tokenizer: str, one of `TOKENIZER_KINDS`. Defaults to `"wordpiece"`.
+    """Word pieces as one string, as transformers' fast tokenizer of that kind decodes them (the kind's own
+    `tokens_to_string`).
 
     >>> tokens_to_string(["new", "york", "##er", ",", "hi"])
     'new yorker, hi'
@@ -74,46 +62,10 @@ def tokens_to_string(tokens, suffix_indicator="##", tokenizer="wordpiece"):
     >>> tokens_to_string(["\u0120New", "\u0120York"], tokenizer="byte_bpe")
     ' New York'
     """
-    if tokenizer == "byte_bpe":
-        return _byte_level_string(tokens)
-    if tokenizer == "sentencepiece":
-        words = [token.replace(_WORD_START, " ") for token in tokens]
-        if words and words[0].startswith(" "):
-            words[0] = words[0][1:]
-        return "".join(words)
-    words = []
-    for i, token in enumerate(tokens):
-        if i:
-            token = token[len(suffix_indicator):] if token.startswith(suffix_indicator) else " " + token
-        for dirty, clean in _CLEANUP:
-            token = token.replace(dirty, clean)
-        words.append(token)
-    return "".join(words)
+    return check_tokenizer_kind(tokenizer).tokens_to_string(tokens, suffix_indicator)
 
 
-def _byte_level_string(tokens):
-    """Byte-level BPE tokens as text: each token's bytes (its raw UTF-8 when a character is not a byte's), decoded.
-
-    As tokenizers' `ByteLevel` decoder: the bytes of all tokens are decoded
-    together, an invalid UTF-8 sequence as U+FFFD.
-    """
-    data = bytearray()
-    for token in tokens:
-        if all(char in _BYTES_OF for char in token):
-            data.extend(_BYTES_OF[char] for char in token)
-        else:
-            data.extend(token.encode("utf-8"))
-    return data.decode("utf-8", errors="replace")
-
-
-def _is_subword(tokenizer, token, span, text, start):
-    """Whether a piece continues its word: `gather_pre_entities`' rule for the tokenizer's kind."""
-    if tokenizer == "wordpiece":  # a model with a continuing-subword prefix: the token is longer than its text
-        return len(token) != len(span)
-    return start > 0 and " " not in text[start - 1 : start + 1]  # the pipeline's fallback heuristic
-
-
-def _pre_entities(text, pieces, entries, unknown_token, tokenizer="wordpiece"):
+def _pre_entities(text, pieces, entries, unknown_token, kind):
     """The pipeline's "pre-entities" of `entries` (indices into the per-piece arrays `pieces`), in order."""
     items = []
     for i in entries:
@@ -126,7 +78,7 @@ def _pre_entities(text, pieces, entries, unknown_token, tokenizer="wordpiece"):
             "start": start,
             "end": end,
             "index": int(pieces["piece_index"][i]) + 1,  # after [CLS], as the pipeline counts
-            "is_subword": not unknown and _is_subword(tokenizer, token, span, text, start),
+            "is_subword": not unknown and not kind.piece_starts_word(token, text, start, end),
         })
     return items
 
@@ -146,7 +98,7 @@ def _word(items, tag_names, aggregation, decoding):
         scores = np.nanmean(np.stack([item["scores"] for item in items]), axis=0)
     best = int(np.argmax(scores))
     return {"entity": tag_names[best], "score": scores[best],
-            "word": tokens_to_string([item["word"] for item in items], *decoding),
+            "word": decoding[1].tokens_to_string([item["word"] for item in items], decoding[0]),
             "start": items[0]["start"], "end": items[-1]["end"]}
 
 
@@ -172,7 +124,7 @@ def _group(items, decoding):
     return {
         "entity_group": items[0]["entity"].split("-", 1)[-1],
         "score": float(np.mean(np.nanmean([item["score"] for item in items]))),
-        "word": tokens_to_string([item["word"] for item in items], *decoding),
+        "word": decoding[1].tokens_to_string([item["word"] for item in items], decoding[0]),
         "start": items[0]["start"],
         "end": items[-1]["end"],
     }
@@ -231,13 +183,13 @@ def text_entities(text, pieces, tag_names, aggregation="simple", unknown_token="
         A list of dicts (see `TextTagger.predict`).
     """
     check_aggregation(aggregation)
-    check_tokenizer_kind(tokenizer)
-    decoding = (suffix_indicator, tokenizer)
+    kind = check_tokenizer_kind(tokenizer)
+    decoding = (suffix_indicator, kind)
     windows = np.asarray(pieces["window"])
     if aggregation == "none":  # each piece once: its primary copy, in the text's order
         entries = sorted(np.flatnonzero(pieces["primary"]), key=lambda i: int(pieces["piece_index"][i]))
         items = [_tagged(item, item.pop("scores"), tag_names)
-                 for item in _pre_entities(text, pieces, entries, unknown_token, tokenizer)]
+                 for item in _pre_entities(text, pieces, entries, unknown_token, kind)]
         return [{key: float(item["score"]) if key == "score" else item[key]
                  for key in ("entity", "score", "index", "word", "start", "end")}
                 for item in items if item["entity"] not in IGNORED]
@@ -245,7 +197,7 @@ def text_entities(text, pieces, tag_names, aggregation="simple", unknown_token="
     by_window = np.split(order, np.flatnonzero(np.diff(windows[order])) + 1) if len(order) else []
     entities = []
     for entries in by_window:
-        items = _pre_entities(text, pieces, entries, unknown_token, tokenizer)
+        items = _pre_entities(text, pieces, entries, unknown_token, kind)
         if aggregation == "simple":
             items = [_tagged(item, item["scores"], tag_names) for item in items]
         else:

@@ -17,10 +17,10 @@ from bert_keras._files import directory_under, staged_directory
 from bert_keras._keras_compat import traced_as_saved
 from bert_keras.dtypes import check_compute_dtype, compute_dtype
 from bert_keras.encoder import INPUT_KEYS
-from bert_keras.formats.hub_module import (ENCODER_DIR, PREPROCESS_DIR, TOKENIZER_CONFIG_FILE, TOKENIZER_FOLDER,
-                                          TOKENIZER_OPTIONS, read_module_pair, tokenizer_kind)  # noqa: F401 (read_module_pair: bert_keras.export's)
+from bert_keras.formats.hub_module import (ENCODER_DIR, PREPROCESS_DIR, TOKENIZER_CONFIG_FILE,  # noqa: F401
+                                          TOKENIZER_FOLDER, read_module_pair)  # read_module_pair: bert_keras.export's
 from bert_keras.text import BertPreprocessor
-from bert_keras.text.folders import TOKENIZER_ASSETS
+from bert_keras.text.kinds import kind_of_assets, tokenizer_class
 
 logger = logging.getLogger(__name__)
 
@@ -170,22 +170,21 @@ def _record_architecture(directory, encoder):
 def _record_tokenizer(directory, vocab_file, tokenizer):
     """Writes the tokenizer beside an encoder module (`TOKENIZER_FOLDER`, in `assets.extra/`: TensorFlow never reads
     it): its files, under the names `bert_keras.text` reads them by, and `tokenizer_config.json` with the options the
-    preprocess module applies (`do_lower_case`, `keep_accents`, `add_prefix_space`: `TOKENIZER_OPTIONS`), which no
+    preprocess module applies (`do_lower_case`, `keep_accents`, `add_prefix_space`: the kind's `options`), which no
     variable of the module holds. `bert_keras.formats.read_hub_module` rebuilds the tokenizer from this folder."""
     assets = tokenizer_assets(vocab_file)
-    kind = tokenizer_kind(assets)
+    kind = kind_of_assets(assets)
     if kind is None:
         return  # files of no known tokenizer: the reader finds them by the module's assets, or refuses
+    files = tokenizer_class(kind).files
     folder = os.path.join(directory, TOKENIZER_FOLDER)
     os.makedirs(folder)
     for attribute, path in assets.items():
-        if attribute in TOKENIZER_ASSETS[kind]:
+        if attribute in files:
             # "xb": a new file, never one found there (nor through a link planted under its name)
-            target = os.path.join(folder, TOKENIZER_ASSETS[kind][attribute])
-            with open(path, "rb") as source, open(target, "xb") as copy:
+            with open(path, "rb") as source, open(os.path.join(folder, files[attribute]), "xb") as copy:
                 shutil.copyfileobj(source, copy)
-    options = {key: bool(getattr(tokenizer, attribute)) for key, attribute in TOKENIZER_OPTIONS[kind].items()
-               if hasattr(tokenizer, attribute)}
+    options = tokenizer.tokenizer_config() if tokenizer is not None else {}
     with open(os.path.join(folder, TOKENIZER_CONFIG_FILE), "x", encoding="utf-8") as f:
         json.dump(options, f)
 

@@ -30,7 +30,7 @@ from bert_keras.export._serving import WINDOWS_PER_CALL, in_chunks
 from bert_keras.export._writer import ids_endpoint, write_export
 from bert_keras.export.loaded import LoadedExport
 from bert_keras.export.manifest import READER
-from bert_keras.text.windows import ROBERTA_SPECIAL_TOKENS, check_window_arguments, qa_windows, special_tokens
+from bert_keras.text.windows import check_window_arguments, qa_windows
 
 logger = logging.getLogger(__name__)
 
@@ -50,7 +50,7 @@ def _tokenizer_of(model):
             f"preprocessor's tokenizer and keeps each piece's character offsets. Received: {type(model).__name__} "
             f"with preprocessor {type(getattr(model, 'preprocessor', None)).__name__}"
         )
-    if special_tokens(tokenizer) == ROBERTA_SPECIAL_TOKENS and getattr(model, "context_segment_id", None) is not None:
+    if tokenizer.packing == "roberta" and getattr(model, "context_segment_id", None) is not None:
         raise ValueError(
             f"Received a span labeler with context_segment_id={model.context_segment_id} whose tokenizer packs "
             "RoBERTa's way (`<s> question </s></s> context </s>`, type ids all 0): its answer mask would leave only "
@@ -170,7 +170,7 @@ def export_reader(model, export_dir, overwrite=False, extra_assets=None, dtype="
     export_dir = os.fspath(export_dir)
     check_compute_dtype(dtype)
     tokenizer = _tokenizer_of(model)
-    check_window_arguments(seq_length, doc_stride, max_question_length, special_tokens(tokenizer))
+    check_window_arguments(seq_length, doc_stride, max_question_length, tokenizer.num_special_tokens(2))
     max_answer_len = check_int("max_answer_len", max_answer_len, minimum=1)
     if dtype != "float32" and not isinstance(getattr(model, "encoder", None), BertEncoder):
         raise ValueError(f"Received dtype={dtype!r} for a model on a {type(model.encoder).__name__}; only a model on a "

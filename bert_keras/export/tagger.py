@@ -24,6 +24,7 @@ from bert_keras.export.entity_groups import AGGREGATIONS, TOKENIZER_KINDS, check
 from bert_keras.export.loaded import LoadedExport
 from bert_keras.export.manifest import TAGGER
 from bert_keras.text.alignment import join_words
+from bert_keras.text.kinds import kind_of_pieces
 from bert_keras.text.windows import check_stride, max_context, piece_windows
 from bert_keras.text.packer import pack_inputs
 
@@ -227,7 +228,7 @@ def _write_export(model, tokenizer, export_dir, tag_names, overwrite, extra_asse
     signature = [tf.TensorSpec([None], tf.string, name="text")]
     kind = tokenizer_kind(tokenizer)
     decoding = {"tokenizer": kind, "unknown_token": tokenizer.unknown_token,
-                "suffix_indicator": tokenizer.suffix_indicator if kind == "wordpiece" else ""}
+                "suffix_indicator": getattr(tokenizer, "suffix_indicator", "")}
     # How the loader makes words of the pieces, kept in the graph: the manifest is an editable copy.
     constants = {name: tf.constant(value) for name, value in decoding.items()}
     requests = warmup.warmup_requests(model.preprocessor, ["text"], XLA_LENGTHS)
@@ -405,8 +406,7 @@ class ExportedTagger(LoadedExport):
         pieces = self.tag_pieces([_PROBE])[0]
         tokens = pieces["tokens"]
         spans = [_PROBE[start:end] for start, end in zip(pieces["char_starts"], pieces["char_ends"])]
-        kind = ("sentencepiece" if any(token.startswith("\u2581") for token in tokens) else
-                "byte_bpe" if any(token.startswith("\u0120") for token in tokens) else "wordpiece")
+        kind = kind_of_pieces(tokens)
         found = {"tokenizer": kind}
         if kind == "wordpiece" and tokens:
             if spans[0] == _PROBE_UNKNOWN and tokens[0] != spans[0]:

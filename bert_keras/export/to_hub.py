@@ -6,11 +6,13 @@ pair (`export_module_pair`).
 
 import logging
 import os
+import tempfile
 
 from bert_keras._files import check_target
 from bert_keras.checkpoints import load_checkpoint
 from bert_keras.dtypes import check_compute_dtype
 from bert_keras.export.hub_modules import export_module_pair
+from bert_keras.text.tokenizer import WordPieceTokenizer
 
 logger = logging.getLogger(__name__)
 
@@ -57,17 +59,24 @@ def convert_to_hub(source, out_dir, seq_length=None, overwrite=False, progress=N
     if seq_length is None:
         seq_length = min(128, loaded.encoder.max_sequence_length)
     steps = iter(range(2, len(STEPS) + 1))
-    export_module_pair(
-        out_dir,
-        loaded.encoder,
-        loaded.vocab_file if loaded.tokenizer_kind == "wordpiece" else loaded.tokenizer_files(),
-        loaded.do_lower_case,
-        seq_length=seq_length,
-        pretrainer=loaded.pretrainer,
-        overwrite=overwrite,
-        info={"source": os.path.abspath(os.fspath(source))},
-        progress=lambda text: report(next(steps), len(STEPS), text),
-        dtype=dtype,
-        tokenizer=None if loaded.tokenizer_kind == "wordpiece" else tokenizer,
-    )
+    wordpiece = isinstance(tokenizer, WordPieceTokenizer)
+    with tempfile.TemporaryDirectory() as scratch:
+        vocab_file = loaded.vocab_file
+        if wordpiece and vocab_file is None:  # read from tokenizer.json (transformers 5 saves no vocab.txt)
+            vocab_file = os.path.join(scratch, "vocab.txt")
+            with open(vocab_file, "w", encoding="utf-8") as f:
+                f.writelines(token + "\n" for token in tokenizer.vocabulary)
+        export_module_pair(
+            out_dir,
+            loaded.encoder,
+            vocab_file if wordpiece else loaded.tokenizer_files(),
+            loaded.do_lower_case,
+            seq_length=seq_length,
+            pretrainer=loaded.pretrainer,
+            overwrite=overwrite,
+            info={"source": os.path.abspath(os.fspath(source))},
+            progress=lambda text: report(next(steps), len(STEPS), text),
+            dtype=dtype,
+            tokenizer=None if wordpiece else tokenizer,
+        )
     return loaded

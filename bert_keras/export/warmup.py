@@ -45,7 +45,8 @@ def warmup_requests(preprocessor, input_names, lengths):
     """
     pairs = len(input_names) == 2
     word, per_word, limit = _repeated_word(preprocessor, pairs)
-    special = 3 if pairs else 2  # [CLS] [SEP] (and the pair's [SEP])
+    tokenizer = getattr(preprocessor, "tokenizer", None)  # [CLS] [SEP] (and the pair's [SEP]; RoBERTa's two)
+    special = tokenizer.num_special_tokens(2 if pairs else 1) if hasattr(tokenizer, "num_special_tokens") else 2 + pairs
     requests = []
     for length in lengths:
         if length > limit:

@@ -62,7 +62,7 @@ class BertSpanLabeler(_PretrainedTask):
 
     def __init__(self, encoder, preprocessor=None, context_segment_id=1, **kwargs):
         check_encoder(encoder)
-        if getattr(getattr(preprocessor, "tokenizer", None), "packing", "bert") == "roberta":
+        if getattr(getattr(preprocessor, "tokenizer", None), "packing", None) == "roberta":
             context_segment_id = None
         if context_segment_id is not None:
             check_int("context_segment_id", context_segment_id, minimum=0)

@@ -30,21 +30,15 @@ from bert_keras.text.packer import pack_inputs
 INPUT_KEYS = ("input_word_ids", "input_mask", "input_type_ids")
 WINDOW_KEYS = INPUT_KEYS + ("example_index", "char_starts", "char_ends", "word_ids", "context_mask", "word_starts",
                             "word_ends")
-SPECIAL_TOKENS = 3  # [CLS] question [SEP] context [SEP]
-ROBERTA_SPECIAL_TOKENS = 4  # <s> question </s></s> context </s>
 _BATCH = 256  # examples per call of the traced windowing in `qa_features`
 _traced = weakref.WeakKeyDictionary()  # tokenizer -> {(seq_length, doc_stride, max_question_length): tf.function}
 
 
-def special_tokens(tokenizer):
-    """The special tokens of a window of `tokenizer`'s packing: 3 (BERT's), or 4 (RoBERTa's `</s></s>` between)."""
-    return ROBERTA_SPECIAL_TOKENS if getattr(tokenizer, "packing", "bert") == "roberta" else SPECIAL_TOKENS
-
-
-def check_window_arguments(seq_length, doc_stride, max_question_length, num_special=SPECIAL_TOKENS):
+def check_window_arguments(seq_length, doc_stride, max_question_length, num_special=3):
     """Checks the three lengths; the context's part of a window must be longer than the stride.
 
-    `num_special` is the window's special tokens (`special_tokens(tokenizer)`).
+    `num_special` is the window's special tokens (`tokenizer.num_special_tokens(2)`: BERT's `[CLS] question [SEP]
+    context [SEP]` 3, RoBERTa's `<s> question </s></s> context </s>` 4).
 
     Raises:
         ValueError: naming the argument, e.g. a `doc_stride` that leaves no
@@ -259,8 +253,8 @@ def qa_windows(tokenizer, questions, contexts, seq_length=384, doc_stride=128, m
         piece, the span of the pieces of its word inside this window, what
         transformers' `word_to_chars` gives; else the piece's own offsets).
     """
-    num_special = special_tokens(tokenizer)
-    roberta = num_special == ROBERTA_SPECIAL_TOKENS
+    num_special = tokenizer.num_special_tokens(2)
+    roberta = tokenizer.packing == "roberta"
     check_window_arguments(seq_length, doc_stride, max_question_length, num_special)
     question, context = _pieces(tokenizer, questions), _pieces(tokenizer, contexts)
     # One window per `step` context pieces after the first, until a window reaches the end (tokenizers' `truncate`).
@@ -375,7 +369,7 @@ def qa_features(tokenizer, examples, seq_length=384, doc_stride=128, max_questio
         A dict of numpy arrays, one row per window: `qa_windows`' keys plus
         `start_positions` and `end_positions` (int32).
     """
-    check_window_arguments(seq_length, doc_stride, max_question_length, special_tokens(tokenizer))
+    check_window_arguments(seq_length, doc_stride, max_question_length, tokenizer.num_special_tokens(2))
     windows = _traced_windows(tokenizer, seq_length, doc_stride, max_question_length)
     parts = []
     for begin in range(0, len(examples.questions), _BATCH):

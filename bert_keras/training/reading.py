@@ -23,8 +23,7 @@ from bert_keras.export import export_reader
 from bert_keras.export.reader import best_answers, window_probabilities
 from bert_keras.squad import squad_scores
 from bert_keras.tasks import BertSpanLabeler
-from bert_keras.text.windows import (INPUT_KEYS, ROBERTA_SPECIAL_TOKENS, check_window_arguments, qa_features,
-                                     special_tokens)
+from bert_keras.text.windows import INPUT_KEYS, check_window_arguments, qa_features
 from bert_keras.training.backup import fingerprint
 from bert_keras.training.config import FineTuneConfig
 from bert_keras.training.data import example_dataset
@@ -113,7 +112,7 @@ class ReaderRecipe(Recipe):
         """
         with harness.building(self.config.dtype):
             model = BertSpanLabeler.from_checkpoint(source, seq_length=self.config.seq_length)
-            if special_tokens(offsets_tokenizer(model, "reader")) == ROBERTA_SPECIAL_TOKENS:
+            if offsets_tokenizer(model, "reader").packing == "roberta":
                 loaded, model = model, BertSpanLabeler(model.encoder, preprocessor=model.preprocessor,
                                                        context_segment_id=None, name=model.name)
                 model.span_head.set_weights(loaded.span_head.get_weights())
