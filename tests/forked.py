@@ -20,7 +20,7 @@ signal that killed it. The server imported the modules under the environment
 of the test process (`TF_CPP_MIN_LOG_LEVEL=2`, tests/conftest.py): what a
 process reads while TensorFlow imports (its C++ log level, the log lines it
 prints as it loads) is not what a forked one can show. Tests of that start a
-fresh interpreter (tests/test_quiet_commands.py).
+fresh interpreter (tests/commands/test_quiet_commands.py).
 """
 
 import multiprocessing

@@ -4,7 +4,7 @@ TensorFlow keeps what a test builds (graphs, traced functions, loaded
 SavedModels) for the life of the process, so one pytest process over the
 whole suite grows past 20 GB. One process per group gives that memory back
 between groups. A group is one directory of tests/ (its files share session
-fixtures), one top-level test file, or one of the BUNDLES of small files and
+fixtures), one top-level test file (or a file of the FILE_GROUPS directories), or one of the BUNDLES of small files and
 directories. Groups run `--jobs` at a time
 (default: two, or one on a one-core machine): most of a test's time is
 Python tracing graphs on one core. A group starts only while the peaks
@@ -87,10 +87,14 @@ DEFAULT_PEAK_GB = 2.0
 # peaked at 1.7-2.0 GB each alone and at 5.20 GB as one bundle (2026-12-02); the groups stay apart.
 BUNDLES = [
     ["tests/test_datasets.py", "tests/test_datasets_hostile.py", "tests/test_datasets_readers.py",
-     "tests/test_export.py", "tests/test_files.py", "tests/test_fuzz_readers.py", "tests/test_heads.py",
+     "tests/export/test_export.py", "tests/test_files.py", "tests/test_fuzz_readers.py", "tests/test_heads.py",
      "tests/test_keras_compat.py", "tests/test_layering.py", "tests/test_lora_hostile.py",
-     "tests/test_quiet_commands.py", "tests/test_run_suite.py", "tests/test_soak.py"],
+     "tests/commands/test_quiet_commands.py", "tests/test_run_suite.py", "tests/test_soak.py"],
 ]
+# Directories whose files are groups of their own, as the top-level files are: they mirror a package
+# (bert_keras.commands, bert_keras.export) but share no session fixture, and one process over all of them would
+# hold what every file builds (the commands' tests each build and export models).
+FILE_GROUPS = ("commands", "export")
 MEMORY_BUDGET_GB = 6.0
 FAST_BUNDLES = 4  # processes for the top-level files in the fast loop (two peaked at 3.8 and 4.5 GB, 2026-12-02)
 FAST_PEAK_GB = 3.0  # any group of the fast loop
@@ -100,8 +104,10 @@ def groups():
     """The groups, one per pytest process, in the order they start: test paths relative to the repository,
     separated by spaces where a group holds several (BUNDLES)."""
     relative = lambda path: str(path.relative_to(ROOT.parent))  # noqa: E731
-    found = [relative(path) for path in sorted(ROOT.iterdir()) if path.is_dir() and any(path.glob("test_*.py"))]
+    found = [relative(path) for path in sorted(ROOT.iterdir())
+             if path.is_dir() and path.name not in FILE_GROUPS and any(path.glob("test_*.py"))]
     found += [relative(path) for path in sorted(ROOT.glob("test_*.py"))]
+    found += [relative(path) for name in FILE_GROUPS for path in sorted((ROOT / name).glob("test_*.py"))]
     bundled = {name for bundle in BUNDLES for name in bundle}
     found = [name for name in found if name not in bundled]
     found += [" ".join(name for name in bundle if (ROOT.parent / name).exists()) for bundle in BUNDLES]

@@ -29,7 +29,7 @@ from bert_keras.text.windows import qa_windows, tagging_windows
 from bert_keras.training import finetune_reader, finetune_tagger
 from tests.checkpoints._models import perturb_torch
 from tests.helpers import as_written_before_the_manifest
-from tests.test_export_reader import reference_answers
+from tests.export.test_export_reader import reference_answers
 from tests.test_family_workflows import FAMILIES, WRITERS, make_family_folder, tweets  # noqa: F401 (a fixture)
 from tests.text.test_sentencepiece import albert_reference_text
 from tests.training.test_reading import _examples

@@ -47,8 +47,11 @@ def test_the_fast_loop_runs_every_file_too_in_fewer_processes():
     fast = run_suite.fast_groups(run_suite.groups())
     assert sorted(name for group in fast for name in group.split()) == sorted(
         name for group in run_suite.groups() for name in group.split())
-    directories = [path for path in ROOT.iterdir() if path.is_dir() and any(path.glob("test_*.py"))]
-    assert len(fast) == run_suite.FAST_BUNDLES + len(directories)  # the top-level files in FAST_BUNDLES processes
+    directories = [path for path in ROOT.iterdir()
+                   if path.is_dir() and path.name not in run_suite.FILE_GROUPS and any(path.glob("test_*.py"))]
+    # The files (top-level, and those of FILE_GROUPS' directories) in FAST_BUNDLES processes; a directory each.
+    assert len(fast) == run_suite.FAST_BUNDLES + len(directories)
+    assert "tests/commands/test_cli.py" in " ".join(fast) and "tests/commands" not in fast
     assert run_suite.deselects_slow(["-m", "not slow"]) and run_suite.deselects_slow(["-mnot slow and not fuzz"])
     assert not run_suite.deselects_slow(["-m", "slow"]) and not run_suite.deselects_slow(["-x", "-k", "not slow"])
 

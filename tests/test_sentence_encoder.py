@@ -276,7 +276,7 @@ def test_minilm_matches_sentence_transformers_on_2000_tweets(tmp_path, capsys):
 
     One test for both, so that the reference and the model are computed once: the command's output file
     goes through the export (the texts go in as JSON lines, so that empty, blank and multi-line texts stay
-    whole); `tests/test_cli_embed.py` checks on a tiny model that `--checkpoint` and `--model` give the
+    whole); `tests/commands/test_cli_embed.py` checks on a tiny model that `--checkpoint` and `--model` give the
     same vectors."""
     folder, texts, reference = sentence_models.minilm_reference()
     model = SentenceEncoder.from_checkpoint(folder)

@@ -42,7 +42,7 @@ def test_a_config_of_another_kind_is_refused(cls, wrong):
 
 
 def test_lora_options_are_checked_where_they_are_defined():
-    # The command line passes them through and names its flags (tests/test_cli_finetune.py).
+    # The command line passes them through and names its flags (tests/commands/test_cli_finetune.py).
     assert FineTuneConfig(lora_rank=2, lora_targets="value, query,value").lora_targets == ("value", "query")
     with pytest.raises(ValueError, match=r"argument `lora_targets`, expected one of \['query', .*Received: lora_targets='qurey'"):
         FineTuneConfig(lora_rank=2, lora_targets=["query", "qurey"])

@@ -10,7 +10,7 @@ import pytest
 from bert_keras._native_log import is_native_log_line
 from tests import sentence_models
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 # What TensorFlow 2.21 printed on this project's machines before any option could stop it (one line of each kind).
 NATIVE = [
     b"WARNING: All log messages before absl::InitializeLog() is called are written to STDERR",
