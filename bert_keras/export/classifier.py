@@ -45,6 +45,10 @@ def outputs_probabilities(model):
     return activation is keras.activations.softmax or getattr(activation, "__name__", None) == "softmax"
 
 
+# `serve` without XLA: what a loaded classifier answers with while its warm-up compiles `serve`'s buckets.
+PLAIN_ENDPOINT = "serve_plain"
+
+
 def _serves_its_own_outputs(model):
     """Whether `model` offers its serving computation (`serving_outputs`, as `BertClassifier`) and takes strings."""
     return callable(getattr(model, "serving_outputs", None)) and getattr(model, "preprocessor", None) is not None
@@ -118,7 +122,8 @@ def _serving_function(model, xla=True):
     return serve
 
 
-def export_classifier(model, export_dir, label_names=None, overwrite=False, extra_assets=None, dtype="float32"):
+def export_classifier(model, export_dir, label_names=None, overwrite=False, extra_assets=None, dtype="float32",
+                      xla=False):
     """Exports a text classifier as a SavedModel that serves raw strings.
 
     The `serve` endpoint (also the `serving_default` signature) takes a
@@ -135,10 +140,16 @@ def export_classifier(model, export_dir, label_names=None, overwrite=False, extr
 
     A `BertClassifier` with a preprocessor is served through its own
     `serving_outputs`, for latency: the padding after a batch's longest text
-    is cut, and (in float32) a single text of up to 64 tokens runs
+    is cut. With `xla` (float32), a single text of up to 64 tokens runs
     XLA-compiled (compiled once per length bucket, 8 to 64 tokens in steps
-    of 8, on its first request, ~0.5-2 s each for MiniLM) with the last
-    block computed for `[CLS]` only (`BertEncoder.pooled_output`). A
+    of 8, on its first request, ~1 s each for MiniLM) with the last block
+    computed for `[CLS]` only (`BertEncoder.pooled_output`), and a
+    `serve_plain` endpoint answers without compiling while a loader warms
+    the buckets up. Measured on MiniLM-L6 (docs/performance.md, "The speed
+    a user feels"): XLA took 13.5 ms at batch 1 where the plain graph took
+    16.2 ms, but added ~1 s of compiling to the first request of each
+    length and 0.8 s to every load; LiteRT (`export_litert`) serves a single
+    text faster than either. A
     classifier on Hub modules written by bert_keras is exported on the equal
     `BertEncoder` (`BertClassifier.with_native_encoder`); another module
     keeps its own graph. The outputs equal the model's up to float rounding.
@@ -161,6 +172,8 @@ def export_classifier(model, export_dir, label_names=None, overwrite=False, extr
             `"bfloat16"` on a CPU without bfloat16 arithmetic raises a
             `ValueError` (see `bert_keras.dtypes.check_compute_dtype`).
             Defaults to `"float32"`.
+        xla: bool. Compile the single-text path (float32 only), for a server
+            that loads once and answers one text at a time. Defaults to `False`.
     """
     export_dir = os.fspath(export_dir)
     check_compute_dtype(dtype)
@@ -177,26 +190,28 @@ def export_classifier(model, export_dir, label_names=None, overwrite=False, extr
         )
     model = _on_native_encoder(model, dtype)
     with compute_dtype(model, dtype):
-        _write_export(model, export_dir, label_names, overwrite, extra_assets, dtype)
+        _write_export(model, export_dir, label_names, overwrite, extra_assets, dtype, xla and dtype == "float32")
     logger.info("Exported the classifier to %s", export_dir)
     return export_dir
 
 
-def _write_export(model, export_dir, label_names, overwrite, extra_assets, dtype):
+def _write_export(model, export_dir, label_names, overwrite, extra_assets, dtype, xla):
     names = tf.constant(label_names)
     input_names = ["text", "text_pair"][: len(model.inputs)]
     softmax = not outputs_probabilities(model)
     signature = [tf.TensorSpec([None], tf.string, name=name) for name in input_names]
     # XLA's CPU matrix products in bfloat16 are slower than oneDNN's (measured: benchmarks/results/serving.md).
     # One function that both endpoints call: the model's graph is traced once for the two.
-    run = tf.function(_serving_function(model, xla=dtype == "float32"), input_signature=signature, autograph=False)
+    run = tf.function(_serving_function(model, xla=xla), input_signature=signature, autograph=False)
 
-    def serve(*texts):
-        outputs = run(*texts)
+    def served(outputs):
         probabilities = tf.cast(outputs, tf.float32)  # (batch, num_classes), float32 whatever the compute dtype
         if softmax:
             probabilities = tf.nn.softmax(probabilities, axis=-1)
         return {"probabilities": probabilities, "label": tf.gather(names, tf.argmax(probabilities, axis=-1))}
+
+    def serve(*texts):
+        return served(run(*texts))
 
     def call(*texts):  # what `model(texts)` returns: logits or probabilities, as Keras 2's SavedModels did
         return tf.cast(run(*texts), tf.float32)  # (batch, num_classes)
@@ -206,6 +221,9 @@ def _write_export(model, export_dir, label_names, overwrite, extra_assets, dtype
     if _serves_its_own_outputs(model):  # its preprocessor tells how long a text is
         requests = warmup.warmup_requests(model.preprocessor, input_names, XLA_LENGTHS)
         preprocessor = model.preprocessor
+        if xla:  # `serve` compiles each length bucket on first use; this path compiles nothing
+            plain = _serving_function(model, xla=False)
+            endpoints.append((PLAIN_ENDPOINT, lambda *texts: served(plain(*texts)), signature))
 
         def probabilities_of_ids(packed):  # (batch, num_classes)
             outputs = tf.cast(model.serving_outputs(packed, first_token_only=False), tf.float32)
@@ -235,13 +253,13 @@ class ExportedClassifier(LoadedExport):
         export_dir: str. The SavedModel directory.
         label_names: optional list of str, in the order of the outputs.
             Overrides the names stored in the export.
-        warm_up: bool. Replay the export's TF Serving warm-up requests
-            (`assets.extra/tf_serving_warmup_requests`, which
-            `export_classifier` writes: one text per length bucket, one
-            batch) before returning, so that no request after the load
-            waits for a compile; `warm_up_seconds` says what it took. Pass
-            `False` to load in less time when only a few texts will be
-            classified. Defaults to `True`.
+        warm_up: `"background"`, `True` or `False`: the export's TF Serving
+            warm-up requests (which `export_classifier` writes: one text per
+            length bucket, one batch) replayed in a thread while the first
+            texts are classified without XLA (`serve_plain`: nothing to
+            compile), before returning (a server that wants every request
+            warm), or not at all; see `LoadedExport`. Defaults to
+            `"background"`.
 
     Example (`classifier` is a `BertClassifier`):
 
@@ -260,7 +278,7 @@ class ExportedClassifier(LoadedExport):
                 "(batch, num_classes) scores")
     accepts_unrecorded = True  # Keras' `model.export()` of a classifier records nothing
 
-    def __init__(self, export_dir, label_names=None, warm_up=True):
+    def __init__(self, export_dir, label_names=None, warm_up="background"):
         self._given_label_names = label_names
         super().__init__(export_dir, warm_up=warm_up)
 
@@ -380,9 +398,20 @@ class ExportedClassifier(LoadedExport):
         batches = []
         for start in range(0, len(texts), batch_size):
             columns = [texts[start : start + batch_size]] + ([text_pairs[start : start + batch_size]] if text_pairs else [])
-            feed = {name: tf.constant(column, dtype=tf.string) for name, column in zip(self.inputs, columns)}
-            batches.append(as_probabilities(self._signature(**feed)[self._output].numpy()))
+            batches.append(as_probabilities(self._serve(*(tf.constant(column, tf.string) for column in columns))))
         return np.concatenate(batches) if batches else np.zeros((0, self.num_classes), "float32")
+
+    def _serve(self, *columns):
+        """The outputs `(batch, num_classes)` for string tensors in `inputs` order: `serving_default`, or, while a
+        background warm-up compiles its length buckets, the export's `serve_plain` (the same outputs, compiled
+        nothing)."""
+        plain = getattr(self._saved, PLAIN_ENDPOINT, None)
+        if plain is not None and not self.warmed.is_set():
+            outputs = plain(*columns)["probabilities"].numpy()
+        else:
+            outputs = self._signature(**dict(zip(self.inputs, columns)))[self._output].numpy()
+        self.answered()
+        return outputs
 
     def predict(self, texts, text_pairs=None, *, top_k=None, batch_size=64):
         """Classifies one text or many, as transformers' text-classification pipeline does.
@@ -414,7 +443,7 @@ class ExportedClassifier(LoadedExport):
         return results[0] if single else results
 
 
-def load_classifier(export_dir, label_names=None, warm_up=True):
+def load_classifier(export_dir, label_names=None, warm_up="background"):
     """Loads a text classifier export (see `ExportedClassifier`), registering tensorflow-text's ops first.
 
     No `import tensorflow_text` is needed before it. Plain

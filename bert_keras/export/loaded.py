@@ -9,6 +9,8 @@ warm-up are done here, once.
 
 import logging
 import os
+import threading
+import time
 
 from bert_keras.export import warmup
 from bert_keras.export.manifest import ExportError, read_manifest, wrong_kind
@@ -27,11 +29,20 @@ class LoadedExport:
 
     Args:
         export_dir: str. The export's directory.
-        warm_up: bool. Replay the export's TF Serving warm-up requests
-            (`assets.extra/tf_serving_warmup_requests`) before returning, as TF
+        warm_up: `"background"`, `True` or `False`. What to do with the
+            export's TF Serving warm-up requests
+            (`assets.extra/tf_serving_warmup_requests`: one text per length
+            bucket, a batch). `True` replays them before returning, as TF
             Serving does when it loads a model, so that no later request waits
-            for a trace or a compile; `warm_up_seconds` says what it took.
-            Defaults to `True`.
+            for a trace or a compile (a server's choice; `warm_up_seconds` says
+            what it took). `"background"` returns at once and, once the first
+            request is answered (by a kind that has one, on a path that needs
+            no compile: the classifier's `serve_plain`), replays them in a
+            thread, so that a user who asks one question waits neither for
+            every bucket nor for a warm-up sharing the cores with their
+            question; `warmed` is set when it is done. `False` replays nothing
+            (and a kind with a path that needs no compile keeps to it).
+            Defaults to `"background"`.
 
     Attributes:
         export_dir: str.
@@ -49,7 +60,7 @@ class LoadedExport:
     # Whether a SavedModel without a manifest is taken (a classifier from Keras' `model.export()`).
     accepts_unrecorded = False
 
-    def __init__(self, export_dir, warm_up=True):
+    def __init__(self, export_dir, warm_up="background"):
         self.export_dir = os.fspath(export_dir)
         if self.export_dir.endswith(".keras") and os.path.isfile(self.export_dir):
             raise ExportError(
@@ -69,7 +80,16 @@ class LoadedExport:
                               f"`export_{self.kind}`: its assets.extra/ records no kind of export.")
         self._saved = load(self.export_dir)
         self._check_signatures()
-        self.warm_up_seconds = self.warm_up() if warm_up else 0.0
+        self.warmed = threading.Event()  # set once the warm-up requests are replayed (never with warm_up=False)
+        self.warm_up_seconds = None
+        if warm_up not in (True, False, "background"):
+            raise ValueError(f"Received an invalid value for argument `warm_up`, expected True, False or "
+                             f'"background". Received: warm_up={warm_up!r}')
+        self._warm_up_pending = warm_up == "background"  # started by `answered`, after the first request
+        if warm_up is True:
+            self.warm_up()
+        elif warm_up is False:
+            self.warm_up_seconds = 0.0
 
     def settings(self):
         """The kind's settings the manifest records (what `export_<kind>` was given), without its bookkeeping (format,
@@ -97,9 +117,26 @@ class LoadedExport:
             raise self._refuse(f"it has no `serving_default` signature (signatures: {sorted(signatures)})")
         return signatures["serving_default"]
 
+    def answered(self):
+        """Called by the kinds after each request: starts a pending background warm-up (once)."""
+        if self._warm_up_pending:
+            self._warm_up_pending = False
+            threading.Thread(target=self.warm_up, name=f"warm-up of {self.export_dir}", daemon=True).start()
+
     def warm_up(self):
-        """Replays the export's warm-up requests now; returns the seconds it took (0 without a warm-up file)."""
-        return warmup.replay(self.export_dir, self.serving_signature())
+        """Replays the export's warm-up requests now; returns the seconds it took (0 without a warm-up file).
+
+        A failure is logged, never raised from the background: serving goes on colder.
+        """
+        started = time.perf_counter()
+        try:
+            self.warm_up_seconds = warmup.replay(self.export_dir, self.serving_signature())
+        except Exception as error:  # noqa: BLE001 - a background thread has no caller to raise to
+            logger.warning("The warm-up of %s stopped (%s); serving goes on without it.", self.export_dir, error)
+            self.warm_up_seconds = time.perf_counter() - started
+        finally:
+            self.warmed.set()
+        return self.warm_up_seconds
 
     def __repr__(self):
         return f"{type(self).__name__}({self.export_dir!r})"

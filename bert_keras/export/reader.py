@@ -271,8 +271,9 @@ class ExportedReader(LoadedExport):
 
     Args:
         export_dir: str. The SavedModel directory.
-        warm_up: bool. Replay the export's TF Serving warm-up requests before
-            returning. Defaults to `True`.
+        warm_up: `"background"`, `True` or `False`: the export's TF Serving
+            warm-up requests replayed in a thread, before returning, or not at
+            all (see `LoadedExport`). Defaults to `"background"`.
 
     Attributes:
         info: dict. The export's settings (seq_length, doc_stride,
@@ -351,9 +352,10 @@ class ExportedReader(LoadedExport):
                 answers = decode_answers({key: value[rows] for key, value in outputs.items()}, text, top_k,
                                          handle_impossible_answer, max_answer_len, align_to_words, merge_duplicates)
                 results.append(answers[0] if top_k == 1 else answers)
+        self.answered()
         return results[0] if single else results
 
 
-def load_reader(export_dir, warm_up=True):
+def load_reader(export_dir, warm_up="background"):
     """Loads `export_reader`'s directory (tensorflow-text's ops registered first): an `ExportedReader`."""
     return ExportedReader(export_dir, warm_up=warm_up)

@@ -311,9 +311,9 @@ class ExportedTagger(LoadedExport):
 
     Args:
         export_dir: str. The SavedModel directory.
-        warm_up: bool. Replay the export's TF Serving warm-up requests before
-            returning, so that no request after the load waits for a compile;
-            `warm_up_seconds` says what it took. Defaults to `True`.
+        warm_up: `"background"`, `True` or `False`: the export's TF Serving
+            warm-up requests replayed in a thread, before returning, or not at
+            all (see `LoadedExport`). Defaults to `"background"`.
 
     Example (`tagger` is a `BertTokenClassifier` with tags `O`, `B-PER`, `I-PER`):
 
@@ -419,7 +419,9 @@ class ExportedTagger(LoadedExport):
 
     def tag_pieces(self, texts, batch_size=32):
         """The signature's outputs for `texts` (a list of str), as numpy arrays, one dict per text, padding cut."""
-        return pieces_in_batches(lambda batch: self._signature(text=batch), texts, batch_size)
+        pieces = pieces_in_batches(lambda batch: self._signature(text=batch), texts, batch_size)
+        self.answered()
+        return pieces
 
     def tag_words(self, sentences, batch_size=32):
         """Each word's tag (its first piece's, as the tagger is trained) for sentences of words: see `word_tags`."""
@@ -467,7 +469,7 @@ class ExportedTagger(LoadedExport):
 TextTagger = ExportedTagger
 
 
-def load_tagger(export_dir, warm_up=True):
+def load_tagger(export_dir, warm_up="background"):
     """Loads a tagger export (see `ExportedTagger`), registering tensorflow-text's ops first.
 
     Plain `tf.saved_model.load(export_dir)` needs `import tensorflow_text`

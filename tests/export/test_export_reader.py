@@ -54,7 +54,7 @@ def exported(checkpoint, tmp_path_factory):
     labeler = BertSpanLabeler.from_checkpoint(folder, seq_length=SEQ_LENGTH)
     directory = str(tmp_path_factory.mktemp("reader") / "export")
     export_reader(labeler, directory, seq_length=SEQ_LENGTH, doc_stride=STRIDE, max_question_length=16)
-    return directory, load_reader(directory)
+    return directory, load_reader(directory, warm_up=True)
 
 
 def reference_answers(model, tokenizer, question, context, seq_length=SEQ_LENGTH, stride=STRIDE, top_k=1,

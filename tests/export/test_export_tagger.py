@@ -62,7 +62,7 @@ def folder(tmp_path_factory):
 def exported(folder, tmp_path_factory):
     tagger = BertTokenClassifier.from_checkpoint(folder, seq_length=SEQ_LENGTH)
     export_dir = export_tagger(tagger, str(tmp_path_factory.mktemp("exports") / "tagger"), stride=STRIDE, xla=True)
-    return tagger, export_dir, load_tagger(export_dir)
+    return tagger, export_dir, load_tagger(export_dir, warm_up=True)
 
 
 def _pipeline(folder, aggregation, stride=STRIDE):

@@ -39,7 +39,7 @@ def expected(classifier):
 
 @pytest.fixture(scope="module")
 def fp32_export(classifier, tmp_path_factory):
-    return export_classifier(classifier, str(tmp_path_factory.mktemp("fp32") / "classifier"), LABELS)
+    return export_classifier(classifier, str(tmp_path_factory.mktemp("fp32") / "classifier"), LABELS, xla=True)
 
 
 @pytest.mark.slow
@@ -201,9 +201,21 @@ def test_the_export_carries_tf_servings_warm_up_requests_and_the_loader_replays_
 
     replayed = []
     monkeypatch.setattr(warmup, "read_warmup_requests", lambda p: replayed.append(p) or requests)
-    loaded = load_classifier(fp32_export)
-    assert replayed == [path] and loaded.warm_up_seconds > 0
+    loaded = load_classifier(fp32_export, warm_up=True)
+    assert replayed == [path] and loaded.warm_up_seconds > 0 and loaded.warmed.is_set()
     assert load_classifier(fp32_export, warm_up=False).warm_up_seconds == 0 and replayed == [path]
+    # By default the requests replay in a thread, and the first texts are answered by `serve_plain` (no compile).
+    background = load_classifier(fp32_export)
+    calls = []
+    plain = background._saved.serve_plain
+    monkeypatch.setattr(background._saved, "serve_plain", lambda *texts: calls.append(len(texts)) or plain(*texts),
+                        raising=False)
+    first = background.predict_proba(TEXTS[:1])
+    assert background.warmed.wait(120) and background.warm_up_seconds > 0 and replayed == [path, path]
+    assert calls in ([1], [])  # the first text took the plain path unless the warm-up had already ended
+    np.testing.assert_allclose(first, background.predict_proba(TEXTS[:1]), atol=1e-5)  # the same outputs by XLA
+    with pytest.raises(ValueError, match="expected True, False or \"background\". Received: warm_up='yes'"):
+        load_classifier(fp32_export, warm_up="yes")
     monkeypatch.undo()
     damaged = shutil.copytree(fp32_export, tmp_path / "damaged")
     with open(damaged / "assets.extra" / "tf_serving_warmup_requests", "wb") as f:  # a warning; it still serves
