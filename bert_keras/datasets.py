@@ -359,7 +359,7 @@ def read_labelled_file(
         raise FileNotFoundError(f"{path}: no such file.")
     fmt = fmt or FORMATS.get(os.path.splitext(path)[1].lower())
     if fmt not in ("csv", "tsv", "json", "jsonl"):
-        raise DataError(f"{path}: unknown format; use a .csv, .tsv, .json or .jsonl file (or pass the format).")
+        raise DataError(f"{path}: unknown format; use a .csv, .tsv, .json or .jsonl file (or pass `fmt=`).")
     _check_delimiter(delimiter, fmt, path, argument_names["delimiter"])
     wanted = list(dict.fromkeys(c for c in (text_column, label_column, text_pair_column) if c is not None))
     with open_file(path) as stream:

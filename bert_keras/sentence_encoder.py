@@ -101,6 +101,7 @@ class SentenceEncoder(EmbeddingMethods, Task):
         times the number of pooling modes.
 
     Example:
+    >>> from bert_keras.text.preprocessor import BertPreprocessor
     >>> vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "good", "bad", "day"] + [f"w{i}" for i in range(92)]
     >>> encoder = BertEncoder(vocab_size=100, num_layers=2, hidden_size=16, num_heads=2, intermediate_size=32)
     >>> model = SentenceEncoder(encoder, BertPreprocessor(vocab, seq_length=16), pooling="mean", normalize=True)

@@ -224,6 +224,7 @@ def as_written_before_the_manifest(export_dir):
         settings.pop(key)
     name = {"classifier": "labels.json", "tagger": "labels.json", "reader": "reader.json",
             "sentence_encoder": "sentence_encoder.json"}[kind]
+    settings.pop("aggregation", None)  # a setting of this version's taggers
     tokenizer = settings.pop("tokenizer", None)  # versions before recorded only a tagger's, as these three fields
     if kind == "tagger":
         settings["task"] = "tagger"

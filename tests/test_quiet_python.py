@@ -26,7 +26,7 @@ def folders(tmp_path_factory):
     encoder = BertEncoder(vocab_size=len(VOCAB), num_layers=1, hidden_size=8, num_heads=2, intermediate_size=16,
                           max_sequence_length=16)
     classifier = BertClassifier(encoder, num_classes=2, preprocessor=BertPreprocessor(VOCAB, seq_length=16), dropout=0.0)
-    export_classifier(classifier, str(root / "clf"), ["neg", "pos"])
+    export_classifier(classifier, str(root / "clf"), ["neg", "pos"], xla=True)  # the compiled path is checked below
     bert = sentence_models.write_tiny_bert(str(root / "bert"))
     sentence_models.sentence_transformer(bert).save(str(root / "st"))
     return root

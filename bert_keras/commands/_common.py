@@ -5,12 +5,14 @@ pay for it; `strategy` imports `bert_keras.training.strategy` (TensorFlow) when 
 """
 
 import argparse
+import contextlib
 import difflib
 import hashlib
 import json
 import os
 import re
 import sys
+import threading
 import time
 
 from bert_keras import dtypes  # no TensorFlow import; read at call time (tests replace its CPU check)
@@ -91,6 +93,33 @@ def progress(command, clock=time.monotonic):
             print(f"bert-keras {command}: {done} texts ({rate:.0f} texts/s)", file=sys.stderr, flush=True)
 
     return report
+
+
+@contextlib.contextmanager
+def working(command, what, seconds=PROGRESS_SECONDS):
+    """Says, on standard error, that `what` is still under way once it has taken `seconds`, then every `seconds`.
+
+    A step that ends sooner prints nothing (a quick run stays quiet); one that
+    takes long is never silent for more than `seconds`: `bert-keras predict:
+    loading the tagger in ner/ ... 20 s`. Nothing
+    with `-q`. The lines come from a thread that ends with the step.
+    """
+    if _quiet:
+        yield
+        return
+    done, started = threading.Event(), time.monotonic()
+
+    def speak():
+        while not done.wait(seconds):
+            print(f"bert-keras {command}: {what} ... {time.monotonic() - started:.0f} s", file=sys.stderr, flush=True)
+
+    speaker = threading.Thread(target=speak, name=f"bert-keras {command}: {what}", daemon=True)
+    speaker.start()
+    try:
+        yield
+    finally:
+        done.set()
+        speaker.join()
 
 
 class UsageError(Exception):
@@ -274,9 +303,11 @@ def embedding_model(args, command):
         raise UsageError(command, f"--pooling {args.pooling}: no pooling mode {unknown[0]!r}; expected one of "
                          f"{', '.join(POOLING_MODES)} (several: separated by commas)")
     try:
-        if args.model:
-            return load_sentence_encoder(args.model)
-        return SentenceEncoder.from_checkpoint(args.checkpoint, pooling=pooling[0] if pooling and len(pooling) == 1 else pooling,
-                                               normalize=True if args.normalize else None, max_seq_length=args.max_seq_length)
+        with working(command, f"loading the sentence encoder of {args.model or args.checkpoint}"):
+            if args.model:
+                return load_sentence_encoder(args.model)
+            return SentenceEncoder.from_checkpoint(
+                args.checkpoint, pooling=pooling[0] if pooling and len(pooling) == 1 else pooling,
+                normalize=True if args.normalize else None, max_seq_length=args.max_seq_length)
     except (OSError, ValueError) as error:
         raise UsageError(command, f"cannot load a sentence encoder from {args.model or args.checkpoint}: {error}") from None

@@ -6,7 +6,7 @@ The converter (TensorFlow) is imported in `run`: --help and the checks before Te
 import os
 import sys
 
-from bert_keras.commands._common import at_least
+from bert_keras.commands._common import at_least, working
 
 
 def register(commands, common):
@@ -35,8 +35,9 @@ def run(args):
         print(f"[{index}/{total}] {text}", flush=True)
 
     try:
-        loaded = convert_to_hub(args.source, args.out, seq_length=args.seq_length, overwrite=args.force, progress=progress,
-                                dtype=args.dtype)
+        with working("convert", f"converting {args.source}"):
+            loaded = convert_to_hub(args.source, args.out, seq_length=args.seq_length, overwrite=args.force,
+                                    progress=progress, dtype=args.dtype)
     except (FileExistsError, OutputLockedError) as error:
         print(f"bert-keras convert: {error}", file=sys.stderr)
         return 2

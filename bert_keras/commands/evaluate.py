@@ -9,7 +9,7 @@ import json
 import os
 
 from bert_keras._checks import NotRegularFileError
-from bert_keras.commands._common import at_least, fail, say, served_kind
+from bert_keras.commands._common import at_least, fail, say, served_kind, working
 from bert_keras.commands._io import READER_ARGUMENTS
 from bert_keras.export.manifest import TAGGER, ExportError
 from bert_keras.datasets import DataError, read_labelled_file
@@ -68,7 +68,8 @@ def run(args):
     except (OSError, ValueError) as error:
         return fail("evaluate", str(error))
     try:
-        classifier = load_classifier(args.model, warm_up=False)  # one run of the command: only its lengths compile
+        with working("evaluate", f"loading the classifier in {args.model}"):
+            classifier = load_classifier(args.model, warm_up=False)  # one run of the command: nothing compiles
     except (OSError, ValueError, RuntimeError) as error:
         return fail("evaluate", f"cannot load a classifier from {args.model}: {error}")
     pairs = len(classifier.inputs) == 2
@@ -105,7 +106,8 @@ def _run_tagger(args):
     except (OSError, ValueError) as error:
         return fail("evaluate", str(error))
     try:
-        tagger = load_tagger(args.model, warm_up=False)
+        with working("evaluate", f"loading the tagger in {args.model}"):
+            tagger = load_tagger(args.model, warm_up=False)
     except (OSError, ValueError, RuntimeError) as error:
         return fail("evaluate", f"cannot load a tagger from {args.model}: {error}")
     try:

@@ -10,8 +10,9 @@ import os
 import re
 
 from bert_keras.commands._common import (at_least, default_backup_dir, distributed_arguments, fail, fit_verbosity,
-                                         positive_float, say, strategy, warn_emulated_bfloat16)
+                                         positive_float, say, strategy, warn_emulated_bfloat16, working)
 from bert_keras.commands._io import READER_ARGUMENTS
+from bert_keras.datasets import FORMATS as LABELLED_FORMATS
 from bert_keras.datasets import DataError, read_labelled_file
 from bert_keras.squad import read_squad
 from bert_keras.tagged_data import read_tagged_file
@@ -48,10 +49,12 @@ def register(commands, common):
     tune.add_argument("--out", required=True, help="directory for the exported classifier")
     tune.add_argument("--seq-length", type=at_least(3), help="tokens per text, [CLS] and [SEP] included; longer texts are cut "
                       "(ner: split into windows of whole words; qa: question and context windows) (default: 128; qa: 384)")
-    tune.add_argument("--doc-stride", type=at_least(1), default=128,
-                      help="with --task qa: context tokens shared by consecutive windows of a long context")
-    tune.add_argument("--max-question-length", type=at_least(1), default=64,
-                      help="with --task qa: longer questions keep their first tokens")
+    tune.add_argument("--doc-stride", type=at_least(0),
+                      help="with --task qa: context tokens shared by consecutive windows of a long context (default: a "
+                      "third of --seq-length, 128 at 384, as transformers' run_qa.py)")
+    tune.add_argument("--max-question-length", type=at_least(1),
+                      help="with --task qa: longer questions keep their first tokens (default: a sixth of "
+                      "--seq-length, 64 at 384)")
     tune.add_argument("--batch-size", type=at_least(1), help="examples per training step (default: 32; ner: 16; qa: 12)")
     tune.add_argument("--head-epochs", type=at_least(0), default=1, help="phase 1: epochs of the head alone, encoder frozen (Adam 1e-3); 0 skips it")
     tune.add_argument("--epochs", type=at_least(1), help="phase 2: epochs with the encoder unfrozen (default: 2; ner: 3)")
@@ -91,6 +94,17 @@ QA_SEQ_LENGTH = 384
 QA_SPECIAL_TOKENS = 3
 
 
+def _derive_window_lengths(args):
+    """--max-question-length and --doc-stride not given: a sixth and a third of --seq-length (64 and 128 at 384,
+    run_qa.py's), the stride kept below the context pieces that fit beside the longest question."""
+    seq_length = args.seq_length or QA_SEQ_LENGTH
+    if args.max_question_length is None:
+        args.max_question_length = max(1, seq_length // 6)
+    if args.doc_stride is None:
+        room = seq_length - QA_SPECIAL_TOKENS - args.max_question_length
+        args.doc_stride = max(0, min(seq_length // 3, room - 1))
+
+
 def _check_task_arguments(args):
     """What the token-level tasks refuse before any data is read or TensorFlow loads: a message, or None."""
     what = {"ner": "tagger", "qa": "reader"}.get(args.task)
@@ -102,6 +116,7 @@ def _check_task_arguments(args):
                 f"text, which a Hub preprocess module cannot report. Fine-tune a {what} from a checkpoint folder "
                 "(--checkpoint: Hugging Face, Google BERT, keras-nlp).")
     if args.task == "qa":
+        _derive_window_lengths(args)
         seq_length, question = args.seq_length or QA_SEQ_LENGTH, args.max_question_length
         room = seq_length - QA_SPECIAL_TOKENS - question  # context pieces beside the longest question
         if room < 1:
@@ -168,6 +183,11 @@ def _read_data(args):
         return train, validation, test
     columns = dict(text_column=args.text_column, label_column=args.label_column, text_pair_column=args.text_pair_column,
                    delimiter=args.delimiter, arguments=READER_ARGUMENTS)
+    for path in (args.train, args.validation, args.test):
+        if path and os.path.isfile(path) and os.path.splitext(path)[1].lower() not in LABELLED_FORMATS:
+            raise DataError(f"{path}: a classifier (--task classify, the default) reads labelled texts from a .csv, "
+                            ".tsv, .json or .jsonl file. For tagged words (CoNLL: a word and its tag per line), pass "
+                            "--task ner; for SQuAD questions, --task qa.")
     train = read_labelled_file(args.train, **columns)
     validation = read_labelled_file(args.validation, label_names=train.label_names, **columns) if args.validation else None
     test = read_labelled_file(args.test, label_names=train.label_names, **columns) if args.test else None
@@ -184,9 +204,13 @@ def run(args):
         train, validation, test = _read_data(args)
     except (FileNotFoundError, DataError, ValueError) as error:
         return fail("finetune", str(error))
-    from bert_keras._files import OutputLockedError, check_target  # after the data: they import TensorFlow
-    from bert_keras.training import finetune_classifier, finetune_reader, finetune_tagger
-    from bert_keras.training.strategy import is_chief
+    unit = {"ner": "sentences", "qa": "questions"}.get(args.task, "examples")
+    say(f"Read {len(train)} training {unit} from {args.train}" + (f", {len(validation)} validation" if validation else "")
+        + (f", {len(test)} test" if test else ""))
+    with working("finetune", "loading the training code"):
+        from bert_keras._files import OutputLockedError, check_target  # after the data: they import TensorFlow
+        from bert_keras.training import finetune_classifier, finetune_reader, finetune_tagger
+        from bert_keras.training.strategy import is_chief
 
     distribution = strategy(args, "finetune")
     warn_emulated_bfloat16(args, "finetune")
@@ -212,7 +236,7 @@ def run(args):
         return fail("finetune", _in_flags(str(error)))
     if is_chief(distribution):
         if args.task == "qa":
-            say(f"Try, in Python: bert_keras.export.load_reader({args.out!r}).predict(question=..., context=...)")
+            say(f"Try: bert-keras predict --model {args.out} --question \"...\" --context \"...\"")
         else:
             say(f"Try: bert-keras predict --model {args.out} \"some text\"")
     return 0

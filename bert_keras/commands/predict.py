@@ -9,7 +9,7 @@ import argparse
 import sys
 
 from bert_keras._checks import NotRegularFileError
-from bert_keras.commands._common import at_least, fail, served_kind
+from bert_keras.commands._common import at_least, fail, served_kind, working
 from bert_keras.commands._io import InputError, argument_texts, input_records, json_text, prompt, standard_input, tsv_field
 from bert_keras.datasets import DataError
 from bert_keras.export.manifest import READER, TAGGER, ExportError
@@ -45,9 +45,10 @@ def register(commands, common):
     predict.add_argument("--batch-size", type=at_least(1), default=64, help="texts per model call (default: 64)")
     predict.add_argument("--skip-blank", action="store_true", help="skip blank inputs (counted on standard error) "
                          "instead of printing an empty prediction")
-    predict.add_argument("--aggregation", choices=AGGREGATIONS, default="simple",
+    predict.add_argument("--aggregation", choices=AGGREGATIONS,
                          help="taggers: how word pieces make entities, as transformers' token-classification "
-                         "pipeline's aggregation_strategy (default: simple). tsv prints each text with its entities "
+                         "pipeline's aggregation_strategy (default: the export's own, the strategy it was trained for: "
+                         "first, each word tagged by its first piece). tsv prints each text with its entities "
                          "marked, [characters](TYPE SCORE); json / jsonl: {text, entities}, the entities as "
                          "load_tagger(...).predict gives them")
     predict.set_defaults(func=run)
@@ -161,10 +162,11 @@ def run(args):
         return _run_reader(args)
     if kind == TAGGER:
         return _run_tagger(args, texts)
-    from bert_keras.export import load_classifier  # after the checks: they must not wait for TensorFlow
-
     try:
-        classifier = load_classifier(args.model, warm_up=False)  # one run of the command: only its lengths compile
+        with working("predict", f"loading the classifier in {args.model}"):
+            from bert_keras.export import load_classifier  # after the checks: they must not wait for TensorFlow
+
+            classifier = load_classifier(args.model, warm_up=False)  # one run of the command: nothing compiles
     except (OSError, ValueError, RuntimeError) as error:
         return fail("predict", f"cannot load a classifier from {args.model}: {error}")
     if args.top_k is not None and args.top_k > classifier.num_classes:
@@ -201,10 +203,11 @@ def _run_tagger(args, texts):
     if args.top_k is not None or args.text_pair_column:
         flag = "--top-k" if args.top_k is not None else "--text-pair-column"
         return fail("predict", f"{flag} applies to classifiers; {args.model} is a tagger (use --aggregation).")
-    from bert_keras.export import load_tagger  # after the checks: they must not wait for TensorFlow
-
     try:
-        tagger = load_tagger(args.model, warm_up=False)  # one run of the command: only its lengths compile
+        with working("predict", f"loading the tagger in {args.model}"):
+            from bert_keras.export import load_tagger  # after the checks: they must not wait for TensorFlow
+
+            tagger = load_tagger(args.model, warm_up=False)  # one run of the command: only its lengths trace
     except (OSError, ValueError, RuntimeError) as error:
         return fail("predict", f"cannot load a tagger from {args.model}: {error}")
     if not texts and not args.input:
@@ -264,10 +267,11 @@ def _reader_records(args):
 
 def _run_reader(args):
     """`predict` on a reader export: each question's answer in its context, in input order."""
-    from bert_keras.export import load_reader  # after the checks: they must not wait for TensorFlow
-
     try:
-        reader = load_reader(args.model, warm_up=False)  # one run of the command: only its lengths trace
+        with working("predict", f"loading the reader in {args.model}"):
+            from bert_keras.export import load_reader  # after the checks: they must not wait for TensorFlow
+
+            reader = load_reader(args.model, warm_up=False)  # one run of the command: only its lengths trace
     except (OSError, ValueError, RuntimeError) as error:
         return fail("predict", f"cannot load a reader from {args.model}: {error}")
     if args.question is None and not args.input:

@@ -78,14 +78,16 @@ class LoadedExport:
         if found is None and not self.accepts_unrecorded:
             raise ExportError(f"{self.export_dir!r} is not a {self.kind.replace('_', ' ')} written by bert_keras' "
                               f"`export_{self.kind}`: its assets.extra/ records no kind of export.")
-        self._saved = load(self.export_dir)
-        self._check_signatures()
-        self.warmed = threading.Event()  # set once the warm-up requests are replayed (never with warm_up=False)
-        self.warm_up_seconds = None
         if warm_up not in (True, False, "background"):
             raise ValueError(f"Received an invalid value for argument `warm_up`, expected True, False or "
                              f'"background". Received: warm_up={warm_up!r}')
-        self._warm_up_pending = warm_up == "background"  # started by `answered`, after the first request
+        self.warmed = threading.Event()  # set once the warm-up requests are replayed (never with warm_up=False)
+        self.warm_up_seconds = None
+        # Started by `answered` after the first user request; a probe while the signatures are checked is none.
+        self._warm_up_pending = False
+        self._saved = load(self.export_dir)
+        self._check_signatures()
+        self._warm_up_pending = warm_up == "background"
         if warm_up is True:
             self.warm_up()
         elif warm_up is False:

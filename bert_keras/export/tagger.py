@@ -134,7 +134,7 @@ def _run_model(model, packed, xla, single):
 
 
 def export_tagger(model, export_dir, tag_names=None, overwrite=False, extra_assets=None, dtype="float32",
-                  stride=None, xla=False):
+                  stride=None, xla=False, aggregation="first"):
     """Exports a tagger (named entities) as a SavedModel from raw strings to per-piece tags and character offsets.
 
     The `serving_default` signature takes a `(batch,)` string tensor `text`
@@ -198,12 +198,20 @@ def export_tagger(model, export_dir, tag_names=None, overwrite=False, extra_asse
             `(seq_length - 2) // 4`.
         xla: bool. Compile the single-text path (float32 only), for a server
             that loads once and answers one text at a time. Defaults to `False`.
+        aggregation: str. How the loader groups pieces into entities by
+            default (`ExportedTagger.predict`), recorded in the manifest:
+            the strategy the tagger was trained for. `"first"` (each word
+            tagged by its first piece) for a tagger trained on first pieces,
+            as `finetune_tagger` and transformers' token-classification
+            examples train; `"simple"` tags pieces one by one and can cut an
+            entity inside a word (`Bi` + `##eber`). Defaults to `"first"`.
 
     Returns:
         `export_dir`.
     """
     export_dir = os.fspath(export_dir)
     check_compute_dtype(dtype)
+    check_aggregation(aggregation)
     tokenizer = _check_tagger(model)
     stride = check_stride(stride, model.preprocessor.seq_length)
     if tag_names is None:
@@ -217,12 +225,12 @@ def export_tagger(model, export_dir, tag_names=None, overwrite=False, extra_asse
                          f"names (the model's outputs). Received: tag_names={tag_names!r}")
     with compute_dtype(model, dtype):
         _write_export(model, tokenizer, export_dir, tag_names, overwrite, extra_assets, dtype, stride,
-                      xla and dtype == "float32")
+                      xla and dtype == "float32", aggregation)
     logger.info("Exported the tagger to %s", export_dir)
     return export_dir
 
 
-def _write_export(model, tokenizer, export_dir, tag_names, overwrite, extra_assets, dtype, stride, xla):
+def _write_export(model, tokenizer, export_dir, tag_names, overwrite, extra_assets, dtype, stride, xla, aggregation):
     names, vocabulary = tf.constant(tag_names), tf.constant(list(tokenizer.vocabulary))
     compiled = tf.function(model.serving_outputs, jit_compile=True, reduce_retracing=True) if xla else None
     signature = [tf.TensorSpec([None], tf.string, name="text")]
@@ -241,7 +249,7 @@ def _write_export(model, tokenizer, export_dir, tag_names, overwrite, extra_asse
                    ids_endpoint(lambda packed: {"scores": tf.nn.softmax(model.serving_outputs(packed), axis=-1)})],
         preprocessor=model.preprocessor,
         settings={"tag_names": tag_names, "inputs": ["text"], "dtype": dtype, "stride": stride,
-                  "seq_length": model.preprocessor.seq_length},  # `tokenizer`: the writer's, from the preprocessor
+                  "seq_length": model.preprocessor.seq_length, "aggregation": aggregation},  # `tokenizer`: the writer's, from the preprocessor
     )
 
 
@@ -336,6 +344,10 @@ class ExportedTagger(LoadedExport):
             found = {name: f"{spec.dtype.name} {spec.shape}" for name, spec in outputs.items()}
             raise self._refuse(f"its inputs are {sorted(inputs)} and its outputs {found}")
         self.tag_names = [name.decode("utf-8") for name in self._saved.tag_names().numpy()]
+        self.aggregation = self.setting("aggregation", "simple")  # exports before it recorded one served "simple"
+        if self.aggregation not in AGGREGATIONS:
+            raise ValueError(f"The manifest of {self.export_dir} records aggregation={self.aggregation!r}; expected one "
+                             f"of {', '.join(AGGREGATIONS)}. Restore the file, or export the tagger again.")
         self.num_tags = len(self.tag_names)
         decoding = self._decoding()
         self.tokenizer_kind = decoding["tokenizer"]
@@ -427,7 +439,7 @@ class ExportedTagger(LoadedExport):
         """Each word's tag (its first piece's, as the tagger is trained) for sentences of words: see `word_tags`."""
         return sentence_tags(self.tag_pieces, sentences, self.tag_names, batch_size)
 
-    def predict(self, texts, aggregation="simple", batch_size=32):
+    def predict(self, texts, aggregation=None, batch_size=32):
         """The entities of one text or many, as transformers' token-classification pipeline gives them.
 
         Args:
@@ -437,8 +449,10 @@ class ExportedTagger(LoadedExport):
                 starting a new group), `"first"`, `"max"`, `"average"` (each
                 word gets one tag: its first piece's, its most confident
                 piece's, or the best of its pieces' averaged scores, then
-                grouped), or `"none"` (one dict per piece). Defaults to
-                `"simple"`.
+                grouped), or `"none"` (one dict per piece). Defaults to the
+                export's own (`aggregation`: the strategy it was trained
+                for, `"first"` for taggers of this version; `"simple"` for
+                one written before it recorded one).
             batch_size: int. Texts per call of the model. Defaults to `32`.
 
         Returns:
@@ -450,7 +464,7 @@ class ExportedTagger(LoadedExport):
             Over-long texts: see `export_tagger` (each window aggregated,
             overlapping entities merged, the longest kept).
         """
-        check_aggregation(aggregation)
+        aggregation = check_aggregation(self.aggregation if aggregation is None else aggregation)
         single = isinstance(texts, str)
         if isinstance(texts, np.ndarray):
             texts = texts.tolist() if texts.ndim else [texts.item()]

@@ -196,13 +196,23 @@ def test_missing_paths_are_reported_before_tensorflow_is_imported(tmp_path, argv
     (["finetune", "--task", "qa", "--encoder", "e", "--preprocess", "p", "--train", "bad.json", "--out", "o"],
      "--task qa takes no --encoder / --preprocess: the reader's preprocessing must report where each piece is"),
     # issue 47, item 12: "fewer than the -59 context pieces", after TensorFlow loaded.
-    (["finetune", "--task", "qa", "--train", "bad.json", "--out", "o", "--seq-length", "8"],
+    (["finetune", "--task", "qa", "--train", "bad.json", "--out", "o", "--seq-length", "8", "--max-question-length", "64",
+      "--doc-stride", "128"],
      "--seq-length 8 is too short for --max-question-length 64: a window holds [CLS], up to 64 question pieces, [SEP], "
      "more context pieces than --doc-stride 128 (so that each window moves on) and [SEP]: --seq-length must be at least "
      "196, or --max-question-length (or --doc-stride) lower."),
-    (["finetune", "--task", "qa", "--train", "bad.json", "--out", "o", "--seq-length", "128"],
+    (["finetune", "--task", "qa", "--train", "bad.json", "--out", "o", "--seq-length", "128", "--doc-stride", "128",
+      "--max-question-length", "64"],
      "--doc-stride 128 must be smaller than the 61 context pieces that fit beside a question of --max-question-length "
      "64 in --seq-length 128, so that each window moves on."),
+    # issue 50, item 4: "--seq-length 64" alone failed with "fewer than the -3 context pieces", after TensorFlow loaded;
+    # the question length and the stride now follow the sequence length (64 -> 10 and 21): the data's error comes.
+    (["finetune", "--task", "qa", "--train", "bad.json", "--out", "o", "--seq-length", "64"], "bad.json"),
+    (["finetune", "--task", "qa", "--train", "bad.json", "--out", "o", "--seq-length", "8"], "bad.json"),
+    # issue 50, item 5: a CoNLL file without --task was "unknown format ... (or pass the format)", a flag that is not.
+    (["finetune", "--train", "bad.conll", "--out", "o"],
+     "bad.conll: a classifier (--task classify, the default) reads labelled texts from a .csv, .tsv, .json or .jsonl "
+     "file. For tagged words (CoNLL: a word and its tag per line), pass --task ner; for SQuAD questions, --task qa."),
     # issue 47, item 9: a plain ValueError from json, not the DataError naming the file.
     (["finetune", "--task", "qa", "--train", "digits.json", "--out", "o"],
      "digits.json is not usable JSON (Exceeds the limit (4300 digits) for integer string conversion"),
@@ -269,3 +279,24 @@ def test_finetune_task_defaults_fill_what_is_not_given():
     assert [(c.seq_length, c.batch_size, c.epochs, c.learning_rate) for c in
             (config(), config("--task", "ner"), config("--task", "qa"), config("--task", "qa", "--seq-length", "256"))] == [
         (128, 32, 2, 5e-5), (128, 16, 3, 5e-5), (384, 12, 2, 3e-5), (256, 12, 2, 3e-5)]
+
+
+def test_a_long_step_is_never_silent_and_a_short_one_says_nothing(capsys, monkeypatch):
+    # issue 50, item 6: 30-43 s of loading with no word. A step past the interval says so, every interval.
+    import re
+    import time
+
+    from bert_keras.commands import _common
+
+    with _common.working("predict", "loading the tagger in ner", seconds=0.05):
+        time.sleep(0.28)
+    lines = capsys.readouterr().err.splitlines()
+    assert 3 <= len(lines) <= 6, lines
+    assert all(re.fullmatch(r"bert-keras predict: loading the tagger in ner \.\.\. 0 s", line) for line in lines), lines
+    with _common.working("predict", "loading", seconds=5):
+        pass
+    assert capsys.readouterr().err == ""
+    monkeypatch.setattr(_common, "_quiet", True)  # -q
+    with _common.working("predict", "loading", seconds=0.01):
+        time.sleep(0.1)
+    assert capsys.readouterr().err == ""

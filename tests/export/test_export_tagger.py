@@ -5,6 +5,7 @@ The reference is transformers' token-classification pipeline on the same folder 
 """
 
 import os
+import shutil
 
 import numpy as np
 import pytest
@@ -13,6 +14,7 @@ import tensorflow as tf
 from bert_keras.export import export_classifier, export_tagger, load_tagger
 from bert_keras.export.entity_groups import text_entities, tokens_to_string
 from bert_keras.export.manifest import read_manifest
+from tests.helpers import as_written_before_the_manifest
 from bert_keras.export.warmup import WARMUP_FILE, read_warmup_requests
 from bert_keras.tasks import BertClassifier, BertTokenClassifier
 
@@ -243,3 +245,26 @@ def test_overlapping_window_entities_keep_the_longer():
     assert [(e["index"], e["entity"]) for e in none] == [(1, "B-X"), (2, "I-X"), (3, "I-X")]
 
 
+
+
+def test_a_word_cut_into_pieces_is_one_entity_with_the_strategy_taggers_are_trained_for():
+    # issue 50, item 2: with "simple", a word whose pieces take other tags came back as fragments ("bi", "##eber").
+    scores = np.eye(5, dtype="float32")[[1, 3, 0]]  # "bi" B-PER, "##eber" B-ORG, "sings" O
+    pieces = {"scores": scores, "char_starts": np.array([0, 2, 7]), "char_ends": np.array([2, 6, 12]),
+              "tokens": ["bi", "##eber", "sings"], "window": np.zeros(3, int), "piece_index": np.arange(3),
+              "primary": np.ones(3, bool)}
+    tags = ["O", "B-PER", "I-PER", "B-ORG", "I-ORG"]
+    simple = text_entities("Bieber sings", pieces, tags, aggregation="simple")
+    assert [(e["entity_group"], e["word"]) for e in simple] == [("PER", "bi"), ("ORG", "##eber")]
+    first = text_entities("Bieber sings", pieces, tags, aggregation="first")
+    assert [(e["entity_group"], e["word"], e["start"], e["end"]) for e in first] == [("PER", "bieber", 0, 6)]
+
+
+@pytest.mark.slow
+def test_the_export_records_its_default_aggregation(exported, tmp_path):
+    _, export_dir, loaded = exported
+    assert read_manifest(export_dir)["aggregation"] == "first" and loaded.aggregation == "first"
+    assert loaded.predict(TEXTS) == loaded.predict(TEXTS, aggregation="first")
+    older = shutil.copytree(export_dir, tmp_path / "older")
+    as_written_before_the_manifest(str(older))  # an export written before: it served "simple"
+    assert load_tagger(str(older), warm_up=False).aggregation == "simple"
