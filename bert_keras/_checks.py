@@ -7,10 +7,14 @@ and returns the value (converted where it says so), so that callers write
 `open_regular_file` and `check_regular_file` are the one rule for reading a
 file the package did not write (a user's data, an index, an export's
 metadata): it must be a regular file. A FIFO would wait for a writer that
-may never come, and a device may never end.
+may never come, and a device may never end. `read_json` is the one reader
+of a JSON file in a user's folder (configs, tokenizer options, indexes): it
+reads with that rule and names the file in every error.
 """
 
 import errno
+import itertools
+import json
 import numbers
 import os
 import stat
@@ -162,3 +166,81 @@ def open_regular_file(path, mode="rb", encoding=None):
     except BaseException:
         os.close(descriptor)
         raise
+
+
+def shortened(text, limit=80):
+    """`text` cut to `limit` characters, the last three `"..."`, where it is longer.
+
+    >>> shortened("O, B-PER, I-PER, B-LOC", limit=12)
+    'O, B-PER,...'
+    """
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def quoted(value, limit=80):
+    """`repr(value)` cut to `limit` characters (`shortened`), for a message that quotes what a user's file holds.
+
+    A long string, list or dict is cut before its `repr` is made: a 5 MB
+    token or 200,000 labels cost no more than a short one.
+
+    >>> quoted("a" * 200, limit=12)
+    "'aaaaaaaa..."
+    >>> quoted(list(range(1000)), limit=20)
+    '[0, 1, 2, 3, 4, 5...'
+    >>> quoted("short")
+    "'short'"
+    """
+    if isinstance(value, (str, bytes, list, tuple)) and len(value) > limit:
+        value = value[:limit]
+    elif isinstance(value, dict) and len(value) > limit:
+        value = dict(itertools.islice(value.items(), limit))
+    return shortened(repr(value), limit)
+
+
+class FileContentError(ValueError):
+    """A file the package did not write that cannot be read as what it should hold; the message names the file.
+
+    Attributes:
+        file: str. The file.
+        reason: str. What is wrong, without the file's name (`"is not valid JSON (...)."`).
+        detail: str. What the check or the parser said, for a caller's own wording.
+    """
+
+    def __init__(self, file, reason, detail):
+        self.file, self.reason, self.detail = os.fspath(file), reason, detail
+        super().__init__(f"{self.file}: {reason}")
+
+
+def read_user_file(path):
+    """The bytes of a file the package did not write.
+
+    Raises:
+        FileContentError: not a regular file (a FIFO is refused without
+            waiting, `open_regular_file`), or a directory.
+        FileNotFoundError: `path` does not exist (for the caller to word).
+    """
+    try:
+        with open_regular_file(path) as f:
+            return f.read()
+    except NotRegularFileError as refused:
+        detail = refused.strerror
+        raise FileContentError(path, f"{detail}.", detail) from refused
+    except IsADirectoryError as directory:
+        raise FileContentError(path, "is a directory; expected a file.", "it is a directory") from directory
+
+
+def read_json(path):
+    """The JSON value of a file the package did not write: the one reader of JSON files in users' folders.
+
+    Raises:
+        FileContentError: not a regular file, a directory, not UTF-8, not
+            JSON, nested too deep, or an integer of more than 4,300 digits.
+        FileNotFoundError: `path` does not exist.
+    """
+    data = read_user_file(path)
+    try:
+        return json.loads(data.decode("utf-8"))
+    # ValueError: not UTF-8, not JSON, or an integer of more than 4,300 digits; RecursionError: nested too deep.
+    except (ValueError, RecursionError) as invalid:
+        detail = str(invalid)[:200]
+        raise FileContentError(path, f"is not valid JSON ({detail}).", detail) from invalid

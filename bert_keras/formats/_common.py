@@ -1,7 +1,6 @@
 """Shared pieces of the readers: errors, summaries, what a reader returns, weight plans and vocabularies."""
 
 import dataclasses
-import json
 import logging
 import math
 import os
@@ -9,6 +8,7 @@ import re
 
 import numpy as np
 
+from bert_keras._checks import FileContentError, read_json as read_user_json
 from bert_keras.formats import tables
 from bert_keras.text.base import TokenizerFileError
 from bert_keras.text.folders import read_folder
@@ -360,12 +360,11 @@ def build_and_load(weights, make_roots):
 
 
 def read_json(path):
+    """The JSON object of a checkpoint's file (`bert_keras._checks.read_json`); a `ConfigError` naming it otherwise."""
     try:
-        with open(path, encoding="utf-8") as f:
-            config = json.load(f)
-    # ValueError: not JSON, not UTF-8, or an integer of more than 4,300 digits; RecursionError: nested too deep.
-    except (ValueError, RecursionError) as error:
-        raise ConfigError(path, None, f"is not valid JSON ({error}).") from error
+        config = read_user_json(path)
+    except FileContentError as error:
+        raise ConfigError(path, None, error.reason) from error
     if not isinstance(config, dict):
         raise ConfigError(path, None, f"expected a JSON object, found {type(config).__name__}.")
     return config

@@ -26,11 +26,11 @@ holds) as data from the folder our exporter writes beside the module
 """
 
 import dataclasses
-import json
 import os
 
 import numpy as np
 
+from bert_keras._checks import open_regular_file, read_json
 from bert_keras._contract import ARCHITECTURE_FILE, INPUT_KEYS
 from bert_keras._files import MARKER, read_marker
 from bert_keras.formats import tables
@@ -411,11 +411,11 @@ def _recorded_architecture(directory, config):
     it like any other.
     """
     try:
-        with open(os.path.join(directory, ARCHITECTURE_FILE), encoding="utf-8") as f:
-            recorded = json.load(f)
+        recorded = read_json(os.path.join(directory, ARCHITECTURE_FILE))
         heads, activation, epsilon = (recorded[key] for key in ("num_heads", "activation", "layer_norm_epsilon"))
         offset = recorded.get("position_offset", 0)
-    except (OSError, ValueError, TypeError, KeyError, RecursionError, AttributeError):
+    # OSError: no such file; ValueError: not JSON, or not a regular file (`FileContentError`).
+    except (OSError, ValueError, TypeError, KeyError, AttributeError):
         return None
     valid = (isinstance(heads, int) and heads > 0 and config["hidden_size"] % heads == 0
              and activation in ("gelu", "gelu_approximate", "relu") and isinstance(epsilon, float) and 0 < epsilon < 1)
@@ -432,7 +432,7 @@ def _graph_ops(directory):
     from tensorflow.core.protobuf import saved_model_pb2  # the SavedModel proto; tf.saved_model has no public reader
 
     proto = saved_model_pb2.SavedModel()
-    with open(os.path.join(directory, SAVED_MODEL_FILE), "rb") as f:
+    with open_regular_file(os.path.join(directory, SAVED_MODEL_FILE)) as f:
         proto.ParseFromString(f.read())
     return {node.op for graph in proto.meta_graphs for function in graph.graph_def.library.function
             for node in function.node_def}
@@ -504,7 +504,7 @@ def _tokenizer_folder(directory, cls, files):
 def _same_bytes(a, b):
     if os.path.getsize(a) != os.path.getsize(b):
         return False
-    with open(a, "rb") as f, open(b, "rb") as g:
+    with open_regular_file(a) as f, open_regular_file(b) as g:
         return f.read() == g.read()
 
 

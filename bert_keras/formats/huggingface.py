@@ -13,6 +13,7 @@ import functools
 import os
 import re
 
+from bert_keras._checks import quoted, shortened
 from bert_keras.formats import tables
 from bert_keras.formats._common import (
     CheckpointError,
@@ -75,7 +76,7 @@ def model_type_of(config, file):
         raise ConfigError(
             file,
             "model_type",
-            f"this is a {model_type!r} config, not BERT or a model of its family (supported model_type: "
+            f"this is a {quoted(model_type)} config, not BERT or a model of its family (supported model_type: "
             f"{', '.join(repr(name) for name in tables.HF_MODEL_TYPES)}). Only those can be converted to BertEncoder.",
         )
     return model_type
@@ -91,7 +92,7 @@ def config_to_kwargs(config, file):
         raise ConfigError(
             file,
             "position_embedding_type",
-            f"{position_type!r} is not supported; BertEncoder has absolute (learned) positions.",
+            f"{quoted(position_type)} is not supported; BertEncoder has absolute (learned) positions.",
         )
     kwargs = encoder_kwargs(config, family["config"], file, defaults={"layer_norm_epsilon": 1e-12})
     kwargs.update(family["fixed"])
@@ -110,7 +111,7 @@ def _roberta_positions(config, kwargs, file):
     """RoBERTa's positions start after its padding index: rows 0..pad_token_id are never read."""
     pad = config.get("pad_token_id", 1)
     if isinstance(pad, bool) or not isinstance(pad, int) or pad < 0:
-        raise ConfigError(file, "pad_token_id", f"expected a non-negative integer, found {pad!r}.")
+        raise ConfigError(file, "pad_token_id", f"expected a non-negative integer, found {quoted(pad)}.")
     offset = pad + 1
     rows = kwargs["max_sequence_length"]
     if rows <= offset:
@@ -249,7 +250,7 @@ def read_architectures(config, file):
     """config.json's `architectures`: a list of class names (empty where it has none)."""
     architectures = config.get("architectures") or []
     if not isinstance(architectures, list) or not all(isinstance(name, str) for name in architectures):
-        raise ConfigError(file, "architectures", f"expected a list of class names, found {architectures!r}.")
+        raise ConfigError(file, "architectures", f"expected a list of class names, found {quoted(architectures)}.")
     return architectures
 
 
@@ -282,20 +283,21 @@ def read_id2label(config, file):
     if id2label is None:
         return None
     if not isinstance(id2label, dict) or not id2label:
-        raise ConfigError(file, "id2label", f"expected an object of class index -> name, found {id2label!r}.")
+        raise ConfigError(file, "id2label", f"expected an object of class index -> name, found {quoted(id2label)}.")
     labels = {}
     for key, name in id2label.items():
         index = int(key) if isinstance(key, str) and _INDEX.fullmatch(key) else None
         if index is None or not isinstance(name, str):
             raise ConfigError(file, "id2label", f"expected class indices (\"0\", \"1\", ...) mapped to names, found "
-                              f"{key!r}: {name!r}.")
+                              f"{quoted(key)}: {quoted(name)}.")
         labels[index] = name
     if set(labels) != set(range(len(labels))):
+        missing = min(set(range(len(labels))) - set(labels))
         raise ConfigError(file, "id2label", f"expected the class indices 0 to {len(labels) - 1}, found "
-                          f"{sorted(labels)}.")
+                          f"{quoted(sorted(labels))} (no {missing}).")
     repeated = sorted(name for name, count in collections.Counter(labels.values()).items() if count > 1)
     if repeated:
-        raise ConfigError(file, "id2label", f"names {repeated} more than one class; each class needs its own name.")
+        raise ConfigError(file, "id2label", f"names {quoted(repeated)} more than one class; each class needs its own name.")
     return labels
 
 
@@ -321,7 +323,8 @@ def classifier_labels(source, entries, id2label, config_file, hidden_size):
             source.file_of(name),
             source.original_name(name),
             f"has shape {shape}: {outputs} classes, but {config_file}'s id2label names {len(id2label)} "
-            f"({', '.join(id2label[i] for i in range(len(id2label)))}). The config does not belong to these weights.",
+            f"({shortened(', '.join(id2label[i] for i in range(min(len(id2label), 80))))}). The config does not belong "
+            "to these weights.",
         )
     return id2label
 

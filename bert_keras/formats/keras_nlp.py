@@ -5,6 +5,7 @@ import re
 
 import numpy as np
 
+from bert_keras._checks import quoted
 from bert_keras.formats import tables
 from bert_keras.formats._common import (
     CheckpointError,
@@ -91,8 +92,8 @@ def _h5_files(path):
         for shard in shards if isinstance(shards, list) else [shards]:
             if not isinstance(shard, str) or shard in ("", ".", "..") or os.path.basename(shard) != shard:
                 raise CheckpointError(
-                    path, group, f"maps to {shard!r}, which is not a plain file name in {directory}; a shard map "
-                    "may only name files in its own folder."
+                    path, group, f"maps to {quoted(shard, limit=500)}, which is not a plain file name in {directory}; a "
+                    "shard map may only name files in its own folder."
                 )
             files.add(os.path.join(directory, shard))
     return sorted(files)
@@ -185,7 +186,7 @@ def read_keras_nlp_preset(path, *, do_lower_case=None):
         raise ConfigError(
             config_file,
             "class_name",
-            f"this preset holds a {class_name or registered!r}, not a BertBackbone.",
+            f"this preset holds a {quoted(class_name or registered)}, not a BertBackbone.",
         )
     weights_file = os.path.join(path, WEIGHTS_FILE)
     sharded_file = os.path.join(path, SHARDED_WEIGHTS_FILE)

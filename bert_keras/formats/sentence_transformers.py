@@ -10,11 +10,11 @@ from `vocab.txt` or `tokenizer.json`, is read where every reader reads it:
 """
 
 import dataclasses
-import json
 import math
 import os
 import reprlib
 
+from bert_keras._checks import FileContentError, quoted, read_json
 from bert_keras.formats import holds_weights
 
 __all__ = ["SentenceTransformersConfig", "read_sentence_transformers_folder", "tokenizer_max_length"]
@@ -70,12 +70,13 @@ class SentenceTransformersConfig:
 
 def _read_json(path, what):
     try:
-        with open(path, encoding="utf-8") as f:
-            return json.load(f)
+        return read_json(path)
     except FileNotFoundError:
         raise ValueError(f"{path} is missing: the sentence-transformers folder's {what} is needed.") from None
-    # ValueError: not JSON, or an integer of more than 4,300 digits; RecursionError: arrays nested too deep.
-    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as error:
+    except FileContentError as error:  # a FIFO, a directory, not UTF-8 JSON
+        raise ValueError(f"{path} cannot be read as JSON ({error.detail}): the sentence-transformers folder's "
+                         f"{what}.") from None
+    except OSError as error:  # unreadable
         raise ValueError(f"{path} cannot be read as JSON ({error}): the sentence-transformers folder's {what}.") from None
 
 
@@ -111,11 +112,11 @@ def _module_kind(entry, path):
     name = kind.rsplit(".", 1)[-1] if isinstance(kind, str) else None
     if not isinstance(kind, str) or not kind.startswith("sentence_transformers.") or name not in _ST_MODULES:
         raise ValueError(
-            f"{path} lists the module {kind or entry!r}: SentenceEncoder reproduces Transformer -> Pooling "
+            f"{path} lists the module {quoted(kind or entry)}: SentenceEncoder reproduces Transformer -> Pooling "
             "[-> Normalize] only (sentence-transformers' own modules)."
         )
     if not isinstance(entry.get("path", ""), str):
-        raise ValueError(f"{path}: the {name} module's `path` must be a string. Received: {entry.get('path')!r}")
+        raise ValueError(f"{path}: the {name} module's `path` must be a string. Received: {quoted(entry.get('path'))}")
     return name
 
 
@@ -135,7 +136,7 @@ def _pooling_modes(config, path):
     unknown = [name for name in names if name not in _ST_MODES]
     if unknown:
         raise ValueError(
-            f"{path}: `{key}` names the pooling mode(s) {unknown!r}, which do not exist. sentence-transformers' "
+            f"{path}: `{key}` names the pooling mode(s) {quoted(unknown)}, which do not exist. sentence-transformers' "
             f"modes are {list(_ST_MODES)}."
         )
     return tuple(_ST_MODES[name] for name in names)
@@ -144,11 +145,11 @@ def _pooling_modes(config, path):
 def _inside(folder, relative, modules_file):
     """`folder/relative`, refused unless it stays inside `folder` (no absolute path, no `..`, no link out)."""
     if not isinstance(relative, str) or os.path.isabs(relative):
-        raise ValueError(f"{modules_file}: a module path must be relative to the folder. Received: {relative!r}")
+        raise ValueError(f"{modules_file}: a module path must be relative to the folder. Received: {quoted(relative)}")
     target = os.path.join(folder, relative)
     root = os.path.realpath(folder)
     if os.path.realpath(target) != root and not os.path.realpath(target).startswith(root + os.sep):
-        raise ValueError(f"{modules_file}: the module path {relative!r} leads outside {folder!r}.")
+        raise ValueError(f"{modules_file}: the module path {quoted(relative)} leads outside {folder!r}.")
     return target
 
 
@@ -182,7 +183,7 @@ def read_sentence_transformers_folder(path):
     """
     path = os.fspath(path)
     modules_file = os.path.join(path, "modules.json")
-    if not os.path.isfile(modules_file):
+    if not os.path.exists(modules_file):  # a FIFO or a directory there is refused by the reading
         return None
     modules = _read_json(modules_file, "list of modules")
     if not isinstance(modules, list):
@@ -203,14 +204,14 @@ def read_sentence_transformers_folder(path):
                   for key in ("embedding_dimension", "word_embedding_dimension")]  # sentence-transformers 6, older
     if len(modules) == 3:
         normalize_file = os.path.join(_inside(path, modules[2].get("path", ""), modules_file), "config.json")
-        if os.path.isfile(normalize_file):
+        if os.path.exists(normalize_file):
             normalized = _json_object(_read_json(normalize_file, "Normalize configuration"), normalize_file)
             for key in ("module_input_name", "module_output_name"):  # the output name defaults to the input's
                 _config_field(normalized, key, normalize_file, "'sentence_embedding' (only the normalisation of the "
                               "sentence embedding is reproduced)", lambda value: value == "sentence_embedding")
     bert_config_file = os.path.join(transformer_path, "sentence_bert_config.json")
     bert_config = (_json_object(_read_json(bert_config_file, "Transformer configuration"), bert_config_file)
-                   if os.path.isfile(bert_config_file) else {})
+                   if os.path.exists(bert_config_file) else {})
     return SentenceTransformersConfig(
         transformer_path=transformer_path,
         pooling=_pooling_modes(pooling, pooling_file),
@@ -228,9 +229,8 @@ def tokenizer_max_length(folder):
     if not os.path.isfile(path):
         return None
     try:
-        with open(path, encoding="utf-8") as f:
-            value = json.load(f).get("model_max_length")
-    except (OSError, ValueError, AttributeError, RecursionError):
+        value = read_json(path).get("model_max_length")
+    except (OSError, ValueError, AttributeError):  # FileContentError is a ValueError: a FIFO, not JSON
         return None
     if isinstance(value, float) and math.isfinite(value):  # 1e400 reads as inf, which has no int
         value = int(value)

@@ -12,6 +12,7 @@ import struct
 
 import numpy as np
 
+from bert_keras._checks import NotRegularFileError, open_regular_file, quoted
 from bert_keras.formats._common import CheckpointError, read_json
 
 _SAFETENSORS_DTYPE_SIZES = {
@@ -31,8 +32,14 @@ def read_safetensors_header(path):
             missing (a truncated download) or whose entry is malformed, or the
             header if it is unreadable or not an object of tensor entries.
     """
-    size = os.path.getsize(path)
-    with open(path, "rb") as f:
+    try:
+        f = open_regular_file(path)
+    except NotRegularFileError as error:  # a FIFO would wait for a writer
+        raise CheckpointError(path, None, f"{error.strerror}.") from error
+    except IsADirectoryError as error:
+        raise CheckpointError(path, None, "is a directory; expected a safetensors file.") from error
+    with f:
+        size = os.fstat(f.fileno()).st_size
         prefix = f.read(8)
         if len(prefix) < 8:
             raise CheckpointError(path, None, f"truncated: {size} bytes, too short for a safetensors header.")
@@ -100,14 +107,14 @@ def _header_entry_problem(info):
         if key not in info:
             return f"its safetensors header entry lacks {json.dumps(key)} (keys found: {sorted(info)})."
     if not isinstance(info["dtype"], str):
-        return f'its "dtype" is {info["dtype"]!r}; expected a string such as "F32".'
+        return f'its "dtype" is {quoted(info["dtype"])}; expected a string such as "F32".'
     shape = info["shape"]
     if not isinstance(shape, list) or not all(_is_count(n) for n in shape):
-        return f'its "shape" is {shape!r}; expected a list of non-negative integers.'
+        return f'its "shape" is {quoted(shape)}; expected a list of non-negative integers.'
     offsets = info["data_offsets"]
     if not (isinstance(offsets, list) and len(offsets) == 2 and all(_is_count(n) for n in offsets)
             and offsets[0] <= offsets[1]):
-        return f'its "data_offsets" are {offsets!r}; expected [begin, end] with 0 <= begin <= end.'
+        return f'its "data_offsets" are {quoted(offsets)}; expected [begin, end] with 0 <= begin <= end.'
     return None
 
 
@@ -147,7 +154,7 @@ def shard_files(index_file):
             raise CheckpointError(
                 index_file,
                 tensor,
-                f"the index maps this tensor to {shard!r}, which is not a plain file name in {directory}; "
+                f"the index maps this tensor to {quoted(shard, limit=500)}, which is not a plain file name in {directory}; "
                 "an index may only name files in its own folder.",
             )
         files.add(os.path.join(directory, shard))
@@ -155,7 +162,8 @@ def shard_files(index_file):
 
 
 def _check_shard_exists(index_file, file):
-    if not os.path.isfile(file):
+    """A missing shard is named with the index that lists it; one that is not a file is refused where it is read."""
+    if not os.path.exists(file):
         raise CheckpointError(index_file, None, f"lists the shard {file}, which does not exist.")
 
 

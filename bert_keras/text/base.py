@@ -21,13 +21,13 @@ package asks it instead of branching on a kind's name:
   spell text, as transformers' pipelines read them.
 """
 
-import json
 import os
 
 import keras
 import numpy as np
 import tensorflow as tf
 
+from bert_keras._checks import FileContentError, read_json
 from bert_keras.text.packer import num_special_tokens
 
 # Plain TensorFlow ops without Python control flow: tracing them through
@@ -56,14 +56,12 @@ class TokenizerFileError(ValueError):
 
 
 def read_json_file(path):
-    """The JSON value of a tokenizer's file; a `TokenizerFileError` naming it where it is not UTF-8 JSON."""
-    with tf.io.gfile.GFile(os.fspath(path), "rb") as f:
-        data = f.read()
+    """The JSON value of a tokenizer's file (`bert_keras._checks.read_json`); a `TokenizerFileError` naming it where
+    it is not a regular file (a FIFO is refused without waiting), a directory, or not UTF-8 JSON."""
     try:
-        return json.loads(data.decode("utf-8"))
-    # ValueError: not UTF-8, not JSON, or an integer of more than 4,300 digits; RecursionError: nested too deep.
-    except (ValueError, RecursionError) as error:
-        raise TokenizerFileError(path, f"is not valid JSON ({error}).") from error
+        return read_json(path)
+    except FileContentError as error:
+        raise TokenizerFileError(path, error.reason) from error
 
 
 def read_tokenizer_config(folder, keys):

@@ -27,6 +27,7 @@ import keras
 import tensorflow as tf
 import tensorflow_text as tf_text
 
+from bert_keras._checks import FileContentError, quoted, read_user_file
 from bert_keras.text import _unicode_tables as tables
 # to_string_tensor: the name is imported from here too.
 from bert_keras.text.base import Tokenizer, TokenizerFileError, TracedTokenization, to_string_tensor  # noqa: F401
@@ -151,7 +152,10 @@ def load_vocabulary(vocabulary):
     Raises:
         ValueError: the file does not exist, or a token appears twice (the
             message names the file, the token and both of its lines, or for
-            a list, both of its ids).
+            a list, both of its ids), or is longer than `MAX_TOKEN_BYTES`.
+        TokenizerFileError: the file is not a regular file (a FIFO is
+            refused without waiting), is a directory, or is not UTF-8 (the
+            message names the file, and the line).
 
     Example:
     >>> load_vocabulary(["[PAD]", "[UNK]", "the", "the"])
@@ -166,22 +170,60 @@ def load_vocabulary(vocabulary):
                 "Received an invalid value for argument `vocabulary`, expected a list of "
                 f"tokens or the path of a vocab.txt file that exists. Received: vocabulary={path!r}"
             )
-        with tf.io.gfile.GFile(path, "rb") as f:
-            text = f.read().decode("utf-8")
-        tokens = text.split("\n")
+        tokens = _read_lines(path).split("\n")
         if tokens and tokens[-1] == "":
             tokens.pop()
         tokens = [token.rstrip("\r") for token in tokens]
+        check_token_lengths(tokens, path)
         check_unique_tokens(tokens, path)
         return tokens
     if isinstance(vocabulary, (list, tuple)) and all(isinstance(t, str) for t in vocabulary):
         tokens = list(vocabulary)
+        check_token_lengths(tokens)
         check_unique_tokens(tokens)
         return tokens
     raise ValueError(
         "Received an invalid value for argument `vocabulary`, expected a list of str or "
         f"the path of a vocab.txt file. Received: vocabulary of type {type(vocabulary).__name__}"
     )
+
+
+def _read_lines(path):
+    """The text of a vocabulary file; a `TokenizerFileError` naming it where it is not a regular file (a FIFO is
+    refused without waiting), a directory, or not UTF-8 (naming the line)."""
+    if "://" in path:  # a file system of TensorFlow's (gs://, ram://), which has no FIFOs
+        with tf.io.gfile.GFile(path, "rb") as f:
+            data = f.read()
+    else:
+        try:
+            data = read_user_file(path)
+        except FileContentError as error:
+            raise TokenizerFileError(path, error.reason) from error
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        line = data.count(b"\n", 0, error.start) + 1
+        raise TokenizerFileError(path, f"line {line} is not valid UTF-8 (byte {data[error.start]:#04x}); a vocabulary "
+                                 "file is UTF-8 text, one token a line.") from None
+
+
+# The longest token tensorflow-text's FastWordpieceTokenizer builds, in UTF-8 bytes without the suffix indicator; a
+# longer one fails inside it with a message that quotes the whole token. Real vocabularies' longest are ~100 bytes.
+MAX_TOKEN_BYTES = 256
+
+
+def check_token_lengths(tokens, path=None):
+    """Raises a `ValueError` naming the first token longer than `MAX_TOKEN_BYTES` UTF-8 bytes (after a `"##"`)."""
+    for index, token in enumerate(tokens):
+        size = len(token.encode("utf-8", "surrogatepass")) - (2 if token.startswith("##") else 0)
+        if size <= MAX_TOKEN_BYTES:
+            continue
+        where = f"the token of id {index}" if path is None else f"{path}, line {index + 1},"
+        raise ValueError(
+            f"Received an invalid value for argument `vocabulary`: {where} is {size:,} UTF-8 bytes long "
+            f"({quoted(token)}); WordPiece takes tokens of at most {MAX_TOKEN_BYTES} bytes after the '##' suffix "
+            "indicator."
+        )
 
 
 def check_unique_tokens(tokens, path=None):
@@ -198,9 +240,9 @@ def check_unique_tokens(tokens, path=None):
         if first == index:
             continue
         if path is None:
-            where = f"the token {token!r} appears twice, at ids {first} and {index}"
+            where = f"the token {quoted(token)} appears twice, at ids {first} and {index}"
         else:
-            where = f"{path} lists the token {token!r} twice, on lines {first + 1} and {index + 1}"
+            where = f"{path} lists the token {quoted(token)} twice, on lines {first + 1} and {index + 1}"
         raise ValueError(
             f"Received an invalid value for argument `vocabulary`: {where}. Every token of a vocabulary must be "
             "unique (line i is the token of id i)."
