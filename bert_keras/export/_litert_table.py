@@ -150,6 +150,8 @@ def _model_buffer(table, lower_case):
 # value child (label 0); the label in the low 8 bits, the offset to the children's block from bit 10.
 _IS_LEAF, _EXTENDED, _HAS_LEAF = 1 << 31, 1 << 9, 1 << 8
 _BLOCK = 256
+_OPEN_BLOCKS = 16  # darts-clone's: bases are looked for in the last 16 blocks
+_TRIES = 256  # free units tried for a node's base before a new block is opened
 
 
 def double_array(keys, values):
@@ -157,39 +159,43 @@ def double_array(keys, values):
 
     Each node's children lie at `base ^ label` for one `base` that no other
     node uses, so the label check of a lookup tells them apart; a key's
-    last node has a child of label 0, a leaf unit holding its value. Unused
-    units get labels that no lookup reaching them expects (darts-clone's
+    last node has a child of label 0, a leaf unit holding its value. As in
+    darts-clone, a base is looked for among the free units of the last
+    `_OPEN_BLOCKS` blocks, else a new block is opened; unused units get
+    labels that no lookup reaching them expects (darts-clone's
     `fix_block`). What `lookup` reads.
 
     Returns:
         uint32 numpy array, a whole number of 256-unit blocks.
     """
-    units = np.zeros(_BLOCK, dtype=np.int64)
-    used = bytearray(_BLOCK)  # unit taken
-    bases = bytearray(_BLOCK)  # base taken by a node
-    free = [1]  # the lowest unit that may be free
+    units, used, bases, following = [], bytearray(), bytearray(), []  # following[i]: a unit > i, all used between
 
-    def grow(size):
-        nonlocal units, used, bases
-        if size > len(used):
-            blocks = (size + _BLOCK - 1) // _BLOCK
-            extra = blocks * _BLOCK - len(used)
-            units = np.concatenate([units, np.zeros(extra, dtype=np.int64)])
-            used.extend(bytes(extra))
-            bases.extend(bytes(extra))
+    def grow():
+        begin = len(used)
+        units.extend([0] * _BLOCK)
+        used.extend(bytes(_BLOCK))
+        bases.extend(bytes(_BLOCK))
+        following.extend(range(begin + 1, begin + _BLOCK + 1))
+
+    def free_from(unit):
+        """The first free unit at or after `unit` (`len(used)` if none), shortening the chain on the way."""
+        end = unit
+        while end < len(used) and used[end]:
+            end = following[end]
+        while unit < end and used[unit]:
+            following[unit], unit = end, following[unit]
+        return end
 
     def place(node, labels):
-        """A base for `node`'s children of `labels`: the first free unit `e` with `e ^ labels[0]` valid."""
-        e = free[0]
-        while True:
-            grow(e + _BLOCK)
-            if not used[e]:
-                base = e ^ labels[0]
-                if not bases[base] and all(not used[base ^ label] for label in labels):
-                    break
-            e += 1
-        while free[0] < len(used) and used[free[0]]:
-            free[0] += 1
+        unit, tries = free_from(max(1, len(used) - _OPEN_BLOCKS * _BLOCK)), 0
+        while unit < len(used) and tries < _TRIES:
+            base = unit ^ labels[0]
+            if not bases[base] and all(not used[base ^ label] for label in labels):
+                break
+            unit, tries = free_from(unit + 1), tries + 1
+        else:  # a new block; the node's low byte in the base, so that the offset's low byte is 0 (always storable)
+            base = len(used) | (node & 0xFF)
+            grow()
         relative = node ^ base
         if relative >= 1 << 29 or (relative >= 1 << 21 and relative & 0xFF):
             raise ValueError("The normaliser's trie grew past darts-clone's offsets.")
@@ -199,6 +205,7 @@ def double_array(keys, values):
             used[base ^ label] = 1
         return base
 
+    grow()
     used[0] = bases[0] = 1
     stack = [(0, 0, len(keys), 0)]  # (node, first key, end key, depth)
     while stack:
@@ -224,7 +231,7 @@ def double_array(keys, values):
             units[base ^ label] |= label
             stack.append((base ^ label, first, last, depth + 1))
     _fix_blocks(units, used, bases)
-    return units.astype(np.uint32)
+    return np.array(units, dtype=np.uint32)
 
 
 def _fix_blocks(units, used, bases):
