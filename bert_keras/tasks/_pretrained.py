@@ -7,9 +7,14 @@ from bert_keras._task import Task
 from bert_keras.checkpoints import load_pretrained
 from bert_keras.formats import tables
 from bert_keras.heads import ClassificationHead
+from bert_keras.text.folders import model_max_length
+from bert_keras.text.preprocessor import BertPreprocessor
 
 # The task family's one logger (users filter on it), whichever of its modules speaks.
 logger = logging.getLogger("bert_keras.tasks")
+# The heads that answer per token: read from a checkpoint, they serve its whole length in one window by default,
+# as transformers' pipelines do (a classifier reads the first token: 128 is enough and faster).
+_FULL_LENGTH_HEADS = (tables.TOKEN_CLASSIFIER, tables.SPAN)
 
 
 def load_encoder_and_preprocessor(path, seq_length=128, trainable=True):
@@ -44,7 +49,7 @@ class _PretrainedTask(Task):
     _checkpoint_head = _head_attribute = None
 
     @classmethod
-    def from_checkpoint(cls, path, *, seq_length=128, **kwargs):
+    def from_checkpoint(cls, path, *, seq_length=None, **kwargs):
         """Builds this task on pretrained weights, taking raw strings (see `load_encoder_and_preprocessor`).
 
         A Hugging Face checkpoint of this task (`BertForSequenceClassification`
@@ -57,7 +62,14 @@ class _PretrainedTask(Task):
 
         Args:
             path: str. A checkpoint folder or a Hub module pair directory.
-            seq_length: int. Length the preprocessor packs to. Defaults to `128`.
+            seq_length: optional int. Length the preprocessor packs to, at most
+                the encoder's `max_sequence_length`. Defaults to the
+                checkpoint's own maximum for a token-classification or
+                question-answering head read from it (`tokenizer_config.json`'s
+                `model_max_length` where it is an integer no longer than the
+                encoder's positions, else those positions), as transformers'
+                pipelines serve it; else to `128`, or the encoder's positions
+                where fewer.
             **kwargs: the task's own arguments (e.g. `num_classes=3`). With the
                 checkpoint's head, `num_classes` is the head's (another number
                 is refused); `label_names` default to the checkpoint's (names
@@ -68,6 +80,8 @@ class _PretrainedTask(Task):
         pretrained = _load_pretrained(path, seq_length, True, with_heads=heads)
         encoder, preprocessor, loaded = pretrained.encoder, pretrained.preprocessor, pretrained.loaded
         head = loaded.heads.get(cls._checkpoint_head) if loaded is not None else None
+        if seq_length is None and head is not None and cls._checkpoint_head in _FULL_LENGTH_HEADS:
+            preprocessor = _full_length_preprocessor(pretrained)
         if head is None:
             _warn_unused_task_head(cls, path, loaded)
             return cls(encoder, preprocessor=preprocessor, **kwargs)
@@ -87,6 +101,14 @@ class _PretrainedTask(Task):
             "bert_keras.text.corpora.minilm_vocab_path()). Its presets are architectures without weights: "
             f"{cls.__name__}(BertEncoder.from_architecture(name), ...)."
         )
+
+
+def _full_length_preprocessor(pretrained):
+    """The checkpoint's preprocessor at its own maximum length (`text.folders.model_max_length`)."""
+    length = model_max_length(pretrained.tokenizer_folder, pretrained.encoder.max_sequence_length)
+    if length == pretrained.preprocessor.seq_length:
+        return pretrained.preprocessor
+    return BertPreprocessor(tokenizer=pretrained.tokenizer, seq_length=length, name="preprocessor")
 
 
 def _classifier_kwargs(cls, path, num_classes, label_names, kwargs):

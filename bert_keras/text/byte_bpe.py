@@ -31,6 +31,7 @@ import tensorflow as tf
 from bert_keras.text import _family_tables as tables
 from bert_keras.text._subword import byte_to_char_spans, in_ranges, next_in_row, previous_in_row, row_ids
 from bert_keras.text.base import Tokenizer, TokenizerFileError, TracedTokenization, check_bool, read_json_file
+from bert_keras.text.tokenizer_json import bpe_arguments
 
 _do_not_convert = tf.autograph.experimental.do_not_convert
 
@@ -284,6 +285,7 @@ class BytePairTokenizer(Tokenizer):
     options = {"add_prefix_space": "add_prefix_space"}
     packing = "roberta"
     word_start_mark = _BYTE_CHARS[ord(" ")]  # "Ġ": a space's byte
+    tokenizer_json_model = "BPE"
 
     def __init__(
         self,
@@ -347,6 +349,12 @@ class BytePairTokenizer(Tokenizer):
     def read_tokens(cls, files):
         """The tokens of `vocab.json` in id order, checked with `merges.txt` (`load_bpe_files`)."""
         return load_bpe_files(files["vocab_file"], files["merges_file"])[0]
+
+    @classmethod
+    def arguments_from_tokenizer_json(cls, tokenizer, path):
+        """The arguments of a Hugging Face `tokenizer.json` with RoBERTa's byte-level BPE (transformers 5 saves no
+        vocab.json or merges.txt): `bert_keras.text.tokenizer_json.bpe_arguments`."""
+        return bpe_arguments(tokenizer, path)
 
     def _build_tables(self):
         size = len(self.vocabulary)

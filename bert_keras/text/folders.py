@@ -18,6 +18,7 @@ import os
 from bert_keras.text.base import find_file, read_json_file
 from bert_keras.text.kinds import TOKENIZER_CLASSES, tokenizer_class
 from bert_keras.text.tokenizer import WordPieceTokenizer
+from bert_keras.text.unigram import read_pieces
 
 TOKENIZER_JSON = "tokenizer.json"
 # Views of the classes' own attributes, for the modules that still read them by kind (bert_keras.export).
@@ -54,6 +55,8 @@ class FolderTokenizer:
         """
         if self.files is not None:
             return self.cls.read_tokens(self.files)
+        if "proto" in self.arguments:  # SentencePiece's model, written from tokenizer.json
+            return [piece for piece, _, _ in read_pieces(self.arguments["proto"])]
         return list(self.arguments["vocabulary"])
 
     def build(self, **kwargs):
@@ -153,6 +156,21 @@ def tokenizer_from_folder(folder, kind="wordpiece", lower_case=None, vocab_file=
         raise ValueError(missing_files_message(source or folder, kind, missing_tokenizer_files(folder, kind)))
     options = {"lower_case": lower_case} if lower_case is not None and found.cls.lower_cases() else {}
     return found.build(name=name, **options)
+
+
+def model_max_length(folder, limit):
+    """The longest input a checkpoint serves: `folder/tokenizer_config.json`'s `model_max_length` where it is an
+    integer from 3 to `limit` (the encoder's positions), else `limit` (transformers writes 10**30 for "unknown").
+
+    Raises:
+        TokenizerFileError: the file is not UTF-8 JSON, naming it.
+    """
+    path = None if folder is None else find_file(folder, "tokenizer_config.json")
+    config = read_json_file(path) if path is not None else {}
+    value = config.get("model_max_length") if isinstance(config, dict) else None
+    if isinstance(value, int) and not isinstance(value, bool) and 3 <= value <= limit:
+        return value
+    return limit
 
 
 def tokenizer_file(folder, name):

@@ -29,6 +29,7 @@ from bert_keras.text import _family_tables as tables
 from bert_keras.text._subword import byte_to_char_spans, in_ranges, nest_words, previous_in_row, row_ids
 from bert_keras.text.base import Tokenizer, TokenizerFileError, TracedTokenization, check_bool
 from bert_keras.text._unicode_tables import to_regex_class
+from bert_keras.text.tokenizer_json import unigram_arguments
 from bert_keras.text.unigram import UnigramSegmenter, read_pieces
 
 _do_not_convert = tf.autograph.experimental.do_not_convert
@@ -217,6 +218,7 @@ class SentencePieceTokenizer(Tokenizer):
     other_names = {"spiece.model": ("30k-clean.model",)}
     options = {"do_lower_case": "lower_case", "keep_accents": "keep_accents"}
     word_start_mark = _WORD_START
+    tokenizer_json_model = "Unigram"
 
     def __init__(
         self,
@@ -293,6 +295,13 @@ class SentencePieceTokenizer(Tokenizer):
             return [piece for piece, _, _ in read_pieces(proto)]
         except ValueError as error:
             raise TokenizerFileError(path, f"is not a SentencePiece model ({error}).") from error
+
+    @classmethod
+    def arguments_from_tokenizer_json(cls, tokenizer, path):
+        """The arguments of a Hugging Face `tokenizer.json` with ALBERT's Unigram model (transformers 5 saves no
+        spiece.model): a SentencePiece model written from its pieces, scores and charsmap
+        (`bert_keras.text.tokenizer_json.unigram_arguments`)."""
+        return unigram_arguments(tokenizer, path)
 
     @_do_not_convert
     def preprocess(self, inputs):

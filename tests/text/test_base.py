@@ -166,7 +166,7 @@ def test_from_folder_reads_each_kinds_files_and_names_the_missing_one(tmp_path, 
                                          r"path='.*roberta', which has no merges.txt"):
         BytePairTokenizer.from_folder(str(roberta))
     with pytest.raises(ValueError, match=r"The checkpoint at '.*roberta' has no merges.txt, which its byte_bpe "
-                                         r"tokenizer is read from.*Put the model's vocab.json and merges.txt next"):
+                                         r"tokenizer is read from.*Put the model's vocab.json and merges.txt \(or its tokenizer.json\) next"):
         tokenizer_from_folder(str(roberta), "byte_bpe")
 
 
@@ -184,9 +184,8 @@ def test_a_folder_with_only_tokenizer_json_gives_its_wordpiece_tokenizer(tmp_pat
     tokenizer = tokenizer_from_folder(str(tmp_path), "wordpiece")
     assert (type(tokenizer), tokenizer.vocabulary, tokenizer.lower_case) == (WordPieceTokenizer, WORDPIECE, False)
     assert tokenizer(["The cats"]).to_list() == [[[1], [6, 10]]]  # cased: "The" is unknown
-    # The kinds that read no tokenizer.json (yet) are told their own files, and where one would do, so are they.
-    with pytest.raises(ValueError, match=r"has no spiece.model, which its sentencepiece tokenizer is read from.*"
-                                         r"Put the model's spiece.model next to its weights"):
+    # Another kind's tokenizer.json is refused, naming the part that differs.
+    with pytest.raises(ValueError, match=r"tokenizer.json, field 'model.type': expected 'Unigram', found 'WordPiece'"):
         tokenizer_from_folder(str(tmp_path), "sentencepiece")
     os.remove(tmp_path / "tokenizer.json")
     with pytest.raises(ValueError, match=r"has no vocab.txt, which its wordpiece tokenizer is read from.*Put the "

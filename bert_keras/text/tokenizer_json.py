@@ -1,0 +1,301 @@
+"""Hugging Face's `tokenizer.json` read as the family's tokenizers: what each part must say, else named and refused.
+
+transformers 5 saves a tokenizer as `tokenizer.json` (+ `tokenizer_config.json`)
+only: no `vocab.json`/`merges.txt` for RoBERTa, no `spiece.model` for ALBERT.
+This module turns such a file into the constructor arguments of
+`BytePairTokenizer` (a `BPE` model) and `SentencePieceTokenizer` (a `Unigram`
+model: a SentencePiece `ModelProto` is written from its pieces, scores and
+`precompiled_charsmap`, the inverse of `unigram.read_pieces`). Every part the
+graph does not reproduce (another normalizer, pre-tokenizer, model option,
+added token) is refused with a `TokenizerFileError` naming the file and the
+part (`model.type`, `normalizer.normalizers[2]`, `added_tokens[3]`).
+
+The file is read as data: nothing in it is executed.
+"""
+
+import base64
+import binascii
+import struct
+
+from bert_keras.text.base import TokenizerFileError
+
+# SentencePiece's ModelProto.SentencePiece.Type
+_NORMAL, _UNKNOWN, _CONTROL = 1, 2, 3
+_WORD_START = "\u2581"
+
+
+def _refuse(path, part, reason):
+    return TokenizerFileError(path, reason, key=part)
+
+
+def _object(value, path, part):
+    if not isinstance(value, dict):
+        raise _refuse(path, part, f"expected a JSON object, found {type(value).__name__}.")
+    return value
+
+
+def _type(value, path, part, expected):
+    """`value["type"]` (an object's), checked to be one of `expected`."""
+    found = _object(value, path, part).get("type")
+    if found not in expected:
+        raise _refuse(path, f"{part}.type", f"expected {' or '.join(map(repr, expected))}, found {found!r:.100}: "
+                      "the in-graph tokenizer cannot reproduce it.")
+    return found
+
+
+def _expect(fields, path, part, key, allowed):
+    """Refuses `fields[key]` (absent reads as None) outside `allowed`."""
+    value = fields.get(key)
+    if value not in allowed:
+        raise _refuse(path, f"{part}.{key}", f"expected {' or '.join(map(repr, allowed))}, found {value!r:.100}: "
+                      "the in-graph tokenizer cannot reproduce it.")
+    return value
+
+
+def _is_index(value):
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _added_tokens(tokenizer, path, tokens):
+    """The special added tokens (`added_tokens`), each checked to be the vocabulary's token of its id.
+
+    A token that is not special is matched in the raw text before
+    normalisation by the reference (`added_tokens[i].special == false`): no
+    in-graph tokenizer here does that, so it is refused.
+    """
+    added = tokenizer.get("added_tokens", [])
+    if not isinstance(added, list):
+        raise _refuse(path, "added_tokens", f"expected a list, found {type(added).__name__}.")
+    special = []
+    for i, entry in enumerate(added):
+        entry = _object(entry, path, f"added_tokens[{i}]")
+        content, index = entry.get("content"), entry.get("id")
+        if not isinstance(content, str) or not _is_index(index) or index >= len(tokens) or tokens[index] != content:
+            raise _refuse(path, f"added_tokens[{i}]", f"{content!r:.100} with id {index!r:.30} is not the model's "
+                          "token of that id: tokens added past the model's vocabulary are not read.")
+        if entry.get("special") is not True:
+            raise _refuse(path, f"added_tokens[{i}]", f"{content!r:.100} is not special: the reference matches it in "
+                          "the raw text before anything else, which the in-graph tokenizer does not reproduce.")
+        special.append(content)
+    return special
+
+
+def _post_processor_tokens(tokenizer, path):
+    """`{cls_token, sep_token}` of a `RobertaProcessing`, `BertProcessing` or `TemplateProcessing` post-processor
+    (the template's first and last special tokens of a single text); {} without one."""
+    post = tokenizer.get("post_processor")
+    if post is None:
+        return {}
+    kind = _type(post, path, "post_processor", ("RobertaProcessing", "BertProcessing", "TemplateProcessing"))
+    if kind != "TemplateProcessing":
+        cls, sep = post.get("cls"), post.get("sep")
+        if not (isinstance(cls, list) and isinstance(sep, list) and cls and sep
+                and isinstance(cls[0], str) and isinstance(sep[0], str)):
+            raise _refuse(path, "post_processor", "expected its cls and sep as [token, id] pairs.")
+        return {"cls_token": cls[0], "sep_token": sep[0]}
+    single = post.get("single")
+    specials = [item["SpecialToken"].get("id") for item in single or []
+                if isinstance(item, dict) and isinstance(item.get("SpecialToken"), dict)] if isinstance(single, list) else []
+    if len(specials) != 2 or not all(isinstance(token, str) for token in specials):
+        raise _refuse(path, "post_processor.single", "expected one special token before the text and one after.")
+    return {"cls_token": specials[0], "sep_token": specials[1]}
+
+
+# --- BPE (RoBERTa) ------------------------------------------------------------------------------------------------
+
+
+def bpe_arguments(tokenizer, path):
+    """`BytePairTokenizer`'s arguments (`vocabulary`, `merges`, `add_prefix_space`, `cls_token`, `sep_token`) of a
+    `tokenizer.json` with a byte-level BPE model, as RoBERTa's.
+
+    Taken: no normalizer; a `ByteLevel` pre-tokenizer with GPT-2's regex; a
+    `BPE` model without dropout, word prefix or suffix, byte fallback or
+    `ignore_merges`, its merges as `"a b"` strings or `["a", "b"]` pairs;
+    special added tokens only.
+
+    Raises:
+        TokenizerFileError: anything else, naming the file and the part.
+    """
+    tokenizer = _object(tokenizer, path, "the file")
+    model = tokenizer.get("model")
+    _type(model, path, "model", ("BPE",))
+    if tokenizer.get("normalizer") is not None:
+        _type(tokenizer["normalizer"], path, "normalizer", ())
+    pre = tokenizer.get("pre_tokenizer")
+    _type(pre, path, "pre_tokenizer", ("ByteLevel",))
+    _expect(pre, path, "pre_tokenizer", "use_regex", (True, None))
+    add_prefix_space = _expect(pre, path, "pre_tokenizer", "add_prefix_space", (True, False, None))
+    for key, allowed in (("dropout", (None,)), ("continuing_subword_prefix", (None, "")),
+                         ("end_of_word_suffix", (None, "")), ("byte_fallback", (None, False)),
+                         ("ignore_merges", (None, False))):
+        _expect(model, path, "model", key, allowed)
+    vocab = model.get("vocab")
+    if not isinstance(vocab, dict) or not all(_is_index(i) for i in vocab.values()):
+        raise _refuse(path, "model.vocab", "expected an object of tokens to ids 0..n-1.")
+    tokens = [None] * len(vocab)
+    for token, index in vocab.items():
+        if index >= len(tokens) or tokens[index] is not None:
+            raise _refuse(path, "model.vocab", f"expected ids 0..{len(vocab) - 1}, each once; found {index!r:.30} "
+                          f"for {token!r:.100}.")
+        tokens[index] = token
+    merges = model.get("merges")
+    if not isinstance(merges, list):
+        raise _refuse(path, "model.merges", f"expected a list, found {type(merges).__name__}.")
+    as_strings = []
+    for i, merge in enumerate(merges):
+        if isinstance(merge, list) and len(merge) == 2 and all(isinstance(m, str) and m and " " not in m
+                                                               for m in merge):
+            merge = " ".join(merge)
+        if not isinstance(merge, str) or len(merge.split(" ")) != 2:
+            raise _refuse(path, f"model.merges[{i}]", f"expected two tokens, found {merge!r:.100}.")
+        as_strings.append(merge)
+    _added_tokens(tokenizer, path, tokens)
+    arguments = {"vocabulary": tokens, "merges": as_strings, "add_prefix_space": bool(add_prefix_space)}
+    return dict(arguments, **_post_processor_tokens(tokenizer, path))
+
+
+# --- Unigram (ALBERT) ---------------------------------------------------------------------------------------------
+
+
+def _replace(step, pattern, content):
+    return (isinstance(step, dict) and step.get("type") == "Replace" and step.get("pattern") == pattern
+            and step.get("content") == content)
+
+
+def _albert_normalizer(tokenizer, path):
+    """`(lower_case, keep_accents, charsmap)` of ALBERT's normalizer: the quote replacements, NFKD and
+    StripAccents (unless `keep_accents`), Lowercase (`do_lower_case`), Precompiled (SentencePiece's own), and
+    optionally the collapse of runs of spaces, in that order."""
+    normalizer = tokenizer.get("normalizer")
+    _type(normalizer, path, "normalizer", ("Sequence",))
+    steps = normalizer.get("normalizers")
+    if not isinstance(steps, list):
+        raise _refuse(path, "normalizer.normalizers", "expected a list.")
+    steps = list(steps)
+    expected = "Replace '``' and \"''\" by '\"', [NFKD, StripAccents], [Lowercase], Precompiled, [Replace ' {2,}']"
+    at = 0
+
+    def take(test):
+        nonlocal at
+        if at < len(steps) and test(steps[at]):
+            at += 1
+            return True
+        return False
+
+    def is_type(name):
+        return lambda step: isinstance(step, dict) and step.get("type") == name
+
+    if not (take(lambda s: _replace(s, {"String": "``"}, '"')) and take(lambda s: _replace(s, {"String": "''"}, '"'))):
+        raise _refuse(path, f"normalizer.normalizers[{at}]", f"expected ALBERT's normalizer ({expected}).")
+    keep_accents = not take(is_type("NFKD"))
+    if not keep_accents and not take(is_type("StripAccents")):
+        raise _refuse(path, f"normalizer.normalizers[{at}]", f"expected ALBERT's normalizer ({expected}).")
+    lower_case = take(is_type("Lowercase"))
+    charsmap = b""
+    if at < len(steps) and is_type("Precompiled")(steps[at]):
+        try:
+            charsmap = base64.b64decode(steps[at].get("precompiled_charsmap") or "", validate=True)
+        except (binascii.Error, TypeError, ValueError) as error:
+            raise _refuse(path, f"normalizer.normalizers[{at}].precompiled_charsmap",
+                          f"is not base64 ({error}).") from None
+        at += 1
+    take(lambda s: _replace(s, {"Regex": " {2,}"}, " "))
+    if at != len(steps):
+        raise _refuse(path, f"normalizer.normalizers[{at}]", f"expected ALBERT's normalizer ({expected}); "
+                      "the in-graph tokenizer cannot reproduce another step.")
+    return lower_case, keep_accents, charsmap
+
+
+def _metaspace(step, path, part):
+    _type(step, path, part, ("Metaspace",))
+    _expect(step, path, part, "replacement", (_WORD_START,))
+    if step.get("prepend_scheme", "always") != "always" or step.get("add_prefix_space", True) is not True:
+        raise _refuse(path, f"{part}.prepend_scheme", "expected 'always' (a '\u2581' before every word): the "
+                      "in-graph tokenizer cannot reproduce another.")
+    _expect(step, path, part, "split", (True, None))
+
+
+def _albert_pre_tokenizer(tokenizer, path):
+    pre = tokenizer.get("pre_tokenizer")
+    if _type(pre, path, "pre_tokenizer", ("Metaspace", "Sequence")) == "Metaspace":
+        return _metaspace(pre, path, "pre_tokenizer")
+    steps = pre.get("pretokenizers")
+    if not isinstance(steps, list) or len(steps) != 2:
+        raise _refuse(path, "pre_tokenizer.pretokenizers", "expected WhitespaceSplit then Metaspace.")
+    _type(steps[0], path, "pre_tokenizer.pretokenizers[0]", ("WhitespaceSplit",))
+    _metaspace(steps[1], path, "pre_tokenizer.pretokenizers[1]")
+
+
+def _bytes_field(number, data):
+    return _varint((number << 3) | 2) + _varint(len(data)) + data
+
+
+def _varint(value):
+    out = bytearray()
+    while True:
+        byte, value = value & 0x7F, value >> 7
+        out.append(byte | (0x80 if value else 0))
+        if not value:
+            return bytes(out)
+
+
+def write_model_proto(pieces, charsmap=b""):
+    """A serialized SentencePiece unigram `ModelProto` of `(piece, score, type)` triples and a normaliser's
+    `precompiled_charsmap` (empty: no normalisation), as `spm_train` writes them (whitespace escaped, extra
+    whitespace removed, a dummy prefix added): the inverse of `unigram.read_pieces`.
+
+    >>> from bert_keras.text.unigram import read_pieces
+    >>> [(piece, float(score), kind) for piece, score, kind in read_pieces(
+    ...     write_model_proto([("<unk>", 0.0, 2), ("\u2581a", -1.5, 1)]))]
+    [('<unk>', 0.0, 2), ('▁a', -1.5, 1)]
+    """
+    out = bytearray()
+    for piece, score, kind in pieces:
+        body = _bytes_field(1, piece.encode("utf-8")) + _varint(2 << 3 | 5) + struct.pack("<f", score)
+        if kind != _NORMAL:
+            body += _varint(3 << 3) + _varint(kind)
+        out += _bytes_field(1, body)
+    out += _bytes_field(2, _varint(3 << 3) + _varint(1))  # trainer_spec.model_type = UNIGRAM
+    name = b"nmt_nfkc" if charsmap else b"identity"
+    out += _bytes_field(3, _bytes_field(1, name) + (_bytes_field(2, charsmap) if charsmap else b""))
+    return bytes(out)
+
+
+def unigram_arguments(tokenizer, path):
+    """`SentencePieceTokenizer`'s arguments (`proto`, `lower_case`, `keep_accents`, the special tokens) of a
+    `tokenizer.json` with a Unigram model, as ALBERT's (transformers 5 saves no `spiece.model`).
+
+    Taken: ALBERT's normalizer (`_albert_normalizer`), a `Metaspace`
+    pre-tokenizer (after `WhitespaceSplit`) that puts "▁" before every word,
+    a `Unigram` model with its `unk_id`, without byte fallback; special added
+    tokens only (they become SentencePiece's control pieces, never matched in
+    text). The pieces, scores and charsmap are written as a SentencePiece
+    model (`write_model_proto`).
+
+    Raises:
+        TokenizerFileError: anything else, naming the file and the part.
+    """
+    tokenizer = _object(tokenizer, path, "the file")
+    model = tokenizer.get("model")
+    _type(model, path, "model", ("Unigram",))
+    _expect(model, path, "model", "byte_fallback", (None, False))
+    lower_case, keep_accents, charsmap = _albert_normalizer(tokenizer, path)
+    _albert_pre_tokenizer(tokenizer, path)
+    vocab = model.get("vocab")
+    if not isinstance(vocab, list) or not vocab:
+        raise _refuse(path, "model.vocab", "expected a non-empty list of [piece, score] pairs.")
+    pieces = []
+    for i, entry in enumerate(vocab):
+        if not (isinstance(entry, list) and len(entry) == 2 and isinstance(entry[0], str) and entry[0]
+                and isinstance(entry[1], (int, float)) and not isinstance(entry[1], bool)):
+            raise _refuse(path, f"model.vocab[{i}]", f"expected a [piece, score] pair, found {entry!r:.100}.")
+        pieces.append(entry[0])
+    unk_id = model.get("unk_id")
+    if not _is_index(unk_id) or unk_id >= len(pieces):
+        raise _refuse(path, "model.unk_id", f"expected the id of the unknown piece, found {unk_id!r:.30}.")
+    control = set(_added_tokens(tokenizer, path, pieces)) - {pieces[unk_id]}
+    types = [_UNKNOWN if i == unk_id else _CONTROL if piece in control else _NORMAL for i, piece in enumerate(pieces)]
+    proto = write_model_proto([(p, float(s), t) for (p, s), t in zip(vocab, types)], charsmap)
+    arguments = {"proto": proto, "lower_case": lower_case, "keep_accents": keep_accents,
+                 "unknown_token": pieces[unk_id]}
+    return dict(arguments, **_post_processor_tokens(tokenizer, path))
