@@ -27,7 +27,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from bert_keras._checks import FileContentError, read_json
+from bert_keras._checks import FileContentError, read_json, read_user_file
 from bert_keras.text.packer import num_special_tokens
 
 # Plain TensorFlow ops without Python control flow: tracing them through
@@ -53,6 +53,20 @@ class TokenizerFileError(ValueError):
     def __init__(self, file, reason, key=None):
         self.file, self.key, self.reason = os.fspath(file), key, reason
         super().__init__(self.file + (f", field {key!r}" if key is not None else "") + f": {reason}")
+
+
+def read_file_bytes(path):
+    """The bytes of a tokenizer's file; a `TokenizerFileError` naming it where it is not a regular file (a FIFO is
+    refused without waiting, `bert_keras._checks.read_user_file`) or is a directory. A path of one of TensorFlow's
+    file systems (`gs://`, `ram://`), which have no FIFOs, is read with `tf.io.gfile`."""
+    path = os.fspath(path)
+    if "://" in path:
+        with tf.io.gfile.GFile(path, "rb") as f:
+            return f.read()
+    try:
+        return read_user_file(path)
+    except FileContentError as error:
+        raise TokenizerFileError(path, error.reason) from error
 
 
 def read_json_file(path):
@@ -92,10 +106,14 @@ def read_tokenizer_config(folder, keys):
 
 
 def find_file(folder, name, other_names=()):
-    """The path of file `name` in `folder` (under `name` or, failing that, one of `other_names`), or None."""
+    """The path of file `name` in `folder` (under `name` or, failing that, one of `other_names`), or None.
+
+    Whatever is there is found, a FIFO or a directory too: its reader refuses it naming it, rather than the folder
+    being said to lack the file.
+    """
     for candidate in (name, *other_names):
         path = os.path.join(os.fspath(folder), candidate)
-        if os.path.isfile(path):
+        if os.path.exists(path):
             return path
     return None
 

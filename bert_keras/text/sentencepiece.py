@@ -27,7 +27,7 @@ import tensorflow_text as tf_text
 
 from bert_keras.text import _family_tables as tables
 from bert_keras.text._subword import byte_to_char_spans, in_ranges, nest_words, previous_in_row, row_ids
-from bert_keras.text.base import Tokenizer, TokenizerFileError, TracedTokenization, check_bool
+from bert_keras.text.base import Tokenizer, TokenizerFileError, TracedTokenization, check_bool, read_file_bytes
 from bert_keras.text._unicode_tables import to_regex_class
 from bert_keras.text.tokenizer_json import unigram_arguments
 from bert_keras.text.unigram import UnigramSegmenter, read_pieces
@@ -155,8 +155,7 @@ def _read_proto(proto):
     if isinstance(proto, (bytes, bytearray)):
         return bytes(proto)
     if isinstance(proto, (str, os.PathLike)) and tf.io.gfile.exists(os.fspath(proto)):
-        with tf.io.gfile.GFile(os.fspath(proto), "rb") as f:
-            return f.read()
+        return read_file_bytes(proto)
     raise ValueError(
         "Received an invalid value for argument `proto`, expected the bytes of a SentencePiece model or the "
         f"path of a spiece.model file that exists. Received: proto={proto!r:.80}"
@@ -289,8 +288,7 @@ class SentencePieceTokenizer(Tokenizer):
                 or too long, naming the file.
         """
         path = files["sp_model_file"]
-        with tf.io.gfile.GFile(os.fspath(path), "rb") as f:
-            proto = f.read()
+        proto = read_file_bytes(path)
         try:
             return [piece for piece, _, _ in read_pieces(proto)]
         except ValueError as error:

@@ -27,10 +27,11 @@ import keras
 import tensorflow as tf
 import tensorflow_text as tf_text
 
-from bert_keras._checks import FileContentError, quoted, read_user_file
+from bert_keras._checks import quoted
 from bert_keras.text import _unicode_tables as tables
 # to_string_tensor: the name is imported from here too.
-from bert_keras.text.base import Tokenizer, TokenizerFileError, TracedTokenization, to_string_tensor  # noqa: F401
+from bert_keras.text.base import (  # noqa: F401
+    Tokenizer, TokenizerFileError, TracedTokenization, read_file_bytes, to_string_tensor)
 from bert_keras.text.offsets import char_offsets
 
 # Plain TensorFlow ops without Python control flow: tracing them through
@@ -66,17 +67,19 @@ _CLEANUP = ((" .", "."), (" ?", "?"), (" !", "!"), (" ,", ","), (" ' ", "'"), ("
 _PLACEHOLDER_BASE = 0xF0000
 
 
-def _uncase(x):
-    x = tf_text.normalize_utf8(x, "NFD")
-    x = tf.strings.regex_replace(x, _ACCENTS, "")
+def _uncase(x, strip_accents=True):
+    if strip_accents:
+        x = tf_text.normalize_utf8(x, "NFD")
+        x = tf.strings.regex_replace(x, _ACCENTS, "")
     # ICU lower-cases a word-final capital sigma to the final form; the
     # reference maps every capital sigma to the plain small sigma.
     x = tf.strings.regex_replace(x, _CAPITAL_SIGMA, _SMALL_SIGMA)
     return tf.strings.lower(x, encoding="utf-8")
 
 
-def _uncase_patched(x):
-    """`_uncase` for the rare strings holding a `CASE_PATCH` character."""
+def _uncase_patched(x, strip_accents=True):
+    """`_uncase` for the rare strings holding a `CASE_PATCH` character (whose value is the reference's lower case
+    with or without accent stripping: the keys are letters TensorFlow's ICU lower-cases or decomposes otherwise)."""
     keys = tf.constant(_PATCH_KEYS, tf.int32)
     # chars: (strings, (code points))
     chars = tf.strings.unicode_decode(x, "UTF-8")
@@ -84,7 +87,7 @@ def _uncase_patched(x):
     index = tf.minimum(tf.searchsorted(keys, flat), len(_PATCH_KEYS) - 1)
     patched = tf.gather(keys, index) == flat
     flat = tf.where(patched, _PLACEHOLDER_BASE + tf.cast(index, tf.int32), flat)
-    x = _uncase(tf.strings.unicode_encode(chars.with_flat_values(flat), "UTF-8"))
+    x = _uncase(tf.strings.unicode_encode(chars.with_flat_values(flat), "UTF-8"), strip_accents)
     chars = tf.strings.unicode_decode(x, "UTF-8")
     flat = chars.flat_values
     index = flat - _PLACEHOLDER_BASE
@@ -95,13 +98,19 @@ def _uncase_patched(x):
 
 
 @_do_not_convert
-def normalize_text(inputs, lower_case=True):
+def normalize_text(inputs, lower_case=True, strip_accents=None, tokenize_chinese_chars=True):
     """Normalises UTF-8 strings exactly as BERT's reference tokenizer does.
 
     Args:
         inputs: string tensor of any shape.
         lower_case: bool. Also apply NFD, drop accents and lower-case, as the
             uncased BERT models expect. Defaults to `True`.
+        strip_accents: optional bool. `False` with `lower_case`: lower-case
+            without NFD and accent removal (`BertNormalizer(strip_accents=False)`);
+            None: as `lower_case`. Stripping accents without lower-casing is
+            not done (`True` without `lower_case` is refused by the tokenizer).
+        tokenize_chinese_chars: bool. Put spaces around CJK ideographs, so
+            that each is a word. Defaults to `True`.
 
     Returns:
         A string tensor of the same shape, valid UTF-8. Bytes that are not
@@ -122,20 +131,23 @@ def normalize_text(inputs, lower_case=True):
     x = tf.strings.regex_replace(x, _ASCII_WHITESPACE, " ")
     if lower_case:
         x = tf.strings.lower(x)
-    x = tf.tensor_scatter_nd_update(x, rows, _normalize_any(tf.gather_nd(flat, rows), lower_case))
+    x = tf.tensor_scatter_nd_update(
+        x, rows, _normalize_any(tf.gather_nd(flat, rows), lower_case, strip_accents is not False, tokenize_chinese_chars)
+    )
     return tf.reshape(x, shape)
 
 
-def _normalize_any(x, lower_case):
+def _normalize_any(x, lower_case, strip_accents=True, tokenize_chinese_chars=True):
     """`normalize_text` for a vector of any strings, valid UTF-8 or not."""
     x = tf.strings.unicode_transcode(x, "UTF-8", "UTF-8", errors="replace", replacement_char=0xFFFD)
     x = tf.strings.regex_replace(x, _REMOVED, "")
     x = tf.strings.regex_replace(x, _WHITESPACE, " ")
-    x = tf.strings.regex_replace(x, f"({_CJK})", r" \1 ")
+    if tokenize_chinese_chars:
+        x = tf.strings.regex_replace(x, f"({_CJK})", r" \1 ")
     if lower_case:
         rows = tf.where(tf.strings.regex_full_match(x, _PATCH_MATCH))  # (rows to patch, 1)
-        patched = _uncase_patched(tf.gather_nd(x, rows))
-        x = tf.tensor_scatter_nd_update(_uncase(x), rows, patched)
+        patched = _uncase_patched(tf.gather_nd(x, rows), strip_accents)
+        x = tf.tensor_scatter_nd_update(_uncase(x, strip_accents), rows, patched)
     return x
 
 
@@ -191,14 +203,7 @@ def load_vocabulary(vocabulary):
 def _read_lines(path):
     """The text of a vocabulary file; a `TokenizerFileError` naming it where it is not a regular file (a FIFO is
     refused without waiting), a directory, or not UTF-8 (naming the line)."""
-    if "://" in path:  # a file system of TensorFlow's (gs://, ram://), which has no FIFOs
-        with tf.io.gfile.GFile(path, "rb") as f:
-            data = f.read()
-    else:
-        try:
-            data = read_user_file(path)
-        except FileContentError as error:
-            raise TokenizerFileError(path, error.reason) from error
+    data = read_file_bytes(path)
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as error:
@@ -278,6 +283,13 @@ class WordPieceTokenizer(Tokenizer):
             the layer's config, so saved models carry it.
         lower_case: bool. `True` for uncased vocabularies (NFD, accents
             dropped, lower-cased), `False` for cased ones. Defaults to `True`.
+        strip_accents: optional bool. `False` with `lower_case`: lower-cased,
+            accents kept (`tokenizer_config.json`'s `strip_accents: false`).
+            None: as `lower_case`. `True` without `lower_case` is refused.
+            Defaults to None.
+        tokenize_chinese_chars: bool. Each CJK ideograph is a word of its own;
+            `False` keeps runs of them together as words (the
+            `tokenize_chinese_chars` option). Defaults to `True`.
         unknown_token: str. Token for words that cannot be cut into pieces.
             Defaults to `"[UNK]"`.
         cls_token: str. Start-of-sequence token. Defaults to `"[CLS]"`.
@@ -313,7 +325,8 @@ class WordPieceTokenizer(Tokenizer):
     kind = "wordpiece"
     files = {"vocab_file": "vocab.txt"}
     file_arguments = {"vocab_file": "vocabulary"}
-    options = {"do_lower_case": "lower_case"}
+    options = {"do_lower_case": "lower_case", "strip_accents": "strip_accents",
+               "tokenize_chinese_chars": "tokenize_chinese_chars"}
     tokenizer_json_model = "WordPiece"
 
     def __init__(
@@ -327,6 +340,8 @@ class WordPieceTokenizer(Tokenizer):
         mask_token="[MASK]",
         suffix_indicator="##",
         max_chars_per_word=100,
+        strip_accents=None,
+        tokenize_chinese_chars=True,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -334,6 +349,17 @@ class WordPieceTokenizer(Tokenizer):
             raise ValueError(
                 "Received an invalid value for argument `lower_case`, expected a bool. "
                 f"Received: lower_case={lower_case!r}"
+            )
+        if strip_accents not in (None, False, True) or (strip_accents is True and not lower_case):
+            raise ValueError(
+                "Received an invalid value for argument `strip_accents`, expected None, or a bool that is not True "
+                "without lower_case (accents are stripped only where text is lower-cased). "
+                f"Received: strip_accents={strip_accents!r} with lower_case={lower_case!r}"
+            )
+        if not isinstance(tokenize_chinese_chars, bool):
+            raise ValueError(
+                "Received an invalid value for argument `tokenize_chinese_chars`, expected a bool. "
+                f"Received: tokenize_chinese_chars={tokenize_chinese_chars!r}"
             )
         if (
             isinstance(max_chars_per_word, bool)
@@ -365,6 +391,8 @@ class WordPieceTokenizer(Tokenizer):
             mask_token=mask_token,
         )
         self.lower_case = lower_case
+        self.strip_accents = strip_accents
+        self.tokenize_chinese_chars = tokenize_chinese_chars
         self.suffix_indicator = suffix_indicator
         self.max_chars_per_word = max_chars_per_word
 
@@ -389,7 +417,9 @@ class WordPieceTokenizer(Tokenizer):
             long_run = f"[^ ]{{{max_chars_per_word + 1},}}|"
         else:
             long_run = ""
-        self._detour_pattern = f"(?s).*(?:{long_run}{_SPLIT_DETOUR}).*"
+        # Without CJK spacing, a run of ideographs is one word, which the fast path would cut apart.
+        detour = _SPLIT_DETOUR if tokenize_chinese_chars else f"{_SPLIT_DETOUR}|{_CJK}"
+        self._detour_pattern = f"(?s).*(?:{long_run}{detour}).*"
         self._traced = TracedTokenization(self._tokenize_rows, self._tokenize_rows_with_char_offsets)
 
     @classmethod
@@ -436,12 +466,13 @@ class WordPieceTokenizer(Tokenizer):
 
     @classmethod
     def arguments_from_tokenizer_json(cls, tokenizer, path):
-        """`{vocabulary, lower_case}` of a Hugging Face `tokenizer.json` (transformers 5 saves no vocab.txt).
+        """`{vocabulary, lower_case, strip_accents, tokenize_chinese_chars}` of a Hugging Face `tokenizer.json`
+        (transformers 5 saves no vocab.txt).
 
-        Only BERT's own tokenizer is taken: a `BertNormalizer` that strips
-        accents exactly when it lower-cases (uncased or cased BERT), the
-        `BertPreTokenizer` and a WordPiece model with `##` pieces and ids
-        0..n-1.
+        Only BERT's own tokenizer is taken: a `BertNormalizer` that cleans
+        text and strips accents only where it lower-cases (its
+        `handle_chinese_chars` either way), the `BertPreTokenizer` and a
+        WordPiece model with `##` pieces and ids 0..n-1.
 
         Args:
             tokenizer: the file's JSON value.
@@ -455,13 +486,24 @@ class WordPieceTokenizer(Tokenizer):
         vocab = model.get("vocab") if isinstance(model, dict) else None
         lower_case = normalizer.get("lowercase") if isinstance(normalizer, dict) else None
         strip_accents = normalizer.get("strip_accents") if isinstance(normalizer, dict) else None
+        chinese = normalizer.get("handle_chinese_chars", True) if isinstance(normalizer, dict) else None
+        if isinstance(normalizer, dict) and normalizer.get("clean_text", True) is not True:
+            raise TokenizerFileError(path, "expected true: the in-graph tokenizer always drops control characters "
+                                     "and maps whitespace to spaces, as BertNormalizer(clean_text=True).",
+                                     key="normalizer.clean_text")
+        if lower_case is False and strip_accents is True:
+            raise TokenizerFileError(path, "expected false or null where lowercase is false: the in-graph tokenizer "
+                                     "strips accents only where it lower-cases.", key="normalizer.strip_accents")
+        if not isinstance(chinese, bool):
+            raise TokenizerFileError(path, f"expected true or false, found {chinese!r:.100}.",
+                                     key="normalizer.handle_chinese_chars")
         ids = (sorted(vocab.values()) if isinstance(vocab, dict)
                and all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in vocab.values()) else None)
         if (
             not isinstance(model, dict) or model.get("type") != "WordPiece"
             or model.get("continuing_subword_prefix", "##") != "##"
             or not isinstance(normalizer, dict) or normalizer.get("type") != "BertNormalizer"
-            or not isinstance(lower_case, bool) or strip_accents not in (None, lower_case)
+            or not isinstance(lower_case, bool) or strip_accents not in (None, True, False)
             or not isinstance(pre_tokenizer, dict) or pre_tokenizer.get("type") != "BertPreTokenizer"
             or ids != list(range(len(ids or [])))
         ):
@@ -471,12 +513,16 @@ class WordPieceTokenizer(Tokenizer):
         tokens = [None] * len(ids)
         for token, index in vocab.items():
             tokens[index] = token
-        return {"vocabulary": tokens, "lower_case": lower_case}
+        return {"vocabulary": tokens, "lower_case": lower_case, "strip_accents": strip_accents,
+                "tokenize_chinese_chars": chinese}
 
     @_do_not_convert
     def normalize(self, inputs):
         """The normalised text that words are split from; offsets refer to it."""
-        return normalize_text(self._check_inputs(inputs), lower_case=self.lower_case)
+        return self._normalize(self._check_inputs(inputs))
+
+    def _normalize(self, strings):
+        return normalize_text(strings, self.lower_case, self.strip_accents, self.tokenize_chinese_chars)
 
     @_do_not_convert
     def split_words(self, inputs):
@@ -540,12 +586,11 @@ class WordPieceTokenizer(Tokenizer):
         return tf.cond(tf.reduce_any(detour), with_detour, lambda: fast)
 
     def _tokenize_rows(self, strings):  # (batch,) -> ids, starts, ends, each (batch, words, pieces)
-        return self._tokenize_normalized(normalize_text(strings, lower_case=self.lower_case))
+        return self._tokenize_normalized(self._normalize(strings))
 
     def _tokenize_rows_with_char_offsets(self, strings):
         ids, starts, ends = self._traced.tokenize_rows(strings)
-        normalize = functools.partial(normalize_text, lower_case=self.lower_case)
-        return (ids,) + char_offsets(strings, starts, ends, normalize)
+        return (ids,) + char_offsets(strings, starts, ends, self._normalize)
 
     def get_config(self):
         config = super().get_config()
@@ -553,6 +598,8 @@ class WordPieceTokenizer(Tokenizer):
             {
                 "vocabulary": list(self.vocabulary),
                 "lower_case": self.lower_case,
+                "strip_accents": self.strip_accents,
+                "tokenize_chinese_chars": self.tokenize_chinese_chars,
                 "suffix_indicator": self.suffix_indicator,
                 "max_chars_per_word": self.max_chars_per_word,
             }

@@ -20,7 +20,7 @@ from bert_keras.checkpoints import CheckpointError, ConfigError, _build, load_ch
 from bert_keras.formats.google_family import albert_config_to_kwargs
 from bert_keras.text.byte_bpe import BytePairTokenizer, load_bpe_files
 from bert_keras.text.sentencepiece import SentencePieceTokenizer
-from bert_keras.text.unigram import MAX_PIECE_CHARS
+from bert_keras.text.unigram import MAX_PIECE_CHARS, MAX_PREFIX_CHARS, read_pieces
 from tests.checkpoints._models import hf_pretraining_model, save_hf_directory
 
 transformers = pytest.importorskip("transformers")
@@ -217,6 +217,58 @@ def test_a_piece_of_the_bound_is_read_and_the_trace_does_not_grow_with_it(origin
         return len(graph.get_operations())
 
     assert operations(longest) == operations(plain)
+
+
+def _long_pieces(count, length=MAX_PIECE_CHARS):
+    """`count` distinct pieces of `length` characters, as `ModelProto` fields."""
+    return b"".join(piece_field(f"{i:06d}".ljust(length, "q")) for i in range(count))
+
+
+def test_pieces_whose_prefixes_pass_the_bound_are_refused_naming_the_file(folder, no_build):
+    """50,000 pieces of 64 characters (3.4 MB) made a table of 2.1 GB of prefixes; the count stops at the bound."""
+    source = folder("albert")
+    model = os.path.join(source, "spiece.model")
+    with open(model, "rb") as f:
+        size = len(read_pieces(f.read()))
+    _append(model, _long_pieces(50_000))
+    per_piece = MAX_PIECE_CHARS * (MAX_PIECE_CHARS - 1) // 2
+    last = size + MAX_PREFIX_CHARS // per_piece  # the first piece past the bound
+    expected = (f"{model}: is not a SentencePiece model (the prefixes of pieces 0 to {last} have "
+                f"{{:,}} characters in all; at most {MAX_PREFIX_CHARS:,} are read: the search keeps every prefix "
+                "of every piece (a model trained with ALBERT's settings, 30,000 pieces, has about 465,000)).")
+    with pytest.raises(ValueError) as info:
+        SentencePieceTokenizer.from_folder(source)
+    total = int(re.search(r"have ([0-9,]+) characters", str(info.value)).group(1).replace(",", ""))
+    assert str(info.value) == expected.format(total) and MAX_PREFIX_CHARS < total <= MAX_PREFIX_CHARS + per_piece
+    with pytest.raises(CheckpointError) as info:
+        load_checkpoint(source)
+    assert info.value.file == model and str(info.value) == expected.format(total)
+
+
+def test_pieces_whose_prefixes_reach_the_bound_are_read(originals):
+    with open(os.path.join(originals["albert"], "spiece.model"), "rb") as f:
+        proto = f.read()
+    own = sum(len(piece) * (len(piece) - 1) // 2 for piece, _, _ in read_pieces(proto))
+    count = (MAX_PREFIX_CHARS - own) // (MAX_PIECE_CHARS * (MAX_PIECE_CHARS - 1) // 2)
+    assert len(read_pieces(proto + _long_pieces(count))) == len(read_pieces(proto)) + count
+    with pytest.raises(ValueError, match=f"at most {MAX_PREFIX_CHARS:,} are read"):
+        read_pieces(proto + _long_pieces(count + 1))
+
+
+@pytest.mark.parametrize("name", ["spiece.model", "tokenizer_config.json"])
+def test_a_fifo_in_an_albert_folder_is_refused_without_waiting(folder, no_build, name):
+    from tests.commands.test_hostile_commands import FIFO_MESSAGE, _without_waiting
+
+    source = folder("albert")
+    fifo = os.path.join(source, name)
+    if os.path.exists(fifo):
+        os.remove(fifo)
+    os.mkfifo(fifo)
+    with pytest.raises(CheckpointError) as info:
+        _without_waiting(load_checkpoint, source, fifos=[fifo])
+    assert str(info.value).startswith(f"{fifo}: " + FIFO_MESSAGE.split(": ", 1)[1]), str(info.value)
+    with pytest.raises(ValueError, match=re.escape(fifo)):
+        _without_waiting(SentencePieceTokenizer.from_folder, source, fifos=[fifo])
 
 
 # --- 3. A tokenizer of more ids than the embedding table ---
