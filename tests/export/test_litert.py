@@ -1,0 +1,229 @@
+"""bert_keras.export.litert: an export of ours as one .tflite file from raw strings, answering as the export does."""
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from bert_keras.export.manifest import ExportError
+
+pytest.importorskip("ai_edge_litert")
+
+TINY = dict(num_layers=1, hidden_size=16, num_heads=2, intermediate_size=32, max_sequence_length=32)
+WORDS = ["good", "bad", "day", "new", "york", "##er", "paris", "ada", "love", "the", "city", "é", "中", "文",
+         "!", ",", ".", "@", "#", "cafe", "zurich"]
+LETTERS = [chr(c) for c in range(ord("a"), ord("z") + 1)]
+VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + WORDS + LETTERS + [f"##{c}" for c in LETTERS]
+SEQ_LENGTH, STRIDE = 12, 3
+LONG = "Ada loves the city of Paris ! New Yorkers love Zürich too , the café is good @ada #paris " * 2
+TEXTS = ["good day", "Bad DAYS, é 中文 😀!", "", "   ", "Café in Zürich with @New_Yorker #paris",
+         "x" * 101 + " good " + "é" * 120, "Ｆｕｌｌ width and e\u0301 combining, ﬁ ligature \ufffd", LONG]
+TAGS = ["O", "B-PER", "I-PER", "B-LOC", "I-LOC"]
+
+
+def _perturbed(model, scale=0.5):
+    """Random weights far from their initialisation: outputs that differ from text to text."""
+    rng = np.random.default_rng(3)
+    for weight in model.weights:
+        weight.assign(weight.numpy() + rng.normal(scale=scale, size=weight.shape).astype(weight.dtype))
+    return model
+
+
+@pytest.fixture(scope="module")
+def classifier(tmp_path_factory):
+    from bert_keras import BertEncoder
+    from bert_keras.export import export_classifier, export_litert
+    from bert_keras.tasks import BertClassifier
+    from bert_keras.text import BertPreprocessor
+
+    root = tmp_path_factory.mktemp("litert_classifier")
+    model = _perturbed(BertClassifier(BertEncoder(vocab_size=len(VOCAB), **TINY), num_classes=3,
+                                      preprocessor=BertPreprocessor(VOCAB, seq_length=SEQ_LENGTH)))
+    export_dir = export_classifier(model, str(root / "clf"), ["neg", "neu", "pos"])
+    path = export_litert(export_dir, str(root / "clf.tflite"))
+    return model, export_dir, path
+
+
+@pytest.mark.slow
+def test_a_classifier_answers_as_its_export_from_raw_strings(classifier):
+    import tensorflow as tf
+
+    from bert_keras.export import load_classifier, load_litert
+    from bert_keras.export._serving import trim_padding
+
+    model, export_dir, path = classifier
+    lite, saved = load_litert(path), load_classifier(export_dir, warm_up=False)
+    for batch in (TEXTS, TEXTS[:1], TEXTS[1:2], TEXTS[5:6]):
+        np.testing.assert_allclose(lite.predict_proba(batch), saved.predict_proba(batch), atol=1e-4)
+    assert [p["label"] for p in lite.predict(TEXTS)] == [p["label"] for p in saved.predict(TEXTS)]
+    assert lite.predict("") == {"label": None, "score": None, "scores": {}}
+    assert list(lite.predict("good day", top_k=2)["scores"]) == list(saved.predict("good day", top_k=2)["scores"])
+    # The tokenizer in LiteRT's kernels gives the preprocessor's ids, to the padding.
+    ids = lite._interpreter.get_signature_runner("preprocess")(
+        text=np.array([t.encode("utf-8") for t in TEXTS], dtype=object))
+    expected = {k: v.numpy() for k, v in trim_padding(model.preprocessor(tf.constant(TEXTS))).items()}
+    for key in expected:
+        np.testing.assert_array_equal(ids[key], expected[key], err_msg=key)
+
+
+@pytest.mark.slow
+def test_the_token_ids_signature_runs_on_builtin_ops_alone(classifier):
+    from ai_edge_litert.interpreter import Interpreter
+
+    from bert_keras.export.litert import TEXT_OPS, op_names
+
+    model, export_dir, path = classifier
+    import tensorflow as tf
+
+    packed = {k: v.numpy() for k, v in model.preprocessor(tf.constant(TEXTS[:3])).items()}
+    runner = Interpreter(model_path=path).get_signature_runner("serve_ids")  # no tensorflow-text kernels
+    saved = tf.saved_model.load(export_dir)
+    expected = saved.serve_ids(**packed)["probabilities"].numpy()
+    np.testing.assert_allclose(runner(**packed)["probabilities"], expected, atol=1e-5)
+    with open(path, "rb") as f:
+        assert op_names(f.read()) & {"FastBertNormalize", "FastWordpieceTokenizeWithOffsets"} <= TEXT_OPS
+    with open(path + ".json") as f:
+        record = json.load(f)
+    assert (record["kind"], record["label_names"], record["size"]) == ("classifier", ["neg", "neu", "pos"],
+                                                                      os.path.getsize(path))
+
+
+@pytest.mark.slow
+def test_a_file_is_replaced_only_with_overwrite_and_a_file_without_its_weights_is_refused(classifier, tmp_path):
+    from bert_keras.export import export_litert
+    from bert_keras.export.litert import check_converted
+
+    _, export_dir, path = classifier
+    with pytest.raises(FileExistsError, match="already exists; pass overwrite=True"):
+        export_litert(export_dir, path)
+    with open(path, "rb") as f:
+        data = f.read()
+    with pytest.raises(ValueError, match="lost the model's weights: the file holds"):
+        check_converted(data, variable_bytes=10 * len(data))
+    check_converted(data, variable_bytes=len(data))  # a file of its weights' size passes
+
+
+def test_the_dense_windows_of_one_text_are_piece_windows_and_max_context():
+    import tensorflow as tf
+
+    from bert_keras.export.litert import one_text_max_context, one_text_windows
+    from bert_keras.text.windows import max_context, piece_windows
+
+    for window, step in ((10, 7), (4, 1), (5, 5), (126, 95)):
+        for length in list(range(0, 3 * window + 2)) + [1000]:
+            row, index, first, last = (t.numpy() for t in piece_windows(tf.constant([length]), window, step))
+            dense = [t.numpy() for t in one_text_windows(tf.constant(length), window, step)]
+            for ours, theirs in zip(dense, (index, first, last)):
+                np.testing.assert_array_equal(ours, theirs, err_msg=f"{length} {window} {step}")
+            positions = tf.ragged.range(first, last)
+            entry_window = positions.value_rowids()
+            expected = max_context(positions.flat_values, entry_window, first, last, length).numpy()
+            got = one_text_max_context(tf.cast(positions.flat_values, tf.int32), tf.cast(entry_window, tf.int32),
+                                       dense[1], dense[2], length).numpy()
+            np.testing.assert_array_equal(got, expected, err_msg=f"{length} {window} {step}")
+
+
+def _fake_export(directory, kind="classifier", tokenizer=True):
+    os.makedirs(os.path.join(directory, "assets.extra"))
+    open(os.path.join(directory, "saved_model.pb"), "wb").close()
+    manifest = {"format": "bert_keras export", "version": 1, "kind": kind}
+    if tokenizer:
+        manifest["tokenizer"] = {"kind": "wordpiece", "seq_length": 8}
+    with open(os.path.join(directory, "assets.extra", "export.json"), "w") as f:
+        json.dump(manifest, f)
+    return str(directory)
+
+
+def test_what_is_not_a_served_export_or_not_our_file_is_refused_before_tensorflow_loads(tmp_path):
+    from bert_keras.export.litert import export_litert, load_litert
+
+    with pytest.raises(ExportError, match="is not an export: it holds no saved_model.pb"):
+        export_litert(str(tmp_path), str(tmp_path / "m.tflite"))
+    reader = _fake_export(tmp_path / "reader", kind="reader")
+    with pytest.raises(ExportError, match="is a reader export; LiteRT serves classifier, tagger and sentence encoder"):
+        export_litert(reader, str(tmp_path / "m.tflite"))
+    older = _fake_export(tmp_path / "older", tokenizer=False)
+    with pytest.raises(ExportError, match="records no tokenizer"):
+        export_litert(older, str(tmp_path / "m.tflite"))
+    export_dir = _fake_export(tmp_path / "clf")
+    theirs = tmp_path / "theirs.tflite"
+    theirs.write_bytes(b"not ours")
+    with pytest.raises(FileExistsError, match="was not written by bert_keras .no theirs.tflite.json of ours"):
+        export_litert(export_dir, str(theirs), overwrite=True)
+    assert theirs.read_bytes() == b"not ours"
+    with pytest.raises(ValueError, match="expected None .float32. or \"int8\".*Received: quantize='fp16'"):
+        export_litert(export_dir, str(tmp_path / "m.tflite"), quantize="fp16")
+    with pytest.raises(ExportError, match="is not a LiteRT file written by bert_keras"):
+        load_litert(str(theirs))
+    assert not (tmp_path / "m.tflite").exists()
+
+
+def test_loading_a_litert_file_imports_no_tensorflow():
+    code = ("import sys; from bert_keras.export import litert; "
+            "print('tensorflow' in sys.modules, 'keras' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["False", "False"]
+
+
+@pytest.fixture(scope="module")
+def tagger(tmp_path_factory):
+    from bert_keras import BertEncoder
+    from bert_keras.export import export_litert, export_tagger
+    from bert_keras.tasks import BertTokenClassifier
+    from bert_keras.text import BertPreprocessor
+
+    root = tmp_path_factory.mktemp("litert_tagger")
+    model = _perturbed(BertTokenClassifier(BertEncoder(vocab_size=len(VOCAB), **TINY), num_classes=len(TAGS),
+                                           preprocessor=BertPreprocessor(VOCAB, seq_length=SEQ_LENGTH)), scale=1.0)
+    export_dir = export_tagger(model, str(root / "ner"), tag_names=TAGS, stride=STRIDE)
+    return export_dir, export_litert(export_dir, str(root / "ner.tflite"))
+
+
+@pytest.mark.slow
+def test_a_tagger_gives_the_exports_pieces_offsets_windows_and_entities(tagger):
+    from bert_keras.export import load_litert, load_tagger
+
+    export_dir, path = tagger
+    lite, saved = load_litert(path), load_tagger(export_dir, warm_up=False)
+    # One text per call on both sides: the export's `primary` of a text depends on the texts before it in its batch
+    # (`text.windows.max_context` reads flat piece indices against windows numbered within their text).
+    ours, theirs = lite.tag_pieces(TEXTS), saved.tag_pieces(TEXTS, batch_size=1)
+    assert max(piece["window"].max(initial=0) for piece in theirs) >= 2  # the long text is several windows
+    for text, a, b in zip(TEXTS, ours, theirs):
+        for key in b:
+            if key == "scores":
+                np.testing.assert_allclose(a[key], b[key], atol=1e-4, err_msg=text)
+            else:
+                np.testing.assert_array_equal(np.asarray(a[key]), np.asarray(b[key]), err_msg=f"{key} {text!r}")
+    for aggregation in ("simple", "first", "none"):
+        entities = lite.predict(TEXTS, aggregation=aggregation)
+        expected = saved.predict(TEXTS, aggregation=aggregation, batch_size=1)
+        assert sum(map(len, expected)) > 3
+        for a, b in zip(entities, expected):
+            assert [{k: v for k, v in e.items() if k != "score"} for e in a] == \
+                [{k: v for k, v in e.items() if k != "score"} for e in b]
+            np.testing.assert_allclose([e["score"] for e in a], [e["score"] for e in b], atol=1e-4)
+
+
+@pytest.mark.slow
+@pytest.mark.xfail(strict=True, raises=ValueError, reason="heads.SentencePooling's `[:, :, None]` is a StridedSlice "
+                   "that LiteRT cannot lower with dynamic shapes (refused: 'left ops ... StridedSlice'); it needs "
+                   "expand_dims as layers/attention.py has")
+def test_a_sentence_encoder_encodes_as_its_export(tmp_path):
+    from bert_keras import BertEncoder
+    from bert_keras.export import export_litert, export_sentence_encoder, load_litert, load_sentence_encoder
+    from bert_keras.sentence_encoder import SentenceEncoder
+    from bert_keras.text import BertPreprocessor
+
+    model = _perturbed(SentenceEncoder(BertEncoder(vocab_size=len(VOCAB), **TINY),
+                                       preprocessor=BertPreprocessor(VOCAB, seq_length=SEQ_LENGTH), normalize=True))
+    export_dir = export_sentence_encoder(model, str(tmp_path / "st"))
+    lite = load_litert(export_litert(export_dir, str(tmp_path / "st.tflite")))
+    expected = load_sentence_encoder(export_dir).encode(TEXTS, batch_size=3)
+    np.testing.assert_allclose(lite.encode(TEXTS, batch_size=3), expected, atol=1e-4)
+    np.testing.assert_allclose(lite.encode(TEXTS[1]), expected[1], atol=1e-4)
+    with pytest.raises(ExportError, match="is a LiteRT sentence encoder; call its `encode`"):
+        lite.predict("a text")
