@@ -20,7 +20,6 @@ NFKC case folding, which changes characters that the reference keeps
 (full-width letters, ligatures, superscripts...); it is not used.
 """
 
-import functools
 import os
 
 import keras
@@ -458,6 +457,13 @@ class WordPieceTokenizer(Tokenizer):
         'ing'
         """
         return token[len(suffix_indicator):] if token.startswith(suffix_indicator) and len(token) > 2 else token
+
+    def tokenizer_config(self):
+        """The options as `tokenizer_config.json` records them; `strip_accents` only where set (None: as lower_case)."""
+        config = super().tokenizer_config()
+        if self.strip_accents is None:
+            del config["strip_accents"]
+        return config
 
     @classmethod
     def read_tokens(cls, files):

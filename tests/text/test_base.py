@@ -83,7 +83,8 @@ def test_each_kind_names_its_files_and_options():
 
 
 def test_tokenizer_config_gives_back_the_options_it_was_built_with(proto):
-    assert WordPieceTokenizer(WORDPIECE, lower_case=False).tokenizer_config() == {"do_lower_case": False}
+    assert WordPieceTokenizer(WORDPIECE, lower_case=False).tokenizer_config() == {"do_lower_case": False,
+                                                                             "tokenize_chinese_chars": True}
     assert SentencePieceTokenizer(proto, keep_accents=True).tokenizer_config() == \
         {"do_lower_case": True, "keep_accents": True}
     assert BytePairTokenizer(BPE_TOKENS, BPE_MERGES, add_prefix_space=True).tokenizer_config() == \

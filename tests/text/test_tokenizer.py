@@ -252,3 +252,71 @@ def test_mixed_batch_keeps_the_order_of_rows(tiny_vocab):
 def test_symbolic_call_explains_the_ragged_output(tiny_vocab):
     with pytest.raises(NotImplementedError, match="use BertPreprocessor inside a model"):
         WordPieceTokenizer(tiny_vocab)(keras.Input(shape=(), dtype="string"))
+
+
+# transformers' options of BertTokenizerFast / BertNormalizer: (do_lower_case, strip_accents, tokenize_chinese_chars).
+_OPTIONS = [(True, False, True), (True, None, False), (True, False, False), (False, None, False), (False, False, True)]
+_VARIED = [
+    "Héllo CAFÉ naïve résumé Ångström ÉTÉ", "e\u0301te\u0300 \u0301x", "中文字符 日本語の文章 한국어 中a文b", "Straße ΟΔΟΣ İstanbul ǅ",
+    "ﬁne Ｆｕｌｌ ½ x² ㎏", "x\x00y\x01z\u200b\ufeff 😀 👨\u200d👩\u200d👧", "Ǆemal Ⱟ \ua7cb 𐕰", "  tabs\tand\nnewlines  ",
+    "中" * 120, "naïve" * 30, "",
+]
+
+
+@pytest.mark.parametrize("lower_case, strip_accents, chinese", _OPTIONS)
+def test_strip_accents_and_tokenize_chinese_chars_as_transformers(vocab_path, tweets, lower_case, strip_accents,
+                                                                   chinese):
+    transformers = pytest.importorskip("transformers")
+    reference = transformers.BertTokenizerFast(vocab=vocab_path, do_lower_case=lower_case,
+                                               strip_accents=strip_accents, tokenize_chinese_chars=chinese)
+    tokenizer = WordPieceTokenizer(vocab_path, lower_case=lower_case, strip_accents=strip_accents,
+                                   tokenize_chinese_chars=chinese)
+    texts = tweets[-200:] + _VARIED
+    ids, starts, ends = (x.merge_dims(1, 2).to_list() for x in tokenizer.tokenize_with_char_offsets(tf.constant(texts)))
+    expected = reference(texts, add_special_tokens=False, return_offsets_mapping=True)
+    assert [t for t, a, b in zip(texts, ids, expected["input_ids"]) if a != b] == []
+    assert [t for t, s, e, b in zip(texts, starts, ends, expected["offset_mapping"])
+            if list(zip(s, e)) != [tuple(o) for o in b]] == []
+    if lower_case and strip_accents is False:  # accents kept, lower-cased
+        assert tokenizer.normalize(["CAFÉ"]).numpy()[0].decode() == "café"
+    if not chinese:  # a run of ideographs is one word
+        assert len(tokenizer(["中文字"]).to_list()[0]) == 1
+
+
+def test_options_read_from_tokenizer_config_and_tokenizer_json(vocab_path, tmp_path):
+    import json
+    import shutil
+
+    from bert_keras.text.folders import read_folder
+
+    shutil.copy(vocab_path, tmp_path / "vocab.txt")
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps(
+        {"do_lower_case": True, "strip_accents": False, "tokenize_chinese_chars": False}))
+    tokenizer = WordPieceTokenizer.from_folder(str(tmp_path))
+    assert (tokenizer.lower_case, tokenizer.strip_accents, tokenizer.tokenize_chinese_chars) == (True, False, False)
+    assert tokenizer.tokenizer_config() == {"do_lower_case": True, "strip_accents": False,
+                                            "tokenize_chinese_chars": False}
+    restored = WordPieceTokenizer.from_config(tokenizer.get_config())
+    assert (restored.strip_accents, restored.tokenize_chinese_chars) == (False, False)
+    # tokenizer.json's BertNormalizer fields win over tokenizer_config.json.
+    vocab = load_vocabulary(vocab_path)
+    normalizer = {"type": "BertNormalizer", "lowercase": True, "strip_accents": None, "handle_chinese_chars": True,
+                  "clean_text": True}
+    data = {"normalizer": normalizer, "pre_tokenizer": {"type": "BertPreTokenizer"},
+            "model": {"type": "WordPiece", "continuing_subword_prefix": "##",
+                      "vocab": {token: i for i, token in enumerate(vocab)}}}
+    json_folder = tmp_path / "json"
+    json_folder.mkdir()
+    (json_folder / "tokenizer_config.json").write_text(json.dumps({"strip_accents": False}))
+    for fields, expected in (({}, (None, True)), ({"strip_accents": False, "handle_chinese_chars": False}, (False, False))):
+        (json_folder / "tokenizer.json").write_text(json.dumps(dict(data, normalizer=dict(normalizer, **fields))))
+        built = read_folder(str(json_folder), "wordpiece").build()
+        assert (built.strip_accents, built.tokenize_chinese_chars) == expected
+    for fields, key in (({"lowercase": False, "strip_accents": True}, "normalizer.strip_accents"),
+                        ({"clean_text": False}, "normalizer.clean_text"),
+                        ({"handle_chinese_chars": "yes"}, "normalizer.handle_chinese_chars")):
+        (json_folder / "tokenizer.json").write_text(json.dumps(dict(data, normalizer=dict(normalizer, **fields))))
+        with pytest.raises(ValueError, match=f"tokenizer.json, field '{key}': expected"):
+            read_folder(str(json_folder), "wordpiece")
+    with pytest.raises(ValueError, match=r"argument `strip_accents`.*Received: strip_accents=True with lower_case=False"):
+        WordPieceTokenizer(vocab, lower_case=False, strip_accents=True)
