@@ -8,13 +8,18 @@ test environment (its protobuf is older than the model reader needs). A tiny ALB
 
 import io
 import json
+import os
+import random
 import struct
+import subprocess
+import sys
 import unicodedata
 
 import pytest
 import tensorflow as tf
 
 from bert_keras.text import BertPreprocessor, SentencePieceTokenizer
+from bert_keras.text.sentencepiece import _ends_with
 from bert_keras.text.unigram import _varint, read_pieces
 
 spm = pytest.importorskip("sentencepiece")
@@ -223,3 +228,52 @@ def test_saved_model_serves_the_same_ids(tokenizer, tmp_path):
     tf.saved_model.save(module, str(tmp_path / "saved"))
     loaded = tf.saved_model.load(str(tmp_path / "saved"))
     assert {key: value.numpy().tolist() for key, value in loaded.serve(texts).items()} == expected
+
+
+def test_the_byte_comparison_of_piece_ends_is_substr(tmp_path):
+    """`_ends_with` (a flat array of bytes) answers what `tf.strings.substr` of a copy of the text per piece did."""
+    rng = random.Random(0)
+    texts = ["", "héllo wörld", "a" * 40, "▁x ▁y", "日本語 ok"]
+    rows, ends, bodies = [], [], []
+    for _ in range(400):
+        row = rng.randrange(len(texts))
+        data = texts[row].encode("utf-8")
+        end = rng.randint(0, len(data))
+        start = rng.randint(max(0, end - 6), end)
+        body = data[start:end] if rng.random() < 0.6 else bytes(rng.choice(b"ahlo\xc3\xa9") for _ in range(end - start))
+        rows.append(row), ends.append(end), bodies.append(body if rng.random() < 0.9 else body + b"x")
+    text, body = tf.constant(texts), tf.constant(bodies)
+    rows, ends = tf.constant(rows, tf.int64), tf.constant(ends, tf.int64)
+    body_bytes = tf.cast(tf.strings.length(body), tf.int64)
+    expected = tf.strings.substr(tf.gather(text, rows), tf.maximum(ends - body_bytes, 0), body_bytes) == body
+    fits = ends >= body_bytes  # where the piece is shorter than its end (the only case `same` reads)
+    ours = _ends_with(text, rows, ends, body, body_bytes)
+    assert (ours & fits).numpy().tolist() == (expected & fits).numpy().tolist()
+    assert 100 < int(tf.reduce_sum(tf.cast(ours & fits, tf.int32))) < 400
+
+
+# Tokenizes one line of `sys.argv[2]` characters with the model in file `sys.argv[1]`; prints how much the peak
+# resident memory grew (MB) and how many pieces came out.
+_LONG_LINE = """
+import resource, sys
+import tensorflow as tf
+from bert_keras.text import SentencePieceTokenizer
+tokenizer = SentencePieceTokenizer(open(sys.argv[1], "rb").read())
+tokenizer.tokenize(tf.constant(["the cat sat on the mat"]))  # traced before the measure
+text = ("the cat sat on a mat " * 10_000)[: int(sys.argv[2])]
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+pieces = tokenizer.tokenize(tf.constant([text])).flat_values.shape[0]
+print((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) // 1024, pieces)
+"""
+
+
+@pytest.mark.slow
+def test_memory_of_a_long_text_does_not_grow_with_its_square(proto, tmp_path):
+    """A copy of the text per piece made a line of 30,000 characters take ~460 MB (62,500: 4.3 GB)."""
+    model = tmp_path / "spiece.model"
+    model.write_bytes(proto)
+    done = subprocess.run([sys.executable, "-c", _LONG_LINE, str(model), "30000"], capture_output=True, text=True,
+                          timeout=300, cwd=os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+    assert done.returncode == 0, done.stderr[-2000:]
+    grown_mb, pieces = map(int, done.stdout.split()[-2:])
+    assert pieces > 5_000 and grown_mb < 100, (grown_mb, pieces)
