@@ -12,12 +12,13 @@ import sys
 
 from bert_keras import __version__  # bert_keras' __init__ imports no TensorFlow: --help stays fast
 from bert_keras._native_log import NativeLogFilter
-from bert_keras.commands import convert, demo, embed, evaluate, explain, finetune, predict, presets, pretrain, search
+from bert_keras.commands import (convert, demo, embed, evaluate, explain, finetune, litert, predict, presets, pretrain,
+                                 search)
 from bert_keras.commands._common import CommandParser, UsageError, fail, set_quiet, verbosity_arguments
 from bert_keras.presets import checkpoint_name_hint  # plain Python: no TensorFlow
 
 # The command modules, in the order `bert-keras --help` lists their commands.
-COMMANDS = (presets, convert, demo, finetune, pretrain, predict, evaluate, explain, embed, search)
+COMMANDS = (presets, convert, demo, finetune, pretrain, predict, evaluate, explain, embed, search, litert)
 
 
 class _Parser(argparse.ArgumentParser):

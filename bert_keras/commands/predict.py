@@ -12,6 +12,7 @@ from bert_keras._checks import NotRegularFileError
 from bert_keras.commands._common import at_least, fail, served_kind, working
 from bert_keras.commands._io import InputError, argument_texts, input_records, json_text, prompt, standard_input, tsv_field
 from bert_keras.datasets import DataError
+from bert_keras.export.litert import is_litert, litert_kind  # no TensorFlow
 from bert_keras.export.manifest import READER, TAGGER, ExportError
 
 
@@ -30,7 +31,8 @@ def register(commands, common):
     )
     predict.add_argument("--model", required=True, help="a classifier exported by bert-keras finetune or demo, "
                          "by export_classifier, or by model.export() of a classifier built with bert_keras; a "
-                         "tagger exported by export_tagger; or a reader exported by export_reader")
+                         "tagger exported by export_tagger; a reader exported by export_reader; or a .tflite file "
+                         "of a classifier or tagger (bert-keras litert)")
     predict.add_argument("texts", nargs="*", metavar="TEXT", help="texts to classify (default: --input, else standard input)")
     predict.add_argument("--input", help="a file of texts: .csv, .tsv, .jsonl or .json (one object per line, or an "
                          "array, read whole) with --text-column; any other file: one text per line")
@@ -145,7 +147,7 @@ def run(args):
         return fail("predict", f"--top-k must be at least 1. Received: {args.top_k}")
     try:
         texts = list(argument_texts(args.texts))  # checked before the model loads
-        kind = served_kind(args.model, "predict")
+        kind = litert_kind(args.model) if is_litert(args.model) else served_kind(args.model, "predict")
         if kind == READER:
             _check_reader_arguments(args, texts)
         elif args.question is not None or args.context is not None:
@@ -164,9 +166,10 @@ def run(args):
         return _run_tagger(args, texts)
     try:
         with working("predict", f"loading the classifier in {args.model}"):
-            from bert_keras.export import load_classifier  # after the checks: they must not wait for TensorFlow
+            from bert_keras.export import load_classifier, load_litert  # after the checks: no wait for TensorFlow
 
-            classifier = load_classifier(args.model, warm_up=False)  # one run of the command: nothing compiles
+            # One run of the command: nothing compiles. A .tflite file (export_litert) loads without TensorFlow.
+            classifier = load_litert(args.model) if is_litert(args.model) else load_classifier(args.model, warm_up=False)
     except (OSError, ValueError, RuntimeError) as error:
         return fail("predict", f"cannot load a classifier from {args.model}: {error}")
     if args.top_k is not None and args.top_k > classifier.num_classes:
@@ -205,9 +208,10 @@ def _run_tagger(args, texts):
         return fail("predict", f"{flag} applies to classifiers; {args.model} is a tagger (use --aggregation).")
     try:
         with working("predict", f"loading the tagger in {args.model}"):
-            from bert_keras.export import load_tagger  # after the checks: they must not wait for TensorFlow
+            from bert_keras.export import load_litert, load_tagger  # after the checks: no wait for TensorFlow
 
-            tagger = load_tagger(args.model, warm_up=False)  # one run of the command: only its lengths trace
+            # One run of the command: only its lengths trace. A .tflite file (export_litert): no TensorFlow.
+            tagger = load_litert(args.model) if is_litert(args.model) else load_tagger(args.model, warm_up=False)
     except (OSError, ValueError, RuntimeError) as error:
         return fail("predict", f"cannot load a tagger from {args.model}: {error}")
     if not texts and not args.input:

@@ -109,7 +109,7 @@ def test_a_file_is_replaced_only_with_overwrite_and_a_file_without_its_weights_i
 def test_the_dense_windows_of_one_text_are_piece_windows_and_max_context():
     import tensorflow as tf
 
-    from bert_keras.export.litert import one_text_max_context, one_text_windows
+    from bert_keras.export._litert_graph import one_text_max_context, one_text_windows
     from bert_keras.text.windows import max_context, piece_windows
 
     for window, step in ((10, 7), (4, 1), (5, 5), (126, 95)):
@@ -227,3 +227,61 @@ def test_a_sentence_encoder_encodes_as_its_export(tmp_path):
     np.testing.assert_allclose(lite.encode(TEXTS[1]), expected[1], atol=1e-4)
     with pytest.raises(ExportError, match="is a LiteRT sentence encoder; call its `encode`"):
         lite.predict("a text")
+
+
+def _cli(*args):
+    return subprocess.run([sys.executable, "-m", "bert_keras.cli", *args], capture_output=True, text=True)
+
+
+def test_the_litert_command_refuses_bad_input_with_one_message_before_tensorflow_loads(tmp_path):
+    reader = _fake_export(tmp_path / "reader", kind="reader")
+    out = _cli("litert", "--model", reader, "--out", str(tmp_path / "m.tflite"))
+    assert out.returncode == 2
+    assert out.stderr.strip().splitlines() == [
+        f"bert-keras litert: {reader!r} is a reader export; LiteRT serves classifier, tagger and sentence encoder "
+        "exports. Serve a reader with bert_keras.export.load_reader or bert-keras predict."]
+    out = _cli("litert", "--model", _fake_export(tmp_path / "clf"), "--out", str(tmp_path / "m.lite"))
+    assert (out.returncode, out.stderr.strip()) == (
+        2, f"bert-keras litert: --out {tmp_path / 'm.lite'}: expected a file name ending in .tflite.")
+    (tmp_path / "theirs.tflite").write_bytes(b"x")
+    out = _cli("predict", "--model", str(tmp_path / "theirs.tflite"), "a text")
+    assert out.returncode == 2 and "is not a LiteRT file written by bert_keras" in out.stderr
+
+
+@pytest.mark.slow
+def test_the_command_writes_int8_and_predict_serves_the_tflite_file(classifier, tmp_path):
+    from bert_keras.export import load_litert
+
+    _, export_dir, path = classifier
+    out_path = str(tmp_path / "clf-int8.tflite")
+    out = _cli("litert", "--model", export_dir, "--out", out_path, "--quantize", "int8")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith(f"Wrote {out_path} (")
+    with open(out_path + ".json") as f:
+        assert json.load(f)["quantize"] == "int8"
+    out = _cli("predict", "--model", path, "--format", "jsonl", "good day", "")
+    assert out.returncode == 0, out.stderr
+    lines = [json.loads(line) for line in out.stdout.splitlines()]
+    expected = load_litert(path).predict("good day")
+    assert lines[0]["label"] == expected["label"] and lines[0]["score"] == pytest.approx(expected["score"], abs=1e-6)
+    assert lines[1]["label"] is None
+
+
+@pytest.mark.slow
+def test_minilm_in_litert_equals_its_saved_model_on_1000_tweets_and_int8_is_under_a_third(tmp_path):
+    import keras
+
+    from bert_keras.export import export_classifier, export_litert, load_classifier, load_litert
+    from bert_keras.tasks import BertClassifier
+    from bert_keras.text.corpora import load_tweets
+    from tests.sentence_models import minilm_folder
+
+    keras.utils.set_random_seed(0)
+    model = BertClassifier.from_checkpoint(minilm_folder(), num_classes=3, seq_length=128)
+    export_dir = export_classifier(model, str(tmp_path / "clf"), ["negative", "neutral", "positive"])
+    fp32 = export_litert(export_dir, str(tmp_path / "fp32.tflite"))
+    int8 = export_litert(export_dir, str(tmp_path / "int8.tflite"), quantize="int8")
+    assert os.path.getsize(int8) <= os.path.getsize(fp32) / 3
+    texts = load_tweets()[0][:1000]
+    expected = load_classifier(export_dir, warm_up=False).predict_proba(texts)
+    np.testing.assert_allclose(load_litert(fp32).predict_proba(texts), expected, atol=1e-4)

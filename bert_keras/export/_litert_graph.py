@@ -1,0 +1,220 @@
+"""The graphs `export_litert` converts: WordPiece in tensorflow-text's LiteRT kernels, packing and windows in builtin
+ops, around an export's own `serve_ids` (see `bert_keras.export.litert`)."""
+
+import logging
+
+import tensorflow as tf
+import tensorflow_text as tf_text
+
+from bert_keras.export._litert_table import normalizer_model
+from bert_keras.export._writer import IDS_SIGNATURE
+from bert_keras.export.manifest import TAGGER, ExportError
+
+logger = logging.getLogger(__name__)
+
+# What `serve` and `serve_ids` return of the export's `serve_ids`, per kind.
+OUTPUTS = {"classifier": ("probabilities",), "sentence_encoder": ("embeddings",), TAGGER: ("scores",)}
+
+
+def litert_module(saved, manifest, vocabulary):
+    """The `tf.Module` converted: `serve_ids` (the export's), and with a vocabulary `serve` and `preprocess`."""
+    kind, tokenizer = manifest["kind"], manifest["tokenizer"]
+    text_spec = [tf.TensorSpec([1] if kind == TAGGER else [None], tf.string, name="text")]
+    if not hasattr(saved, "serve_ids"):
+        raise ExportError("The export has no serve_ids endpoint (written by an earlier version of bert_keras): export "
+                          "the model again with this version to convert it to LiteRT.")
+
+    class LiteRTModule(tf.Module):
+        def __init__(self):
+            super().__init__()
+            self.saved = saved  # its variables are frozen into the file
+            self.pieces = None if vocabulary is None else _Pieces(tokenizer, vocabulary, offsets=kind == TAGGER)
+
+        @tf.function(input_signature=IDS_SIGNATURE)
+        def serve_ids(self, input_word_ids, input_mask, input_type_ids):
+            outputs = self.saved.serve_ids(input_word_ids=input_word_ids, input_mask=input_mask,
+                                           input_type_ids=input_type_ids)
+            return {name: outputs[name] for name in OUTPUTS[kind]}
+
+        @tf.function(input_signature=text_spec)
+        def preprocess(self, text):
+            return self.pieces.packed(text)
+
+        @tf.function(input_signature=text_spec)
+        def serve(self, text):
+            if kind == TAGGER:
+                return _tag_one_text(self.pieces, self.saved.serve_ids, text, tokenizer["seq_length"],
+                                     manifest["stride"])
+            outputs = self.saved.serve_ids(**self.pieces.packed(text))
+            return {name: outputs[name] for name in OUTPUTS[kind]}
+
+    return LiteRTModule()
+
+
+class _Pieces:
+    """WordPiece in tensorflow-text's LiteRT kernels, as the package's `WordPieceTokenizer` tokenizes (every code
+    point, the 100-character word rule, offsets in code points of the raw text), and packing in builtin ops."""
+
+    def __init__(self, tokenizer, vocabulary, offsets):
+        buffer, unmatched = normalizer_model(vocabulary, bool(tokenizer.get("lower_case", True)))
+        if unmatched:
+            logger.warning("The vocabulary holds %d code points that LiteRT's WordPiece splits off as punctuation "
+                           "(e.g. U+%04X); words holding them may get other pieces than the export's.",
+                           len(unmatched), unmatched[0])
+        self.max_chars = int(tokenizer.get("max_chars_per_word") or 100)
+        self.unknown = tokenizer.get("unknown_token", "[UNK]")
+        suffix = tokenizer.get("suffix_indicator", "##")
+        self.normalizer = tf_text.FastBertNormalizer(model_buffer=buffer)
+        self.wordpiece = tf_text.FastWordpieceTokenizer(
+            vocabulary, suffix_indicator=suffix, max_bytes_per_word=4 * self.max_chars, token_out_type=tf.int32,
+            unknown_token=self.unknown)
+        self.bytes = tf_text.ByteSplitter()
+        self.unknown_id = vocabulary.index(self.unknown)
+        self.word_start = tf.constant([not token.startswith(suffix) for token in vocabulary])
+        self.vocabulary = tf.constant(vocabulary)
+        self.seq_length, self.cls_id = tokenizer["seq_length"], tokenizer["cls_id"]
+        self.sep_id, self.pad_id = tokenizer["sep_id"], tokenizer["pad_id"]
+        self.offsets = offsets
+
+    def tokenize(self, text):
+        """`(ids, starts, ends)`, ragged `(batch, (pieces))`: ids int32, character spans int32 (code points of the
+        raw text; None without offsets)."""
+        if not self.offsets:
+            normalized = self.normalizer.normalize(text)
+            ids, starts, ends = self.wordpiece.tokenize_with_offsets(normalized)
+            ids, _, _ = self._long_words_unknown(ids, starts, ends, normalized)
+            return ids, None, None
+        normalized, byte_map = self.normalizer.normalize_with_offsets(text)  # (batch, (normalised bytes + 1))
+        ids, starts, ends = self.wordpiece.tokenize_with_offsets(normalized)
+        ids, starts, ends = self._long_words_unknown(ids, starts, ends, normalized)
+        row = tf.cast(ids.value_rowids(), tf.int32)
+        base = tf.gather(tf.cast(byte_map.row_splits, tf.int32), row)
+        raw_map = tf.cast(byte_map.flat_values, tf.int32)
+        # A piece spans from the raw character of its first byte to after the raw character of its last byte.
+        raw_first = tf.gather(raw_map, base + tf.cast(starts.flat_values, tf.int32))
+        raw_last = tf.gather(raw_map, base + tf.cast(ends.flat_values, tf.int32) - 1)
+        raw = self.bytes.split(text)
+        count, raw_base = _code_point_counts(raw), tf.gather(tf.cast(raw.row_splits, tf.int32), row)
+        char_starts = tf.gather(count, raw_base + raw_first) - tf.gather(count, raw_base)
+        char_ends = tf.gather(count, raw_base + raw_last + 1) - tf.gather(count, raw_base)
+        return ids, ids.with_flat_values(char_starts), ids.with_flat_values(char_ends)
+
+    def _long_words_unknown(self, ids, starts, ends, normalized):
+        """Hugging Face's rule: a word of more than `max_chars` characters is one unknown token spanning it
+        (FastWordpiece counts bytes, not characters)."""
+        flat = ids.flat_values
+        total = tf.shape(flat)[0]
+        row = tf.cast(ids.value_rowids(), tf.int32)
+        first = tf.gather(self.word_start, flat)  # (pieces,): a word's first piece
+        word = tf.cumsum(tf.cast(first, tf.int32)) - 1
+        first_piece = tf.reshape(tf.cast(tf.where(first), tf.int32), [-1])  # (words,)
+        last_piece = tf.concat([first_piece[1:] - 1, tf.reshape(total - 1, [1])], 0)[: tf.shape(first_piece)[0]]
+        raw = self.bytes.split(normalized)
+        count = _code_point_counts(raw)
+        base = tf.gather(tf.cast(raw.row_splits, tf.int32), tf.gather(row, first_piece))
+        word_start = tf.cast(tf.gather(starts.flat_values, first_piece), tf.int32)
+        word_end = tf.cast(tf.gather(ends.flat_values, last_piece), tf.int32)
+        chars = tf.gather(count, base + word_end) - tf.gather(count, base + word_start)  # (words,)
+        long_piece = tf.gather(chars > self.max_chars, word)  # (pieces,)
+        keep = tf.logical_or(tf.logical_not(long_piece), first)
+        kept = tf.reshape(tf.cast(tf.where(keep), tf.int32), [-1])
+        new_ids = tf.gather(tf.where(long_piece, self.unknown_id, flat), kept)
+        new_starts = tf.gather(starts.flat_values, kept)
+        word_ends = tf.gather(tf.gather(ends.flat_values, last_piece), word)
+        new_ends = tf.gather(tf.where(long_piece, word_ends, ends.flat_values), kept)
+        before = tf.concat([tf.zeros([1], tf.int32), tf.cumsum(tf.cast(keep, tf.int32))], 0)
+        splits = tf.gather(before, tf.cast(ids.row_splits, tf.int32))
+
+        def ragged(values):
+            return tf.RaggedTensor.from_row_splits(values, splits, validate=False)
+
+        return ragged(new_ids), ragged(new_starts), ragged(new_ends)
+
+    def packed(self, text):
+        """`[CLS] pieces [SEP]` padded to the batch's longest row (at most `seq_length`), builtin ops only."""
+        ids = self.tokenize(text)[0]
+        values = tf.concat([ids.flat_values, tf.zeros([1], tf.int32)], 0)  # a spare entry: no gather from []
+        splits = tf.cast(ids.row_splits, tf.int32)
+        starts = tf.expand_dims(splits[:-1], 1)  # (batch, 1)
+        lengths = tf.expand_dims(tf.minimum(splits[1:] - splits[:-1], self.seq_length - 2), 1)
+        return _packed_rows(values, starts, lengths, tf.reduce_max(lengths) + 2, self.cls_id, self.sep_id,
+                            self.pad_id)
+
+
+def _code_point_counts(raw):
+    """`count[k]`: the UTF-8 lead bytes among the first `k` bytes of `raw.flat_values` (int32, one more entry)."""
+    byte = tf.cast(raw.flat_values, tf.int32)
+    lead = tf.cast((byte < 0x80) | (byte >= 0xC0), tf.int32)  # not 10xxxxxx (bitwise ops are no builtins)
+    return tf.concat([tf.zeros([1], tf.int32), tf.cumsum(lead)], 0)
+
+
+def _packed_rows(values, starts, lengths, width, cls_id, sep_id, pad_id):
+    """Rows `[CLS] values[start : start + length] [SEP]` padded to `width`: the three int32 inputs."""
+    position = tf.expand_dims(tf.range(width, dtype=tf.int32), 0)  # (1, width)
+    piece = position - 1
+    inside = (piece >= 0) & (piece < lengths)
+    index = tf.minimum(starts + tf.maximum(piece, 0), tf.shape(values)[0] - 1)
+    word_ids = tf.where(inside, tf.gather(values, index), pad_id)
+    word_ids = tf.where(position == 0, cls_id, word_ids)
+    word_ids = tf.where(position == lengths + 1, sep_id, word_ids)
+    mask = tf.cast(position < lengths + 2, tf.int32)
+    return {"input_word_ids": word_ids, "input_mask": mask, "input_type_ids": tf.zeros_like(word_ids)}
+
+
+def one_text_windows(num_pieces, window, step):
+    """`text.windows.piece_windows` for one text, in dense builtin ops: `(index, first, last)` int32 `(windows,)`.
+
+    The same arithmetic (tests hold the two equal on many lengths): a text
+    of at most `window` pieces is one window; a longer one windows of
+    `window` pieces every `step`, the last reaching its end.
+    """
+    count = 1 + tf.maximum(num_pieces - window + step - 1, 0) // step
+    index = tf.range(count, dtype=tf.int32)
+    first = index * step
+    return index, first, tf.minimum(first + window, num_pieces)
+
+
+def one_text_max_context(entry_piece, entry_window, first, last, num_pieces):
+    """`text.windows.max_context` in int32 builtin ops: whether each entry is its piece's copy with most context."""
+    window_first = tf.gather(first, entry_window)
+    # `max_context`'s arithmetic term for term (its right context reads `last - 1 - piece + first`; the test that
+    # holds the two equal fails the day one of them changes).
+    context = tf.minimum(entry_piece - window_first, tf.gather(last, entry_window) - 1 - entry_piece + window_first)
+    windows = tf.size(first) + 1
+    key = context * windows + (windows - 1 - entry_window)  # more context first, then the earlier window
+    best = tf.math.unsorted_segment_max(key, entry_piece, num_pieces)
+    return tf.equal(key, tf.gather(best, entry_piece))
+
+
+def _tag_one_text(pieces, serve_ids, text, seq_length, stride):
+    """The tagger export's `serving_default` outputs for one text (`(1,)` strings), windows in dense builtin ops."""
+    ids, starts, ends = pieces.tokenize(text)
+    values = ids.flat_values
+    num_pieces = tf.shape(values)[0]
+    window = seq_length - 2
+    index, first, last = one_text_windows(num_pieces, window, window - stride)
+    lengths = tf.expand_dims(last - first, 1)  # (windows, 1)
+    spare = tf.concat([values, tf.zeros([1], tf.int32)], 0)
+    packed = _packed_rows(spare, tf.expand_dims(first, 1), lengths, tf.minimum(num_pieces, window) + 2,
+                          pieces.cls_id, pieces.sep_id, pieces.pad_id)
+    scores = serve_ids(**packed)["scores"]  # (windows, width, tags)
+    column = tf.expand_dims(tf.range(tf.minimum(num_pieces, window), dtype=tf.int32), 0)
+    entries = tf.cast(tf.where(column < lengths), tf.int32)  # (entries, 2): window, place in it; window after window
+    entry_window, place = entries[:, 0], entries[:, 1]
+    entry_piece = tf.gather(first, entry_window) + place
+    entry_scores = tf.gather_nd(scores, tf.stack([entry_window, place + 1], axis=1))
+    entry_ids = tf.gather(values, entry_piece)
+    outputs = {
+        "tag_ids": tf.argmax(entry_scores, axis=-1, output_type=tf.int32),
+        "scores": entry_scores,
+        "char_starts": tf.cast(tf.gather(starts.flat_values, entry_piece), tf.int64),
+        "char_ends": tf.cast(tf.gather(ends.flat_values, entry_piece), tf.int64),
+        "tokens": tf.gather(pieces.vocabulary, entry_ids),
+        "token_ids": entry_ids,
+        "window": tf.gather(index, entry_window),
+        "piece_index": entry_piece,
+        "primary": one_text_max_context(entry_piece, entry_window, first, last, num_pieces),
+    }
+    outputs = {name: tf.expand_dims(value, 0) for name, value in outputs.items()}  # (1, entries, ...)
+    outputs["lengths"] = tf.reshape(tf.shape(entry_ids)[0], [1])
+    return outputs
