@@ -37,6 +37,10 @@ _do_not_convert = tf.autograph.experimental.do_not_convert
 
 _LETTER, _NUMBER, _OTHER, _SPACE_CLASS = 0, 1, 2, 3
 _NO_RANK = np.iinfo(np.int64).max
+# Words (GPT-2 chunks) longer than this many bytes are merged as pieces of this many bytes, each on its own: the
+# reference merges them whole, so ids may differ inside such a word (a run of 1,025 letters or symbols without a
+# space; the longest chunk of 38,158 tweets is 465 bytes), but a word costs at most this many merge rounds.
+MAX_MERGED_BYTES = 1024
 
 
 def bytes_to_unicode():
@@ -251,6 +255,9 @@ class BytePairTokenizer(Tokenizer):
     reference's matching of literal special tokens such as `"<mask>"` in the
     text is not reproduced: they are tokenized as text. Pairs are packed
     RoBERTa's way (`packing = "roberta"`: `<s> A </s></s> B </s>`, type ids 0).
+    A word (GPT-2 chunk) longer than `MAX_MERGED_BYTES` (1,024) bytes is
+    merged in parts of that many bytes, which bounds its cost (the reference
+    merges it whole: ids may differ inside such a word, never elsewhere).
 
     Character offsets count code points of the raw string: a piece spans the
     code points whose UTF-8 bytes it holds (the pieces of one character split
@@ -402,11 +409,27 @@ class BytePairTokenizer(Tokenizer):
         )
 
     def _merge_words(self, words):
-        """BPE of a vector of words (UTF-8 strings) -> int32 ragged `(words, pieces)`."""
+        """BPE of a vector of words (UTF-8 strings) -> int32 ragged `(words, pieces)`.
+
+        A word longer than `MAX_MERGED_BYTES` is merged as pieces of that many
+        bytes (see its comment): the loop runs one round per merge rank a word
+        uses, over every symbol of the batch, so one long run of letters cost
+        minutes.
+        """
         raw = tf.strings.bytes_split(words)
         flat = tf.reshape(tf.io.decode_raw(raw.flat_values, tf.uint8), [-1])  # one byte per string
-        symbols = raw.with_flat_values(tf.gather(self._byte_ids, tf.cast(flat, tf.int32)))
-        return apply_merges(symbols, self._pair_table, self._merged_ids, self._size)
+        ids = tf.gather(self._byte_ids, tf.cast(flat, tf.int32))
+        word = row_ids(raw)  # (bytes,)
+        at = tf.range(tf.size(word, tf.int64)) - tf.gather(raw.row_starts(), word)
+        starts_part = at % MAX_MERGED_BYTES == 0
+        part = tf.cumsum(tf.cast(starts_part, tf.int64)) - 1
+        num_parts = tf.reduce_sum(tf.cast(starts_part, tf.int64))
+        symbols = tf.RaggedTensor.from_value_rowids(ids, part, nrows=num_parts, validate=False)  # (parts, bytes)
+        merged = apply_merges(symbols, self._pair_table, self._merged_ids, self._size)  # (parts, pieces)
+        part_word = tf.boolean_mask(word, starts_part)
+        return tf.RaggedTensor.from_value_rowids(
+            merged.flat_values, tf.gather(part_word, row_ids(merged)), nrows=raw.nrows(), validate=False
+        )
 
     def _chunks(self, strings):
         """Code points of the texts and the chunks of GPT-2's pre-tokenization.
