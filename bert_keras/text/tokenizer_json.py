@@ -216,9 +216,10 @@ def _metaspace(step, path, part):
 
 
 def _albert_pre_tokenizer(tokenizer, path):
+    """WhitespaceSplit then Metaspace, as transformers 5 writes ALBERT's. A Metaspace alone (older files) splits on
+    U+0020 only and keeps a "▁" where the charsmap made a space at a text's end, which SentencePiece drops."""
     pre = tokenizer.get("pre_tokenizer")
-    if _type(pre, path, "pre_tokenizer", ("Metaspace", "Sequence")) == "Metaspace":
-        return _metaspace(pre, path, "pre_tokenizer")
+    _type(pre, path, "pre_tokenizer", ("Sequence",))
     steps = pre.get("pretokenizers")
     if not isinstance(steps, list) or len(steps) != 2:
         raise _refuse(path, "pre_tokenizer.pretokenizers", "expected WhitespaceSplit then Metaspace.")

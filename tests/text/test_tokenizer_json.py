@@ -174,6 +174,8 @@ def _set(path, value):
      r"'normalizer.normalizers\[3\]'.*ALBERT's normalizer"),
     ("albert", _set(["pre_tokenizer", "pretokenizers", 1, "prepend_scheme"], "first"),
      r"'pre_tokenizer.pretokenizers\[1\].prepend_scheme'"),
+    ("albert", _set(["pre_tokenizer"], {"type": "Metaspace", "replacement": "\u2581", "add_prefix_space": True}),
+     "'pre_tokenizer.type': expected 'Sequence'"),
     ("albert", _set(["model", "byte_fallback"], True), "'model.byte_fallback'"),
     ("albert", _set(["model", "vocab", 9], ["x", "high"]), r"'model.vocab\[9\]'"),
     ("albert", _set(["model", "unk_id"], None), "'model.unk_id'"),
