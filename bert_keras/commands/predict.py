@@ -166,10 +166,8 @@ def run(args):
         return _run_tagger(args, texts)
     try:
         with working("predict", f"loading the classifier in {args.model}"):
-            from bert_keras.export import load_classifier, load_litert  # after the checks: no wait for TensorFlow
-
-            # One run of the command: nothing compiles. A .tflite file (export_litert) loads without TensorFlow.
-            classifier = load_litert(args.model) if is_litert(args.model) else load_classifier(args.model, warm_up=False)
+            # After the checks: they must not wait for TensorFlow. A .tflite file (export_litert) loads without it.
+            classifier = _litert_or(args.model, "load_classifier")  # one run of the command: nothing compiles
     except (OSError, ValueError, RuntimeError) as error:
         return fail("predict", f"cannot load a classifier from {args.model}: {error}")
     if args.top_k is not None and args.top_k > classifier.num_classes:
@@ -201,6 +199,15 @@ def run(args):
     return 0
 
 
+def _litert_or(model, loader):
+    """`load_litert(model)` for a .tflite file (no TensorFlow imported), else the export `loader` (its name)."""
+    import bert_keras.export
+
+    if is_litert(model):
+        return bert_keras.export.load_litert(model)
+    return getattr(bert_keras.export, loader)(model, warm_up=False)
+
+
 def _run_tagger(args, texts):
     """`predict` on a tagger export: each text's entities, in input order."""
     if args.top_k is not None or args.text_pair_column:
@@ -208,10 +215,8 @@ def _run_tagger(args, texts):
         return fail("predict", f"{flag} applies to classifiers; {args.model} is a tagger (use --aggregation).")
     try:
         with working("predict", f"loading the tagger in {args.model}"):
-            from bert_keras.export import load_litert, load_tagger  # after the checks: no wait for TensorFlow
-
-            # One run of the command: only its lengths trace. A .tflite file (export_litert): no TensorFlow.
-            tagger = load_litert(args.model) if is_litert(args.model) else load_tagger(args.model, warm_up=False)
+            # After the checks: they must not wait for TensorFlow. A .tflite file (export_litert) loads without it.
+            tagger = _litert_or(args.model, "load_tagger")  # one run of the command: only its lengths trace
     except (OSError, ValueError, RuntimeError) as error:
         return fail("predict", f"cannot load a tagger from {args.model}: {error}")
     if not texts and not args.input:

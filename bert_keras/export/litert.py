@@ -380,17 +380,20 @@ def _text_kernels():
         return list(tflite_registrar.SELECT_TFTEXT_OPS)
 
 
-def _interpreter(path, strings, num_threads):
+def _interpreter(path, strings, num_threads, xnnpack=True):
+    """LiteRT's interpreter of `path`: with tensorflow-text's kernels for a file from strings; with LiteRT's default
+    delegate (XNNPACK) unless `xnnpack` is False."""
     try:
         from ai_edge_litert import interpreter as litert
     except ImportError:
         raise ImportError("Serving a .tflite file needs the LiteRT interpreter: pip install ai-edge-litert "
                           "(or bert-keras[litert]).") from None
     threads = (os.cpu_count() or 1) if num_threads is None else check_int("num_threads", num_threads, minimum=1)
+    options = {} if xnnpack else {"experimental_op_resolver_type": litert.OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES}
     if not strings:
-        return litert.Interpreter(model_path=path, num_threads=threads)
+        return litert.Interpreter(model_path=path, num_threads=threads, **options)
     return litert.InterpreterWithCustomOps(model_path=path, num_threads=threads,
-                                           custom_op_registerers=_text_kernels())
+                                           custom_op_registerers=_text_kernels(), **options)
 
 
 class LiteRTModel:
@@ -419,9 +422,8 @@ class LiteRTModel:
                               "and its record are of different conversions. Convert the export again.")
         self.record, self.kind = record, record["kind"]
         self.serves_strings = bool(record.get("strings"))
-        self._interpreter = _interpreter(self.path, self.serves_strings, num_threads)
-        self.serve_ids = self._interpreter.get_signature_runner("serve_ids")
-        self._serve = self._interpreter.get_signature_runner("serve") if self.serves_strings else None
+        self._num_threads = num_threads
+        self._start(xnnpack=True)
         self.label_names = record.get("label_names")
         self.num_classes = len(self.label_names or ())
         self.inputs = record.get("inputs") or ["text"]
@@ -432,6 +434,12 @@ class LiteRTModel:
         self._unknown_token = tokenizer.get("unknown_token", "[UNK]")
         self._suffix_indicator = tokenizer.get("suffix_indicator", "")
         self.tokenizer_kind = tokenizer.get("kind")
+
+    def _start(self, xnnpack):
+        self._interpreter = _interpreter(self.path, self.serves_strings, self._num_threads, xnnpack=xnnpack)
+        self.xnnpack = xnnpack
+        self.serve_ids = self._interpreter.get_signature_runner("serve_ids")
+        self._serve = self._interpreter.get_signature_runner("serve") if self.serves_strings else None
 
     def _strings(self, texts):
         if not self.serves_strings:
@@ -449,7 +457,19 @@ class LiteRTModel:
         return texts, single
 
     def _run(self, texts):
-        return self._serve(text=np.array([text.encode("utf-8") for text in texts], dtype=object))
+        text = np.array([text.encode("utf-8") for text in texts], dtype=object)
+        try:
+            return self._serve(text=text)
+        except RuntimeError as error:
+            # XNNPACK refuses to prepare the dynamic-range int8 graph of the token-packed encoder ("failed to create
+            # XNNPACK Value for tensor -1"; the float32 graph and int8 without token packing it takes): LiteRT's
+            # own kernels then answer, slower.
+            if not self.xnnpack or "XNNPACK" not in str(error):
+                raise
+            logger.info("%s: XNNPACK cannot prepare this graph (%s); serving with LiteRT's builtin kernels.",
+                        self.path, str(error).splitlines()[0][:120])
+            self._start(xnnpack=False)
+            return self._serve(text=text)
 
     def _check_kind(self, *kinds):
         if self.kind not in kinds:

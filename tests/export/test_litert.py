@@ -265,6 +265,10 @@ def test_the_command_writes_int8_and_predict_serves_the_tflite_file(classifier, 
     expected = load_litert(path).predict("good day")
     assert lines[0]["label"] == expected["label"] and lines[0]["score"] == pytest.approx(expected["score"], abs=1e-6)
     assert lines[1]["label"] is None
+    code = (f"import sys; from bert_keras.cli import main; status = main(['predict', '--model', {path!r}, 'good day']); "
+            "print(status, 'tensorflow' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.stdout.splitlines()[-1] == "0 False", out.stderr  # the .tflite is served without TensorFlow
 
 
 @pytest.mark.slow
@@ -285,3 +289,5 @@ def test_minilm_in_litert_equals_its_saved_model_on_1000_tweets_and_int8_is_unde
     texts = load_tweets()[0][:1000]
     expected = load_classifier(export_dir, warm_up=False).predict_proba(texts)
     np.testing.assert_allclose(load_litert(fp32).predict_proba(texts), expected, atol=1e-4)
+    # int8 (XNNPACK cannot prepare its token-packed graph: LiteRT's own kernels answer); measured 1.2e-3 at most.
+    np.testing.assert_allclose(load_litert(int8).predict_proba(texts), expected, atol=1e-2)
