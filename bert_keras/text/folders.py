@@ -13,6 +13,7 @@ reader of a folder (the checkpoint readers' size checks, `LoadedCheckpoint.token
 """
 
 import dataclasses
+import json
 import os
 
 from bert_keras.text.base import find_file, read_json_file
@@ -195,6 +196,32 @@ def missing_tokenizer_files(folder, kind):
     """The files of tokenizer `kind` that `folder` lacks (all of them where `folder` is None)."""
     return [tokenizer_class(kind).files[attribute]
             for attribute, path in tokenizer_class(kind).folder_files(folder).items() if path is None]
+
+
+def write_tokenizer_files(tokenizer, directory):
+    """Writes a built tokenizer's own files (`files`: WordPiece's vocab.txt, ALBERT's spiece.model, RoBERTa's
+    vocab.json and merges.txt) into `directory`, as new files, for a tokenizer read from a `tokenizer.json`: what a
+    module pair carries as assets. Returns `{attribute: path}`, as `tokenizer_assets` gives them.
+
+    Raises:
+        FileExistsError: one of the files exists already (nothing is replaced).
+    """
+    names = tokenizer.files
+    contents = {}
+    if "sp_model_file" in names:
+        contents["sp_model_file"] = tokenizer.proto
+    elif "merges_file" in names:
+        vocabulary = {token: index for index, token in enumerate(tokenizer.vocabulary)}
+        contents["vocab_file"] = json.dumps(vocabulary, ensure_ascii=False).encode("utf-8")
+        contents["merges_file"] = "".join(["#version: 0.2\n"] + [m + "\n" for m in tokenizer.merges]).encode("utf-8")
+    else:
+        contents["vocab_file"] = "".join(token + "\n" for token in tokenizer.vocabulary).encode("utf-8")
+    paths = {}
+    for attribute, data in contents.items():
+        paths[attribute] = os.path.join(os.fspath(directory), names[attribute])
+        with open(paths[attribute], "xb") as f:  # "x": never a file (or a link planted) already there
+            f.write(data)
+    return paths
 
 
 def tokenizer_assets(folder, kind="wordpiece", vocab_file=None):

@@ -193,3 +193,20 @@ def test_model_proto_round_trip_and_the_sentencepiece_op_reads_it():
     processor = spm.SentencePieceProcessor(model_proto=proto)
     assert processor.encode("a b", out_type=str) == ["\u2581a", "\u2581", "b"]
     assert base64.b64encode(proto)  # bytes, as the layer's config stores them
+
+
+@pytest.mark.parametrize("name", ["albert", "roberta", "bert"])
+def test_tokenizer_files_written_from_tokenizer_json_read_back_the_same(folders, tweets, tmp_path, name):
+    from bert_keras.text.folders import tokenizer_from_folder, write_tokenizer_files
+
+    tokenizer = read_folder(folders[name], KINDS[name]).build()
+    paths = write_tokenizer_files(tokenizer, tmp_path)
+    assert sorted(os.path.basename(p) for p in paths.values()) == sorted(tokenizer.files.values())
+    assert set(paths) == set(tokenizer.files)
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps(tokenizer.tokenizer_config()))
+    again = tokenizer_from_folder(str(tmp_path), KINDS[name])
+    assert read_folder(str(tmp_path), KINDS[name]).files is not None  # its own files, not a tokenizer.json
+    texts = tf.constant(tweets[-100:] + EDGE_CASES)
+    assert again.tokenize(texts).to_list() == tokenizer.tokenize(texts).to_list()
+    with pytest.raises(FileExistsError):
+        write_tokenizer_files(tokenizer, tmp_path)  # nothing replaced
