@@ -20,7 +20,7 @@ from bert_keras.formats._common import (
     resolve_target,
 )
 from bert_keras.formats._read import check_config, plan_parts, read_weights
-from bert_keras.formats.sources import ArraySource, _Source
+from bert_keras.formats.sources import ArraySource, _Source, check_weight_file
 
 CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.weights.h5"
@@ -113,8 +113,9 @@ class H5Source(_Source):
         self.file = path
         self.files = _h5_files(path)
         for file in self.files:
-            if not os.path.isfile(file):
+            if not os.path.exists(file):
                 raise CheckpointError(path, None, f"lists the shard {file}, which does not exist.")
+            check_weight_file(file)
             datasets = {}
 
             def visit(name, item):

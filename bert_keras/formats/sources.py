@@ -5,6 +5,7 @@ Every source answers `names()`, `has(name)`, `shape(name)`, `get(name)` and
 a `bert.` prefix); `original_name(name)` gives the name as stored.
 """
 
+import glob
 import json
 import math
 import os
@@ -12,7 +13,7 @@ import struct
 
 import numpy as np
 
-from bert_keras._checks import NotRegularFileError, open_regular_file, quoted
+from bert_keras._checks import NotRegularFileError, check_regular_file, open_regular_file, quoted
 from bert_keras.formats._common import CheckpointError, read_json
 
 _SAFETENSORS_DTYPE_SIZES = {
@@ -161,6 +162,17 @@ def shard_files(index_file):
     return sorted(files)
 
 
+def check_weight_file(file):
+    """Refuses a weight file that is not a regular file (a FIFO, a device, a directory), naming it: the libraries
+    that read weights (torch, h5py, TensorFlow's checkpoint reader) would wait on a FIFO for a writer."""
+    try:
+        check_regular_file(file)
+    except NotRegularFileError as error:
+        raise CheckpointError(file, None, f"{error.strerror}.") from error
+    if os.path.isdir(file):
+        raise CheckpointError(file, None, "is a directory; expected a file of weights.")
+
+
 def _check_shard_exists(index_file, file):
     """A missing shard is named with the index that lists it; one that is not a file is refused where it is read."""
     if not os.path.exists(file):
@@ -260,6 +272,7 @@ class TorchSource(_Source):
 
 def _read_state_dict(torch, file):
     """The tensors of a `torch.save`d state dict as numpy arrays (float32 unless float64)."""
+    check_weight_file(file)
     try:
         state = torch.load(file, map_location="cpu", weights_only=True)
     except Exception as error:
@@ -286,6 +299,8 @@ class TFCheckpointSource(_Source):
 
         self.file = prefix
         self.files = [prefix + ".index"]
+        for file in [prefix + ".index"] + sorted(glob.glob(glob.escape(prefix) + ".data-*")):
+            check_weight_file(file)
         try:
             self._reader = tf.train.load_checkpoint(prefix)
         except Exception as error:

@@ -10,6 +10,8 @@ import json
 import os
 import re
 import shutil
+import subprocess
+import sys
 
 import pytest
 
@@ -63,6 +65,12 @@ def _index_only(folder):
     (folder / "model.safetensors.index.json").write_text(json.dumps({"weight_map": {}}))
 
 
+def _torch_only(folder):
+    """The folder's weights as `pytorch_model.bin` only (transformers' older format)."""
+    os.remove(folder / "model.safetensors")
+    (folder / "pytorch_model.bin").write_bytes(b"")
+
+
 # name -> how the folder is prepared before `name` becomes a FIFO (item 1: vocab.txt, 2: tokenizer_config.json,
 # 3: an index without model.safetensors; model.safetensors itself alike).
 FIFO_FILES = {
@@ -70,6 +78,7 @@ FIFO_FILES = {
     "tokenizer_config.json": lambda folder: (folder / "tokenizer_config.json").write_text("{}"),
     "model.safetensors.index.json": _index_only,
     "model.safetensors": None,
+    "pytorch_model.bin": _torch_only,
 }
 
 
@@ -112,6 +121,36 @@ def test_load_vocabulary_refuses_a_fifo_and_a_directory(tmp_path):
     os.mkdir(tmp_path / "folder")
     with pytest.raises(ValueError, match=re.escape(f"{tmp_path / 'folder'}: is a directory; expected a file.")):
         load_vocabulary(str(tmp_path / "folder"))
+
+
+# Loads the checkpoint at `sys.argv[1]`; prints the error's message. In a process of its own: TensorFlow's checkpoint
+# reader waits on a FIFO holding the interpreter's lock, which no thread of the test can release.
+_LOAD = """
+import sys
+from bert_keras.checkpoints import load_checkpoint
+try:
+    load_checkpoint(sys.argv[1])
+except ValueError as error:
+    print(error)
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("suffix", [".index", ".data-00000-of-00001"])
+def test_a_fifo_in_a_google_checkpoint_is_refused_without_waiting(tmp_path, suffix):
+    from tests.checkpoints.test_google import write_google_directory
+
+    folder = write_google_directory(tmp_path / "google", hf_pretraining_model(hidden_act="gelu_new"))
+    fifo = _replace_with_fifo(os.path.join(folder, "bert_model.ckpt" + suffix))
+    # A folder is recognised by a regular *.index: with a FIFO there, the prefix is named instead.
+    source = os.path.join(folder, "bert_model.ckpt") if suffix == ".index" else folder
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    try:
+        done = subprocess.run([sys.executable, "-c", _LOAD, source], capture_output=True, text=True, timeout=120,
+                              cwd=root)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"load_checkpoint waited on the FIFO {fifo}")
+    assert done.stdout.startswith(f"{fifo}: it is a FIFO (named pipe), not a regular file"), done.stderr[-2000:]
 
 
 # Item 4: a sentence-transformers folder whose pooling config (or the BERT's vocab.txt) is a FIFO.
