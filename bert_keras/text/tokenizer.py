@@ -32,6 +32,7 @@ from bert_keras.text import _unicode_tables as tables
 from bert_keras.text.base import (  # noqa: F401
     Tokenizer, TokenizerFileError, TracedTokenization, read_file_bytes, to_string_tensor)
 from bert_keras.text.offsets import char_offsets
+from bert_keras.text.tokenizer_json import wordpiece_arguments
 
 # Plain TensorFlow ops without Python control flow: tracing them through
 # AutoGraph only makes `tf.function` and `tf.data` tracing slower.
@@ -478,7 +479,8 @@ class WordPieceTokenizer(Tokenizer):
         Only BERT's own tokenizer is taken: a `BertNormalizer` that cleans
         text and strips accents only where it lower-cases (its
         `handle_chinese_chars` either way), the `BertPreTokenizer` and a
-        WordPiece model with `##` pieces and ids 0..n-1.
+        WordPiece model with `##` pieces and ids 0..n-1
+        (`bert_keras.text.tokenizer_json.wordpiece_arguments`).
 
         Args:
             tokenizer: the file's JSON value.
@@ -487,40 +489,7 @@ class WordPieceTokenizer(Tokenizer):
         Raises:
             TokenizerFileError: anything else, naming the file.
         """
-        fields = tokenizer if isinstance(tokenizer, dict) else {}
-        model, normalizer, pre_tokenizer = (fields.get(key) for key in ("model", "normalizer", "pre_tokenizer"))
-        vocab = model.get("vocab") if isinstance(model, dict) else None
-        lower_case = normalizer.get("lowercase") if isinstance(normalizer, dict) else None
-        strip_accents = normalizer.get("strip_accents") if isinstance(normalizer, dict) else None
-        chinese = normalizer.get("handle_chinese_chars", True) if isinstance(normalizer, dict) else None
-        if isinstance(normalizer, dict) and normalizer.get("clean_text", True) is not True:
-            raise TokenizerFileError(path, "expected true: the in-graph tokenizer always drops control characters "
-                                     "and maps whitespace to spaces, as BertNormalizer(clean_text=True).",
-                                     key="normalizer.clean_text")
-        if lower_case is False and strip_accents is True:
-            raise TokenizerFileError(path, "expected false or null where lowercase is false: the in-graph tokenizer "
-                                     "strips accents only where it lower-cases.", key="normalizer.strip_accents")
-        if not isinstance(chinese, bool):
-            raise TokenizerFileError(path, f"expected true or false, found {chinese!r:.100}.",
-                                     key="normalizer.handle_chinese_chars")
-        ids = (sorted(vocab.values()) if isinstance(vocab, dict)
-               and all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in vocab.values()) else None)
-        if (
-            not isinstance(model, dict) or model.get("type") != "WordPiece"
-            or model.get("continuing_subword_prefix", "##") != "##"
-            or not isinstance(normalizer, dict) or normalizer.get("type") != "BertNormalizer"
-            or not isinstance(lower_case, bool) or strip_accents not in (None, True, False)
-            or not isinstance(pre_tokenizer, dict) or pre_tokenizer.get("type") != "BertPreTokenizer"
-            or ids != list(range(len(ids or [])))
-        ):
-            raise TokenizerFileError(path, "is not BERT's WordPiece tokenizer (BertNormalizer, BertPreTokenizer, "
-                                     "WordPiece with '##' pieces and ids 0..n-1), and the folder has no vocab.txt: "
-                                     "put the model's vocab.txt next to its weights.")
-        tokens = [None] * len(ids)
-        for token, index in vocab.items():
-            tokens[index] = token
-        return {"vocabulary": tokens, "lower_case": lower_case, "strip_accents": strip_accents,
-                "tokenize_chinese_chars": chinese}
+        return wordpiece_arguments(tokenizer, path)
 
     @_do_not_convert
     def normalize(self, inputs):

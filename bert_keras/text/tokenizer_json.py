@@ -3,6 +3,7 @@
 transformers 5 saves a tokenizer as `tokenizer.json` (+ `tokenizer_config.json`)
 only: no `vocab.json`/`merges.txt` for RoBERTa, no `spiece.model` for ALBERT.
 This module turns such a file into the constructor arguments of
+`WordPieceTokenizer` (a `WordPiece` model with BERT's normalizer),
 `BytePairTokenizer` (a `BPE` model) and `SentencePieceTokenizer` (a `Unigram`
 model: a SentencePiece `ModelProto` is written from its pieces, scores and
 `precompiled_charsmap`, the inverse of `unigram.read_pieces`). Every part the
@@ -99,6 +100,51 @@ def _post_processor_tokens(tokenizer, path):
     if len(specials) != 2 or not all(isinstance(token, str) for token in specials):
         raise _refuse(path, "post_processor.single", "expected one special token before the text and one after.")
     return {"cls_token": specials[0], "sep_token": specials[1]}
+
+
+def wordpiece_arguments(tokenizer, path):
+    """`WordPieceTokenizer`'s arguments (`vocabulary`, `lower_case`, `strip_accents`, `tokenize_chinese_chars`)
+    of a `tokenizer.json` of BERT's own tokenizer: a `BertNormalizer` that cleans text and strips accents only
+    where it lower-cases (its `handle_chinese_chars` either way), the `BertPreTokenizer` and a WordPiece model
+    with `##` pieces and ids 0..n-1.
+
+    Raises:
+        TokenizerFileError: anything else, naming the file (and the normalizer's key at fault).
+    """
+    fields = tokenizer if isinstance(tokenizer, dict) else {}
+    model, normalizer, pre_tokenizer = (fields.get(key) for key in ("model", "normalizer", "pre_tokenizer"))
+    vocab = model.get("vocab") if isinstance(model, dict) else None
+    lower_case = normalizer.get("lowercase") if isinstance(normalizer, dict) else None
+    strip_accents = normalizer.get("strip_accents") if isinstance(normalizer, dict) else None
+    chinese = normalizer.get("handle_chinese_chars", True) if isinstance(normalizer, dict) else None
+    if isinstance(normalizer, dict) and normalizer.get("clean_text", True) is not True:
+        raise TokenizerFileError(path, "expected true: the in-graph tokenizer always drops control characters "
+                                 "and maps whitespace to spaces, as BertNormalizer(clean_text=True).",
+                                 key="normalizer.clean_text")
+    if lower_case is False and strip_accents is True:
+        raise TokenizerFileError(path, "expected false or null where lowercase is false: the in-graph tokenizer "
+                                 "strips accents only where it lower-cases.", key="normalizer.strip_accents")
+    if not isinstance(chinese, bool):
+        raise TokenizerFileError(path, f"expected true or false, found {chinese!r:.100}.",
+                                 key="normalizer.handle_chinese_chars")
+    ids = (sorted(vocab.values()) if isinstance(vocab, dict)
+           and all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in vocab.values()) else None)
+    if (
+        not isinstance(model, dict) or model.get("type") != "WordPiece"
+        or model.get("continuing_subword_prefix", "##") != "##"
+        or not isinstance(normalizer, dict) or normalizer.get("type") != "BertNormalizer"
+        or not isinstance(lower_case, bool) or strip_accents not in (None, True, False)
+        or not isinstance(pre_tokenizer, dict) or pre_tokenizer.get("type") != "BertPreTokenizer"
+        or ids != list(range(len(ids or [])))
+    ):
+        raise TokenizerFileError(path, "is not BERT's WordPiece tokenizer (BertNormalizer, BertPreTokenizer, "
+                                 "WordPiece with '##' pieces and ids 0..n-1), and the folder has no vocab.txt: "
+                                 "put the model's vocab.txt next to its weights.")
+    tokens = [None] * len(ids)
+    for token, index in vocab.items():
+        tokens[index] = token
+    return {"vocabulary": tokens, "lower_case": lower_case, "strip_accents": strip_accents,
+            "tokenize_chinese_chars": chinese}
 
 
 # --- BPE (RoBERTa) ------------------------------------------------------------------------------------------------
