@@ -106,6 +106,20 @@ def test_a_file_is_replaced_only_with_overwrite_and_a_file_without_its_weights_i
     check_converted(data, variable_bytes=len(data))  # a file of its weights' size passes
 
 
+@pytest.mark.slow
+def test_a_conversion_refused_after_converting_writes_nothing(classifier, tmp_path, monkeypatch):
+    from bert_keras.export import litert
+
+    _, export_dir, path = classifier
+    with open(path, "rb") as f:
+        data = f.read()
+    monkeypatch.setattr(litert, "_convert", lambda module, quantize, strings: data)
+    monkeypatch.setattr(litert, "_variable_bytes", lambda saved: 10 * len(data))  # as if the weights were lost
+    with pytest.raises(ValueError, match="lost the model's weights"):
+        litert.export_litert(export_dir, str(tmp_path / "m.tflite"))
+    assert os.listdir(tmp_path) == []  # no file, no record, no staged part
+
+
 def test_the_dense_windows_of_one_text_are_piece_windows_and_max_context():
     import tensorflow as tf
 
@@ -206,6 +220,13 @@ def test_a_tagger_gives_the_exports_pieces_offsets_windows_and_entities(tagger):
             assert [{k: v for k, v in e.items() if k != "score"} for e in a] == \
                 [{k: v for k, v in e.items() if k != "score"} for e in b]
             np.testing.assert_allclose([e["score"] for e in a], [e["score"] for e in b], atol=1e-4)
+    ours, theirs = (_cli("predict", "--model", model, "--format", "jsonl", LONG, "Ada loves Paris")
+                    for model in (path, export_dir))
+    assert ours.returncode == theirs.returncode == 0, ours.stderr + theirs.stderr
+    for a, b in zip(ours.stdout.splitlines(), theirs.stdout.splitlines(), strict=True):
+        a, b = json.loads(a), json.loads(b)
+        assert [(e["entity_group"], e["start"], e["end"]) for e in a["entities"]] == \
+            [(e["entity_group"], e["start"], e["end"]) for e in b["entities"]]
 
 
 @pytest.mark.slow
