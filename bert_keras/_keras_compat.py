@@ -19,6 +19,7 @@ with its name, rather than somewhere else).
 | `all_layers` | `Layer._flatten_layers` | Keras 3 lists a model's direct layers (`model.layers`) but has no public walk over every nested layer, sublayers of custom layers included |
 | `traced_as_saved`, `write_archive` | `tensorflow.python.saved_model.save_context`; `ExportArchive._get_concrete_fn`, `_endpoint_names`, `_tracked`, `_tf_trackable` (its `_all_variables`, `_misc_assets`) | a `tf.function`'s cache key holds the save options' variable policy while `tf.saved_model.save` runs, so every function traced before the save (the ones a SavedModel needs traced: `ExportArchive.write_out` traces its endpoints to list their variables, a Hub module's `__call__` must be traced for `training=False`/`True`) is traced a second time inside it: exports took twice the tracing they need; there is no public way to trace as the save will. Keras finds the resources to carry (lookup tables) by reading every attribute of every model it walks (`dir()`, properties included: ~1.5 s an export); `_track_resources` follows checkpoint dependencies and records what Keras records |
 | `variables_once` | `ExportArchive._tf_trackable` | `ExportArchive.track(model)` lists the model's Keras variables under `variables` and, at `write_out`, the `tf.Variable`s its endpoints read under `_all_variables`: the SavedModel's checkpoint holds every weight twice (an export of twice the checkpoint's size); there is no public way to list the tracked variables as the `tf.Variable`s themselves |
+| `functions_unoptimized` | `tensorflow.python.eager.context.context().function_call_options`, `FunctionCallOptions` | Grappler's rewrites of a function are set for the whole process (`tf.config.optimizer.set_experimental_options`), not for one call; a loaded export's first request waits for them (a tagger's first call: 4.7-5.9 s with them, 2.1-3.1 s without, alternated fresh processes) while a background warm-up builds the rewritten instance for the requests after |
 | `GlobalClipAdamW` | `AdamW._use_weight_decay`, `_clip_gradients`, `_all_reduce_sum_gradients` | weight decay by rank (nanoGPT's rule) has no public hook (`exclude_from_weight_decay` takes names); Keras clips each replica's gradient before its all-reduce, so `global_clipnorm` under several replicas clips a part of the batch's gradient, not the batch's |
 
 One warning filter lives here too (`SHUFFLE_WARNING`): Keras 3.15's `fit` warns "`shuffle=True` was passed, but
@@ -35,6 +36,7 @@ import weakref
 import keras
 import tensorflow as tf
 from keras.src.saving import serialization_lib
+from tensorflow.core.protobuf import config_pb2
 from tensorflow.python.eager import context as tf_context
 from tensorflow.python.framework import ops as tf_ops
 from tensorflow.python.ops import control_flow_util
@@ -59,6 +61,29 @@ def in_xla_context():
     if tf.executing_eagerly():
         return False
     return bool(control_flow_util.GraphOrParentsInXlaContext(tf_ops.get_default_graph()))
+
+
+@contextlib.contextmanager
+def functions_unoptimized():
+    """TensorFlow functions called in this thread, inside, run without Grappler's graph rewrites.
+
+    TensorFlow instantiates a function at its first call under each setting
+    of the calling thread's options, so a function first called inside gets
+    an instance that is ready sooner, and calls outside (another thread's, or
+    this one's after) get the rewritten instance, built at their own first
+    call. The values are the same; the rewritten instance runs faster.
+    """
+    context = tf_context.context()
+    previous = context.function_call_options
+    config = config_pb2.ConfigProto()
+    config.ParseFromString(previous.config_proto_serialized or b"")
+    config.graph_options.rewrite_options.disable_meta_optimizer = True
+    context.function_call_options = tf_context.FunctionCallOptions(executor_type=previous.executor_type,
+                                                                   config_proto=config)
+    try:
+        yield
+    finally:
+        context.function_call_options = previous
 
 
 def onednn_enabled():

@@ -407,3 +407,19 @@ def test_models_inherit_no_training_workaround():
             assert getattr(model, name) is getattr(keras.Model, name), (model, name)
         # `Task.fit` only turns lists of texts into tensors, then calls Keras' own.
         assert [cls for cls in model.__mro__ if "fit" in vars(cls)] == [Task] + keras_fit, model
+
+
+def test_functions_unoptimized_sets_this_threads_call_options_and_gives_them_back():
+    from tensorflow.core.protobuf import config_pb2
+    from tensorflow.python.eager import context
+
+    before = context.context().function_call_options.config_proto_serialized
+    function = tf.function(lambda x: tf.nn.gelu(tf.matmul(x, x) + 1.0))
+    x = tf.constant([[1.0, 2.0], [3.0, 4.0]])
+    with _keras_compat.functions_unoptimized():
+        config = config_pb2.ConfigProto.FromString(context.context().function_call_options.config_proto_serialized)
+        assert config.graph_options.rewrite_options.disable_meta_optimizer
+        inside = function(x).numpy()
+    assert context.context().function_call_options.config_proto_serialized == before
+    assert not config_pb2.ConfigProto.FromString(before).graph_options.rewrite_options.disable_meta_optimizer
+    np.testing.assert_allclose(inside, function(x).numpy(), rtol=1e-6)  # the rewritten instance: the same values

@@ -406,12 +406,16 @@ class ExportedClassifier(LoadedExport):
         background warm-up compiles its length buckets, the export's `serve_plain` (the same outputs, compiled
         nothing)."""
         plain = getattr(self._saved, PLAIN_ENDPOINT, None)
-        if plain is not None and not self.warmed.is_set():
-            outputs = plain(*columns)["probabilities"].numpy()
-        else:
-            outputs = self._signature(**dict(zip(self.inputs, columns)))[self._output].numpy()
+        with self.requesting():
+            if plain is not None and not self.warmed.is_set():
+                outputs = plain(*columns)["probabilities"].numpy()
+            else:
+                outputs = self._signature(**dict(zip(self.inputs, columns)))[self._output].numpy()
         self.answered()
         return outputs
+
+    def _instantiate(self):
+        self._signature(**{name: tf.constant(["a"]) for name in self.inputs})
 
     def predict(self, texts, text_pairs=None, *, top_k=None, batch_size=64):
         """Classifies one text or many, as transformers' text-classification pipeline does.

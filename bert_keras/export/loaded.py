@@ -7,11 +7,13 @@ like (`_check_signatures`); loading, refusing with the right hint and the
 warm-up are done here, once.
 """
 
+import contextlib
 import logging
 import os
 import threading
 import time
 
+from bert_keras._keras_compat import functions_unoptimized
 from bert_keras.export import warmup
 from bert_keras.export.manifest import ExportError, read_manifest, wrong_kind
 from bert_keras.hub.loader import load
@@ -40,9 +42,12 @@ class LoadedExport:
             no compile: the classifier's `serve_plain`), replays them in a
             thread, so that a user who asks one question waits neither for
             every bucket nor for a warm-up sharing the cores with their
-            question; `warmed` is set when it is done. `False` replays nothing
-            (and a kind with a path that needs no compile keeps to it).
-            Defaults to `"background"`.
+            question; `warmed` is set when it is done. Until then requests run
+            the graph as loaded, without TensorFlow's graph rewrites (Grappler),
+            which a function's first call otherwise waits for; the warm-up
+            builds the rewritten graph (`_instantiate`) for the requests after
+            it. `False` replays nothing (and a kind with a path that needs no
+            compile keeps to it). Defaults to `"background"`.
 
     Attributes:
         export_dir: str.
@@ -85,6 +90,8 @@ class LoadedExport:
         self.warm_up_seconds = None
         # Started by `answered` after the first user request; a probe while the signatures are checked is none.
         self._warm_up_pending = False
+        self._background = warm_up == "background"  # requests skip the graph rewrites until `warmed`
+        self._warming_thread = None
         self._saved = load(self.export_dir)
         self._check_signatures()
         self._warm_up_pending = warm_up == "background"
@@ -123,7 +130,20 @@ class LoadedExport:
         """Called by the kinds after each request: starts a pending background warm-up (once)."""
         if self._warm_up_pending:
             self._warm_up_pending = False
-            threading.Thread(target=self.warm_up, name=f"warm-up of {self.export_dir}", daemon=True).start()
+            self._warming_thread = threading.Thread(target=self.warm_up, name=f"warm-up of {self.export_dir}",
+                                                    daemon=True)
+            self._warming_thread.start()
+
+    def requesting(self):
+        """The context the kinds answer a request in: before a background warm-up has ended, the graph as loaded
+        (`functions_unoptimized`: a first call ready seconds sooner); after it, or without one, the rewritten graph."""
+        if self._background and not self.warmed.is_set() and threading.current_thread() is not self._warming_thread:
+            return functions_unoptimized()
+        return contextlib.nullcontext()
+
+    def _instantiate(self):
+        """One small request on each function the kind's requests call, so that their rewritten graphs are built
+        (in the warm-up's thread). The kinds whose requests call more than the replayed signature override it."""
 
     def warm_up(self):
         """Replays the export's warm-up requests now; returns the seconds it took (0 without a warm-up file).
@@ -136,6 +156,11 @@ class LoadedExport:
         except Exception as error:  # noqa: BLE001 - a background thread has no caller to raise to
             logger.warning("The warm-up of %s stopped (%s); serving goes on without it.", self.export_dir, error)
             self.warm_up_seconds = time.perf_counter() - started
+        try:
+            if threading.current_thread() is self._warming_thread:  # the requests after it take the rewritten graph
+                self._instantiate()
+        except Exception as error:  # noqa: BLE001 - as above
+            logger.warning("The warm-up of %s stopped (%s); serving goes on without it.", self.export_dir, error)
         finally:
             self.warmed.set()
         return self.warm_up_seconds

@@ -344,8 +344,9 @@ class ExportedReader(LoadedExport):
         results = []
         for begin in range(0, len(questions), batch_size):
             part = slice(begin, begin + batch_size)
-            outputs = self._windows(question=tf.constant(questions[part], tf.string),
-                                    context=tf.constant(contexts[part], tf.string))
+            with self.requesting():
+                outputs = self._windows(question=tf.constant(questions[part], tf.string),
+                                        context=tf.constant(contexts[part], tf.string))
             outputs = {key: value.numpy() for key, value in outputs.items()}
             for i, text in enumerate(contexts[part]):
                 rows = outputs["example_index"] == i
@@ -354,6 +355,9 @@ class ExportedReader(LoadedExport):
                 results.append(answers[0] if top_k == 1 else answers)
         self.answered()
         return results[0] if single else results
+
+    def _instantiate(self):
+        self._windows(question=tf.constant(["a"]), context=tf.constant(["a"]))
 
 
 def load_reader(export_dir, warm_up="background"):

@@ -134,7 +134,14 @@ class ExportedSentenceEncoder(EmbeddingMethods, LoadedExport):
 
     def encode(self, texts, batch_size=32):
         """Embeddings of texts, float32 `(len(texts), dim)` in input order (`(dim,)` for a single str)."""
-        return encode_in_batches(texts, batch_size, self.embedding_dim, self._embedder)
+        with self.requesting():
+            embeddings = encode_in_batches(texts, batch_size, self.embedding_dim, self._embedder)
+        self.answered()
+        return embeddings
+
+    def _instantiate(self):
+        for texts in (["a"], ["a", "b"]):  # one batch a call, then two
+            encode_in_batches(texts, 1, self.embedding_dim, self._embedder)
 
 
 def load_sentence_encoder(export_dir):

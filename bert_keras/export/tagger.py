@@ -431,9 +431,13 @@ class ExportedTagger(LoadedExport):
 
     def tag_pieces(self, texts, batch_size=32):
         """The signature's outputs for `texts` (a list of str), as numpy arrays, one dict per text, padding cut."""
-        pieces = pieces_in_batches(lambda batch: self._signature(text=batch), texts, batch_size)
+        with self.requesting():
+            pieces = pieces_in_batches(lambda batch: self._signature(text=batch), texts, batch_size)
         self.answered()
         return pieces
+
+    def _instantiate(self):
+        self._signature(text=tf.constant(["a"]))
 
     def tag_words(self, sentences, batch_size=32):
         """Each word's tag (its first piece's, as the tagger is trained) for sentences of words: see `word_tags`."""

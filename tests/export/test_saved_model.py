@@ -1,7 +1,9 @@
 """export_classifier's serving path (padding cut, XLA length buckets at batch 1) and its bfloat16 exports."""
 
+import contextlib
 import json
 import os
+import threading
 
 import keras
 import numpy as np
@@ -222,6 +224,36 @@ def test_the_export_carries_tf_servings_warm_up_requests_and_the_loader_replays_
         f.write(b"not a record")
     broken = load_classifier(str(damaged))
     assert broken.predict("good movie")["label"] in LABELS
+
+
+def test_requests_before_the_background_warm_up_run_the_graph_without_its_rewrites(fp32_export, monkeypatch):
+    # A first call waits for TensorFlow's graph rewrites (Grappler): the requests before the background warm-up has
+    # ended skip them; the warm-up builds the rewritten graph, which the requests after it run.
+    from bert_keras.export import loaded as loaded_module
+
+    entered, real = [], loaded_module.functions_unoptimized
+
+    @contextlib.contextmanager
+    def recorded():
+        entered.append(threading.current_thread().name)
+        with real():
+            yield
+
+    monkeypatch.setattr(loaded_module, "functions_unoptimized", recorded)
+    background = load_classifier(fp32_export)
+    instantiated, instantiate = [], background._instantiate
+    monkeypatch.setattr(background, "_instantiate",
+                        lambda: instantiated.append(threading.current_thread().name) or instantiate())
+    first = background.predict_proba(TEXTS[:2])
+    here = threading.current_thread().name
+    assert entered == [here]  # the first request, in the caller's thread, as loaded
+    assert background.warmed.wait(120) and instantiated == [f"warm-up of {fp32_export}"]
+    np.testing.assert_allclose(first, background.predict_proba(TEXTS[:2]), atol=1e-5)
+    assert entered == [here]  # after the warm-up: the rewritten graph
+    load_classifier(fp32_export, warm_up=False).predict_proba(TEXTS[:1])
+    load_classifier(fp32_export, warm_up=True).predict_proba(TEXTS[:1])
+    assert entered == [here]  # without a background warm-up, every request takes the rewritten graph
+
 
 
 def test_the_loaded_export_is_callable_on_strings_as_keras_2_savedmodels_were(fp32_export, classifier, expected, tmp_path):

