@@ -48,7 +48,8 @@ def register(commands, common):
     tune.add_argument("--preprocess", help="Hub preprocess handle (with --encoder)")
     tune.add_argument("--out", required=True, help="directory for the exported classifier")
     tune.add_argument("--seq-length", type=at_least(3), help="tokens per text, [CLS] and [SEP] included; longer texts are cut "
-                      "(ner: split into windows of whole words; qa: question and context windows) (default: 128; qa: 384)")
+                      "(ner: into overlapping windows of pieces, as the export serves them; qa: into question and "
+                      "context windows) (default: 128; qa: 384)")
     tune.add_argument("--doc-stride", type=at_least(0),
                       help="with --task qa: context tokens shared by consecutive windows of a long context (default: a "
                       "third of --seq-length, 128 at 384, as transformers' run_qa.py)")
