@@ -297,7 +297,8 @@ def read_id2label(config, file):
                           f"{quoted(sorted(labels))} (no {missing}).")
     repeated = sorted(name for name, count in collections.Counter(labels.values()).items() if count > 1)
     if repeated:
-        raise ConfigError(file, "id2label", f"names {quoted(repeated)} more than one class; each class needs its own name.")
+        raise ConfigError(file, "id2label", f"names {quoted(repeated)} more than one class; each class needs its own "
+                          "name.")
     return labels
 
 

@@ -92,8 +92,8 @@ def _h5_files(path):
         for shard in shards if isinstance(shards, list) else [shards]:
             if not isinstance(shard, str) or shard in ("", ".", "..") or os.path.basename(shard) != shard:
                 raise CheckpointError(
-                    path, group, f"maps to {quoted(shard, limit=500)}, which is not a plain file name in {directory}; a "
-                    "shard map may only name files in its own folder."
+                    path, group, f"maps to {quoted(shard, limit=500)}, which is not a plain file name in "
+                    f"{directory}; a shard map may only name files in its own folder."
                 )
             files.add(os.path.join(directory, shard))
     return sorted(files)
