@@ -165,8 +165,11 @@ def bpe_arguments(tokenizer, path):
     tokenizer = _object(tokenizer, path, "the file")
     model = tokenizer.get("model")
     _type(model, path, "model", ("BPE",))
-    if tokenizer.get("normalizer") is not None:
-        _type(tokenizer["normalizer"], path, "normalizer", ())
+    normalizer = tokenizer.get("normalizer")
+    if normalizer is not None:
+        found = normalizer.get("type") if isinstance(normalizer, dict) else normalizer
+        raise _refuse(path, "normalizer.type", f"expected no normalizer (null), as RoBERTa's, found {found!r:.100}: "
+                      "the in-graph tokenizer cannot reproduce it.")
     pre = tokenizer.get("pre_tokenizer")
     _type(pre, path, "pre_tokenizer", ("ByteLevel",))
     _expect(pre, path, "pre_tokenizer", "use_regex", (True, None))

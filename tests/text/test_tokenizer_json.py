@@ -161,7 +161,7 @@ def _set(path, value):
 
 @pytest.mark.parametrize("name, edit, part", [
     ("roberta", _set(["model", "type"], "WordLevel"), "'model.type'"),
-    ("roberta", _set(["normalizer"], {"type": "NFC"}), "'normalizer.type'"),
+    ("roberta", _set(["normalizer"], {"type": "NFC"}), "'normalizer.type': expected no normalizer.*found 'NFC'"),
     ("roberta", _set(["pre_tokenizer", "use_regex"], False), "'pre_tokenizer.use_regex'"),
     ("roberta", _set(["model", "dropout"], 0.1), "'model.dropout'"),
     ("roberta", _set(["model", "merges", 3], "a b c"), r"'model.merges\[3\]'"),
