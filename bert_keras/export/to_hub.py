@@ -12,6 +12,7 @@ from bert_keras._files import check_target
 from bert_keras.checkpoints import load_checkpoint
 from bert_keras.dtypes import check_compute_dtype
 from bert_keras.export.hub_modules import export_module_pair
+from bert_keras.text.folders import write_tokenizer_files
 from bert_keras.text.tokenizer import WordPieceTokenizer
 
 logger = logging.getLogger(__name__)
@@ -61,15 +62,14 @@ def convert_to_hub(source, out_dir, seq_length=None, overwrite=False, progress=N
     steps = iter(range(2, len(STEPS) + 1))
     wordpiece = isinstance(tokenizer, WordPieceTokenizer)
     with tempfile.TemporaryDirectory() as scratch:
-        vocab_file = loaded.vocab_file
-        if wordpiece and vocab_file is None:  # read from tokenizer.json (transformers 5 saves no vocab.txt)
-            vocab_file = os.path.join(scratch, "vocab.txt")
-            with open(vocab_file, "w", encoding="utf-8") as f:
-                f.writelines(token + "\n" for token in tokenizer.vocabulary)
+        # A folder saved by transformers 5 holds tokenizer.json alone: the tokenizer's own files are written from it.
+        files = {"vocab_file": loaded.vocab_file} if wordpiece else loaded.tokenizer_files()
+        if not all(path is not None and os.path.isfile(path) for path in files.values()):
+            files = write_tokenizer_files(tokenizer, scratch)
         export_module_pair(
             out_dir,
             loaded.encoder,
-            vocab_file if wordpiece else loaded.tokenizer_files(),
+            files["vocab_file"] if wordpiece else files,
             loaded.do_lower_case,
             seq_length=seq_length,
             pretrainer=loaded.pretrainer,

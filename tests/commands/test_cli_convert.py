@@ -9,6 +9,7 @@ import tensorflow as tf
 from bert_keras import cli, hub
 from bert_keras.export import read_module_pair
 from tests.checkpoints._models import hf_pretraining_model, random_inputs, save_hf_directory, torch_outputs
+from tests.test_family_workflows import tweets  # noqa: F401 (a fixture)
 
 
 @pytest.fixture(scope="module")
@@ -138,3 +139,23 @@ def test_convert_bfloat16_on_a_cpu_without_it_is_refused(hf_pretraining_dir, tmp
     assert cli.main(["convert", str(hf_pretraining_dir[0]), "--out", str(out), "--dtype", "bfloat16"]) == 2
     assert "avx512_bf16" in capsys.readouterr().err
     assert not out.exists()
+
+
+@pytest.mark.parametrize("name", ["roberta", "albert"])
+def test_convert_a_family_folder_saved_by_transformers_5(tmp_path, tweets, name, capsys):  # noqa: F811
+    # transformers 5 saves tokenizer.json alone; the module pair carries the tokenizer's own files, written from it.
+    pytest.importorskip("transformers")
+    from tests.checkpoints.test_transformers5_folders import make_folder
+
+    folder = tmp_path / name
+    make_folder(name, folder, tweets)
+    assert not {"vocab.json", "merges.txt", "spiece.model"} & {p.name for p in folder.iterdir()}
+    out = str(tmp_path / "modules")
+    assert cli.main(["convert", str(folder), "--out", out, "--seq-length", "16", "-q"]) == 0, capsys.readouterr().err
+    import transformers
+
+    texts = tweets[-8:] + ["", "Héllo 😀 中文"]
+    expected = transformers.AutoTokenizer.from_pretrained(str(folder))(
+        texts, padding="max_length", truncation=True, max_length=16)["input_ids"]
+    packed = hub.load(os.path.join(out, "preprocess"))(tf.constant(texts))
+    np.testing.assert_array_equal(packed["input_word_ids"].numpy(), np.array(expected))
