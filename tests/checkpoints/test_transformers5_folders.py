@@ -54,13 +54,19 @@ def test_tokenizer_json_folder_gives_transformers_logits_at_its_own_length(tmp_p
     assert float(np.abs(ours[real] - logits[real]).max()) <= 1e-5
 
 
+@pytest.mark.slow
 def test_default_length_is_the_tokenizer_configs_model_max_length_when_sane(tmp_path, tweets):  # noqa: F811
-    make_folder("albert", tmp_path / "a", tweets, model_max_length=16)
-    assert BertTokenClassifier.from_checkpoint(str(tmp_path / "a")).preprocessor.seq_length == 16
-    # An explicit length stays; a classifier (and a token head not read from the checkpoint) keeps 128, cut to the
-    # encoder's positions.
-    assert BertTokenClassifier.from_checkpoint(str(tmp_path / "a"), seq_length=8).preprocessor.seq_length == 8
-    assert BertClassifier.from_checkpoint(str(tmp_path / "a"), num_classes=2).preprocessor.seq_length == SEQ
-    for value in (10**30, "512", True, 2):  # beyond the encoder, not an integer, too short: the encoder's positions
-        make_folder("albert", tmp_path / "b", tweets, model_max_length=value)
-        assert BertTokenClassifier.from_checkpoint(str(tmp_path / "b")).preprocessor.seq_length == SEQ, value
+    make_folder("albert", tmp_path, tweets)
+    config_file = tmp_path / "tokenizer_config.json"
+    config = json.loads(config_file.read_text())
+
+    def default_length(model_max_length, task=BertTokenClassifier, **kwargs):
+        config_file.write_text(json.dumps(dict(config, model_max_length=model_max_length)))
+        return task.from_checkpoint(str(tmp_path), **kwargs).preprocessor.seq_length
+
+    assert default_length(16) == 16
+    # An explicit length stays; a classifier keeps 128, cut to the encoder's positions.
+    assert default_length(16, seq_length=8) == 8
+    assert default_length(16, BertClassifier, num_classes=2) == SEQ
+    for value in (10**30, "512", True, 2, SEQ + 1):  # unknown, not an integer, too short, too long: the positions
+        assert default_length(value) == SEQ, value
