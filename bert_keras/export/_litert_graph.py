@@ -24,17 +24,28 @@ def litert_module(saved, manifest, vocabulary):
         raise ExportError("The export has no serve_ids endpoint (written by an earlier version of bert_keras): export "
                           "the model again with this version to convert it to LiteRT.")
 
-    class LiteRTModule(tf.Module):
+    class IdsModule(tf.Module):
         def __init__(self):
             super().__init__()
-            self.saved = saved  # its variables are frozen into the file
-            self.pieces = None if vocabulary is None else _Pieces(tokenizer, vocabulary, offsets=kind == TAGGER)
+            # Its variables, frozen into the file; not the export's other resources (a byte-level BPE's tables),
+            # which the converter, saving this module first, would carry as ops no LiteRT runtime has.
+            self.weights = list(saved.variables)
 
         @tf.function(input_signature=IDS_SIGNATURE)
         def serve_ids(self, input_word_ids, input_mask, input_type_ids):
-            outputs = self.saved.serve_ids(input_word_ids=input_word_ids, input_mask=input_mask,
-                                           input_type_ids=input_type_ids)
+            outputs = saved.serve_ids(input_word_ids=input_word_ids, input_mask=input_mask,
+                                      input_type_ids=input_type_ids)
             return {name: outputs[name] for name in OUTPUTS[kind]}
+
+        @tf.function(input_signature=[tf.TensorSpec([None], tf.int32, name="unused")])
+        def version(self, unused):  # a second signature: one function alone is converted without its name
+            return {"version": tf.constant(1) + 0 * tf.reduce_sum(unused)}
+
+    class StringsModule(IdsModule):
+        def __init__(self):
+            super().__init__()
+            self.saved = saved  # its variables are frozen into the file
+            self.pieces = _Pieces(tokenizer, vocabulary, offsets=kind == TAGGER)
 
         @tf.function(input_signature=text_spec)
         def preprocess(self, text):
@@ -48,7 +59,7 @@ def litert_module(saved, manifest, vocabulary):
             outputs = self.saved.serve_ids(**self.pieces.packed(text))
             return {name: outputs[name] for name in OUTPUTS[kind]}
 
-    return LiteRTModule()
+    return IdsModule() if vocabulary is None else StringsModule()
 
 
 class _Pieces:

@@ -322,7 +322,7 @@ def check_converted(data, variable_bytes, quantize=None, strings=True):
 def _convert(module, quantize, strings):
     import tensorflow as tf
 
-    functions = [module.serve_ids.get_concrete_function()]
+    functions = [module.serve_ids.get_concrete_function(), module.version.get_concrete_function()]
     if strings:
         functions = [module.serve.get_concrete_function(), functions[0], module.preprocess.get_concrete_function()]
     converter = tf.lite.TFLiteConverter.from_concrete_functions(functions, module)

@@ -312,3 +312,28 @@ def test_minilm_in_litert_equals_its_saved_model_on_1000_tweets_and_int8_is_unde
     np.testing.assert_allclose(load_litert(fp32).predict_proba(texts), expected, atol=1e-4)
     # int8 (XNNPACK cannot prepare its token-packed graph: LiteRT's own kernels answer); measured 1.2e-3 at most.
     np.testing.assert_allclose(load_litert(int8).predict_proba(texts), expected, atol=1e-2)
+
+
+@pytest.mark.slow
+def test_an_export_of_another_tokenizer_gets_token_ids_only_and_raw_strings_are_refused_plainly(tmp_path):
+    import tensorflow as tf
+
+    from bert_keras import BertEncoder
+    from bert_keras.export import export_classifier, export_litert, load_litert
+    from bert_keras.tasks import BertClassifier
+    from bert_keras.text import BertPreprocessor, BytePairTokenizer
+
+    tokens = ["<s>", "<pad>", "</s>", "<unk>", "<mask>", "a", "b", "c", "\u0120", "\u0120a", "ab", "\u0120ab"]
+    tokenizer = BytePairTokenizer(tokens, ["a b", "\u0120 a", "\u0120a b"])
+    model = _perturbed(BertClassifier(BertEncoder(vocab_size=len(tokens), **TINY), num_classes=2,
+                                      preprocessor=BertPreprocessor(tokenizer=tokenizer, seq_length=8)))
+    export_dir = export_classifier(model, str(tmp_path / "bpe"), ["x", "y"])
+    lite = load_litert(export_litert(export_dir, str(tmp_path / "bpe.tflite")))
+    assert not lite.serves_strings
+    packed = {k: v.numpy() for k, v in model.preprocessor(tf.constant(["ab a", "c"])).items()}
+    saved = tf.saved_model.load(export_dir)
+    np.testing.assert_allclose(lite.serve_ids(**packed)["probabilities"],
+                               saved.serve_ids(**packed)["probabilities"].numpy(), atol=1e-5)
+    with pytest.raises(ValueError, match="serves token ids only .its export's tokenizer is 'byte_bpe'; raw strings "
+                                         "in LiteRT need WordPiece."):
+        lite.predict("ab a")
