@@ -41,6 +41,7 @@ import tempfile
 import numpy as np
 
 from bert_keras._checks import check_int
+from bert_keras._native_log import NativeLogFilter
 from bert_keras.export.manifest import (ASSETS_EXTRA, CLASSIFIER, READER, SENTENCE_ENCODER, TAGGER, ExportError,
                                         read_manifest)
 from bert_keras.predictions import as_probabilities, blank_prediction, check_top_k, labelled_predictions
@@ -370,8 +371,9 @@ def _text_kernels():
         framework = os.path.join(tf_spec.submodule_search_locations[0], "libtensorflow_framework.so.2")
         kernels = os.path.join(text_spec.submodule_search_locations[0], "core", "pybinds",
                                "libpybinds_library_common.so")
-        ctypes.CDLL(framework, mode=ctypes.RTLD_GLOBAL)
-        ctypes.CDLL(kernels, mode=ctypes.RTLD_GLOBAL)
+        with NativeLogFilter():  # the libraries' start-up lines in absl's format ("oneDNN custom operations are on")
+            ctypes.CDLL(framework, mode=ctypes.RTLD_GLOBAL)
+            ctypes.CDLL(kernels, mode=ctypes.RTLD_GLOBAL)
         return list(_REGISTERERS)
     except (AttributeError, TypeError, IndexError, OSError) as error:
         logger.info("Registering tensorflow-text's kernels through its module (%s)", error)
