@@ -346,6 +346,7 @@ def unigram_arguments(tokenizer, path):
     control = set(_added_tokens(tokenizer, path, pieces)) - {pieces[unk_id]}
     types = [_UNKNOWN if i == unk_id else _CONTROL if piece in control else _NORMAL for i, piece in enumerate(pieces)]
     proto = write_model_proto([(p, float(s), t) for (p, s), t in zip(vocab, types)], charsmap)
+    # tokenizers adds the scores in float64 (the sentencepiece library, which spiece.model is read as, in float32).
     arguments = {"proto": proto, "lower_case": lower_case, "keep_accents": keep_accents,
-                 "unknown_token": pieces[unk_id]}
+                 "unknown_token": pieces[unk_id], "float64_scores": True}
     return dict(arguments, **_post_processor_tokens(tokenizer, path))
