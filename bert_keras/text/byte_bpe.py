@@ -30,7 +30,8 @@ import tensorflow as tf
 
 from bert_keras.text import _family_tables as tables
 from bert_keras.text._subword import byte_to_char_spans, in_ranges, next_in_row, previous_in_row, row_ids
-from bert_keras.text.base import Tokenizer, TokenizerFileError, TracedTokenization, check_bool, read_json_file
+from bert_keras.text.base import (Tokenizer, TokenizerFileError, TracedTokenization, check_bool, read_file_bytes,
+                                  read_json_file)
 from bert_keras.text.tokenizer_json import bpe_arguments
 
 _do_not_convert = tf.autograph.experimental.do_not_convert
@@ -170,8 +171,7 @@ def _vocabulary_tokens(vocabulary, file):
 
 def _read_merges(path):
     """The merges of a `merges.txt` as `(line number, text)` pairs: blank lines and a `#version` line skipped."""
-    with tf.io.gfile.GFile(path, "rb") as f:
-        data = f.read()
+    data = read_file_bytes(path)  # a FIFO is refused, not waited on
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as error:

@@ -261,3 +261,14 @@ def test_an_id2label_of_200000_names_gives_a_short_message(classifier_original, 
     with pytest.raises(CheckpointError) as info:
         load_checkpoint(str(folder), with_heads=["classifier"])
     assert reason in str(info.value) and len(str(info.value)) < MAX_MESSAGE, str(info.value)[:2000]
+
+
+def test_a_fifo_as_merges_txt_is_refused_without_waiting(tmp_path):
+    from bert_keras.text import BytePairTokenizer
+
+    vocab = tmp_path / "vocab.json"
+    vocab.write_text(json.dumps({token: i for i, token in enumerate(["<s>", "<pad>", "</s>", "<unk>", "a", "b"])}))
+    fifo = str(tmp_path / "merges.txt")
+    os.mkfifo(fifo)
+    with pytest.raises(ValueError, match=re.escape(f"{fifo}: it is a FIFO (named pipe)")):
+        _without_waiting(BytePairTokenizer, str(vocab), fifo, fifos=[fifo])
