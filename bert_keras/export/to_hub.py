@@ -77,6 +77,12 @@ def convert_to_hub(source, out_dir, seq_length=None, overwrite=False, progress=N
             info={"source": os.path.abspath(os.fspath(source))},
             progress=lambda text: report(next(steps), len(STEPS), text),
             dtype=dtype,
-            tokenizer=None if wordpiece else tokenizer,
+            # WordPiece's module is built from its vocabulary and casing, unless its folder sets other options.
+            tokenizer=None if wordpiece and _default_wordpiece(tokenizer) else tokenizer,
         )
     return loaded
+
+
+def _default_wordpiece(tokenizer):
+    """Whether a WordPiece tokenizer normalises as BERT's does by default (accents as its casing, CJK split)."""
+    return tokenizer.strip_accents is None and tokenizer.tokenize_chinese_chars

@@ -159,3 +159,28 @@ def test_convert_a_family_folder_saved_by_transformers_5(tmp_path, tweets, name,
         texts, padding="max_length", truncation=True, max_length=16)["input_ids"]
     packed = hub.load(os.path.join(out, "preprocess"))(tf.constant(texts))
     np.testing.assert_array_equal(packed["input_word_ids"].numpy(), np.array(expected))
+
+
+def test_convert_keeps_a_wordpiece_folders_accents_and_cjk_options(hf_pretraining_dir, tmp_path, capsys):
+    # tokenizer_config.json's strip_accents false / tokenize_chinese_chars false reach the preprocess module.
+    import json
+    import shutil
+
+    transformers = pytest.importorskip("transformers")
+    from tests.checkpoints._models import TINY_HF
+
+    source = shutil.copytree(hf_pretraining_dir[0], tmp_path / "bert")
+    words = ["café", "cafe", "über", "uber", "中文", "中", "文", "ok"]
+    tokens = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + words
+    tokens += [f"w{i}" for i in range(TINY_HF["vocab_size"] - len(tokens))]
+    (source / "vocab.txt").write_text("".join(token + "\n" for token in tokens), encoding="utf-8")
+    options = {"do_lower_case": True, "strip_accents": False, "tokenize_chinese_chars": False}
+    (source / "tokenizer_config.json").write_text(json.dumps(options))
+    out = str(tmp_path / "modules")
+    assert cli.main(["convert", str(source), "--out", out, "--seq-length", "12", "-q"]) == 0, capsys.readouterr().err
+    texts = ["Café über ok", "CAFE uber", "中文 ok 中", "ok"]
+    expected = transformers.BertTokenizerFast(str(source / "vocab.txt"), **options)(
+        texts, padding="max_length", truncation=True, max_length=12)["input_ids"]
+    packed = hub.load(os.path.join(out, "preprocess"))(tf.constant(texts))
+    np.testing.assert_array_equal(packed["input_word_ids"].numpy(), np.array(expected))
+    assert expected[0][1:3] == [tokens.index("café"), tokens.index("über")]  # accents kept, as the options say
