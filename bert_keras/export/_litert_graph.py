@@ -187,10 +187,9 @@ def one_text_windows(num_pieces, window, step):
 
 def one_text_max_context(entry_piece, entry_window, first, last, num_pieces):
     """`text.windows.max_context` in int32 builtin ops: whether each entry is its piece's copy with most context."""
-    window_first = tf.gather(first, entry_window)
-    # `max_context`'s arithmetic term for term (its right context reads `last - 1 - piece + first`; the test that
-    # holds the two equal fails the day one of them changes).
-    context = tf.minimum(entry_piece - window_first, tf.gather(last, entry_window) - 1 - entry_piece + window_first)
+    # `max_context`'s arithmetic term for term, one text (its pieces' positions are its flat indices); a test holds
+    # the two equal.
+    context = tf.minimum(entry_piece - tf.gather(first, entry_window), tf.gather(last, entry_window) - 1 - entry_piece)
     windows = tf.size(first) + 1
     key = context * windows + (windows - 1 - entry_window)  # more context first, then the earlier window
     best = tf.math.unsorted_segment_max(key, entry_piece, num_pieces)

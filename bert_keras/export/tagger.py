@@ -88,7 +88,8 @@ def _tag_pieces(model, tokenizer, vocabulary, texts, stride, xla, windows_per_ca
         "token_ids": (entry_ids, -1),
         "window": (tf.cast(tf.gather(index, entry_window), tf.int32), -1),
         "piece_index": (tf.cast(positions.flat_values, tf.int32), -1),
-        "primary": (max_context(entry_piece, entry_window, first, last, tf.size(ids.flat_values)), False),
+        "primary": (max_context(entry_piece, positions.flat_values, entry_window, first, last,
+                                tf.size(ids.flat_values)), False),
     }
     batch = tf.shape(texts, out_type=tf.int64)[0]
     outputs = {name: tf.RaggedTensor.from_value_rowids(value, entry_text, nrows=batch).to_tensor(default)

@@ -94,7 +94,7 @@ def piece_windows(lengths, window, step):
     return row, index, first, tf.minimum(first + tf.gather(window, row), tf.gather(lengths, row))
 
 
-def max_context(entry_piece, entry_window, first, last, num_pieces):
+def max_context(entry_piece, entry_position, entry_window, first, last, num_pieces):
     """Which copy of each piece to read when windows overlap: the one with the most context. BERT's rule.
 
     A piece's context in a window is the fewer of the pieces left and right
@@ -102,18 +102,20 @@ def max_context(entry_piece, entry_window, first, last, num_pieces):
     (run_squad.py's `_check_is_max_context`).
 
     Args:
-        entry_piece: int64 `(entries,)`, each entry's piece (a flat index).
+        entry_piece: int64 `(entries,)`, each entry's piece: an index into
+            the flat pieces of all rows (the copies of a piece share it).
+        entry_position: int64 `(entries,)`, each entry's piece within its row,
+            as `first` and `last` count.
         entry_window: int64 `(entries,)`, each entry's window.
         first, last: int64 `(windows,)`, the windows' pieces `[first, last)`
-            (`piece_windows`), in the same numbering as `entry_piece` less the
-            row's start.
+            within their row (`piece_windows`).
         num_pieces: the number of pieces (flat).
 
     Returns:
         bool `(entries,)`: whether each entry is its piece's chosen copy.
     """
-    position = entry_piece - tf.gather(first, entry_window)
-    context = tf.minimum(position, tf.gather(last, entry_window) - 1 - entry_piece + tf.gather(first, entry_window))
+    left = entry_position - tf.gather(first, entry_window)
+    context = tf.minimum(left, tf.gather(last, entry_window) - 1 - entry_position)
     windows = tf.size(first, out_type=tf.int64) + 1
     key = context * windows + (windows - 1 - entry_window)  # more context first, then the earlier window
     best = tf.math.unsorted_segment_max(key, entry_piece, num_pieces)

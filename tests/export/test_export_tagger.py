@@ -172,6 +172,9 @@ def test_windows_cover_an_over_long_text(exported):
     # Each piece is primary once: in the overlap of windows 0 and 1 (pieces 10-13), 10 and 11 in window 0.
     primary = {int(i): int(w) for i, w, p in zip(long["piece_index"], long["window"], long["primary"]) if p}
     assert len(primary) == count and [primary[i] for i in range(9, 15)] == [0, 0, 0, 1, 1, 1]
+    # A text's copies are chosen as if it were alone: the texts before it in the batch do not move them.
+    after = loaded.tag_pieces(["paris " * 7, LONG])[1]
+    np.testing.assert_array_equal(after["primary"], long["primary"])
 
 
 @pytest.mark.slow

@@ -134,7 +134,8 @@ def test_the_dense_windows_of_one_text_are_piece_windows_and_max_context():
                 np.testing.assert_array_equal(ours, theirs, err_msg=f"{length} {window} {step}")
             positions = tf.ragged.range(first, last)
             entry_window = positions.value_rowids()
-            expected = max_context(positions.flat_values, entry_window, first, last, length).numpy()
+            expected = max_context(positions.flat_values, positions.flat_values, entry_window, first, last,
+                                   length).numpy()
             got = one_text_max_context(tf.cast(positions.flat_values, tf.int32), tf.cast(entry_window, tf.int32),
                                        dense[1], dense[2], length).numpy()
             np.testing.assert_array_equal(got, expected, err_msg=f"{length} {window} {step}")
@@ -202,9 +203,7 @@ def test_a_tagger_gives_the_exports_pieces_offsets_windows_and_entities(tagger):
 
     export_dir, path = tagger
     lite, saved = load_litert(path), load_tagger(export_dir, warm_up=False)
-    # One text per call on both sides: the export's `primary` of a text depends on the texts before it in its batch
-    # (`text.windows.max_context` reads flat piece indices against windows numbered within their text).
-    ours, theirs = lite.tag_pieces(TEXTS), saved.tag_pieces(TEXTS, batch_size=1)
+    ours, theirs = lite.tag_pieces(TEXTS), saved.tag_pieces(TEXTS)  # the export's batch of them, LiteRT one by one
     assert max(piece["window"].max(initial=0) for piece in theirs) >= 2  # the long text is several windows
     for text, a, b in zip(TEXTS, ours, theirs):
         for key in b:

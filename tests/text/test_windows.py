@@ -136,7 +136,10 @@ def test_windows_and_primary_copies_in_the_graph():
     # One text of 7 pieces in windows [0, 5) and [3, 7): pieces 3 and 4 appear twice.
     piece = tf.constant([0, 1, 2, 3, 4, 3, 4, 5, 6], tf.int64)
     window = tf.constant([0, 0, 0, 0, 0, 1, 1, 1, 1], tf.int64)
-    primary = max_context(piece, window, tf.constant([0, 3], tf.int64), tf.constant([5, 7], tf.int64), 7)
+    primary = max_context(piece, piece, window, tf.constant([0, 3], tf.int64), tf.constant([5, 7], tf.int64), 7)
     # Piece 3: 1 piece right of it in window 0, 1 left in window 1: a tie, the earlier window. Piece 4: window 1.
     assert primary.numpy().tolist() == [True, True, True, True, False, False, True, True, True]
+    # The same text after one of 4 pieces: flat pieces 4-10, the same choice (its windows count from its start).
+    shifted = max_context(piece + 4, piece, window, tf.constant([0, 3], tf.int64), tf.constant([5, 7], tf.int64), 11)
+    assert shifted.numpy().tolist() == primary.numpy().tolist()
 
