@@ -512,7 +512,8 @@ class SentencePooling(keras.layers.Layer):
 
     def call(self, sequence_output, input_mask):
         x = sequence_output  # (batch, seq, hidden)
-        mask = ops.cast(input_mask, x.dtype)[:, :, None]  # (batch, seq, 1)
+        # Added axes are expand_dims (not `[:, :, None]`): LiteRT converts those to builtin ops, a slice adding axes not.
+        mask = ops.expand_dims(ops.cast(input_mask, x.dtype), -1)  # (batch, seq, 1)
         pooled = [self._pool(mode, x, mask) for mode in self._modes]  # each (batch, hidden)
         output = pooled[0] if len(pooled) == 1 else ops.concatenate(pooled, axis=-1)  # (batch, hidden * modes)
         if self.normalize:
@@ -531,10 +532,10 @@ class SentencePooling(keras.layers.Layer):
             return ops.max(ops.where(mask > 0, x, lowest), axis=1)  # (batch, hidden)
         if mode == "last_token":
             seq = ops.shape(x)[1]
-            last = ops.mod(ops.cast(count, "int32") - 1, seq)[:, :, None]  # (batch, 1, 1); no real token: the last position
+            last = ops.expand_dims(ops.mod(ops.cast(count, "int32") - 1, seq), -1)  # (batch, 1, 1); none real: the last
             return ops.take_along_axis(x * mask, last, axis=1)[:, 0, :]  # (batch, hidden)
         if mode == "weighted_mean":
-            positions = ops.cast(ops.arange(1, ops.shape(x)[1] + 1), x.dtype)[None, :, None]  # (1, seq, 1)
+            positions = ops.reshape(ops.cast(ops.arange(1, ops.shape(x)[1] + 1), x.dtype), (1, -1, 1))  # (1, seq, 1)
             mask = mask * positions  # (batch, seq, 1)
             count = ops.sum(mask, axis=1)  # (batch, 1)
         total = ops.sum(x * mask, axis=1)  # (batch, hidden)

@@ -1,4 +1,4 @@
-"""`bert-keras litert`: an export (classifier, tagger) into one LiteRT `.tflite` file that serves raw strings.
+"""`bert-keras litert`: an export (classifier, tagger, sentence encoder) into one LiteRT `.tflite` file of raw strings.
 
 Everything that can be checked without TensorFlow is checked before it loads (the export's kind and manifest,
 --out); the conversion (TensorFlow) is imported in `run` after them.
@@ -14,7 +14,7 @@ from bert_keras.export.manifest import ExportError
 def register(commands, common):
     litert = commands.add_parser(
         "litert", parents=[common],
-        help="convert an exported classifier or tagger into a LiteRT .tflite file from raw strings",
+        help="convert an exported classifier, tagger or sentence encoder into a LiteRT .tflite file from raw strings",
         description="Writes --out, a .tflite file whose `serve` signature takes raw strings (Hugging Face's BERT "
         "normalisation and WordPiece in tensorflow-text's LiteRT kernels) and gives what the export serves, with "
         "`serve_ids` (token ids, builtin ops only) and `preprocess`; --out.json beside it records what it is. "

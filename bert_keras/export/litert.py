@@ -298,8 +298,8 @@ def gathered_branches(data):
             then_name, else_name = _PACKING_BRANCH.search(names[then_index]), _PACKING_BRANCH.search(names[else_index])
             if not (then_name and else_name and then_name.group(3) == "true" and else_name.group(3) == "false"):
                 continue
-            field = options._tab.Offset(4)  # then_subgraph_index
-            struct.pack_into("<i", data, options._tab.Pos + field, else_index)
+            field = table.Offset(4)  # then_subgraph_index (the options' table is `table`, a flatbuffers Table)
+            struct.pack_into("<i", data, table.Pos + field, else_index)
     return bytes(data)
 
 

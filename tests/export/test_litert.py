@@ -229,9 +229,6 @@ def test_a_tagger_gives_the_exports_pieces_offsets_windows_and_entities(tagger):
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, raises=ValueError, reason="heads.SentencePooling's `[:, :, None]` is a StridedSlice "
-                   "that LiteRT cannot lower with dynamic shapes (refused: 'left ops ... StridedSlice'); it needs "
-                   "expand_dims as layers/attention.py has")
 def test_a_sentence_encoder_encodes_as_its_export(tmp_path):
     from bert_keras import BertEncoder
     from bert_keras.export import export_litert, export_sentence_encoder, load_litert, load_sentence_encoder
