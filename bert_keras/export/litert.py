@@ -438,6 +438,11 @@ class LiteRTModel:
         self.tokenizer_kind = tokenizer.get("kind")
 
     def _start(self, xnnpack):
+        if self.kind == TAGGER:
+            # A tagger's entities are grouped by `entity_groups`, which imports TensorFlow (through `bert_keras.text`):
+            # imported after the interpreter has loaded TensorFlow's libraries itself (`_text_kernels`), TensorFlow
+            # ends the process (a segmentation fault); before it, both load.
+            import bert_keras.export.entity_groups  # noqa: F401
         self._interpreter = _interpreter(self.path, self.serves_strings, self._num_threads, xnnpack=xnnpack)
         self.xnnpack = xnnpack
         self.serve_ids = self._interpreter.get_signature_runner("serve_ids")
@@ -516,7 +521,8 @@ class LiteRTModel:
         return rows
 
     def _entities(self, texts, aggregation):
-        # Here, not at the top: `entity_groups` imports `bert_keras.text`, whose package imports TensorFlow.
+        # Here, not at the top: `entity_groups` imports `bert_keras.text`, whose package imports TensorFlow (`_start`
+        # imported it before the interpreter).
         from bert_keras.export.entity_groups import check_aggregation, text_entities
 
         aggregation = check_aggregation(self.aggregation if aggregation is None else aggregation)

@@ -333,3 +333,14 @@ def test_an_export_of_another_tokenizer_gets_token_ids_only_and_raw_strings_are_
     with pytest.raises(ValueError, match="serves token ids only .its export's tokenizer is 'byte_bpe'; raw strings "
                                          "in LiteRT need WordPiece."):
         lite.predict("ab a")
+
+
+@pytest.mark.slow
+def test_a_tagger_file_answers_in_a_fresh_process(tagger):
+    # Its entities need TensorFlow (through bert_keras.text); imported after the interpreter had loaded TensorFlow's
+    # libraries, it ended the process with a segmentation fault.
+    _, path = tagger
+    script = f"from bert_keras.export import load_litert\nprint(load_litert({path!r}).predict(['Ada went to Paris']))"
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.startswith("[["), done.stdout
