@@ -366,6 +366,14 @@ def _umask():
 def _text_kernels():
     """tensorflow-text's LiteRT kernels, registered by name from its shared library, without importing TensorFlow
     (the library links TensorFlow's framework library, loaded first); the registrar module's functions otherwise."""
+    # Python's OpenSSL modules first: TensorFlow's libraries, loaded globally below, carry BoringSSL's symbols, which
+    # `_hashlib` and `_ssl` would bind to if loaded after them (a segmentation fault at `import hashlib`, which
+    # `import tensorflow` does).
+    for name in ("hashlib", "ssl"):
+        try:
+            importlib.import_module(name)
+        except ImportError:  # a Python built without OpenSSL: nothing to bind
+            pass
     try:
         tf_spec, text_spec = importlib.util.find_spec("tensorflow"), importlib.util.find_spec("tensorflow_text")
         framework = os.path.join(tf_spec.submodule_search_locations[0], "libtensorflow_framework.so.2")
@@ -438,11 +446,6 @@ class LiteRTModel:
         self.tokenizer_kind = tokenizer.get("kind")
 
     def _start(self, xnnpack):
-        if self.kind == TAGGER:
-            # A tagger's entities are grouped by `entity_groups`, which imports TensorFlow (through `bert_keras.text`):
-            # imported after the interpreter has loaded TensorFlow's libraries itself (`_text_kernels`), TensorFlow
-            # ends the process (a segmentation fault); before it, both load.
-            import bert_keras.export.entity_groups  # noqa: F401
         self._interpreter = _interpreter(self.path, self.serves_strings, self._num_threads, xnnpack=xnnpack)
         self.xnnpack = xnnpack
         self.serve_ids = self._interpreter.get_signature_runner("serve_ids")
@@ -521,8 +524,7 @@ class LiteRTModel:
         return rows
 
     def _entities(self, texts, aggregation):
-        # Here, not at the top: `entity_groups` imports `bert_keras.text`, whose package imports TensorFlow (`_start`
-        # imported it before the interpreter).
+        # Here, not at the top: `entity_groups` imports `bert_keras.text`, whose package imports TensorFlow.
         from bert_keras.export.entity_groups import check_aggregation, text_entities
 
         aggregation = check_aggregation(self.aggregation if aggregation is None else aggregation)

@@ -344,3 +344,15 @@ def test_a_tagger_file_answers_in_a_fresh_process(tagger):
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.startswith("[["), done.stdout
+
+
+@pytest.mark.slow
+def test_tensorflow_imports_after_a_file_is_loaded(classifier):
+    # The interpreter loads TensorFlow's libraries (BoringSSL's symbols among them) globally: Python's OpenSSL
+    # modules imported after them ended the process (`import hashlib`, which `import tensorflow` does).
+    _, _, path = classifier
+    script = (f"from bert_keras.export import load_litert\nmodel = load_litert({path!r})\nmodel.predict('a')\n"
+              "import tensorflow as tf\nprint(float(tf.constant(1.0) + 1))")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip().endswith("2.0"), done.stdout
