@@ -2,7 +2,8 @@
 
 What a user waits for from a fresh process to the first printed answer (imports, loading, one text), for:
 
-- a tagger: our export (`load_tagger(DIR).predict(text)`, and `bert-keras predict --model DIR TEXT`) against
+- a tagger: our export (`load_tagger(DIR).predict(text)`, and `bert-keras predict --model DIR TEXT`) and its LiteRT
+  file (`export_litert`; `load_litert(FILE).predict(text)`, `bert-keras predict --model FILE.tflite TEXT`) against
   transformers' `pipeline("token-classification", aggregation_strategy="first")` on the same weights;
 - a reader: `load_reader(DIR).predict(question, context)` and `bert-keras predict --model DIR --question Q --context C`
   against transformers' `AutoModelForQuestionAnswering` and its tokenizer, the best span's text (transformers 5
@@ -45,7 +46,7 @@ def prepare(work):
     import torch
     import transformers
 
-    from bert_keras.export import export_reader, export_tagger
+    from bert_keras.export import export_litert, export_reader, export_tagger
     from bert_keras.tasks import BertSpanLabeler, BertTokenClassifier
 
     transformers.logging.set_verbosity_error()
@@ -67,6 +68,7 @@ def prepare(work):
         folders[name] = folder
     tagger = BertTokenClassifier.from_checkpoint(folders["tagger"], seq_length=SEQ_LENGTH)
     export_tagger(tagger, os.path.join(work, "tagger"), overwrite=True)
+    export_litert(os.path.join(work, "tagger"), os.path.join(work, "tagger.tflite"), overwrite=True)
     reader = BertSpanLabeler.from_checkpoint(folders["reader"], seq_length=384)
     export_reader(reader, os.path.join(work, "reader"), overwrite=True)
     return folders
@@ -83,6 +85,11 @@ def contenders(work, folders):
                 "from bert_keras.export import load_tagger\n"
                 f"print(load_tagger({tagger!r}).predict({TEXT!r}))")]),
             ("ours: bert-keras predict --model DIR TEXT", [cli, "predict", "--model", tagger, TEXT]),
+            ("ours, LiteRT: load_litert(FILE).predict(text)", [python, "-c", (
+                "from bert_keras.export import load_litert\n"
+                f"print(load_litert({tagger + '.tflite'!r}).predict({TEXT!r}))")]),
+            ("ours, LiteRT: bert-keras predict --model FILE.tflite TEXT",
+             [cli, "predict", "--model", tagger + ".tflite", TEXT]),
             ("transformers pipeline('token-classification')", [python, "-c", (
                 "from transformers import pipeline\n"
                 f"print(pipeline('token-classification', model={folders['tagger']!r}, "
