@@ -247,7 +247,7 @@ def main(argv=None):
     command = "python benchmarks/soak.py " + shlex.join(argv if argv is not None else sys.argv[1:])
     with tempfile.TemporaryDirectory() as scratch:
         model = args.model or export_tiny_classifier(os.path.join(scratch, "classifier"))
-        classifier = load_classifier(model)
+        classifier = load_classifier(model, warm_up=True)  # as a server loads it: every request on the rewritten graph
         requests = make_requests(normal_texts() + [text for _, text in hostile_texts()])
         result = soak(classifier, requests, threads=args.threads, seconds=args.seconds)
     name = args.model or f"tiny classifier (2 layers, hidden 32, {len(VOCABULARY)} tokens, sequences of 128; untrained)"

@@ -71,7 +71,8 @@ def functions_unoptimized():
     of the calling thread's options, so a function first called inside gets
     an instance that is ready sooner, and calls outside (another thread's, or
     this one's after) get the rewritten instance, built at their own first
-    call. The values are the same; the rewritten instance runs faster.
+    call. The values are the same up to float rounding (the rewrites fuse
+    and reorder operations); the rewritten instance runs faster.
     """
     context = tf_context.context()
     previous = context.function_call_options

@@ -503,7 +503,9 @@ def test_from_checkpoint_errors(module_pair, tmp_path):
     with pytest.raises(ValueError, match=r"`activation`, expected one of \[None, 'softmax'\]. Received: activation='relu'"):
         BertClassifier.from_checkpoint(modules, num_classes=2, seq_length=12, activation="relu")
     with pytest.raises(ValueError, match=r"`seq_length`, expected at most the encoder module's 24 positions. Received: seq_length=128"):
-        BertClassifier.from_checkpoint(modules, num_classes=2)
+        BertClassifier.from_checkpoint(modules, num_classes=2, seq_length=128)
+    # Without one, 128 cut to the encoder's positions.
+    assert BertClassifier.from_checkpoint(modules, num_classes=2).preprocessor.seq_length == 24
     with pytest.raises(ValueError, match=r"`seq_length`, expected an integer >= 3. Received: seq_length=2"):
         BertClassifier.from_checkpoint(modules, num_classes=2, seq_length=2)
     with pytest.raises(ValueError, match=r"pair of Hub handles"):

@@ -46,7 +46,8 @@ class LoadedExport:
             the graph as loaded, without TensorFlow's graph rewrites (Grappler),
             which a function's first call otherwise waits for; the warm-up
             builds the rewritten graph (`_instantiate`) for the requests after
-            it. `False` replays nothing (and a kind with a path that needs no
+            it (the same values up to float rounding: a server that needs
+            every answer bit for bit alike replays with `True`). `False` replays nothing (and a kind with a path that needs no
             compile keeps to it). Defaults to `"background"`.
 
     Attributes:

@@ -203,7 +203,7 @@ def test_missing_paths_are_reported_before_tensorflow_is_imported(tmp_path, argv
      "196, or --max-question-length (or --doc-stride) lower."),
     # A new user's --seq-length 8 trained for minutes on 5,577 windows of 2 context pieces for 355 questions.
     (["finetune", "--task", "qa", "--train", "bad.json", "--out", "o", "--seq-length", "8"],
-     "--seq-length 8 is too short for a reader: a window holds a question and a part of its context; use at least 32 "
+     "--seq-length 8 is too short for a reader: a window holds a question and a part of its context; use at least 16 "
      "(the default is 384)."),
     (["finetune", "--task", "qa", "--train", "bad.json", "--out", "o", "--seq-length", "128", "--doc-stride", "128",
       "--max-question-length", "64"],
@@ -212,7 +212,7 @@ def test_missing_paths_are_reported_before_tensorflow_is_imported(tmp_path, argv
     # issue 50, item 4: "--seq-length 64" alone failed with "fewer than the -3 context pieces", after TensorFlow loaded;
     # the question length and the stride now follow the sequence length (64 -> 10 and 21): the data's error comes.
     (["finetune", "--task", "qa", "--train", "bad.json", "--out", "o", "--seq-length", "64"], "bad.json"),
-    (["finetune", "--task", "qa", "--train", "bad.json", "--out", "o", "--seq-length", "32"], "bad.json"),
+    (["finetune", "--task", "qa", "--train", "bad.json", "--out", "o", "--seq-length", "16"], "bad.json"),
     # issue 50, item 5: a CoNLL file without --task was "unknown format ... (or pass the format)", a flag that is not.
     (["finetune", "--train", "bad.conll", "--out", "o"],
      "bad.conll: a classifier (--task classify, the default) reads labelled texts from a .csv, .tsv, .json or .jsonl "

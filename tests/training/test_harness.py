@@ -64,7 +64,9 @@ def test_a_piped_fit_reports_progress_lines_within_each_epoch(monkeypatch):
     harness = Harness(verbose=2, report=lines.append)
     harness.compile(model, lambda: keras.optimizers.SGD(0.1), loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
     harness.fit(model, tf.data.Dataset.from_tensor_slices((x, y)).batch(2), epochs=2, steps_per_epoch=8, phase="head")
-    # A reading at each epoch start, then one per step: a line every second step (12 s >= 10 s).
-    assert [line.split(", loss")[0] for line in lines] == [f"head: epoch {e}/2, step {s}/8 ({25 * s // 2}%)"
-                                                          for e in (1, 2) for s in (2, 4, 6, 8)]
-    assert lines[0].endswith(", 12 s")
+    # What the wait before the first step is for, then a reading at each epoch start and one per step: a line every
+    # second step (12 s >= 10 s).
+    assert lines[0] == "head: preparing the first step (tracing the model)"
+    assert [line.split(", loss")[0] for line in lines[1:]] == [f"head: epoch {e}/2, step {s}/8 ({25 * s // 2}%)"
+                                                              for e in (1, 2) for s in (2, 4, 6, 8)]
+    assert lines[1].endswith(", 12 s")
