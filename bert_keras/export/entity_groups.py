@@ -29,7 +29,8 @@ tokenization happens here. The rules are the pipeline's
 
 import numpy as np
 
-from bert_keras.text.kinds import TOKENIZER_KINDS, tokenizer_class
+# The kinds' decoding without TensorFlow: a LiteRT tagger groups its entities here without importing it.
+from bert_keras.text.decoding import DECODINGS, decoding_of
 
 AGGREGATIONS = ("simple", "first", "max", "average", "none")
 IGNORED = ("O",)
@@ -44,11 +45,12 @@ def check_aggregation(aggregation):
 
 
 def check_tokenizer_kind(kind):
-    """The tokenizer class of `kind` (one of `text.kinds.TOKENIZER_KINDS`), else a `ValueError` naming `tokenizer`."""
-    if kind not in TOKENIZER_KINDS:
+    """The decoding of tokenizer `kind` (`text.decoding`: one per kind of `text.kinds.TOKENIZER_KINDS`), else a
+    `ValueError` naming `tokenizer`."""
+    if kind not in DECODINGS:
         raise ValueError(f"Received an invalid value for argument `tokenizer`, expected one of "
-                         f"{', '.join(repr(k) for k in TOKENIZER_KINDS)}. Received: tokenizer={kind!r}")
-    return tokenizer_class(kind)
+                         f"{', '.join(repr(k) for k in DECODINGS)}. Received: tokenizer={kind!r}")
+    return decoding_of(kind)
 
 
 def tokens_to_string(tokens, suffix_indicator="##", tokenizer="wordpiece"):

@@ -42,6 +42,7 @@ import numpy as np
 
 from bert_keras._checks import check_int
 from bert_keras._native_log import NativeLogFilter
+from bert_keras.export.entity_groups import check_aggregation, text_entities  # no TensorFlow (text.decoding)
 from bert_keras.export.manifest import (ASSETS_EXTRA, CLASSIFIER, READER, SENTENCE_ENCODER, TAGGER, ExportError,
                                         read_manifest)
 from bert_keras.predictions import as_probabilities, blank_prediction, check_top_k, labelled_predictions
@@ -524,9 +525,6 @@ class LiteRTModel:
         return rows
 
     def _entities(self, texts, aggregation):
-        # Here, not at the top: `entity_groups` imports `bert_keras.text`, whose package imports TensorFlow.
-        from bert_keras.export.entity_groups import check_aggregation, text_entities
-
         aggregation = check_aggregation(self.aggregation if aggregation is None else aggregation)
         texts, single = self._strings(texts)
         results = [text_entities(text, piece, self.tag_names, aggregation, self._unknown_token,

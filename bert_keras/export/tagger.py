@@ -20,11 +20,11 @@ from bert_keras.dtypes import check_compute_dtype, compute_dtype
 from bert_keras.export import warmup
 from bert_keras.export._serving import WINDOWS_PER_CALL, XLA_LENGTHS, bucket, in_chunks, pad_to, trim_padding
 from bert_keras.export._writer import ids_endpoint, tokenizer_kind, write_export
-from bert_keras.export.entity_groups import AGGREGATIONS, TOKENIZER_KINDS, check_aggregation, text_entities
+from bert_keras.export.entity_groups import AGGREGATIONS, check_aggregation, text_entities
 from bert_keras.export.loaded import LoadedExport
 from bert_keras.export.manifest import TAGGER
 from bert_keras.text.alignment import join_words
-from bert_keras.text.kinds import kind_of_pieces
+from bert_keras.text.kinds import TOKENIZER_KINDS, kind_of_pieces
 from bert_keras.text.windows import check_stride, max_context, piece_windows
 from bert_keras.text.packer import pack_inputs
 

@@ -28,6 +28,7 @@ import numpy as np
 import tensorflow as tf
 
 from bert_keras._checks import FileContentError, read_json, read_user_file
+from bert_keras.text.decoding import starts_word_at_a_space
 from bert_keras.text.packer import num_special_tokens
 
 # Plain TensorFlow ops without Python control flow: tracing them through
@@ -260,7 +261,7 @@ class Tokenizer(keras.layers.Layer):
         first character. WordPiece overrides it.
         """
         del token, end
-        return start == 0 or " " in text[start - 1 : start + 1]
+        return starts_word_at_a_space(text, start)
 
     @classmethod
     def piece_text(cls, token):

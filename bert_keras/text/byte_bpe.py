@@ -32,6 +32,8 @@ from bert_keras.text import _family_tables as tables
 from bert_keras.text._subword import byte_to_char_spans, in_ranges, next_in_row, previous_in_row, row_ids
 from bert_keras.text.base import (Tokenizer, TokenizerFileError, TracedTokenization, check_bool, read_file_bytes,
                                   read_json_file)
+from bert_keras.text.decoding import BYTE_CHARS as _BYTE_CHARS
+from bert_keras.text.decoding import BytePairDecoding, bytes_to_unicode  # noqa: F401 (bytes_to_unicode: named here too)
 from bert_keras.text.tokenizer_json import bpe_arguments
 
 _do_not_convert = tf.autograph.experimental.do_not_convert
@@ -44,21 +46,6 @@ _NO_RANK = np.iinfo(np.int64).max
 MAX_MERGED_BYTES = 1024
 
 
-def bytes_to_unicode():
-    """GPT-2's map from each byte to a printable character (the alphabet of byte-level BPE tokens)."""
-    printable = list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAD)) + list(range(0xAE, 0x100))
-    mapping, extra = {}, 0
-    for byte in range(256):
-        if byte in printable:
-            mapping[byte] = chr(byte)
-        else:
-            mapping[byte] = chr(256 + extra)
-            extra += 1
-    return mapping
-
-
-_BYTE_CHARS = bytes_to_unicode()
-_BYTES_OF = {char: byte for byte, char in _BYTE_CHARS.items()}  # the way back from a token's characters to its bytes
 
 
 def pretokenize(chars):
@@ -328,14 +315,7 @@ class BytePairTokenizer(Tokenizer):
         >>> BytePairTokenizer.tokens_to_string(["\u0120New", "\u0120York"])
         ' New York'
         """
-        del suffix_indicator  # WordPiece's
-        data = bytearray()
-        for token in tokens:
-            if all(char in _BYTES_OF for char in token):
-                data.extend(_BYTES_OF[char] for char in token)
-            else:
-                data.extend(token.encode("utf-8"))
-        return data.decode("utf-8", errors="replace")
+        return BytePairDecoding.tokens_to_string(tokens, suffix_indicator)
 
     @classmethod
     def piece_text(cls, token):
@@ -345,12 +325,7 @@ class BytePairTokenizer(Tokenizer):
         >>> BytePairTokenizer.piece_text("\u0120the")
         'the'
         """
-        if not all(char in _BYTES_OF for char in token):
-            return token  # a token added outside the byte table, spelled as its text
-        try:
-            return bytes(_BYTES_OF[char] for char in token).decode("utf-8").lstrip(" ")
-        except UnicodeDecodeError:
-            return None
+        return BytePairDecoding.piece_text(token)
 
     @classmethod
     def read_tokens(cls, files):

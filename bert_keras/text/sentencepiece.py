@@ -29,6 +29,7 @@ from bert_keras.text import _family_tables as tables
 from bert_keras.text._subword import byte_to_char_spans, in_ranges, nest_words, previous_in_row, row_ids
 from bert_keras.text.base import Tokenizer, TokenizerFileError, TracedTokenization, check_bool, read_file_bytes
 from bert_keras.text._unicode_tables import to_regex_class
+from bert_keras.text.decoding import WORD_START, SentencePieceDecoding
 from bert_keras.text.tokenizer_json import unigram_arguments
 from bert_keras.text.unigram import UnigramSegmenter, read_pieces
 
@@ -36,7 +37,7 @@ _do_not_convert = tf.autograph.experimental.do_not_convert
 
 _WHITESPACE = to_regex_class(tables.PY_WHITESPACE_RANGES)
 _COMBINING = to_regex_class(tables.COMBINING_RANGES)
-_WORD_START = "\u2581"  # "▁", SentencePiece's mark of a piece that begins a word
+_WORD_START = WORD_START
 _NUL_STAND_IN = "\U0010fffd"
 
 
@@ -287,11 +288,7 @@ class SentencePieceTokenizer(Tokenizer):
         >>> SentencePieceTokenizer.tokens_to_string(["\u2581new", "\u2581york", "er"])
         'new yorker'
         """
-        del suffix_indicator  # WordPiece's
-        words = [token.replace(_WORD_START, " ") for token in tokens]
-        if words and words[0].startswith(" "):
-            words[0] = words[0][1:]
-        return "".join(words)
+        return SentencePieceDecoding.tokens_to_string(tokens, suffix_indicator)
 
     @classmethod
     def piece_text(cls, token):
@@ -300,7 +297,7 @@ class SentencePieceTokenizer(Tokenizer):
         >>> SentencePieceTokenizer.piece_text("\u2581the")
         'the'
         """
-        return token.lstrip(_WORD_START)
+        return SentencePieceDecoding.piece_text(token)
 
     @classmethod
     def read_tokens(cls, files):

@@ -31,6 +31,7 @@ from bert_keras.text import _unicode_tables as tables
 # to_string_tensor: the name is imported from here too.
 from bert_keras.text.base import (  # noqa: F401
     Tokenizer, TokenizerFileError, TracedTokenization, read_file_bytes, to_string_tensor)
+from bert_keras.text.decoding import WordPieceDecoding
 from bert_keras.text.offsets import char_offsets
 from bert_keras.text.tokenizer_json import wordpiece_arguments
 
@@ -59,9 +60,6 @@ _SMALL_SIGMA = "\u03c3"
 _PATCH_KEYS = [key for key, _ in tables.CASE_PATCH]
 _PATCH_VALUES = [value for _, value in tables.CASE_PATCH]
 _PATCH_MATCH = "(?s).*" + tables.to_regex_class([(key, key) for key in _PATCH_KEYS]) + ".*"
-# The WordPiece decoder's clean-up (tokenizers' `decoders.WordPiece(cleanup=True)`), token by token.
-_CLEANUP = ((" .", "."), (" ?", "?"), (" !", "!"), (" ,", ","), (" ' ", "'"), (" n't", "n't"), (" 'm", "'m"),
-            (" do not", " don't"), (" 's", "'s"), (" 've", "'ve"), (" 're", "'re"))
 # Private-use code points stand in for the patched characters while the
 # uncased steps run: the cleaning step has removed all private-use input.
 _PLACEHOLDER_BASE = 0xF0000
@@ -432,14 +430,7 @@ class WordPieceTokenizer(Tokenizer):
         >>> WordPieceTokenizer.tokens_to_string(["new", "york", "##er", ",", "hi"])
         'new yorker, hi'
         """
-        words = []
-        for i, token in enumerate(tokens):
-            if i:
-                token = token[len(suffix_indicator):] if token.startswith(suffix_indicator) else " " + token
-            for dirty, clean in _CLEANUP:
-                token = token.replace(dirty, clean)
-            words.append(token)
-        return "".join(words)
+        return WordPieceDecoding.tokens_to_string(tokens, suffix_indicator)
 
     @classmethod
     def piece_starts_word(cls, token, text, start, end):
@@ -448,7 +439,7 @@ class WordPieceTokenizer(Tokenizer):
         transformers' pipeline rule for a model with a continuing-subword
         prefix (`##ing` against the `ing` it spans).
         """
-        return len(token) == len(text[start:end])
+        return WordPieceDecoding.piece_starts_word(token, text, start, end)
 
     @classmethod
     def piece_text(cls, token, suffix_indicator="##"):
@@ -457,7 +448,7 @@ class WordPieceTokenizer(Tokenizer):
         >>> WordPieceTokenizer.piece_text("##ing")
         'ing'
         """
-        return token[len(suffix_indicator):] if token.startswith(suffix_indicator) and len(token) > 2 else token
+        return WordPieceDecoding.piece_text(token, suffix_indicator)
 
     def tokenizer_config(self):
         """The options as `tokenizer_config.json` records them; `strip_accents` only where set (None: as lower_case)."""
