@@ -56,3 +56,16 @@ def as_probabilities(outputs):
     is_distribution = np.all(outputs >= 0, axis=-1) & (np.abs(outputs.sum(axis=-1) - 1) <= 1e-3)
     shifted = np.exp(outputs - outputs.max(axis=-1, keepdims=True))
     return np.where(is_distribution[:, None], outputs, shifted / shifted.sum(axis=-1, keepdims=True))
+
+
+def text_list(texts):
+    """`(list of str, single)` from one str, a list of str or a numpy array of them; a `TypeError` naming an item
+    that is not a str (what the loaders' `predict` take)."""
+    single = isinstance(texts, str)
+    if isinstance(texts, np.ndarray):
+        texts = texts.tolist() if texts.ndim else [texts.item()]
+    texts = [texts] if single else list(texts)
+    bad = next((text for text in texts if not isinstance(text, str)), None)
+    if bad is not None:
+        raise TypeError(f"Expected `texts` to hold strings. Received an item of type {type(bad).__name__}: {bad!r}")
+    return texts, single

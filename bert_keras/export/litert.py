@@ -45,7 +45,7 @@ from bert_keras._native_log import NativeLogFilter
 from bert_keras.export.entity_groups import check_aggregation, text_entities  # no TensorFlow (text.decoding)
 from bert_keras.export.manifest import (ASSETS_EXTRA, CLASSIFIER, READER, SENTENCE_ENCODER, TAGGER, ExportError,
                                         read_manifest)
-from bert_keras.predictions import as_probabilities, blank_prediction, check_top_k, labelled_predictions
+from bert_keras.predictions import as_probabilities, blank_prediction, check_top_k, labelled_predictions, text_list
 
 logger = logging.getLogger(__name__)
 
@@ -458,14 +458,7 @@ class LiteRTModel:
                              f"{self.tokenizer_kind!r}; raw strings in LiteRT need WordPiece): call "
                              "`serve_ids(input_word_ids=..., input_mask=..., input_type_ids=...)` with ids packed "
                              "by the export's preprocessor.")
-        single = isinstance(texts, str)
-        if isinstance(texts, np.ndarray):
-            texts = texts.tolist() if texts.ndim else [texts.item()]
-        texts = [texts] if single else list(texts)
-        bad = next((text for text in texts if not isinstance(text, str)), None)
-        if bad is not None:
-            raise TypeError(f"Expected `texts` to hold strings. Received an item of type {type(bad).__name__}: {bad!r}")
-        return texts, single
+        return text_list(texts)
 
     def _run(self, texts):
         text = np.array([text.encode("utf-8") for text in texts], dtype=object)

@@ -23,6 +23,7 @@ from bert_keras.export._writer import ids_endpoint, tokenizer_kind, write_export
 from bert_keras.export.entity_groups import AGGREGATIONS, check_aggregation, text_entities
 from bert_keras.export.loaded import LoadedExport
 from bert_keras.export.manifest import TAGGER
+from bert_keras.predictions import text_list
 from bert_keras.text.alignment import join_words
 from bert_keras.text.kinds import TOKENIZER_KINDS, kind_of_pieces
 from bert_keras.text.windows import check_stride, max_context, piece_windows
@@ -470,13 +471,7 @@ class ExportedTagger(LoadedExport):
             overlapping entities merged, the longest kept).
         """
         aggregation = check_aggregation(self.aggregation if aggregation is None else aggregation)
-        single = isinstance(texts, str)
-        if isinstance(texts, np.ndarray):
-            texts = texts.tolist() if texts.ndim else [texts.item()]
-        texts = [texts] if single else list(texts)
-        bad = next((text for text in texts if not isinstance(text, str)), None)
-        if bad is not None:
-            raise TypeError(f"Expected `texts` to hold strings. Received an item of type {type(bad).__name__}: {bad!r}")
+        texts, single = text_list(texts)
         pieces = self.tag_pieces(texts, batch_size=batch_size)
         results = [text_entities(text, piece, self.tag_names, aggregation, self._unknown_token,
                                  self._suffix_indicator, self.tokenizer_kind)
