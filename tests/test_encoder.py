@@ -104,6 +104,22 @@ def test_pooled_output_alone_equals_the_whole_encoders(variant):
         encoder.pooled_output({"input_word_ids": inputs["input_word_ids"]})
 
 
+@pytest.mark.parametrize("variant", [{}, {"norm_first": True, "shared_layers": True}, {"pack_tokens": False}])
+def test_the_padded_layout_equals_the_packed_encoders_outputs(variant):
+    encoder = BertEncoder(**{**TINY, **variant})
+    inputs = _inputs(lengths=(7, 4, 1), seq=8)  # rows of three lengths: packing gathers 12 of 24 positions
+    expected, padded = encoder(inputs), encoder.padded_outputs(inputs)
+    mask = inputs["input_mask"].astype(bool)
+    assert_close(np.asarray(padded["sequence_output"])[mask], np.asarray(expected["sequence_output"])[mask], atol=1e-5)
+    assert_close(padded["pooled_output"], expected["pooled_output"], atol=1e-5)
+    first = encoder.padded_outputs(inputs, first_token_only=True)
+    assert tuple(first["sequence_output"].shape) == (3, 1, TINY["hidden_size"])
+    assert_close(first["pooled_output"], expected["pooled_output"], atol=1e-5)
+    graph = tf.function(encoder.padded_outputs).get_concrete_function(
+        {k: tf.TensorSpec([None, None], tf.int32) for k in inputs}).graph
+    assert not {op.type for op in graph.get_operations()} & {"Where", "Cumsum", "If", "StatelessIf"}  # no packing
+
+
 def test_pre_layer_norm_has_final_norm():
     encoder = BertEncoder(**TINY, norm_first=True)
     assert encoder.output_layer_norm is not None

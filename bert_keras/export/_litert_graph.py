@@ -7,7 +7,7 @@ import tensorflow as tf
 import tensorflow_text as tf_text
 
 from bert_keras.export._litert_table import normalizer_model
-from bert_keras.export._writer import IDS_SIGNATURE
+from bert_keras.export._writer import IDS_SIGNATURE, PADDED_IDS_ENDPOINT
 from bert_keras.export.manifest import TAGGER, ExportError
 
 logger = logging.getLogger(__name__)
@@ -17,12 +17,18 @@ OUTPUTS = {"classifier": ("probabilities",), "sentence_encoder": ("embeddings",)
 
 
 def litert_module(saved, manifest, vocabulary):
-    """The `tf.Module` converted: `serve_ids` (the export's), and with a vocabulary `serve` and `preprocess`."""
+    """The `tf.Module` converted: `serve_ids` (the export's), and with a vocabulary `serve` and `preprocess`.
+
+    The model runs in the padded layout where the export has it (`serve_ids_padded`): token packing's gathers and
+    branches cost LiteRT more than the padding's multiply-adds, and its int8 graph is one that XNNPACK takes (the
+    packed one it refuses). An export written before that endpoint converts its packed `serve_ids`.
+    """
     kind, tokenizer = manifest["kind"], manifest["tokenizer"]
     text_spec = [tf.TensorSpec([1] if kind == TAGGER else [None], tf.string, name="text")]
     if not hasattr(saved, "serve_ids"):
         raise ExportError("The export has no serve_ids endpoint (written by an earlier version of bert_keras): export "
                           "the model again with this version to convert it to LiteRT.")
+    run_ids = getattr(saved, PADDED_IDS_ENDPOINT, None) or saved.serve_ids
 
     class IdsModule(tf.Module):
         def __init__(self):
@@ -33,8 +39,7 @@ def litert_module(saved, manifest, vocabulary):
 
         @tf.function(input_signature=IDS_SIGNATURE)
         def serve_ids(self, input_word_ids, input_mask, input_type_ids):
-            outputs = saved.serve_ids(input_word_ids=input_word_ids, input_mask=input_mask,
-                                      input_type_ids=input_type_ids)
+            outputs = run_ids(input_word_ids=input_word_ids, input_mask=input_mask, input_type_ids=input_type_ids)
             return {name: outputs[name] for name in OUTPUTS[kind]}
 
         @tf.function(input_signature=[tf.TensorSpec([None], tf.int32, name="unused")])
@@ -54,9 +59,9 @@ def litert_module(saved, manifest, vocabulary):
         @tf.function(input_signature=text_spec)
         def serve(self, text):
             if kind == TAGGER:
-                return _tag_one_text(self.pieces, self.saved.serve_ids, text, tokenizer["seq_length"],
+                return _tag_one_text(self.pieces, run_ids, text, tokenizer["seq_length"],
                                      manifest["stride"])
-            outputs = self.saved.serve_ids(**self.pieces.packed(text))
+            outputs = run_ids(**self.pieces.packed(text))
             return {name: outputs[name] for name in OUTPUTS[kind]}
 
     return IdsModule() if vocabulary is None else StringsModule()

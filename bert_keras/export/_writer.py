@@ -23,6 +23,10 @@ from bert_keras.text.tokenizer import WordPieceTokenizer
 # `(batch, seq)` each) to the model's outputs, what a runtime without tensorflow-text's ops serves (LiteRT's
 # token-ids signature is converted from it).
 IDS_ENDPOINT = "serve_ids"
+# The same outputs from the padded layout (no token packing): fewer ops, what LiteRT converts (an engine that spends
+# per op: measured in benchmarks/results/serving_engines.md). TensorFlow serves batches faster packed, so `serve_ids`
+# stays packed.
+PADDED_IDS_ENDPOINT = "serve_ids_padded"
 IDS_SIGNATURE = [tf.TensorSpec([None, None], tf.int32, name=key) for key in INPUT_KEYS]
 VOCABULARY_FILE = "vocab.txt"
 
@@ -53,12 +57,20 @@ def tokenizer_settings(preprocessor):
     return settings, {VOCABULARY_FILE: "".join(token + "\n" for token in tokenizer.vocabulary).encode("utf-8")}
 
 
-def ids_endpoint(outputs):
-    """The `serve_ids` endpoint of `outputs` (a function of the packed dict): `(name, function, signature)`."""
-    def serve_ids(input_word_ids, input_mask, input_type_ids):
-        return outputs({"input_word_ids": input_word_ids, "input_mask": input_mask, "input_type_ids": input_type_ids})
+def ids_endpoints(outputs, padded_outputs=None):
+    """The `serve_ids` endpoint of `outputs` and the `serve_ids_padded` one of `padded_outputs` (where given), each
+    a function of the packed dict: a list of `(name, function, signature)`."""
+    def endpoint(name, function):
+        def serve_ids(input_word_ids, input_mask, input_type_ids):
+            return function({"input_word_ids": input_word_ids, "input_mask": input_mask,
+                             "input_type_ids": input_type_ids})
 
-    return IDS_ENDPOINT, serve_ids, IDS_SIGNATURE
+        return name, serve_ids, IDS_SIGNATURE
+
+    endpoints = [endpoint(IDS_ENDPOINT, outputs)]
+    if padded_outputs is not None:
+        endpoints.append(endpoint(PADDED_IDS_ENDPOINT, padded_outputs))
+    return endpoints
 
 
 def write_extra_assets(directory, extra_assets):

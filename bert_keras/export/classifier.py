@@ -17,7 +17,7 @@ from bert_keras._checks import check_int
 from bert_keras.dtypes import check_compute_dtype, compute_dtype
 from bert_keras.export import warmup
 from bert_keras.export._serving import XLA_LENGTHS, bucket, pad_to, trim_padding
-from bert_keras.export._writer import ids_endpoint, write_export
+from bert_keras.export._writer import ids_endpoints, write_export
 from bert_keras.export.loaded import LoadedExport
 from bert_keras.export.manifest import CLASSIFIER
 from bert_keras.predictions import as_probabilities, blank_prediction, check_top_k, labelled_predictions
@@ -225,11 +225,11 @@ def _write_export(model, export_dir, label_names, overwrite, extra_assets, dtype
             plain = _serving_function(model, xla=False)
             endpoints.append((PLAIN_ENDPOINT, lambda *texts: served(plain(*texts)), signature))
 
-        def probabilities_of_ids(packed):  # (batch, num_classes)
-            outputs = tf.cast(model.serving_outputs(packed, first_token_only=False), tf.float32)
+        def probabilities_of_ids(packed, padded=False):  # (batch, num_classes)
+            outputs = tf.cast(model.serving_outputs(packed, first_token_only=padded), tf.float32)
             return {"probabilities": tf.nn.softmax(outputs, axis=-1) if softmax else outputs}
 
-        endpoints.append(ids_endpoint(probabilities_of_ids))
+        endpoints += ids_endpoints(probabilities_of_ids, lambda packed: probabilities_of_ids(packed, padded=True))
     write_export(
         model, export_dir, kind=CLASSIFIER, overwrite=overwrite, extra_assets=extra_assets, warmup_requests=requests,
         endpoints=endpoints, settings={"label_names": label_names, "inputs": input_names, "dtype": dtype},

@@ -12,7 +12,8 @@ encoder export into one `.tflite` file with three signatures:
   and the model are builtin ops, with dynamic batch and length.
 - `serve_ids`: the three packed int32 `(batch, seq)` inputs -> the model's
   outputs, builtin ops only (for a runtime without tensorflow-text's
-  kernels; the export's own `serve_ids`).
+  kernels; the export's `serve_ids_padded`, its model in the padded layout,
+  or for an export written before that endpoint its packed `serve_ids`).
 - `preprocess`: strings -> the three packed inputs.
 
 An export whose tokenizer is not WordPiece (SentencePiece, byte-level BPE:

@@ -27,7 +27,7 @@ from bert_keras._checks import check_int
 from bert_keras.dtypes import check_compute_dtype, compute_dtype
 from bert_keras.encoder import BertEncoder
 from bert_keras.export._serving import WINDOWS_PER_CALL, in_chunks
-from bert_keras.export._writer import ids_endpoint, write_export
+from bert_keras.export._writer import ids_endpoints, write_export
 from bert_keras.export.loaded import LoadedExport
 from bert_keras.export.manifest import READER
 from bert_keras.text.windows import check_window_arguments, qa_windows
@@ -192,7 +192,7 @@ def export_reader(model, export_dir, overwrite=False, extra_assets=None, dtype="
             return {key: tf.cast(value, tf.float32) for key, value in model.serving_outputs(packed).items()}
 
         write_export(model, export_dir, kind=READER, overwrite=overwrite, extra_assets=extra_assets,
-                     endpoints=[("serve", serve, signature), ("windows", run, signature), ids_endpoint(logits_of_ids)],
+                     endpoints=[("serve", serve, signature), ("windows", run, signature), *ids_endpoints(logits_of_ids)],
                      settings=info, warmup_requests=warmup_requests(seq_length), preprocessor=model.preprocessor)
     logger.info("Exported the reader to %s", export_dir)
     return export_dir

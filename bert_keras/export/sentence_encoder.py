@@ -16,7 +16,7 @@ import tensorflow as tf
 
 from bert_keras._checks import check_positive_int
 from bert_keras.embedder import BatchEmbedder, EmbeddingMethods, encode_in_batches
-from bert_keras.export._writer import ids_endpoint, write_export
+from bert_keras.export._writer import ids_endpoints, write_export
 from bert_keras.export.loaded import LoadedExport
 from bert_keras.export.manifest import SENTENCE_ENCODER, ExportError
 
@@ -57,11 +57,15 @@ def export_sentence_encoder(model, export_dir, overwrite=False):
     pooling, encoder = getattr(model, "pooling_layer", None), getattr(model, "encoder", None)
     if pooling is not None and encoder is not None:  # a SentenceEncoder: its pooling of the encoder's tokens
 
-        def embeddings_of_ids(packed):  # (batch, dim)
-            sequence = encoder(packed, training=False)["sequence_output"]  # (batch, seq, hidden)
+        def embeddings_of_ids(packed, padded=False):  # (batch, dim)
+            if padded:  # the padded layout, fewer ops (what LiteRT converts)
+                sequence = encoder.padded_outputs(packed)["sequence_output"]  # (batch, seq, hidden)
+            else:
+                sequence = encoder(packed, training=False)["sequence_output"]  # (batch, seq, hidden)
             return {"embeddings": tf.cast(pooling(sequence, packed["input_mask"]), tf.float32)}
 
-        endpoints.append(ids_endpoint(embeddings_of_ids))
+        padded = (lambda packed: embeddings_of_ids(packed, padded=True)) if hasattr(encoder, "padded_outputs") else None
+        endpoints += ids_endpoints(embeddings_of_ids, padded)
     write_export(model, export_dir, kind=SENTENCE_ENCODER, overwrite=overwrite, settings=info, endpoints=endpoints,
                  marker_info={"dimension": info["dimension"]}, preprocessor=getattr(model, "preprocessor", None))
     logger.info("Exported the sentence encoder to %s", export_dir)

@@ -19,7 +19,7 @@ from bert_keras._checks import check_int
 from bert_keras.dtypes import check_compute_dtype, compute_dtype
 from bert_keras.export import warmup
 from bert_keras.export._serving import WINDOWS_PER_CALL, XLA_LENGTHS, bucket, in_chunks, pad_to, trim_padding
-from bert_keras.export._writer import ids_endpoint, tokenizer_kind, write_export
+from bert_keras.export._writer import ids_endpoints, tokenizer_kind, write_export
 from bert_keras.export.entity_groups import AGGREGATIONS, check_aggregation, text_entities
 from bert_keras.export.loaded import LoadedExport
 from bert_keras.export.manifest import TAGGER
@@ -241,6 +241,10 @@ def _write_export(model, tokenizer, export_dir, tag_names, overwrite, extra_asse
                 "suffix_indicator": getattr(tokenizer, "suffix_indicator", "")}
     # How the loader makes words of the pieces, kept in the graph: the manifest is an editable copy.
     constants = {name: tf.constant(value) for name, value in decoding.items()}
+
+    def scores(packed, padded=False):  # (batch, seq, num_classes)
+        return {"scores": tf.nn.softmax(model.serving_outputs(packed, padded=padded), axis=-1)}
+
     requests = warmup.warmup_requests(model.preprocessor, ["text"], XLA_LENGTHS)
     # One text of three windows: the windowed path (and a cut at a window's end) warmed up too.
     requests.append({"text": [" ".join(["a"] * (2 * model.preprocessor.seq_length))]})
@@ -248,7 +252,7 @@ def _write_export(model, tokenizer, export_dir, tag_names, overwrite, extra_asse
         model, export_dir, kind=TAGGER, overwrite=overwrite, extra_assets=extra_assets, warmup_requests=requests,
         endpoints=[("serve", lambda texts: _tag_pieces(model, tokenizer, vocabulary, texts, stride, compiled), signature),
                    ("tag_names", lambda: names, []), (DECODING_ENDPOINT, lambda: constants, []),
-                   ids_endpoint(lambda packed: {"scores": tf.nn.softmax(model.serving_outputs(packed), axis=-1)})],
+                   *ids_endpoints(scores, lambda packed: scores(packed, padded=True))],
         preprocessor=model.preprocessor,
         settings={"tag_names": tag_names, "inputs": ["text"], "dtype": dtype, "stride": stride,
                   "seq_length": model.preprocessor.seq_length, "aggregation": aggregation},  # `tokenizer`: the writer's, from the preprocessor

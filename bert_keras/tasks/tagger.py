@@ -7,6 +7,7 @@ from keras import ops
 
 from bert_keras._checks import check_positive_int, check_rate
 from bert_keras._task import call_encoder, check_encoder, head_dtype, head_initializer, model_inputs
+from bert_keras.encoder import BertEncoder
 from bert_keras.formats import tables
 from bert_keras.heads import TokenClassificationHead
 from bert_keras.tasks._pretrained import _PretrainedTask, _check_label_names
@@ -75,7 +76,7 @@ class BertTokenClassifier(_PretrainedTask):
         self.text_pairs = bool(text_pairs)
         self.label_names = label_names
 
-    def serving_outputs(self, inputs):
+    def serving_outputs(self, inputs, padded=False):
         """The model's outputs as served: the packed pieces through the encoder and the head, as float32 logits.
 
         Equal to `self(inputs, training=False)` up to float rounding.
@@ -88,6 +89,10 @@ class BertTokenClassifier(_PretrainedTask):
                 string tensor or a list of str), or the Hub input dict of
                 int32 `(batch, seq)` tensors `input_word_ids`, `input_mask`,
                 `input_type_ids`.
+            padded: bool. With a `BertEncoder`, run it in the padded layout
+                (`BertEncoder.padded_outputs`: no token packing, fewer ops,
+                as LiteRT serves it); else as the encoder is built. Defaults
+                to `False`.
 
         Returns:
             float32 logits `(batch, seq, num_classes)`; padding positions get
@@ -103,7 +108,11 @@ class BertTokenClassifier(_PretrainedTask):
         >>> bool(np.allclose(tagger.serving_outputs(texts), tagger(tf.constant(texts)), atol=1e-6))
         True
         """
-        sequence = self.encoder(self._packed(inputs), training=False)["sequence_output"]  # (batch, seq, hidden)
+        packed = self._packed(inputs)
+        if padded and isinstance(self.encoder, BertEncoder):
+            sequence = self.encoder.padded_outputs(packed)["sequence_output"]  # (batch, seq, hidden)
+        else:
+            sequence = self.encoder(packed, training=False)["sequence_output"]  # (batch, seq, hidden)
         return ops.cast(self.classifier_head(sequence, training=False), "float32")  # (batch, seq, num_classes)
 
     def _packed(self, inputs):

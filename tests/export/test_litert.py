@@ -92,6 +92,29 @@ def test_the_token_ids_signature_runs_on_builtin_ops_alone(classifier):
 
 
 @pytest.mark.slow
+def test_the_file_runs_the_padded_layout_and_an_export_without_it_converts_its_packed_ids(classifier, tmp_path,
+                                                                                       monkeypatch):
+    import tensorflow as tf
+
+    from bert_keras.export import _litert_graph, export_litert, load_litert
+    from bert_keras.export.litert import op_names
+
+    model, export_dir, path = classifier
+    saved = tf.saved_model.load(export_dir)
+    packed = {k: v.numpy() for k, v in model.preprocessor(tf.constant(TEXTS)).items()}  # rows of 2 to 12 positions
+    np.testing.assert_allclose(saved.serve_ids_padded(**packed)["probabilities"].numpy(),
+                               saved.serve_ids(**packed)["probabilities"].numpy(), atol=1e-5)
+    with open(path, "rb") as f:
+        assert "IF" not in op_names(f.read())  # no packing branches: what XNNPACK runs whole, int8 included
+    monkeypatch.setattr(_litert_graph, "PADDED_IDS_ENDPOINT", "serve_ids_of_a_later_version")  # as an older export
+    older = export_litert(export_dir, str(tmp_path / "older.tflite"))
+    with open(older, "rb") as f:
+        assert "IF" in op_names(f.read())
+    np.testing.assert_allclose(load_litert(older).predict_proba(TEXTS), load_litert(path).predict_proba(TEXTS),
+                               atol=1e-5)
+
+
+@pytest.mark.slow
 def test_a_file_is_replaced_only_with_overwrite_and_a_file_without_its_weights_is_refused(classifier, tmp_path):
     from bert_keras.export import export_litert
     from bert_keras.export.litert import check_converted
