@@ -30,7 +30,8 @@ import threading
 _NATIVE_LINE = re.compile(
     rb"^(?:[IWEF]\d{4} \d\d:\d\d:\d+\.\d+\s+\d+ [^\s:\]]+:\d+\] "
     rb"|WARNING: All log messages before absl::InitializeLog\(\) is called are written to STDERR"
-    rb"|To enable the following instructions: .*in other operations, rebuild TensorFlow with the appropriate compiler flags\.$)"
+    rb"|To enable the following instructions: .*in other operations, rebuild TensorFlow with the appropriate compiler flags\.$"
+    rb"|INFO: Created TensorFlow Lite XNNPACK delegate for CPU\.$)"  # LiteRT's interpreter, each time it is made
 )
 
 

@@ -452,6 +452,7 @@ class LiteRTModel:
         self.xnnpack = xnnpack
         self.serve_ids = self._interpreter.get_signature_runner("serve_ids")
         self._serve = self._interpreter.get_signature_runner("serve") if self.serves_strings else None
+        self._prepared = False  # LiteRT applies its delegate on the first call
 
     def _strings(self, texts):
         if not self.serves_strings:
@@ -463,12 +464,17 @@ class LiteRTModel:
 
     def _run(self, texts):
         text = np.array([text.encode("utf-8") for text in texts], dtype=object)
-        try:
+        if self._prepared:
             return self._serve(text=text)
+        try:
+            with NativeLogFilter():  # the delegate's "INFO: Created TensorFlow Lite XNNPACK delegate for CPU."
+                outputs = self._serve(text=text)
+            self._prepared = True
+            return outputs
         except RuntimeError as error:
             # XNNPACK refuses to prepare the dynamic-range int8 graph of the token-packed encoder ("failed to create
-            # XNNPACK Value for tensor -1"; the float32 graph and int8 without token packing it takes): LiteRT's
-            # own kernels then answer, slower.
+            # XNNPACK Value for tensor -1"), which files converted from exports without `serve_ids_padded` hold (the
+            # float32 graph, and int8 in the padded layout, it takes): LiteRT's own kernels then answer, slower.
             if not self.xnnpack or "XNNPACK" not in str(error):
                 raise
             logger.info("%s: XNNPACK cannot prepare this graph (%s); serving with LiteRT's builtin kernels.",

@@ -368,6 +368,7 @@ def test_a_tagger_file_answers_in_a_fresh_process_without_tensorflow(tagger):
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.startswith("[[") and done.stdout.splitlines()[-1] == "False", done.stdout
+    assert done.stderr == "", done.stderr[-2000:]  # LiteRT's "INFO: Created TensorFlow Lite XNNPACK delegate" too
 
 
 @pytest.mark.slow
