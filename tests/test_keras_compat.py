@@ -423,3 +423,62 @@ def test_functions_unoptimized_sets_this_threads_call_options_and_gives_them_bac
     assert context.context().function_call_options.config_proto_serialized == before
     assert not config_pb2.ConfigProto.FromString(before).graph_options.rewrite_options.disable_meta_optimizer
     np.testing.assert_allclose(inside, function(x).numpy(), rtol=1e-6)  # the rewritten instance: the same values
+
+
+def _module_with_two_endpoints(directory):
+    """A SavedModel with a variable, `kept` (reads it) and `dropped` (reads it and a captured constant); signatures of
+    both."""
+    module = tf.Module()
+    module.weight = tf.Variable([[1.5, -2.0], [0.25, 3.0]])
+    table = tf.constant([7.0, 8.0])
+    module.kept = tf.function(lambda x: {"y": tf.matmul(x, module.weight)},
+                              input_signature=[tf.TensorSpec([None, 2], tf.float32)])
+    module.dropped = tf.function(lambda x: {"z": tf.nn.gelu(tf.matmul(x, module.weight)) * table},
+                                 input_signature=[tf.TensorSpec([None, 2], tf.float32)])
+    tf.saved_model.save(module, directory, signatures={"serving_default": module.kept, "dropped": module.dropped})
+    return module
+
+
+def test_saved_model_without_loads_the_rest_as_it_was(tmp_path):
+    from tensorflow.python.saved_model import function_deserialization
+
+    directory = str(tmp_path / "module")
+    module = _module_with_two_endpoints(directory)
+    x = tf.constant([[1.0, 2.0], [3.0, -4.0]])
+    loaded_functions = []
+    original = function_deserialization.load_function_def_library
+
+    def counting(library, *args, **kwargs):
+        loaded_functions.append(len(library.function))
+        return original(library, *args, **kwargs)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(function_deserialization, "load_function_def_library", counting)
+        whole = tf.saved_model.load(directory)
+        with _keras_compat.saved_model_without({"dropped"}):
+            pruned = tf.saved_model.load(directory)
+        after = tf.saved_model.load(directory)  # outside: the whole file again
+    assert sorted(whole.signatures) == ["dropped", "serving_default"]
+    assert sorted(pruned.signatures) == ["serving_default"] and not hasattr(pruned, "dropped")
+    assert sorted(after.signatures) == ["dropped", "serving_default"] and hasattr(after, "dropped")
+    # Fewer functions made into graphs: the dropped endpoint's, its signature's and the checkpoint's save/restore.
+    assert loaded_functions[1] < loaded_functions[0] == loaded_functions[2], loaded_functions
+    expected = module.kept(x)["y"].numpy()
+    np.testing.assert_array_equal(pruned.kept(x)["y"].numpy(), expected)
+    np.testing.assert_array_equal(pruned.signatures["serving_default"](x=x)["y"].numpy(), expected)
+    np.testing.assert_array_equal(pruned.weight.numpy(), module.weight.numpy())  # the checkpoint restored
+
+
+def test_saved_model_without_leaves_other_threads_loading_the_whole_file(tmp_path):
+    import threading
+
+    directory = str(tmp_path / "module")
+    _module_with_two_endpoints(directory)
+    other = {}
+    with _keras_compat.saved_model_without({"dropped"}):
+        thread = threading.Thread(target=lambda: other.setdefault("loaded", tf.saved_model.load(directory)))
+        thread.start()
+        thread.join(timeout=60)
+        mine = tf.saved_model.load(directory)
+    assert not thread.is_alive(), "the other thread's load did not end in 60 s"
+    assert hasattr(other["loaded"], "dropped") and not hasattr(mine, "dropped")

@@ -156,6 +156,22 @@ def test_saved_model_signature_serves_raw_strings(exported):
 
 
 @pytest.mark.slow
+def test_the_loader_leaves_the_token_id_endpoints_unloaded_and_answers_bit_for_bit_alike(exported):
+    import tensorflow_text  # noqa: F401 - registers the tokenizer's ops, as plain tf.saved_model.load needs
+
+    _, export_dir, _ = exported
+    whole = tf.saved_model.load(export_dir)
+    loaded = load_tagger(export_dir, warm_up=False)
+    assert {"serve_ids", "serve_ids_padded"} <= set(whole.signatures) and hasattr(whole, "serve_ids")
+    assert sorted(set(whole.signatures) - set(loaded._saved.signatures)) == ["serve_ids", "serve_ids_padded"]
+    assert not hasattr(loaded._saved, "serve_ids") and loaded.tag_names == TAGS
+    outputs = whole.signatures["serving_default"](text=tf.constant(TEXTS))
+    for row, piece in enumerate(loaded.tag_pieces(TEXTS)):
+        n = outputs["lengths"].numpy()[row]
+        np.testing.assert_array_equal(piece["scores"], outputs["scores"].numpy()[row, :n])
+
+
+@pytest.mark.slow
 def test_windows_cover_an_over_long_text(exported):
     _, _, loaded = exported
     pieces = loaded.tag_pieces([LONG, "paris"])
