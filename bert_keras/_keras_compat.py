@@ -117,11 +117,12 @@ def saved_model_without(endpoints):
     with _parse_lock:
         _parse_users += 1
         loader_impl.parse_saved_model_with_debug_info = _parse_pruned
-    _pruning.endpoints = frozenset(endpoints)
+    previous = getattr(_pruning, "endpoints", None)
+    _pruning.endpoints = frozenset(endpoints) | (previous or frozenset())
     try:
         yield
     finally:
-        _pruning.endpoints = None
+        _pruning.endpoints = previous
         with _parse_lock:
             _parse_users -= 1
             if not _parse_users:

@@ -482,3 +482,14 @@ def test_saved_model_without_leaves_other_threads_loading_the_whole_file(tmp_pat
         mine = tf.saved_model.load(directory)
     assert not thread.is_alive(), "the other thread's load did not end in 60 s"
     assert hasattr(other["loaded"], "dropped") and not hasattr(mine, "dropped")
+
+
+def test_saved_model_without_nested_gives_the_outer_endpoints_back(tmp_path):
+    directory = str(tmp_path / "module")
+    _module_with_two_endpoints(directory)
+    with _keras_compat.saved_model_without({"dropped"}):
+        with _keras_compat.saved_model_without({"other"}):
+            inner = tf.saved_model.load(directory)
+        outer = tf.saved_model.load(directory)
+    assert not hasattr(inner, "dropped") and not hasattr(outer, "dropped")
+    assert hasattr(tf.saved_model.load(directory), "dropped")
