@@ -335,8 +335,7 @@ class SentencePieceTokenizer(Tokenizer):
         # tensorflow-text's pieces (as strings: an unknown piece is its normalised characters) spell the
         # normalised text; it is segmented again with the `sentencepiece` library's tie-breaking (`unigram.py`).
         pieces, starts, ends = model.tokenize_with_offsets(text)
-        chars = tf.strings.unicode_split(tf.strings.reduce_join(pieces, axis=-1), "UTF-8")
-        ids, first_char, end_char = self._segmenter.segment(chars)
+        ids, first_char, end_char, chars = self._segmenter.resegment(pieces)
         byte_starts, byte_ends = _input_bytes(text, pieces, starts, ends, chars, first_char, end_char)
         flat_ids = ids.flat_values
         row_first = tf.concat([[True], row_ids(ids)[1:] != row_ids(ids)[:-1]], 0)

@@ -52,6 +52,10 @@ MAX_PIECE_CHARS = 64
 # pieces of at most 16 characters) has 464,721; 4,000 pieces of 64 characters reach the bound (0.8 s and 70 MB to
 # build), while 50,000 of them would take 2.1 GB from a 3 MB file.
 MAX_PREFIX_CHARS = 8_000_000
+# Texts of at most this many characters are searched word by word (`UnigramSegmenter.resegment`); the best scores
+# before their pieces take a dense (texts, characters) table.
+MAX_WORDWISE_CHARS = 2048
+_WORD_MARK = "\u2581"
 
 
 def _varint(data, at):
@@ -198,12 +202,201 @@ class UnigramSegmenter(tf.Module):
             default_value=-1,
         )
         prefixes = sorted({piece[:n] for _, piece, _ in in_trie for n in range(1, len(piece))})
+        # Words can be searched apart (`resegment`) when every "▁" starts a piece on every path and the texts'
+        # pieces read as tensorflow-text writes them give their scores: no piece holds "▁" after its first
+        # character, "▁" is a piece, no piece is made only of characters that are no piece alone (tensorflow-text
+        # writes a run of unknown characters as one piece, which such a piece would read as), and the sums are
+        # float32, the bundled encoder's.
+        singles = {piece for piece, _ in usable if len(piece) == 1}
+        self._by_words = (
+            not float64
+            and _WORD_MARK in singles
+            and not any(_WORD_MARK in piece[1:] for _, piece, _ in in_trie)
+            and not any(len(piece) > 1 and not set(piece) & singles for piece, _ in usable)
+        )
         self._prefixes = tf.lookup.StaticHashTable(
             tf.lookup.KeyValueTensorInitializer(
                 tf.constant(prefixes or [""], tf.string), tf.constant([bool(prefixes)] * max(len(prefixes), 1))
             ),
             default_value=False,
         )
+
+    def resegment(self, pieces):
+        """tensorflow-text's segmentation of normalised texts, segmented again as the library does.
+
+        Args:
+            pieces: ragged `(batch, pieces)` string tensor, tensorflow-text's
+                pieces (an unknown piece is its characters): they spell the
+                normalised texts.
+
+        Returns:
+            `(ids, starts, ends, chars)`: `segment`'s ids and character
+            positions, and the texts' characters, ragged `(batch, chars)`.
+
+        Both encoders keep, at every position, the same best score: the
+        largest float32 sum of a path's scores (tensorflow-text's bundled
+        encoder compares the sum in double, stores it in float). They part
+        only where two candidates ending at a position have equal float32
+        scores, and then only in which piece they keep. A word (a "▁" and the
+        characters up to the next one) starts a piece on every path when no
+        piece holds "▁" after its first character, so the best score at a
+        word's start is the float32 sum, in order, of tensorflow-text's
+        pieces before it (an unknown piece counting once per character): the
+        search runs over each word from there, all words of the batch at
+        once, for as many steps as the longest word has characters (not the
+        longest text). A text long enough to reach the library's reset, or
+        longer than `MAX_WORDWISE_CHARS`, and every text of a model that does
+        not allow it (see `_by_words`), is searched whole as before.
+        """
+        flat = pieces.flat_values
+        rows = row_ids(pieces)
+        num_rows = pieces.nrows()
+        position = tf.range(tf.size(flat, tf.int64))
+        starts_word = (position == tf.gather(pieces.row_starts(), rows)) | tf.equal(
+            tf.strings.substr(flat, 0, len(_WORD_MARK.encode("utf-8"))), _WORD_MARK
+        )
+        num_words = tf.reduce_sum(tf.cast(starts_word, tf.int64))
+        word = tf.cumsum(tf.cast(starts_word, tf.int64)) - 1
+        word_text = tf.strings.reduce_join(
+            tf.RaggedTensor.from_value_rowids(flat, word, nrows=num_words, validate=False), axis=1
+        )
+        word_chars = tf.strings.unicode_split(word_text, "UTF-8")  # (words, chars)
+        word_rows = tf.boolean_mask(rows, starts_word)
+        word_lengths = word_chars.row_lengths()
+        lengths = tf.math.unsorted_segment_sum(word_lengths, word_rows, num_rows)
+        chars = tf.RaggedTensor.from_row_lengths(word_chars.flat_values, lengths, validate=False)
+        if not self._by_words:
+            return (*self.segment(chars), chars)
+        fast = (lengths <= MAX_WORDWISE_CHARS) & (
+            tf.cast(lengths, tf.float32) * self._largest_score < 0.5 * _RESET_THRESHOLD
+        )
+        slow_rows = tf.where(~fast)[:, 0]
+        slow = self._segment_any(tf.gather(chars, slow_rows))
+        ids = self._pieces.lookup(flat)
+        unknown = ids < 0
+        piece_chars = tf.cast(tf.strings.length(flat, unit="UTF8_CHAR"), tf.int64)
+        # A word keeps tensorflow-text's pieces unless two candidates at one of its positions come within the float32
+        # rounding of its text's scores (`_gaps`, once per distinct word): then the library may keep the other one.
+        unique, unique_index = tf.unique(word_text)
+        gap, magnitude = self._gaps(tf.strings.unicode_split(unique, "UTF-8"))
+        # Every score the text's search computes is at most the sum of its words' largest in magnitude; each of the
+        # (characters + 1) float32 roundings on the way to two candidates moves them by at most 2^-24 of that.
+        text_magnitude = tf.math.unsorted_segment_sum(tf.gather(magnitude, unique_index), word_rows, num_rows)
+        tolerance = (tf.cast(lengths, tf.float64) + 2.0) * 2.0**-22 * text_magnitude
+        fast_word = tf.gather(fast, word_rows)
+        close = tf.gather(gap, unique_index) <= tf.gather(tolerance, word_rows)
+        fast_words = tf.where(fast_word)[:, 0]
+        close = tf.gather(close, fast_words)
+        kept, redone = tf.where(~close)[:, 0], tf.where(close)[:, 0]
+        # tensorflow-text's pieces of the words kept, their characters counted from the word's start.
+        piece_end = tf.cumsum(piece_chars)
+        word_first_piece = tf.boolean_mask(position, starts_word)
+        piece_end -= tf.gather(tf.gather(piece_end - piece_chars, word_first_piece), word)
+
+        def by_word(values):
+            words = tf.RaggedTensor.from_value_rowids(values, word, nrows=num_words, validate=False)
+            return tf.gather(words, tf.gather(fast_words, kept))
+
+        as_is = [by_word(tf.where(unknown, self.unk_id, ids)), by_word(piece_end - piece_chars), by_word(piece_end)]
+        redone_words = tf.gather(fast_words, redone)
+        base = self._word_bases(pieces, ids, piece_chars, tf.gather(word_first_piece, redone_words), fast)
+        searched = self._segment_any(tf.gather(word_chars, redone_words), base=base)
+        order = tf.math.invert_permutation(tf.concat([kept, redone], 0))
+        word_ids, word_first, word_end = (tf.gather(tf.concat([a, b], 0), order) for a, b in zip(as_is, searched))
+        # Back to texts: a word's characters start where the words before it in its text end.
+        word_at = tf.gather(tf.cumsum(word_lengths, exclusive=True) - tf.gather(chars.row_splits, word_rows), fast_words)
+        shift = tf.gather(word_at, row_ids(word_ids))
+        per_row = tf.math.unsorted_segment_sum(word_ids.row_lengths(), tf.gather(word_rows, fast_words), num_rows)
+        slow_per_row = tf.scatter_nd(slow_rows[:, None], slow[0].row_lengths(), tf.reshape(num_rows, [1]))
+
+        def joined(by_words, searched_whole):
+            return tf.concat([
+                tf.RaggedTensor.from_row_lengths(by_words, per_row, validate=False),
+                tf.RaggedTensor.from_row_lengths(searched_whole.flat_values, slow_per_row, validate=False),
+            ], axis=1)
+
+        return (
+            joined(word_ids.flat_values, slow[0]),
+            joined(word_first.flat_values + shift, slow[1]),
+            joined(word_end.flat_values + shift, slow[2]),
+            chars,
+        )
+
+    def _word_bases(self, pieces, ids, piece_chars, word_first_piece, fast):
+        """The library's best score where each given word starts (`word_first_piece`: its first piece).
+
+        That is the float32 sum, in order, of the scores of tensorflow-text's
+        pieces before it, an unknown piece counting once per character: one
+        dense `(texts, nodes)` cumsum, sequential along a row, over the texts
+        searched by words (`fast`).
+        """
+        rows = row_ids(pieces)
+        num_rows = pieces.nrows()
+        nodes = tf.where(ids < 0, piece_chars, 1)
+        nodes = tf.where(tf.gather(fast, rows), nodes, 0)
+        score = tf.where(ids < 0, self.unk_score, tf.gather(self._scores, tf.maximum(ids, 0)))
+        node_ends = tf.cumsum(nodes)
+        node_piece = tf.searchsorted(node_ends, tf.range(tf.reduce_sum(nodes)), side="right")
+        node_splits = tf.concat([[0], tf.cumsum(tf.math.unsorted_segment_sum(nodes, rows, num_rows))], 0)
+        dense = tf.RaggedTensor.from_row_splits(tf.gather(score, node_piece), node_splits, validate=False).to_tensor()
+        before = tf.cumsum(dense, axis=1, exclusive=True)
+        row = tf.gather(rows, word_first_piece)
+        at = tf.gather(node_ends - nodes, word_first_piece) - tf.gather(node_splits, row)
+        return tf.gather_nd(before, tf.stack([row, at], 1))
+
+    def _segment_any(self, chars, base=None):
+        """`segment`, skipped for no rows (one text of a batch of one, most often, needs no search)."""
+        def empty():
+            splits = tf.zeros([1], tf.int64)
+            return (tf.RaggedTensor.from_row_splits(tf.zeros([0], tf.int32), splits, validate=False),
+                    tf.RaggedTensor.from_row_splits(tf.zeros([0], tf.int64), splits, validate=False),
+                    tf.RaggedTensor.from_row_splits(tf.zeros([0], tf.int64), splits, validate=False))
+
+        return tf.cond(chars.nrows() > 0, lambda: self.segment(chars, base), empty)
+
+    def _gaps(self, chars):
+        """Per row, searched from a score of 0 in float64: the smallest margin by which the best candidate at a
+        position beats the next one (0 for a tie), and the largest magnitude of a position's best score."""
+        order = tf.argsort(chars.row_lengths(), direction="DESCENDING", stable=True)
+        chars = tf.gather(chars, order)
+        row, start, length, _, score = self._candidates(chars)
+        width = self.max_chars
+        num_rows = chars.nrows()
+        steps, active, offsets = _layout(chars.row_lengths())
+        cell = ((tf.gather(offsets, start + tf.cast(length, tf.int64)) + row) * width
+                + tf.cast(length - 1, tf.int64))[:, None]
+        size = tf.reshape(offsets[-1] * width, [1])
+        scores = tf.tensor_scatter_nd_update(tf.fill(size, np.float64(-np.inf)), cell, tf.cast(score, tf.float64))
+        window = tf.concat([tf.zeros([num_rows, 1], tf.float64),
+                            tf.fill(tf.stack([num_rows, width - 1]), np.float64(-np.inf))], 1)
+        gaps, sizes = (tf.TensorArray(tf.float64, size=tf.cast(steps + 1, tf.int32), element_shape=[None],
+                                      infer_shape=False).write(0, tf.fill(tf.stack([num_rows]), fill))
+                       for fill in (np.float64(np.inf), np.float64(0.0)))
+
+        def step(e, window, gaps, sizes):
+            now = active[e]
+            lo = offsets[e] * width
+            candidate = window[:now] + tf.reshape(scores[lo : lo + now * width], [-1, width])
+            best = tf.reduce_max(candidate, 1)
+            first = tf.one_hot(tf.argmax(candidate, 1), width, on_value=True, off_value=False)
+            second = tf.reduce_max(tf.where(first, tf.constant(-np.inf, tf.float64), candidate), 1)
+            window = tf.reshape(tf.concat([best[:, None], window[:now, :-1]], 1), [-1, width])
+            return e + 1, window, gaps.write(tf.cast(e, tf.int32), best - second), sizes.write(
+                tf.cast(e, tf.int32), tf.abs(best))
+
+        _, _, gaps, sizes = tf.while_loop(
+            lambda e, *_: e <= steps,
+            step,
+            (tf.constant(1, tf.int64), window, gaps, sizes),
+            shape_invariants=(tf.TensorShape([]), tf.TensorShape([None, width]), tf.TensorShape(None),
+                              tf.TensorShape(None)),
+        )
+        cells = tf.range(offsets[-1])
+        cell_row = cells - tf.gather(offsets, tf.searchsorted(offsets, cells, side="right", out_type=tf.int64) - 1)
+        gap = tf.math.unsorted_segment_min(gaps.concat(), cell_row, num_rows)
+        magnitude = tf.maximum(tf.math.unsorted_segment_max(sizes.concat(), cell_row, num_rows), 0.0)
+        back = tf.math.invert_permutation(order)
+        return tf.gather(gap, back), tf.gather(magnitude, back)
 
     def _candidates(self, chars):
         """Every piece found in the texts: `(row, start, length, id, score)`, lengths in characters.
@@ -252,55 +445,92 @@ class UnigramSegmenter(tf.Module):
         start_in_row = at - tf.gather(chars.row_starts(), row)
         return row, start_in_row, length, piece_id, score
 
-    def segment(self, chars):
+    def segment(self, chars, base=None):
         """Best path of each text: ragged `(batch, pieces)` ids, and the pieces' start and end characters.
 
         Args:
             chars: ragged `(batch, chars)` string tensor of single characters
                 (the normalised text, as `tf.strings.unicode_split` gives it).
+            base: optional `(batch,)` tensor of the scores dtype: the best
+                score at each row's first character, the row being a word in
+                the middle of a text (`resegment`); 0 where not given. With
+                a base the library's reset is not emulated: the caller
+                gives rows whose text cannot reach it.
 
         Returns:
             `(ids, starts, ends)`: int32 ids and int64 character positions,
             ragged `(batch, pieces)`, runs of unknown pieces merged.
         """
+        # Rows longest first: at end position e the rows still searched are the first `active[e]`, and the state
+        # of the loop shrinks to them (a batch of words, most short, took the longest word's steps over all).
+        order = tf.argsort(chars.row_lengths(), direction="DESCENDING", stable=True)
+        chars = tf.gather(chars, order)
+        if base is not None:
+            base = tf.gather(base, order)
         row, start, length, piece_id, score = self._candidates(chars)
         width = self.max_chars
         num_rows = chars.nrows()
         lengths = chars.row_lengths()
-        steps = tf.reduce_max(tf.concat([[0], lengths], 0))
-        # Candidates grouped by end position; each reads the best score at its start from a window of the last
-        # `width` positions (window[:, k - 1]: the best at e - k), flattened.
+        steps, active, offsets = _layout(lengths)
         end = start + tf.cast(length, tf.int64)
-        order = tf.argsort(end, stable=True)
-        row, length, piece_id, score, end = (tf.gather(x, order) for x in (row, length, piece_id, score, end))
-        bounds = tf.searchsorted(end, tf.range(steps + 2, dtype=tf.int64), side="left")
-        in_window = row * width + tf.cast(length - 1, tf.int64)
         # Among equal scores the first start wins: the longest piece. Key: length, then id, in one integer.
         vocabulary = tf.constant(self._scores.shape[0], tf.int64)
         key = tf.cast(length, tf.int64) * vocabulary + tf.cast(piece_id, tf.int64)
-        window = tf.concat([tf.zeros([num_rows, 1], self._dtype),
-                            tf.fill(tf.stack([num_rows, width - 1]), self._dtype(-np.inf))], 1)
-        no_reset = tf.fill(tf.stack([num_rows]), tf.constant(-(2**62), tf.int64))
-        best_key = tf.TensorArray(tf.int64, size=tf.cast(steps + 1, tf.int32), element_shape=[None])
+        # The best scores of the last `width` positions of each row still searched: window[:, k - 1] is the best at
+        # e - k, where a piece of k characters ending at e starts.
+        start_score = tf.zeros([num_rows, 1], self._dtype) if base is None else tf.reshape(base, [-1, 1])
+        window = tf.concat([start_score, tf.fill(tf.stack([num_rows, width - 1]), self._dtype(-np.inf))], 1)
+        best_key = tf.TensorArray(tf.int64, size=tf.cast(steps + 1, tf.int32), element_shape=[None], infer_shape=False)
         best_key = best_key.write(0, tf.zeros(tf.stack([num_rows]), tf.int64))
 
-        def search(with_resets):
+        def search():
+            # The candidates in two flat tables, a cell per (position, row still searched there, length): a step
+            # reads its rows' cells as a dense (rows, width) block (no sort, no segment reductions).
+            cell = ((tf.gather(offsets, end) + row) * width + tf.cast(length - 1, tf.int64))[:, None]
+            size = tf.reshape(offsets[-1] * width, [1])
+            scores = tf.tensor_scatter_nd_update(tf.fill(size, self._dtype(-np.inf)), cell, score)
+            keys = tf.tensor_scatter_nd_update(tf.zeros(size, tf.int64), cell, key)
+
+            def step(e, window, best_key):
+                now = active[e]
+                lo = offsets[e] * width
+                candidate = window[:now] + tf.reshape(scores[lo : lo + now * width], [-1, width])
+                best = tf.reduce_max(candidate, 1)
+                # The longest piece among the best: the last tied column.
+                last = width - 1 - tf.argmax(tf.reverse(tf.equal(candidate, best[:, None]), [1]), 1)
+                chosen = tf.gather(tf.reshape(keys[lo : lo + now * width], [-1, width]), last, batch_dims=1)
+                window = tf.reshape(tf.concat([best[:, None], window[:now, :-1]], 1), [-1, width])
+                return e + 1, window, best_key.write(tf.cast(e, tf.int32), chosen)
+
+            return tf.while_loop(
+                lambda e, *_: e <= steps,
+                step,
+                (tf.constant(1, tf.int64), window, best_key),
+                shape_invariants=(tf.TensorShape([]), tf.TensorShape([None, width]), tf.TensorShape(None)),
+            )[-1]
+
+        def search_with_resets():
+            # Candidates grouped by end position, each reading its start's best from the window, flattened.
+            order_by_end = tf.argsort(end, stable=True)
+            rows_, length_, score_, end_, key_ = (tf.gather(x, order_by_end) for x in (row, length, score, end, key))
+            bounds = tf.searchsorted(end_, tf.range(steps + 2, dtype=tf.int64), side="left", out_type=tf.int64)
+            in_window = rows_ * width + tf.cast(length_ - 1, tf.int64)
+            no_reset = tf.fill(tf.stack([num_rows]), tf.constant(-(2**62), tf.int64))
+
             def step(e, window, reset_at, reset_by, best_key):
                 lo, hi = bounds[e], bounds[e + 1]
-                rows = row[lo:hi]
-                candidate = tf.gather(tf.reshape(window, [-1]), in_window[lo:hi]) + score[lo:hi]
-                keys = key[lo:hi]
-                if not with_resets:
-                    best, chosen = _first_best(candidate, keys, rows, num_rows)
-                    window = tf.concat([best[:, None], window[:, :-1]], 1)
-                    return e + 1, window, reset_at, reset_by, best_key.write(tf.cast(e, tf.int32), chosen)
+                now = active[e]
+                window, reset_at, reset_by = window[:now], reset_at[:now], reset_by[:now]
+                rows = rows_[lo:hi]
+                candidate = tf.gather(tf.reshape(window, [-1]), in_window[lo:hi]) + score_[lo:hi]
+                keys = key_[lo:hi]
                 # A reset since these candidates' start: those starting before it were compared unshifted, then
                 # their best was shifted (the library's order); only then come the later ones.
-                before = tf.cast(length[lo:hi], tf.int64) > e - tf.gather(reset_at, rows)
+                before = tf.cast(length_[lo:hi], tf.int64) > e - tf.gather(reset_at, rows)
                 best, chosen = tf.cond(
                     tf.reduce_any(before),
-                    lambda: _best_across_reset(candidate, keys, rows, before, reset_by, num_rows),
-                    lambda: _first_best(candidate, keys, rows, num_rows),
+                    lambda: _best_across_reset(candidate, keys, rows, before, reset_by, now),
+                    lambda: _first_best(candidate, keys, rows, now),
                 )
                 reset = (chosen > 0) & ((best < -_RESET_THRESHOLD) | (best > _RESET_THRESHOLD))
                 reset_at = tf.where(reset, e, reset_at)
@@ -313,16 +543,34 @@ class UnigramSegmenter(tf.Module):
                 lambda e, *_: e <= steps,
                 step,
                 (tf.constant(1, tf.int64), window, no_reset, tf.zeros(tf.stack([num_rows]), self._dtype), best_key),
+                shape_invariants=(tf.TensorShape([]), tf.TensorShape([None, width]), tf.TensorShape([None]),
+                                  tf.TensorShape([None]), tf.TensorShape(None)),
             )[-1]
 
-        # No path of `steps` pieces can reach 100,000 in score: the search without the library's reset.
-        best_key = tf.cond(
-            tf.cast(steps, tf.float32) * self._largest_score < 0.5 * _RESET_THRESHOLD,
-            lambda: search(with_resets=False),
-            lambda: search(with_resets=True),
+        if base is not None:
+            best_key = search()
+        else:
+            # No path of `steps` pieces can reach 100,000 in score: the search without the library's reset.
+            best_key = tf.cond(
+                tf.cast(steps, tf.float32) * self._largest_score < 0.5 * _RESET_THRESHOLD, search, search_with_resets
+            )
+        best_key = best_key.concat()  # the positions' keys, row by row within each position
+        ids, starts, ends = _backtrack(
+            best_key // vocabulary, tf.cast(best_key % vocabulary, tf.int32), offsets, lengths, self.unk_id
         )
-        best_key = tf.transpose(best_key.stack())  # (batch, positions + 1)
-        return _backtrack(best_key // vocabulary, tf.cast(best_key % vocabulary, tf.int32), lengths, self.unk_id)
+        back = tf.math.invert_permutation(order)
+        return tf.gather(ids, back), tf.gather(starts, back), tf.gather(ends, back)
+
+
+def _layout(lengths):
+    """For rows sorted longest first: `(steps, active, offsets)`, the longest row's length, how many rows reach
+    each position 0 to steps + 1, and where each position's entries start in a flat layout of one entry per (position,
+    row reaching it): that of `(row, position)` is at `offsets[position] + row`."""
+    steps = tf.reduce_max(tf.concat([[0], lengths], 0))
+    positions = tf.range(steps + 2, dtype=tf.int64)
+    active = tf.size(lengths, tf.int64) - tf.searchsorted(tf.reverse(lengths, [0]), positions, side="left",
+                                                          out_type=tf.int64)
+    return steps, active, tf.cumsum(active, exclusive=True)
 
 
 def _first_best(candidate, keys, rows, num_rows):
@@ -343,14 +591,18 @@ def _best_across_reset(candidate, keys, rows, before, shift, num_rows):
     return tf.where(take_later, later, first), tf.where(take_later, later_key, first_key)
 
 
-def _backtrack(best_length, best_id, lengths, unk_id):
-    """The best paths from `(batch, positions + 1)` lengths and ids of the best piece ending at each position."""
-    rows = tf.range(tf.shape(best_length, out_type=tf.int64)[0])
+def _backtrack(best_length, best_id, offsets, lengths, unk_id):
+    """The best paths from the lengths and ids of the best piece ending at each `(row, position)`.
+
+    The two are flat: that of `(row, position)` is at `offsets[position] + row`
+    (`segment`'s loop writes the rows still searched at each position).
+    """
+    rows = tf.range(tf.size(lengths, out_type=tf.int64))
     longest = tf.reduce_max(tf.concat([[0], lengths], 0))
     ends = tf.TensorArray(tf.int64, size=0, dynamic_size=True, element_shape=[None])
 
     def step(i, position, ends):
-        size = tf.gather_nd(best_length, tf.stack([rows, position], 1))
+        size = tf.gather(best_length, tf.gather(offsets, position) + rows)
         return i + 1, tf.where(position > 0, position - size, 0), ends.write(i, position)
 
     # One piece of every text per step, from the last; the first step writes the ends of the texts.
@@ -363,9 +615,9 @@ def _backtrack(best_length, best_id, lengths, unk_id):
     piece = ends > 0
     splits = tf.concat([[0], tf.cumsum(tf.reduce_sum(tf.cast(piece, tf.int64), 1))], 0)
     ends = tf.RaggedTensor.from_row_splits(tf.boolean_mask(ends, piece), splits, validate=False)
-    index = tf.stack([row_ids(ends), ends.flat_values], 1)
-    starts = ends.with_flat_values(ends.flat_values - tf.gather_nd(best_length, index))
-    ids = ends.with_flat_values(tf.gather_nd(best_id, index))
+    index = tf.gather(offsets, ends.flat_values) + row_ids(ends)
+    starts = ends.with_flat_values(ends.flat_values - tf.gather(best_length, index))
+    ids = ends.with_flat_values(tf.gather(best_id, index))
     return _merge_unknown(ids, starts, ends, unk_id)
 
 

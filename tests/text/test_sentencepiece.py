@@ -15,12 +15,14 @@ import subprocess
 import sys
 import unicodedata
 
+import numpy as np
 import pytest
 import tensorflow as tf
+import tensorflow_text as tf_text
 
 from bert_keras.text import BertPreprocessor, SentencePieceTokenizer
 from bert_keras.text.sentencepiece import _ends_with
-from bert_keras.text.unigram import _varint, read_pieces
+from bert_keras.text.unigram import UnigramSegmenter, _varint, read_pieces
 
 spm = pytest.importorskip("sentencepiece")
 
@@ -277,3 +279,65 @@ def test_memory_of_a_long_text_does_not_grow_with_its_square(proto, tmp_path):
     assert done.returncode == 0, done.stderr[-2000:]
     grown_mb, pieces = map(int, done.stdout.split()[-2:])
     assert pieces > 5_000 and grown_mb < 100, (grown_mb, pieces)
+
+
+# --- The search word by word (`UnigramSegmenter.resegment`) against the whole-text search ---------------------------
+# `resegment` keeps tensorflow-text's pieces of a word unless two candidates at one of its positions come within the
+# float32 rounding of its text's scores, and searches those words alone from the score the text has at their start;
+# texts too long for that are searched whole (`segment`). Both must give the same pieces and character spans.
+
+WORD_TEXTS = [
+    "", "a", "300,000 miles", "1,000,000 ok 5,", "so far 300,000 m", "yes.  sorrrrrry.  rt", "@zzzach_scott: see",
+    "中文字符 日本語 한국어 ab", "hello world, hello again", "000 0000 00000 000000",
+]
+
+
+def _train_small(lines, **options):
+    model = io.BytesIO()
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=iter(lines), model_writer=model, vocab_size=300, model_type="unigram", pad_id=0,
+        unk_id=1, bos_id=-1, eos_id=-1, control_symbols=["[CLS]", "[SEP]", "[MASK]"], minloglevel=2, num_threads=1,
+        **options,
+    )
+    return model.getvalue()
+
+
+def _tf_text_pieces(proto, texts):
+    tokenizer = SentencePieceTokenizer(proto)
+    return tf_text.SentencepieceTokenizer(model=proto, out_type=tf.string).tokenize(tokenizer.preprocess(texts))
+
+
+def test_word_by_word_equals_the_whole_text_search(proto, tweets):
+    segmenter = UnigramSegmenter(proto)
+    assert segmenter._by_words
+    texts = tf.constant(WORD_TEXTS + tweets[-200:] + ["x" * 3000])  # the last one is searched whole (a reset may come)
+    pieces = _tf_text_pieces(proto, texts)
+    *by_words, chars = segmenter.resegment(pieces)
+    whole = segmenter.segment(tf.strings.unicode_split(tf.strings.reduce_join(pieces, axis=-1), "UTF-8"))
+    assert chars.to_list() == tf.strings.unicode_split(tf.strings.reduce_join(pieces, axis=-1), "UTF-8").to_list()
+    for ours, expected in zip(by_words, whole):
+        assert ours.to_list() == expected.to_list()
+
+
+def test_the_words_searched_again_are_the_close_ones(proto):
+    """A tie ("000": "0" "00" or "00" "0") has a margin of 0; a word of one clear path a margin far above the
+    rounding; `resegment` searches again only words under the rounding of their text."""
+    segmenter = UnigramSegmenter(proto)
+    gap, magnitude = segmenter._gaps(tf.strings.unicode_split(["\u2581000", "\u2581hello", ""], "UTF-8"))
+    assert gap.numpy()[0] == 0.0
+    assert gap.numpy()[1] > 1e-3
+    assert gap.numpy()[2] > 1e300 and magnitude.numpy()[2] == 0.0  # no position: no competitor
+    assert magnitude.numpy()[1] > 0
+
+
+def test_models_whose_words_cannot_be_searched_apart_are_searched_whole(tweets):
+    """A piece holding "▁" after its first character can span two words: every text is searched whole, and the
+    ids stay the library's."""
+    lines = [t.lower() for t in tweets[:2000] if t.strip()]
+    joined = _train_small(lines, user_defined_symbols=["a\u2581b"], split_by_whitespace=False)
+    assert not UnigramSegmenter(joined)._by_words
+    assert not UnigramSegmenter(_train_small(lines), float64=True)._by_words
+    tokenizer, reference = SentencePieceTokenizer(joined), spm.SentencePieceProcessor(model_proto=joined)
+    texts = ["a b", "ta bat", "300,000 miles"] + lines[-50:]
+    ours = [sum(row, []) for row in tokenizer.tokenize(tf.constant(texts)).to_list()]
+    assert ours == [reference.encode(" ".join(t.split())) for t in texts]
