@@ -152,20 +152,28 @@ def _input_bytes(text, pieces, starts, ends, chars, first_char, end_char):
     piece_first = piece_end - piece_bytes
     old_start = tf.cast(starts.flat_values, tf.int64)
     old_end = tf.cast(ends.flat_values, tf.int64)
-    body = tf.strings.regex_replace(pieces.flat_values, "^" + _WORD_START, "")
-    body_bytes = tf.cast(tf.strings.length(body), tf.int64)
-    same = (old_end - old_start >= body_bytes) & _ends_with(text, piece_rows, old_end, body, body_bytes)
 
     first_piece = tf.searchsorted(piece_first, new_first, side="right", out_type=tf.int64) - 1
     first_piece = tf.clip_by_value(first_piece, 0, tf.size(piece_first, tf.int64) - 1)
-    inside = new_first != tf.gather(piece_first, first_piece)
-    mapped = tf.gather(old_end, first_piece) - (tf.gather(piece_end, first_piece) - new_first)
-    byte_start = tf.where(inside & tf.gather(same, first_piece), mapped, tf.gather(old_start, first_piece))
+    inside_first = new_first != tf.gather(piece_first, first_piece)
     last_piece = tf.searchsorted(piece_end, new_end, side="left", out_type=tf.int64)
     last_piece = tf.clip_by_value(last_piece, 0, tf.size(piece_end, tf.int64) - 1)
-    inside = new_end != tf.gather(piece_end, last_piece)
+    inside_last = new_end != tf.gather(piece_end, last_piece)
+    # Whether a piece's characters are its span's last bytes, asked only of the pieces a position falls inside
+    # (none where the pieces are tensorflow-text's own, as in most texts).
+    asked = tf.concat([tf.boolean_mask(first_piece, inside_first), tf.boolean_mask(last_piece, inside_last)], 0)
+    body = tf.strings.regex_replace(tf.gather(pieces.flat_values, asked), "^" + _WORD_START, "")
+    body_bytes = tf.cast(tf.strings.length(body), tf.int64)
+    asked_end = tf.gather(old_end, asked)
+    answer = (asked_end - tf.gather(old_start, asked) >= body_bytes) & _ends_with(
+        text, tf.gather(piece_rows, asked), asked_end, body, body_bytes
+    )
+    same = tf.tensor_scatter_nd_update(tf.zeros_like(old_end, tf.bool), asked[:, None], answer)
+
+    mapped = tf.gather(old_end, first_piece) - (tf.gather(piece_end, first_piece) - new_first)
+    byte_start = tf.where(inside_first & tf.gather(same, first_piece), mapped, tf.gather(old_start, first_piece))
     mapped = tf.gather(old_end, last_piece) - (tf.gather(piece_end, last_piece) - new_end)
-    byte_end = tf.where(inside & tf.gather(same, last_piece), mapped, tf.gather(old_end, last_piece))
+    byte_end = tf.where(inside_last & tf.gather(same, last_piece), mapped, tf.gather(old_end, last_piece))
     return byte_start, byte_end
 
 
