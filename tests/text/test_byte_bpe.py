@@ -183,3 +183,23 @@ def test_preprocessor_round_trip_and_saved_model(tokenizer, tmp_path):
     assert {key: value.numpy().tolist() for key, value in loaded.serve(texts).items()} == expected
     with pytest.raises(ValueError, match="`packing`"):
         pack_inputs([tf.ragged.constant([[5]])], seq_length=4, start_of_sequence_id=0, end_of_segment_id=2, packing="gpt")
+
+
+def test_final_words_leave_the_merge_loop_with_the_same_pieces(tokenizer, tweets):
+    """From `MIN_WORDS_TO_SHRINK` words, a word that merged nothing in a round leaves the loop
+    (`_merges_shrinking`); its pieces and the words' order are those of the loop over every word."""
+    from bert_keras.text import byte_bpe
+
+    words = tf.constant(sorted({w.encode() for t in tweets[-300:] for w in t.split()})[:500] + [b"", b"x", b" the" * 20])
+    raw = tf.strings.bytes_split(words)
+    ids = tf.gather(tokenizer._byte_ids, tf.cast(tf.io.decode_raw(raw.flat_values, tf.uint8)[:, 0], tf.int32))
+    symbols = tf.RaggedTensor.from_row_splits(ids, raw.row_splits)
+    tables = (tokenizer._pair_table, tokenizer._merged_ids, tokenizer._size)
+    shrinking = byte_bpe._merges_shrinking(symbols, *tables).to_list()
+    assert shrinking == byte_bpe._merges_all(symbols, *tables).to_list()
+    assert len(shrinking) == 503 and shrinking[-3] == [] and len(shrinking[-2]) == 1
+    assert byte_bpe.apply_merges(symbols, *tables).to_list() == shrinking
+    # One round: which words merged something (" the" repeated has pairs to merge; no symbol or one never does).
+    step = byte_bpe._merge_step(symbols.flat_values, symbols.row_splits, *tables)
+    merged = step[2].numpy().tolist()
+    assert merged[-3:] == [False, False, True] and len(merged) == 503
