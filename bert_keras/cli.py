@@ -11,7 +11,7 @@ import re
 import sys
 
 from bert_keras import __version__  # bert_keras' __init__ imports no TensorFlow: --help stays fast
-from bert_keras._native_log import NativeLogFilter
+from bert_keras._native_log import NativeLogFilter, freeze_tensorflow_import
 from bert_keras.commands import (convert, demo, embed, evaluate, explain, finetune, litert, predict, presets, pretrain,
                                  search)
 from bert_keras.commands._common import CommandParser, UsageError, fail, set_quiet, verbosity_arguments
@@ -65,6 +65,7 @@ def _configure_logging(verbosity):
 def main(argv=None):
     """Runs the command line; returns its exit status (2: bad input or arguments, 1: an internal failure)."""
     args = _build_parser().parse_args(argv)
+    freeze_tensorflow_import()  # this process is the command's: TensorFlow's import is kept out of collections
     verbosity = args.verbose - args.quiet
     _configure_logging(verbosity)
     set_quiet(verbosity < 0)

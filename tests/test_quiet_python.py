@@ -107,6 +107,31 @@ def test_the_first_import_of_tensorflow_is_quiet_and_leaves_everything_else_as_i
     assert loud.stderr.splitlines()[0] == "I0000 00:00:1796336150.228545   17621 port.cc:153] oneDNN custom operations are on."
 
 
+FROZEN_USER = """
+import gc, os, sys
+from bert_keras._native_log import freeze_tensorflow_import
+if sys.argv[1] == "cli":
+    freeze_tensorflow_import()
+import tensorflow
+print(gc.isenabled(), gc.get_freeze_count() > 0, os.environ.get("TF_CPP_MIN_LOG_LEVEL"), tensorflow.LEVEL)
+"""
+
+
+@pytest.mark.parametrize("level", [None, "2"])
+def test_the_command_lines_tensorflow_import_is_frozen_out_of_collections_and_the_apis_is_not(tmp_path, level):
+    (tmp_path / "tensorflow").mkdir()
+    (tmp_path / "tensorflow" / "__init__.py").write_text(FAKE_TENSORFLOW + "GARBAGE = [[i] for i in range(1000)]\n")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path), ROOT]))
+    env.pop("TF_CPP_MIN_LOG_LEVEL", None)
+    if level is not None:
+        env["TF_CPP_MIN_LOG_LEVEL"] = level  # the user's level: kept as it is, the import frozen all the same
+    runs = {who: subprocess.run([sys.executable, "-c", FROZEN_USER, who], capture_output=True, text=True, env=env,
+                                timeout=120) for who in ("cli", "api")}
+    quiet = "3" if level is None else level
+    assert runs["cli"].stdout.split() == ["True", "True", str(level), quiet], runs["cli"].stderr
+    assert runs["api"].stdout.split() == ["True", "False", str(level), quiet], runs["api"].stderr
+
+
 def _functions_called(function, functions):
     """The names of the functions that `function` (a FunctionDef) calls, at any depth, itself included."""
     names, pending = set(), [function.signature.name]
