@@ -58,12 +58,15 @@ def timed(function, batches):
 
 
 def ours(tokenizer):
-    """Tokenizes in the graph; the ids come back as lists by splitting the flat values (`RaggedTensor.to_list()`
-    of the nested `(batch, words, pieces)` took 30 times as long as the tokenization)."""
+    """Tokenizes in the graph; the ids come back as lists by splitting the flat values at each text's first piece,
+    read from the two levels of row splits with numpy (`RaggedTensor.to_list()` of the nested `(batch, words,
+    pieces)` took 30 times as long as the tokenization, and an eager `merge_dims(1, 2)` 1.4 ms a call, more than
+    the tokenization of one text)."""
 
     def run(batch):
-        ids = tokenizer.tokenize(tf.constant(batch)).merge_dims(1, 2)
-        return [row.tolist() for row in np.split(ids.flat_values.numpy(), ids.row_splits.numpy()[1:-1])]
+        ids = tokenizer.tokenize(tf.constant(batch))
+        text_starts = ids.values.row_splits.numpy()[ids.row_splits.numpy()]
+        return [row.tolist() for row in np.split(ids.flat_values.numpy(), text_starts[1:-1])]
 
     return run
 
