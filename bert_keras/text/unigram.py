@@ -25,10 +25,12 @@ way `sentencepiece` 0.2.3's `Model::EncodeOptimized` does, step for step:
   10,000 pieces reaches it);
 - runs of unknown pieces are merged into one.
 
-The dynamic programme runs in one `tf.while_loop` over character positions,
-every text of the batch at once; the pieces' candidates are found before it,
-by extending substrings one character at a time while they are the prefix of
-some piece (a trie walk, vectorised).
+Both keep the same best score at every position (the largest float32 sum);
+they part only where two candidates ending at a position tie in float32, in
+which piece they keep. So only the words where that can happen are searched
+again (`UnigramSegmenter.resegment`), each from the library's score at its
+start; the search is a `tf.while_loop` over positions, the rows still
+searched at once, after a vectorised trie walk finds the candidates.
 """
 
 import struct
@@ -69,12 +71,6 @@ def _varint(data, at):
         shift += 7
         if byte < 0x80:
             return value, at
-
-
-def _fields(data):
-    """(field number, value) of a serialized protocol buffer message: ints, bytes, or 4/8 raw bytes."""
-    for number, _, value in _typed_fields(data):
-        yield number, value
 
 
 def _typed_fields(data):
@@ -202,11 +198,9 @@ class UnigramSegmenter(tf.Module):
             default_value=-1,
         )
         prefixes = sorted({piece[:n] for _, piece, _ in in_trie for n in range(1, len(piece))})
-        # Words can be searched apart (`resegment`) when every "▁" starts a piece on every path and the texts'
-        # pieces read as tensorflow-text writes them give their scores: no piece holds "▁" after its first
-        # character, "▁" is a piece, no piece is made only of characters that are no piece alone (tensorflow-text
-        # writes a run of unknown characters as one piece, which such a piece would read as), and the sums are
-        # float32, the bundled encoder's.
+        # Words are searched apart (`resegment`) when "▁" is a piece and no piece holds it after its first character,
+        # no piece is only characters that are no piece alone (tensorflow-text writes a run of unknown ones as one
+        # piece, which would read as it), and the sums are float32, the bundled encoder's.
         singles = {piece for piece, _ in usable if len(piece) == 1}
         self._by_words = (
             not float64
@@ -225,28 +219,20 @@ class UnigramSegmenter(tf.Module):
         """tensorflow-text's segmentation of normalised texts, segmented again as the library does.
 
         Args:
-            pieces: ragged `(batch, pieces)` string tensor, tensorflow-text's
-                pieces (an unknown piece is its characters): they spell the
-                normalised texts.
+            pieces: ragged `(batch, pieces)` strings, tensorflow-text's pieces
+                (an unknown piece is its characters), spelling the texts.
 
         Returns:
-            `(ids, starts, ends, chars)`: `segment`'s ids and character
-            positions, and the texts' characters, ragged `(batch, chars)`.
+            `(ids, starts, ends, chars)`: as `segment`, and the characters.
 
-        Both encoders keep, at every position, the same best score: the
-        largest float32 sum of a path's scores (tensorflow-text's bundled
-        encoder compares the sum in double, stores it in float). They part
-        only where two candidates ending at a position have equal float32
-        scores, and then only in which piece they keep. A word (a "▁" and the
-        characters up to the next one) starts a piece on every path when no
-        piece holds "▁" after its first character, so the best score at a
-        word's start is the float32 sum, in order, of tensorflow-text's
-        pieces before it (an unknown piece counting once per character): the
-        search runs over each word from there, all words of the batch at
-        once, for as many steps as the longest word has characters (not the
-        longest text). A text long enough to reach the library's reset, or
-        longer than `MAX_WORDWISE_CHARS`, and every text of a model that does
-        not allow it (see `_by_words`), is searched whole as before.
+        A word (a "▁" and the characters up to the next one) starts a piece on
+        every path when no piece holds "▁" after its first character: a word
+        keeps tensorflow-text's pieces unless two candidates at one of its
+        positions come within the float32 rounding of its text's scores
+        (`_gaps`); those words are searched alone, all at once, from the
+        library's score at their start (`_word_bases`). Texts that may reach
+        the library's reset or pass `MAX_WORDWISE_CHARS`, and every text of a
+        model that does not allow it (`_by_words`), are searched whole.
         """
         flat = pieces.flat_values
         rows = row_ids(pieces)
@@ -315,21 +301,12 @@ class UnigramSegmenter(tf.Module):
                 tf.RaggedTensor.from_row_lengths(searched_whole.flat_values, slow_per_row, validate=False),
             ], axis=1)
 
-        return (
-            joined(word_ids.flat_values, slow[0]),
-            joined(word_first.flat_values + shift, slow[1]),
-            joined(word_end.flat_values + shift, slow[2]),
-            chars,
-        )
+        by_words = (word_ids.flat_values, word_first.flat_values + shift, word_end.flat_values + shift)
+        return (*(joined(ours, whole) for ours, whole in zip(by_words, slow)), chars)
 
     def _word_bases(self, pieces, ids, piece_chars, word_first_piece, fast):
-        """The library's best score where each given word starts (`word_first_piece`: its first piece).
-
-        That is the float32 sum, in order, of the scores of tensorflow-text's
-        pieces before it, an unknown piece counting once per character: one
-        dense `(texts, nodes)` cumsum, sequential along a row, over the texts
-        searched by words (`fast`).
-        """
+        """The library's best score where each word starts (`word_first_piece`): the float32 sum, in order, of
+        tensorflow-text's pieces before it (an unknown one once per character), a dense cumsum of the `fast` texts."""
         rows = row_ids(pieces)
         num_rows = pieces.nrows()
         nodes = tf.where(ids < 0, piece_chars, 1)
@@ -346,13 +323,9 @@ class UnigramSegmenter(tf.Module):
 
     def _segment_any(self, chars, base=None):
         """`segment`, skipped for no rows (one text of a batch of one, most often, needs no search)."""
-        def empty():
-            splits = tf.zeros([1], tf.int64)
-            return (tf.RaggedTensor.from_row_splits(tf.zeros([0], tf.int32), splits, validate=False),
-                    tf.RaggedTensor.from_row_splits(tf.zeros([0], tf.int64), splits, validate=False),
-                    tf.RaggedTensor.from_row_splits(tf.zeros([0], tf.int64), splits, validate=False))
-
-        return tf.cond(chars.nrows() > 0, lambda: self.segment(chars, base), empty)
+        empty = [tf.RaggedTensor.from_row_splits(tf.zeros([0], dtype), tf.zeros([1], tf.int64), validate=False)
+                 for dtype in (tf.int32, tf.int64, tf.int64)]
+        return tf.cond(chars.nrows() > 0, lambda: self.segment(chars, base), lambda: tuple(empty))
 
     def _gaps(self, chars):
         """Per row, searched from a score of 0 in float64: the smallest margin by which the best candidate at a
@@ -388,8 +361,7 @@ class UnigramSegmenter(tf.Module):
             lambda e, *_: e <= steps,
             step,
             (tf.constant(1, tf.int64), window, gaps, sizes),
-            shape_invariants=(tf.TensorShape([]), tf.TensorShape([None, width]), tf.TensorShape(None),
-                              tf.TensorShape(None)),
+            shape_invariants=(tf.TensorShape([]), tf.TensorShape([None, width]), *[tf.TensorShape(None)] * 2),
         )
         cells = tf.range(offsets[-1])
         cell_row = cells - tf.gather(offsets, tf.searchsorted(offsets, cells, side="right", out_type=tf.int64) - 1)
@@ -402,8 +374,7 @@ class UnigramSegmenter(tf.Module):
         """Every piece found in the texts: `(row, start, length, id, score)`, lengths in characters.
 
         Substrings grow one character at a time while they are the prefix of
-        some piece, in a `tf.while_loop`: the graph is the same whatever the
-        longest piece, and the loop ends when no substring can grow.
+        some piece, in a `tf.while_loop` that ends when none can grow.
 
         Args:
             chars: ragged `(batch, chars)` string tensor of single characters.
@@ -451,18 +422,16 @@ class UnigramSegmenter(tf.Module):
         Args:
             chars: ragged `(batch, chars)` string tensor of single characters
                 (the normalised text, as `tf.strings.unicode_split` gives it).
-            base: optional `(batch,)` tensor of the scores dtype: the best
-                score at each row's first character, the row being a word in
-                the middle of a text (`resegment`); 0 where not given. With
-                a base the library's reset is not emulated: the caller
-                gives rows whose text cannot reach it.
+            base: optional `(batch,)` best score at each row's start, a word
+                of a text (`resegment`), whose text cannot reach the reset
+                (not emulated then). 0 where not given.
 
         Returns:
             `(ids, starts, ends)`: int32 ids and int64 character positions,
             ragged `(batch, pieces)`, runs of unknown pieces merged.
         """
-        # Rows longest first: at end position e the rows still searched are the first `active[e]`, and the state
-        # of the loop shrinks to them (a batch of words, most short, took the longest word's steps over all).
+        # Rows longest first: at end position e the rows still searched are the first `active[e]`, which the loop's
+        # state shrinks to.
         order = tf.argsort(chars.row_lengths(), direction="DESCENDING", stable=True)
         chars = tf.gather(chars, order)
         if base is not None:
@@ -476,8 +445,7 @@ class UnigramSegmenter(tf.Module):
         # Among equal scores the first start wins: the longest piece. Key: length, then id, in one integer.
         vocabulary = tf.constant(self._scores.shape[0], tf.int64)
         key = tf.cast(length, tf.int64) * vocabulary + tf.cast(piece_id, tf.int64)
-        # The best scores of the last `width` positions of each row still searched: window[:, k - 1] is the best at
-        # e - k, where a piece of k characters ending at e starts.
+        # The best scores of the last `width` positions of the rows still searched: window[:, k - 1] is at e - k.
         start_score = tf.zeros([num_rows, 1], self._dtype) if base is None else tf.reshape(base, [-1, 1])
         window = tf.concat([start_score, tf.fill(tf.stack([num_rows, width - 1]), self._dtype(-np.inf))], 1)
         best_key = tf.TensorArray(tf.int64, size=tf.cast(steps + 1, tf.int32), element_shape=[None], infer_shape=False)
@@ -527,14 +495,11 @@ class UnigramSegmenter(tf.Module):
                 # A reset since these candidates' start: those starting before it were compared unshifted, then
                 # their best was shifted (the library's order); only then come the later ones.
                 before = tf.cast(length_[lo:hi], tf.int64) > e - tf.gather(reset_at, rows)
-                best, chosen = tf.cond(
-                    tf.reduce_any(before),
-                    lambda: _best_across_reset(candidate, keys, rows, before, reset_by, now),
-                    lambda: _first_best(candidate, keys, rows, now),
-                )
+                best, chosen = tf.cond(tf.reduce_any(before),
+                                       lambda: _best_across_reset(candidate, keys, rows, before, reset_by, now),
+                                       lambda: _first_best(candidate, keys, rows, now))
                 reset = (chosen > 0) & ((best < -_RESET_THRESHOLD) | (best > _RESET_THRESHOLD))
-                reset_at = tf.where(reset, e, reset_at)
-                reset_by = tf.where(reset, best, reset_by)
+                reset_at, reset_by = tf.where(reset, e, reset_at), tf.where(reset, best, reset_by)
                 best = tf.where(reset, tf.zeros_like(best), best)
                 window = tf.concat([best[:, None], window[:, :-1]], 1)
                 return e + 1, window, reset_at, reset_by, best_key.write(tf.cast(e, tf.int32), chosen)
@@ -555,9 +520,8 @@ class UnigramSegmenter(tf.Module):
                 tf.cast(steps, tf.float32) * self._largest_score < 0.5 * _RESET_THRESHOLD, search, search_with_resets
             )
         best_key = best_key.concat()  # the positions' keys, row by row within each position
-        ids, starts, ends = _backtrack(
-            best_key // vocabulary, tf.cast(best_key % vocabulary, tf.int32), offsets, lengths, self.unk_id
-        )
+        ids, starts, ends = _backtrack(best_key // vocabulary, tf.cast(best_key % vocabulary, tf.int32), offsets,
+                                       lengths, self.unk_id)
         back = tf.math.invert_permutation(order)
         return tf.gather(ids, back), tf.gather(starts, back), tf.gather(ends, back)
 
@@ -592,11 +556,8 @@ def _best_across_reset(candidate, keys, rows, before, shift, num_rows):
 
 
 def _backtrack(best_length, best_id, offsets, lengths, unk_id):
-    """The best paths from the lengths and ids of the best piece ending at each `(row, position)`.
-
-    The two are flat: that of `(row, position)` is at `offsets[position] + row`
-    (`segment`'s loop writes the rows still searched at each position).
-    """
+    """The best paths from the lengths and ids of the best piece ending at each `(row, position)`, flat: that of
+    `(row, position)` at `offsets[position] + row` (`_layout`)."""
     rows = tf.range(tf.size(lengths, out_type=tf.int64))
     longest = tf.reduce_max(tf.concat([[0], lengths], 0))
     ends = tf.TensorArray(tf.int64, size=0, dynamic_size=True, element_shape=[None])
@@ -633,8 +594,5 @@ def _merge_unknown(ids, starts, ends, unk_id):
     run_end = tf.math.unsorted_segment_max(ends.flat_values, run, num_runs)
     kept_per_row = tf.math.unsorted_segment_sum(tf.cast(keep, tf.int64), rows, ids.nrows())
     splits = tf.concat([[0], tf.cumsum(kept_per_row)], 0)
-    return (
-        tf.RaggedTensor.from_row_splits(tf.boolean_mask(flat_ids, keep), splits, validate=False),
-        tf.RaggedTensor.from_row_splits(tf.boolean_mask(starts.flat_values, keep), splits, validate=False),
-        tf.RaggedTensor.from_row_splits(run_end, splits, validate=False),
-    )
+    kept = (tf.boolean_mask(flat_ids, keep), tf.boolean_mask(starts.flat_values, keep), run_end)
+    return tuple(tf.RaggedTensor.from_row_splits(values, splits, validate=False) for values in kept)
