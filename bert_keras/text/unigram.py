@@ -285,8 +285,8 @@ class UnigramSegmenter(tf.Module):
 
         as_is = [by_word(tf.where(unknown, self.unk_id, ids)), by_word(piece_end - piece_chars), by_word(piece_end)]
         redone_words = tf.gather(fast_words, redone)
-        base = self._word_bases(pieces, ids, piece_chars, tf.gather(word_first_piece, redone_words), fast)
-        searched = self._segment_any(tf.gather(word_chars, redone_words), base=base)
+        searched = self._segment_any(tf.gather(word_chars, redone_words), base=lambda: self._word_bases(
+            pieces, ids, piece_chars, tf.gather(word_first_piece, redone_words), fast))
         order = tf.math.invert_permutation(tf.concat([kept, redone], 0))
         word_ids, word_first, word_end = (tf.gather(tf.concat([a, b], 0), order) for a, b in zip(as_is, searched))
         # Back to texts: a word's characters start where the words before it in its text end.
@@ -322,10 +322,12 @@ class UnigramSegmenter(tf.Module):
         return tf.gather_nd(before, tf.stack([row, at], 1))
 
     def _segment_any(self, chars, base=None):
-        """`segment`, skipped for no rows (one text of a batch of one, most often, needs no search)."""
+        """`segment`, skipped for no rows (one text of a batch of one, most often, needs no search); `base` may be
+        a function giving it, called only then."""
         empty = [tf.RaggedTensor.from_row_splits(tf.zeros([0], dtype), tf.zeros([1], tf.int64), validate=False)
                  for dtype in (tf.int32, tf.int64, tf.int64)]
-        return tf.cond(chars.nrows() > 0, lambda: self.segment(chars, base), lambda: tuple(empty))
+        return tf.cond(chars.nrows() > 0, lambda: self.segment(chars, base() if callable(base) else base),
+                       lambda: tuple(empty))
 
     def _gaps(self, chars):
         """Per row, searched from a score of 0 in float64: the smallest margin by which the best candidate at a
