@@ -283,7 +283,7 @@ def _run_reader(args):
         with working("predict", f"loading the reader in {args.model}"):
             from bert_keras.export import load_reader  # after the checks: they must not wait for TensorFlow
 
-            reader = load_reader(args.model, warm_up=False)  # one run of the command: only its lengths trace
+            reader = load_reader(args.model, warm_up="background")  # as the other kinds: see `_litert_or`
     except (OSError, ValueError, RuntimeError) as error:
         return fail("predict", f"cannot load a reader from {args.model}: {error}")
     if args.question is None and not args.input:
