@@ -228,12 +228,12 @@ def _albert_reference_tokenizer(folder, seq_length):
     transformers 5 reads a `spiece.model` through that module, which needs a newer protobuf than TensorFlow allows
     here; its pieces, scores and normalisation table (`precompiled_charsmap`) are read from the wire format instead.
     """
-    from bert_keras.text.unigram import _fields, read_pieces
+    from bert_keras.text.unigram import _typed_fields, read_pieces
 
     with open(os.path.join(folder, "spiece.model"), "rb") as f:
         proto = f.read()
-    normalizer = next(value for number, value in _fields(proto) if number == 3)  # ModelProto.normalizer_spec
-    charsmap = next(value for number, value in _fields(normalizer) if number == 2)  # .precompiled_charsmap
+    normalizer = next(value for number, _, value in _typed_fields(proto) if number == 3)  # ModelProto.normalizer_spec
+    charsmap = next(value for number, _, value in _typed_fields(normalizer) if number == 2)  # .precompiled_charsmap
     return transformers.AlbertTokenizer(vocab=[(piece, float(score)) for piece, score, _ in read_pieces(proto)],
                                         _spm_precompiled_charsmap=charsmap, model_max_length=seq_length)
 
