@@ -124,6 +124,64 @@ def _flush_stderr():
 QUIET_LEVEL = "3"
 
 
+# What Keras imports at its own import only for `keras.wrappers` (scikit-learn estimators) and `keras.visualization`
+# (pyplot), where installed; each guarded by `except ImportError`. The command line imports TensorFlow without them.
+KERAS_OPTIONAL = ("sklearn", "matplotlib")
+
+
+class _Unavailable(importlib.abc.MetaPathFinder):
+    """Makes the top-level packages `names` (and their submodules) fail to import, as if not installed, while it
+    is on `sys.meta_path`; a package already imported is not affected."""
+
+    def __init__(self, names):
+        self._names = frozenset(names)
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname.partition(".")[0] in self._names:
+            raise ModuleNotFoundError(f"No module named {fullname!r} (left out of TensorFlow's import)", name=fullname)
+        return None
+
+
+class _LeanKerasFinder(importlib.abc.MetaPathFinder):
+    """The command line's: the first imports of `tensorflow` and of `keras` (whichever comes first imports the
+    other) run with `KERAS_OPTIONAL` unavailable; the packages are found by the other finders, as usual."""
+
+    def __init__(self):
+        self._finding = False
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname not in ("tensorflow", "keras") or self._finding:
+            return None
+        self._finding = True  # the other finders' turn (`_QuietTensorFlowFinder` wraps TensorFlow's loader too)
+        try:
+            spec = importlib.util.find_spec(fullname)
+        finally:
+            self._finding = False
+        if spec is not None and spec.loader is not None and hasattr(spec.loader, "exec_module"):
+            spec.loader = _LoaderWithout(spec.loader, KERAS_OPTIONAL)
+        return spec
+
+
+class _LoaderWithout(importlib.abc.Loader):
+    """A package's own loader, run while the top-level packages `names` cannot be imported."""
+
+    def __init__(self, loader, names):
+        self._loader = loader
+        self._names = names
+
+    def create_module(self, spec):
+        return self._loader.create_module(spec)
+
+    def exec_module(self, module):
+        module.__spec__.loader = module.__loader__ = self._loader
+        unavailable = _Unavailable(self._names)
+        sys.meta_path.insert(0, unavailable)
+        try:
+            self._loader.exec_module(module)
+        finally:
+            sys.meta_path.remove(unavailable)
+
+
 class _QuietTensorFlowFinder(importlib.abc.MetaPathFinder):
     """Finds TensorFlow's package once, for the other finders, and has it loaded by `_QuietLoader`."""
 
@@ -185,16 +243,22 @@ _frozen_import = False  # set by `freeze_tensorflow_import`
 
 def freeze_tensorflow_import():
     """For a process that owns its whole life (the command line): TensorFlow's first import runs without Python's
-    cyclic garbage collector, and what it created is then frozen out of later collections (`gc.freeze`).
+    cyclic garbage collector, and what it created is then frozen out of later collections (`gc.freeze`); and
+    Keras, imported with it, does not import scikit-learn and matplotlib (`KERAS_OPTIONAL`).
 
     TensorFlow's import creates hundreds of thousands of objects that live as long as the process; collecting
     while it runs, and walking them in every full collection after, cost the command line ~0.6 s of a first
-    answer (measured on 2 cores). A library does not do this to its user's process: the Python API leaves the
-    collector alone. Call it before TensorFlow is imported, with `quiet_tensorflow_import`'s hook installed (as
-    `import bert_keras` does).
+    answer (measured on 2 cores). Keras imports scikit-learn (with SciPy's statistics) for `keras.wrappers`'
+    estimators and matplotlib's pyplot for `keras.visualization`, whenever they are installed, as this package's
+    requirements install them: about a quarter of the import's time, for parts of Keras no command uses. They
+    stay importable: a command that needs them (reports, plots) imports them itself, later. A library does not
+    do this to its user's process: the Python API leaves the collector and Keras alone. Call it before
+    TensorFlow is imported, with `quiet_tensorflow_import`'s hook installed (as `import bert_keras` does).
     """
     global _frozen_import
     _frozen_import = True
+    if not any(isinstance(finder, _LeanKerasFinder) for finder in sys.meta_path):
+        sys.meta_path.insert(0, _LeanKerasFinder())
 
 
 def quiet_tensorflow_import():

@@ -359,7 +359,8 @@ class BytePairTokenizer(Tokenizer):
     ):
         super().__init__(**kwargs)
         self.add_prefix_space = check_bool("add_prefix_space", add_prefix_space)
-        vocabulary, self.merges = load_bpe_files(vocabulary, merges)
+        vocabulary, merges = load_bpe_files(vocabulary, merges)
+        self._set_plain(merges=merges)
         self._set_vocabulary(
             vocabulary,
             unknown_token=unknown_token,
