@@ -153,6 +153,9 @@ def read_checkpoint(path, *, format=None, with_heads=True, do_lower_case=None, a
     >>> weights.encoder_config["num_layers"], weights.arrays["encoder.pooler.kernel"].shape
     (6, (384, 384))
     """
+    if not (is_backbone(path) or isinstance(path, (str, os.PathLike))):
+        raise ValueError("Received an invalid value for argument `path`, expected a checkpoint path or a "
+                         f"keras_nlp.models.BertBackbone. Received: path={type(path).__name__}")
     if format is None:
         format = detect_format(path)
     if format not in FORMATS:

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from bert_keras.checkpoints import CheckpointError, detect_format, load_checkpoint, load_google
+from bert_keras.checkpoints import CheckpointError, detect_format, load_checkpoint
 from bert_keras.formats._common import resolve_target
 from tests.checkpoints._models import TINY_HF, hf_pretraining_model, max_diff, random_inputs, torch_outputs, write_vocab
 
@@ -140,7 +140,7 @@ def test_tf1_checkpoint_converts_exactly(tmp_path, google_model):
 
 def test_checkpoint_prefix_and_cased_directory(tmp_path, google_model):
     directory = write_google_directory(tmp_path / "cased_L-2_H-16_A-2", google_model)
-    loaded = load_google(os.path.join(directory, "bert_model.ckpt"), with_heads=False)
+    loaded = load_checkpoint(os.path.join(directory, "bert_model.ckpt"), format="google", with_heads=False)
     assert loaded.do_lower_case is False
     assert loaded.heads == {} and len(loaded.summary.unused) == 7
 

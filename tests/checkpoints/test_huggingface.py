@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from safetensors.numpy import load_file, save_file
 
-from bert_keras.checkpoints import CheckpointError, ConfigError, load_checkpoint, load_huggingface
+from bert_keras.checkpoints import CheckpointError, ConfigError, load_checkpoint
 from bert_keras.formats.huggingface import normalize_name
 from tests.checkpoints._models import (
     TINY_HF,
@@ -103,7 +103,7 @@ def test_pretraining_heads_match_transformers(tmp_path, hidden_act, ours):
 
 def test_weights_are_copied_exactly(tmp_path):
     model = hf_pretraining_model()
-    loaded = load_huggingface(save_hf_directory(model, tmp_path))
+    loaded = load_checkpoint(save_hf_directory(model, tmp_path), format="huggingface")
     state = {k: v.numpy() for k, v in model.state_dict().items()}
     block = loaded.encoder.transformer_layers[1]
     np.testing.assert_array_equal(

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from bert_keras import BertEncoder
-from bert_keras.checkpoints import CheckpointError, ConfigError, detect_format, from_keras_nlp, load_checkpoint, to_keras_nlp
+from bert_keras.checkpoints import CheckpointError, ConfigError, detect_format, load_checkpoint, to_keras_nlp
 from tests.checkpoints._models import max_diff, random_inputs, write_vocab
 
 keras_hub = pytest.importorskip("keras_hub")
@@ -106,6 +106,6 @@ def test_preset_of_another_class_and_vocabulary_mismatch(tmp_path):
         load_checkpoint(preset)
 
 
-def test_from_keras_nlp_rejects_other_objects():
-    with pytest.raises(ValueError, match="backbone"):
-        from_keras_nlp(keras.layers.Dense(3))
+def test_keras_nlp_reader_rejects_other_objects():
+    with pytest.raises(ValueError, match="argument `path`.*BertBackbone. Received: path=Dense"):
+        load_checkpoint(keras.layers.Dense(3), format="keras_nlp")
