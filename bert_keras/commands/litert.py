@@ -1,11 +1,13 @@
 """`bert-keras litert`: an export (classifier, tagger, sentence encoder) into one LiteRT `.tflite` file of raw strings.
 
-Everything that can be checked without TensorFlow is checked before it loads (the export's kind and manifest,
---out); the conversion (TensorFlow) is imported in `run` after them.
+Everything that can be checked without TensorFlow is checked before it loads (the export's kind and every manifest
+value the conversion reads, --out); the conversion (TensorFlow) is imported in `run` after them, and checks the
+manifest against the graph before converting.
 """
 
 import os
 
+from bert_keras._locks import OutputLockedError
 from bert_keras.commands._common import fail, say, working
 from bert_keras.export.litert import check_litert_target, served_manifest  # no TensorFlow
 from bert_keras.export.manifest import ExportError
@@ -42,7 +44,7 @@ def run(args):
             from bert_keras.export.litert import export_litert  # after the checks: they must not wait for TensorFlow
 
             export_litert(args.model, args.out, quantize=args.quantize, overwrite=args.force)
-    except (OSError, ValueError) as error:
+    except (OSError, ValueError, OutputLockedError) as error:  # ExportError: a manifest the graph contradicts
         return fail("litert", f"cannot convert {args.model}: {error}")
     say(f"Wrote {args.out} ({os.path.getsize(args.out) / 1e6:.1f} MB) and {args.out}.json")
     return 0

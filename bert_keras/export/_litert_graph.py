@@ -3,6 +3,7 @@ ops, around an export's own `serve_ids` (see `bert_keras.export.litert`)."""
 
 import logging
 
+import numpy as np
 import tensorflow as tf
 import tensorflow_text as tf_text
 
@@ -233,3 +234,49 @@ def _tag_one_text(pieces, serve_ids, text, seq_length, stride):
     outputs = {name: tf.expand_dims(value, 0) for name, value in outputs.items()}  # (1, entries, ...)
     outputs["lengths"] = tf.reshape(tf.shape(entry_ids)[0], [1])
     return outputs
+
+
+# How far the file's graph may answer from the export's on a probe text: the padded and packed layouts differ by float
+# rounding (~1e-6); another tokenization (an edited length, special id or case rule) by far more.
+PROBE_TOLERANCE = 1e-3
+
+
+def probe_texts(vocabulary, tokenizer):
+    """Texts that tell how a model tokenizes: one of whole-word tokens longer than `seq_length` (its cut, its
+    special ids), the same upper-cased (its case rule), and a short one."""
+    suffix = tokenizer.get("suffix_indicator", "##")
+    words = [token for token in vocabulary if token.isalpha() and not token.startswith(suffix)][:64] or ["a"]
+    long = " ".join(words[i % len(words)] for i in range(tokenizer["seq_length"] + 8))
+    return [long, long.upper(), " ".join(words[:3])]
+
+
+def check_tokenizes_as_export(module, loaded, manifest, vocabulary):
+    """Refuses (an `ExportError`) a file graph that answers probe texts otherwise than the export's own graph.
+
+    The file tokenizes with the manifest's settings (`tokenizer`: length, special
+    ids, case, vocabulary); the export with the preprocessor it was written
+    with. A manifest edited after the export was written makes them differ.
+    """
+    kind, texts = manifest["kind"], probe_texts(vocabulary, manifest["tokenizer"])
+    try:
+        if kind == TAGGER:
+            expected = loaded.tag_pieces(texts)
+            got = [{name: value.numpy()[0] for name, value in module.serve(tf.constant([text])).items()}
+                   for text in texts]
+            pairs = [(np.asarray(b["token_ids"]).tolist() == a["token_ids"][: int(a["lengths"])].tolist(),
+                      a["scores"][: int(a["lengths"])], b["scores"]) for a, b in zip(got, expected)]
+        else:
+            name = OUTPUTS[kind][0]
+            theirs = loaded.predict_proba(texts) if name == "probabilities" else loaded.encode(texts)
+            ours = module.serve(tf.constant(texts))[name].numpy()
+            pairs = [(True, a, b) for a, b in zip(ours, theirs)]
+        differ = [not same or np.shape(a) != np.shape(b) or float(np.max(np.abs(a - b), initial=0)) > PROBE_TOLERANCE
+                  for same, a, b in pairs]
+    except (tf.errors.OpError, ValueError) as error:
+        differ, reason = [True], str(error).splitlines()[0][:200]
+    else:
+        reason = "its answers to probe texts differ from the export's"
+    if any(differ):
+        raise ExportError(f"The export's manifest (assets.extra/export.json) does not describe how its model "
+                          f"tokenizes ({reason}): its `tokenizer` settings were edited after the export was written. "
+                          "Restore the file, or export the model again.")

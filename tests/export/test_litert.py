@@ -164,12 +164,15 @@ def test_the_dense_windows_of_one_text_are_piece_windows_and_max_context():
             np.testing.assert_array_equal(got, expected, err_msg=f"{length} {window} {step}")
 
 
-def _fake_export(directory, kind="classifier", tokenizer=True):
+def _fake_export(directory, kind="classifier", tokenizer=True, edits=None):
     os.makedirs(os.path.join(directory, "assets.extra"))
     open(os.path.join(directory, "saved_model.pb"), "wb").close()
     manifest = {"format": "bert_keras export", "version": 1, "kind": kind}
     if tokenizer:
-        manifest["tokenizer"] = {"kind": "wordpiece", "seq_length": 8}
+        manifest["tokenizer"] = {"kind": "wordpiece", "seq_length": 8, "cls_id": 2, "sep_id": 3, "pad_id": 0,
+                                 "unknown_token": "[UNK]", "vocabulary_size": len(VOCAB), "lower_case": True,
+                                 "suffix_indicator": "##", "max_chars_per_word": 100, "vocabulary_file": "vocab.txt"}
+    manifest.update(edits or {})
     with open(os.path.join(directory, "assets.extra", "export.json"), "w") as f:
         json.dump(manifest, f)
     return str(directory)
