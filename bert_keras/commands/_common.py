@@ -10,12 +10,15 @@ import difflib
 import hashlib
 import json
 import os
+import queue
 import re
+import subprocess
 import sys
 import threading
 import time
 
 from bert_keras import dtypes  # no TensorFlow import; read at call time (tests replace its CPU check)
+from bert_keras.commands._speaker import Silence  # standard library only
 from bert_keras.export.manifest import CLASSIFIER, READER, TAGGER, export_kind, wrong_kind  # no TensorFlow
 
 
@@ -47,7 +50,14 @@ def positive_float(text):
 
 
 def say(text):
+    """Prints a line of the command's output (on a new line if a progress bar left one open); a speaker hears of it."""
+    speaker = _speaker
+    if speaker is not None and speaker.open_line:
+        text = "\n" + text
     print(text, flush=True)
+    if speaker is not None:
+        lines = [line for line in str(text).splitlines() if line.strip()]
+        speaker.tell("said " + (lines[-1].strip()[:120] if lines else ""))
 
 
 def fail(command, message):
@@ -101,25 +111,138 @@ def working(command, what, seconds=PROGRESS_SECONDS):
 
     A step that ends sooner prints nothing (a quick run stays quiet); one that
     takes long is never silent for more than `seconds`: `bert-keras predict:
-    loading the tagger in ner/ ... 20 s`. Nothing
-    with `-q`. The lines come from a thread that ends with the step.
+    loading the tagger in ner/ ... 20 s`. Output written meanwhile (a progress
+    line) counts: the next line comes `seconds` after it. Nothing with `-q`.
+    Inside `watching`, its speaker says it; otherwise one is started for the step.
     """
     if _quiet:
         yield
         return
-    done, started = threading.Event(), time.monotonic()
+    with contextlib.ExitStack() as stack:
+        speaker = _speaker or stack.enter_context(watching(command, seconds))
+        speaker.tell(f"step {what}")
+        try:
+            yield
+        finally:
+            speaker.tell("end")
 
-    def speak():
-        while not done.wait(seconds):
-            print(f"bert-keras {command}: {what} ... {time.monotonic() - started:.0f} s", file=sys.stderr, flush=True)
 
-    speaker = threading.Thread(target=speak, name=f"bert-keras {command}: {what}", daemon=True)
-    speaker.start()
+_SPEAKER_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_speaker.py")
+_speaker = None  # the `_Speaker` of the command under way, if any
+
+
+@contextlib.contextmanager
+def watching(command, seconds=PROGRESS_SECONDS):
+    """Never `seconds` of silence while the block runs, on a terminal or not: when nothing was written for
+    `seconds`, a line on standard error says what is under way (`working`'s step), or `still working ... N s
+    since: ` the last line `say` printed. Nothing with `-q`; a `watching` inside another adds nothing."""
+    global _speaker
+    if _quiet or _speaker is not None:
+        yield _speaker
+        return
+    _speaker = _Speaker(command, seconds)
     try:
-        yield
+        yield _speaker
     finally:
-        done.set()
-        speaker.join()
+        speaker, _speaker = _speaker, None
+        speaker.close()
+
+
+class _Speaker:
+    """`_speaker.Silence` in a child process writing to the standard error file descriptor (a thread's line
+    would wait while TensorFlow holds the GIL: measured 3.6 s in one call of the LiteRT conversion of a one-layer
+    model), or in a thread where standard error is no file descriptor (a test's capture). Standard output and error
+    are watched while it runs: what they write counts as speech."""
+
+    def __init__(self, command, seconds):
+        self.open_line = False
+        self._streams = sys.stdout, sys.stderr
+        self._fd = self._process = self._thread = None
+        try:
+            sys.stderr.flush()
+            error_fd = sys.stderr.fileno()
+        except (AttributeError, OSError, ValueError):
+            error_fd = None
+        if error_fd is not None:
+            read, self._fd = os.pipe()
+            try:
+                self._process = subprocess.Popen([sys.executable, "-I", "-S", _SPEAKER_SCRIPT, command, str(seconds)],
+                                                 stdin=read, stdout=subprocess.DEVNULL, stderr=error_fd)
+            except OSError:
+                os.close(self._fd)
+                self._fd = None
+            finally:
+                os.close(read)
+        if self._fd is not None:
+            os.set_blocking(self._fd, False)
+        else:
+            self._news = queue.SimpleQueue()
+            self._thread = threading.Thread(target=self._speak, args=(Silence(command, seconds, time.monotonic()),),
+                                            name=f"bert-keras {command}: speaker", daemon=True)
+            self._thread.start()
+        sys.stdout, sys.stderr = _Watched(sys.stdout, self), _Watched(sys.stderr, self)
+
+    def tell(self, news):
+        if self._fd is None:
+            self._news.put((news, time.monotonic()))
+            return
+        try:
+            os.write(self._fd, news.replace("\n", " ").encode("utf-8", "replace") + b"\n")
+        except OSError:  # a full pipe (the speaker is behind) or a gone speaker: news is never worth a wait
+            pass
+
+    def wrote(self, text):
+        self.open_line = not text.endswith("\n")
+        self.tell(f"out {int(not self.open_line)}")
+
+    def _speak(self, silence):
+        while True:
+            try:
+                news, at = self._news.get(timeout=silence.wait(time.monotonic()))
+                if news is None:
+                    return
+                silence.news(news, at)
+            except queue.Empty:
+                pass
+            text = silence.due(time.monotonic())
+            if text is not None:
+                self.open_line = False
+                print(text, end="", file=self._streams[1], flush=True)
+
+    def close(self):
+        for name, stream in zip(("stdout", "stderr"), self._streams):
+            if isinstance(getattr(sys, name), _Watched):
+                setattr(sys, name, stream)
+        if self._fd is not None:
+            os.close(self._fd)
+            try:
+                self._process.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self._process.kill()
+                self._process.wait()
+        else:
+            self._news.put((None, 0.0))
+            self._thread.join()
+
+
+class _Watched:
+    """A standard stream that tells the speaker when something was written."""
+
+    def __init__(self, stream, speaker):
+        self._stream, self._speaker = stream, speaker
+
+    def write(self, text):
+        written = self._stream.write(text)
+        if text:
+            self._speaker.wrote(text)
+        return written
+
+    def writelines(self, lines):
+        for line in lines:
+            self.write(line)
+
+    def __getattr__(self, name):
+        return getattr(self._stream, name)
 
 
 class UsageError(Exception):
