@@ -418,6 +418,28 @@ def _check_positions(export_dir, saved, seq_length):
                           "file, or export the model again.")
 
 
+def _read_vocabulary(export_dir, tokenizer):
+    name = tokenizer.get("vocabulary_file") or "vocab.txt"
+    vocab_path = os.path.join(export_dir, ASSETS_EXTRA, os.path.basename(name))
+    try:
+        with open(vocab_path, encoding="utf-8") as f:
+            vocabulary = f.read().split("\n")
+    except (OSError, UnicodeDecodeError) as error:
+        raise ExportError(f"{vocab_path} cannot be read ({error}): the export is damaged; export the model again.") \
+            from None
+    if vocabulary and vocabulary[-1] == "":
+        vocabulary.pop()
+    if len(vocabulary) != tokenizer.get("vocabulary_size", len(vocabulary)):
+        raise ExportError(f"{vocab_path} holds {len(vocabulary)} tokens, but the manifest records "
+                          f"{tokenizer.get('vocabulary_size')}: the export is damaged; export the model again.")
+    if tokenizer["unknown_token"] not in vocabulary:
+        raise ExportError(f"The manifest {manifest_path(export_dir)} records tokenizer.unknown_token="
+                          f"{tokenizer['unknown_token']!r}, which {vocab_path} does not hold: the export is damaged; "
+                          "export the model again.")
+    return vocabulary
+
+
+
 def _variable_bytes(saved):
     seen, total = set(), 0
     for variable in getattr(saved, "variables", ()):
