@@ -304,16 +304,18 @@ def test_a_write_killed_between_its_steps_leaves_a_working_pair_and_the_next_wri
     shutil.copy(original, path)
     shutil.copy(original + ".json", path + ".json")
     old = load_litert(path).predict_proba(TEXTS)
-    answers = []
+    answers, staged = [], []
     for point in ("litert-record", "litert-file"):  # after the record is replaced; after the file is
         done = _kill_at(point, export_dir, path, "int8")
         assert done.returncode == -9, done.stderr[-2000:]
         answers.append(load_litert(path).predict_proba(TEXTS))  # the old pair, or the new one: never refused
+        staged.append(sorted(name for name in os.listdir(tmp_path) if "partial" in name))
     np.testing.assert_array_equal(answers[0], old)  # the file was not replaced yet: the old answers
     assert _record(path)["quantize"] == "int8" and _record(path)["previous"]["quantize"] is None
     assert not np.array_equal(answers[1], old)  # the int8 file, served under its record
     np.testing.assert_allclose(answers[1], old, atol=1e-2)
-    assert [name for name in os.listdir(tmp_path) if "partial" in name]  # the first kill's staged file
+    assert len(staged[0]) == 1 and staged[0][0].startswith(".partial-m.tflite-")  # the first kill's staged file,
+    assert staged[1] == []  # removed by the second write (whose own was renamed into place)
     export_litert(export_dir, path, overwrite=True)
     assert sorted(os.listdir(tmp_path)) == ["m.tflite", "m.tflite.json"]
     assert "previous" not in _record(path)
