@@ -17,7 +17,7 @@ import time
 
 import numpy as np
 
-from bert_keras._files import read_marker
+from bert_keras._files import check_target, read_marker
 from bert_keras.export import convert_to_hub
 from bert_keras.datasets import LabelledText, stratified_split
 from bert_keras.evaluate import classification_scores
@@ -53,6 +53,7 @@ class DemoConfig:
     learning_rate: float = FineTuneConfig.learning_rate
     seed: int = FineTuneConfig.seed
     full: bool = False
+    overwrite: bool = False  # replace the classifier and results of an earlier run in out_dir
 
 
 def _subsample(indices, labels, size, seed):
@@ -132,6 +133,8 @@ def run_demo(config=None, report=print, verbose=2):
     """Runs the main job and returns a dict of its results (also written as JSON)."""
     config = config or DemoConfig()
     started = time.time()
+    export_dir = os.path.join(config.out_dir, "tweet_sentiment_classifier")
+    check_target(export_dir, config.overwrite, argument="the classifier in out_dir", kind="classifier")  # before any work
     preprocess_dir, encoder_dir = ensure_modules(config.out_dir, report)
     train, validation, test = load_tweet_splits(config, report)
 
@@ -141,7 +144,6 @@ def run_demo(config=None, report=print, verbose=2):
         report(f"  {name}: accuracy {scores['accuracy']:.4f}, macro-F1 {scores['macro_f1']:.4f}")
 
     report("Fine-tuning MiniLM-L6-H384 through its Hub modules (bert_keras.hub layers):")
-    export_dir = os.path.join(config.out_dir, "tweet_sentiment_classifier")
     result = finetune_classifier(
         (encoder_dir, preprocess_dir),
         train,
@@ -151,7 +153,7 @@ def run_demo(config=None, report=print, verbose=2):
         FineTuneConfig(seq_length=config.seq_length, batch_size=config.batch_size, head_epochs=config.head_epochs,
                        head_learning_rate=config.head_learning_rate, epochs=config.epochs,
                        learning_rate=config.learning_rate, seed=config.seed),
-        overwrite=True,
+        overwrite=config.overwrite,
         verbose=verbose,
         report=lambda text: report(f"  {text}"),
     )

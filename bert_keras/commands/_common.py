@@ -66,6 +66,33 @@ def fail(command, message):
     return 2
 
 
+# `_files.MARKER`, which cannot be imported before TensorFlow loads (tests/commands/test_terminal_progress.py checks
+# that they agree).
+OUTPUT_MARKER = ".bert_keras_output.json"
+
+
+def refused_output(path, force, flag="--out"):
+    """Before TensorFlow loads: why the directory `path` may not be written (a message), or None.
+
+    A non-empty directory is refused without --force when bert-keras wrote it, and always when it did not; the
+    whole check (`_files.check_target`: links, kinds, locks) comes after, in the run.
+    """
+    if os.path.islink(path) or not os.path.isdir(path):
+        return None
+    try:
+        entries = sorted(os.listdir(path))
+    except OSError:
+        return None
+    if not entries:
+        return None
+    if not os.path.isfile(os.path.join(path, OUTPUT_MARKER)):
+        return (f"{flag} {path} exists and was not written by bert-keras (it holds {entries[:5]}); it is never "
+                f"replaced, even with --force. Pick another {flag}, or remove it yourself.")
+    if force:
+        return None
+    return f"{flag} {path} already holds an output of bert-keras; pass --force to replace it, or pick another {flag}."
+
+
 def fit_verbosity():
     """Keras' `verbose` for `fit`: a progress bar on a terminal, one line per epoch in a log."""
     return 1 if sys.stdout.isatty() else 2
@@ -106,14 +133,15 @@ def progress(command, clock=time.monotonic):
 
 
 @contextlib.contextmanager
-def working(command, what, seconds=PROGRESS_SECONDS):
+def working(command, what, seconds=None):
     """Says, on standard error, that `what` is still under way once it has taken `seconds`, then every `seconds`.
 
     A step that ends sooner prints nothing (a quick run stays quiet); one that
     takes long is never silent for more than `seconds`: `bert-keras predict:
     loading the tagger in ner/ ... 20 s`. Output written meanwhile (a progress
     line) counts: the next line comes `seconds` after it. Nothing with `-q`.
-    Inside `watching`, its speaker says it; otherwise one is started for the step.
+    Inside `watching`, its speaker says it; otherwise one is started for the step. `seconds` defaults to
+    `PROGRESS_SECONDS`.
     """
     if _quiet:
         yield
@@ -132,15 +160,16 @@ _speaker = None  # the `_Speaker` of the command under way, if any
 
 
 @contextlib.contextmanager
-def watching(command, seconds=PROGRESS_SECONDS):
+def watching(command, seconds=None):
     """Never `seconds` of silence while the block runs, on a terminal or not: when nothing was written for
-    `seconds`, a line on standard error says what is under way (`working`'s step), or `still working ... N s
-    since: ` the last line `say` printed. Nothing with `-q`; a `watching` inside another adds nothing."""
+    `seconds`, a line on standard error says what is under way (`working`'s step), or `still working after: ` the
+    last line `say` printed ` ... N s`. Nothing with `-q`; a `watching` inside another adds nothing. `seconds`
+    defaults to `PROGRESS_SECONDS`, read at the call (a test may shorten it)."""
     global _speaker
     if _quiet or _speaker is not None:
         yield _speaker
         return
-    _speaker = _Speaker(command, seconds)
+    _speaker = _Speaker(command, PROGRESS_SECONDS if seconds is None else seconds)
     try:
         yield _speaker
     finally:

@@ -10,7 +10,8 @@ import os
 import re
 
 from bert_keras.commands._common import (at_least, default_backup_dir, distributed_arguments, fail, fit_verbosity,
-                                         positive_float, say, strategy, warn_emulated_bfloat16, working)
+                                         positive_float, refused_output, say, strategy, warn_emulated_bfloat16, watching,
+                                         working)
 from bert_keras.commands._io import READER_ARGUMENTS
 from bert_keras.datasets import FORMATS as LABELLED_FORMATS
 from bert_keras.datasets import DataError, read_labelled_file
@@ -204,7 +205,7 @@ def _read_data(args):
 
 
 def run(args):
-    refused = _check_task_arguments(args)
+    refused = _check_task_arguments(args) or refused_output(args.out, args.force)  # before TensorFlow and any work
     if refused is not None:
         return fail("finetune", refused)
     try:  # the data first: its errors must not wait for TensorFlow and the model
@@ -214,6 +215,11 @@ def run(args):
     unit = {"ner": "sentences", "qa": "questions"}.get(args.task, "examples")
     say(f"Read {len(train)} training {unit} from {args.train}" + (f", {len(validation)} validation" if validation else "")
         + (f", {len(test)} test" if test else ""))
+    with watching("finetune"):  # never 10 s without a line, on a terminal too
+        return _train(args, train, validation, test)
+
+
+def _train(args, train, validation, test):
     with working("finetune", "loading the training code"):
         from bert_keras._files import OutputLockedError, check_target  # after the data: they import TensorFlow
         from bert_keras.training import finetune_classifier, finetune_reader, finetune_tagger

@@ -35,7 +35,8 @@ LINE_SECONDS = 10.0
 
 
 class ProgressLines(keras.callbacks.Callback):
-    """Reports `phase: epoch e/E, step s/S (p%), loss x, t s` every `seconds` of an epoch (a line, not a bar).
+    """Reports `phase: epoch e/E, step s/S (p%), loss x, t s` every `seconds` of an epoch (a line, not a bar), and a
+    line where a long wait between steps begins: before the first step (the trace), before each validation.
 
     Args:
         report: callable taking one line.
@@ -43,12 +44,15 @@ class ProgressLines(keras.callbacks.Callback):
         steps: int, the steps of an epoch.
         seconds: float. Defaults to `LINE_SECONDS`.
         clock: callable returning seconds (a test's own clock). Defaults to `time.monotonic`.
+        step_lines: bool. False: only the lines where a wait begins (beside Keras' progress bar, which shows the
+            steps). Defaults to True.
     """
 
-    def __init__(self, report, phase, steps, seconds=LINE_SECONDS, clock=None):
+    def __init__(self, report, phase, steps, seconds=LINE_SECONDS, clock=None, step_lines=True):
         super().__init__()
         self.report, self.phase, self.steps, self.seconds = report, phase, steps, seconds
         self.clock = clock or time.monotonic
+        self.step_lines = step_lines
 
     def on_train_begin(self, logs=None):
         # Keras traces the train step before the first step ends: tens of seconds on a loaded 2-core machine.
@@ -57,6 +61,10 @@ class ProgressLines(keras.callbacks.Callback):
     def on_epoch_begin(self, epoch, logs=None):
         self.epoch, self.started = epoch, self.clock()
         self.last = self.started
+
+    def on_test_begin(self, logs=None):
+        # Within `fit`: the validation after an epoch, its own trace the first time (Keras' bar stands still meanwhile).
+        self.report(f"{self.phase}: validating after epoch {self.epoch + 1}/{self.params.get('epochs', '?')}")
 
     def on_predict_begin(self, logs=None):
         self.epoch, self.started = None, self.clock()
@@ -69,6 +77,8 @@ class ProgressLines(keras.callbacks.Callback):
         self._line(batch, None)
 
     def _line(self, batch, logs):
+        if not self.step_lines:
+            return
         now = self.clock()
         if now - self.last < self.seconds:
             return
@@ -209,7 +219,7 @@ class Harness:
                         f"restored from the backup {phase_dir})")
         # Under several replicas Keras' own fit fails (keras#20585); in one process this builds the model before the
         # step is traced, which saves TensorFlow a second trace of each step function.
-        lines = [ProgressLines(self.report, phase or "training", steps_per_epoch)] if self.verbose == 2 else []
+        lines = self._progress_lines(phase or "training", steps_per_epoch)
         with strategy_fit(model):
             history = model.fit(data, validation_data=validation_data,
                                 callbacks=callbacks + ([backup] if backup else []) + lines, **feed)
@@ -217,9 +227,17 @@ class Harness:
         return history, whole
 
     def predict(self, model, data, *, steps, what="predicting"):
-        """`model.predict(data)` (a finite dataset of `steps` batches), with progress lines at verbosity 2."""
-        lines = [ProgressLines(self.report, what, steps)] if self.verbose == 2 else []
-        return model.predict(data, verbose=0, callbacks=lines)
+        """`model.predict(data)` (a finite dataset of `steps` batches): `what` reported first (with a progress bar or
+        lines), then progress lines at verbosity 2."""
+        if self.verbose in (1, 2):
+            self.report(what)
+        return model.predict(data, verbose=0, callbacks=self._progress_lines(what, steps))
+
+    def _progress_lines(self, phase, steps):
+        """At verbosity 2 (piped), lines within each epoch; at 1 (Keras' bar), the lines where a wait begins."""
+        if self.verbose not in (1, 2):
+            return []
+        return [ProgressLines(self.report, phase, steps, step_lines=self.verbose == 2)]
 
 
 def _one_epoch(data, steps):
