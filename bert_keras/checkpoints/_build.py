@@ -5,7 +5,7 @@ import dataclasses
 import keras
 
 from bert_keras.encoder import BertEncoder
-from bert_keras.formats import ConversionSummary, build_and_load, tables
+from bert_keras.formats import Candidates, ConversionSummary, assign_arrays, tables
 from bert_keras.heads import (
     ClassificationHead,
     DiscriminatorHead,
@@ -140,19 +140,16 @@ def _task_heads(encoder, heads, num_labels):
 def load(weights, dtype=None):
     """Builds our models for `weights` (`CheckpointWeights`) and assigns them. Returns `LoadedCheckpoint`.
 
-    Built here, each candidate in turn (`formats.build_and_load`: one, unless a Hub module leaves its architecture
+    Built here, each candidate in turn (`formats.Candidates`: one, unless a Hub module leaves its architecture
     open), so that the readers, below the models, never call back up into what builds them.
     """
-    pretrainers = []  # the candidate kept is the last built
-
-    def make_roots(config):
+    candidates = Candidates(weights)
+    for config in candidates:
         roots, pretrainer = build_models(config, weights.heads, weights.mlm_activation, dtype=dtype,
                                          num_labels=weights.num_labels)
-        pretrainers.append(pretrainer)
-        return roots
-
-    roots = build_and_load(weights, make_roots)
-    pretrainer = pretrainers[-1]
+        assign_arrays(weights, roots)
+        if candidates.fits(roots["encoder"]):
+            break
     return LoadedCheckpoint(
         encoder=roots["encoder"],
         heads={key: roots[key] for key in tables.HEADS if key in roots},
