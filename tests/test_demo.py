@@ -62,3 +62,31 @@ def test_miniature_demo_run(tmp_path):
     text = "\n".join(lines)
     assert "Converting the MiniLM checkpoint" in text and "Reloaded from disk" in text
     assert len([line for line in lines if line.startswith("  ") and "(" in line]) >= 5
+
+
+def test_the_plan_said_before_tensorflow_loads_counts_what_the_run_does():
+    # issue 55, item 12: a new user waited 9 min 16 s with no estimate up front. The plan is counted without
+    # TensorFlow, from constants that must agree with their sources.
+    from bert_keras.cli import _build_parser
+    from bert_keras.commands import demo as command
+    from bert_keras.demo import DemoConfig, load_tweet_splits
+    from bert_keras.text.corpora import load_tweets, minilm_vocab_path
+    from bert_keras.training import FineTuneConfig
+
+    labels = np.array(load_tweets()[1])
+    assert command.TWEETS_PER_CLASS == tuple(np.bincount(labels)) and command.BATCH_SIZE == FineTuneConfig.batch_size
+    with open(os.path.join(os.path.dirname(minilm_vocab_path()), "config.json")) as f:
+        config = json.load(f)
+    assert command.MINILM == dict(num_layers=config["num_hidden_layers"], hidden_size=config["hidden_size"],
+                                  intermediate_size=config["intermediate_size"])
+    for argv, full in ((["demo"], False), (["demo", "--full"], True), (["demo", "--test-size", "0", "--train-size", "100"], False)):
+        args = _build_parser().parse_args(argv)
+        sizes, frozen, unfrozen, _ = command.plan(args)
+        splits = load_tweet_splits(DemoConfig(train_size=args.train_size, validation_size=args.validation_size,
+                                              test_size=args.test_size, full=full), report=lambda line: None)
+        assert sizes == [len(part) for part in splits], argv
+        assert (frozen, unfrozen) == (-(-sizes[0] // 32), 2 * -(-sizes[0] // 32))
+    seconds, text = command.estimate(_build_parser().parse_args(["demo"]), rate=100.0)
+    assert text.startswith("4998 training tweets: 157 steps of 32 with the encoder frozen, then 314 with it unfrozen")
+    slower, _ = command.estimate(_build_parser().parse_args(["demo"]), rate=50.0)
+    assert slower == pytest.approx(2 * seconds)  # computed from this machine's rate, not a fixed time

@@ -100,6 +100,9 @@ def fit_verbosity():
 
 # Progress on standard error: updated in place on a terminal; piped or logged, one line every PROGRESS_SECONDS.
 PROGRESS_SECONDS = 10.0
+# The longest silence of a command (`watching`, `working`): under 10 s with a second to spare, since a loaded
+# machine may start the speaker's line late (docs/demo.md#what-you-see-while-it-runs: measured).
+SILENCE_SECONDS = 9.0
 _quiet = False
 
 
@@ -141,7 +144,7 @@ def working(command, what, seconds=None):
     loading the tagger in ner/ ... 20 s`. Output written meanwhile (a progress
     line) counts: the next line comes `seconds` after it. Nothing with `-q`.
     Inside `watching`, its speaker says it; otherwise one is started for the step. `seconds` defaults to
-    `PROGRESS_SECONDS`.
+    `SILENCE_SECONDS`.
     """
     if _quiet:
         yield
@@ -164,12 +167,12 @@ def watching(command, seconds=None):
     """Never `seconds` of silence while the block runs, on a terminal or not: when nothing was written for
     `seconds`, a line on standard error says what is under way (`working`'s step), or `still working after: ` the
     last line `say` printed ` ... N s`. Nothing with `-q`; a `watching` inside another adds nothing. `seconds`
-    defaults to `PROGRESS_SECONDS`, read at the call (a test may shorten it)."""
+    defaults to `SILENCE_SECONDS`, read at the call (a test may shorten it)."""
     global _speaker
     if _quiet or _speaker is not None:
         yield _speaker
         return
-    _speaker = _Speaker(command, PROGRESS_SECONDS if seconds is None else seconds)
+    _speaker = _Speaker(command, SILENCE_SECONDS if seconds is None else seconds)
     try:
         yield _speaker
     finally:
@@ -179,9 +182,9 @@ def watching(command, seconds=None):
 
 class _Speaker:
     """`_speaker.Silence` in a child process writing to the standard error file descriptor (a thread's line
-    would wait while TensorFlow holds the GIL: measured 3.6 s in one call of the LiteRT conversion of a one-layer
-    model), or in a thread where standard error is no file descriptor (a test's capture). Standard output and error
-    are watched while it runs: what they write counts as speech."""
+    would wait while TensorFlow holds the GIL, as its LiteRT converter and SavedModel restores do), or in a thread
+    where standard error is no file descriptor (a test's capture). Standard output and error are watched while it
+    runs: what they write counts as speech."""
 
     def __init__(self, command, seconds):
         self.open_line = False

@@ -10,10 +10,10 @@ import time
 
 from bert_keras.commands._common import at_least, fail, fit_verbosity, positive_float, say, watching
 
-# What the plan is computed from, without TensorFlow: the corpus's size (`bert_keras.text.corpora.load_tweets`),
-# the split (`bert_keras.demo.load_tweet_splits`), the batch (`FineTuneConfig.batch_size`) and MiniLM-L6-H384's
-# shape (its config.json); tests/test_demo.py checks each against its source.
-TWEETS = 38158
+# What the plan is computed from, without TensorFlow: the tweets of each class (`bert_keras.text.corpora.load_tweets`),
+# the split (`bert_keras.demo.load_tweet_splits`: `stratified_split`'s floors), the batch (`FineTuneConfig.batch_size`)
+# and MiniLM-L6-H384's shape (its config.json); tests/test_demo.py checks each against its source.
+TWEETS_PER_CLASS = (16186, 15018, 6954)
 SPLIT = (0.8, 0.1, 0.1)
 BATCH_SIZE = 32
 MINILM = dict(num_layers=6, hidden_size=384, intermediate_size=1536)
@@ -64,7 +64,8 @@ def refused(args):
 def plan(args):
     """What the run does, counted: `(sizes, frozen_steps, full_steps, forward_passes)`; a training example of
     phase 2 counts as three forward passes (forward and backward), one of phase 1 (the frozen encoder) as one."""
-    whole = [round(TWEETS * share) for share in SPLIT]
+    later = [sum(math.floor(share * count + 1e-9) for count in TWEETS_PER_CLASS) for share in SPLIT[1:]]
+    whole = [sum(TWEETS_PER_CLASS) - sum(later), *later]
     asked = (args.train_size, args.validation_size, args.test_size)
     sizes = whole if args.full else [part if size <= 0 else min(size, part) for size, part in zip(asked, whole)]
     train, validation, test = sizes

@@ -45,7 +45,7 @@ def under_a_terminal(code, timeout=300):
 SILENT_STEPS = r"""
 import ctypes, time
 from bert_keras.commands import _common
-_common.PROGRESS_SECONDS = 0.2
+_common.SILENCE_SECONDS = 0.2
 with _common.watching("demo"):
     _common.say("Phase 1: a silent step")
     time.sleep(1)
@@ -80,7 +80,7 @@ def test_every_silent_step_is_spoken_for_on_a_terminal():
 
 
 def test_a_quiet_run_has_no_speaker():
-    code = SILENT_STEPS.replace("_common.PROGRESS_SECONDS = 0.2", "_common.PROGRESS_SECONDS = 0.2; _common.set_quiet(True)")
+    code = SILENT_STEPS.replace("_common.SILENCE_SECONDS = 0.2", "_common.SILENCE_SECONDS = 0.2; _common.set_quiet(True)")
     status, chunks = under_a_terminal(code)
     text = "".join(chunk for _, chunk in chunks)
     assert status == 0 and "bert-keras demo:" not in text, text
