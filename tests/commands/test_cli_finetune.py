@@ -243,3 +243,26 @@ def test_finetune_bfloat16_export_on_a_cpu_without_it_stops_before_training(modu
     captured = capsys.readouterr()
     assert "export_dtype" in captured.err and "avx512_bf16" in captured.err
     assert "Fine-tuning (" not in captured.out and not os.path.exists(out)
+
+
+@pytest.mark.slow
+def test_finetune_on_a_terminal_is_never_silent(modules, tmp_path):
+    # issue 55, item 12: on a terminal (Keras' bar) only the steps spoke; 13-24 s went by between the last step and
+    # the test report. Under a pseudo-terminal, the speaker's period shortened to 0.5 s: each wait is spoken for.
+    import re
+
+    from tests.commands.test_terminal_progress import under_a_terminal
+
+    train, test = _csv(tmp_path / "train.csv", ROWS), _csv(tmp_path / "test.csv", ROWS[:8])
+    argv = ["finetune", "--train", train, "--test", test, "--modules", modules, "--out", str(tmp_path / "out"),
+            "--seq-length", "16", "--epochs", "1", "--batch-size", "8"]
+    code = ("import sys; from bert_keras.commands import _common; _common.SILENCE_SECONDS = 0.5; "
+            f"from bert_keras.cli import main; sys.exit(main({argv!r}))")
+    status, chunks = under_a_terminal(code)
+    text = "".join(chunk for _, chunk in chunks).replace("\r\n", "\n")
+    assert status == 0, text
+    assert re.search(r"bert-keras finetune: loading the training code \.\.\. \d+ s\n", text), text  # TensorFlow's import
+    for start in ("head: preparing the first step (tracing the model)", "full: validating after epoch 1/1",
+                  "Scoring the test set (8 examples)", "Exporting the classifier to"):
+        assert start in text, (start, text)  # beside the bar too, where a wait begins
+    assert re.search(r"bert-keras finetune: still working after: .+ \.\.\. \d+ s\n", text), text
