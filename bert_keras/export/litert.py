@@ -27,61 +27,47 @@ does (`ExportedClassifier.predict`, `ExportedTagger.predict`,
 `ExportedSentenceEncoder.encode`) without importing TensorFlow: the
 interpreter is `ai-edge-litert`'s, with tensorflow-text's kernels
 registered from their shared library.
+
+The record and the file's integrity live in `litert_record`, the interpreter
+and `LiteRTModel` in `litert_engine`; their public names are importable from
+here too.
 """
 
-import contextlib
-import ctypes
 import hashlib
-import importlib.util
-import json
 import logging
 import os
 import re
-import stat
 import struct
-import tempfile
 
 import numpy as np
 
-from bert_keras._checks import NotRegularFileError, check_choice, check_int, open_regular_file
-from bert_keras._faults import fault_point
+from bert_keras._checks import check_int
 from bert_keras._locks import output_lock
-from bert_keras._native_log import NativeLogFilter
-from bert_keras.export.entity_groups import (check_aggregation, check_tokenizer_kind,  # no TensorFlow (text.decoding)
-                                             text_entities)
+from bert_keras.export.entity_groups import check_aggregation  # no TensorFlow (text.decoding)
+from bert_keras.export.litert_engine import (TAGGER_OUTPUTS, LiteRTModel, check_num_threads,  # noqa: F401
+                                             load_litert)
+from bert_keras.export.litert_record import (FORMAT, SERVED_KINDS, SIDECAR_SUFFIX, VERSION,  # noqa: F401
+                                             _check_names, _expect, _remove_leftovers, _tokenizer_kind, _write_pair,
+                                             check_litert_target, file_record, file_sha256, is_litert, litert_kind,
+                                             read_sidecar, sidecar_path)
 from bert_keras.export.manifest import (ASSETS_EXTRA, CLASSIFIER, READER, SENTENCE_ENCODER, TAGGER, ExportError,
                                         manifest_path, read_manifest)
-from bert_keras.predictions import as_probabilities, blank_prediction, check_top_k, labelled_predictions, text_list
 
 logger = logging.getLogger(__name__)
 
-SERVED_KINDS = (CLASSIFIER, TAGGER, SENTENCE_ENCODER)
 QUANTIZATIONS = (None, "int8")
-FORMAT = "bert_keras litert"
-# 2: the record holds the file's SHA-256 (`sha256`), checked before LiteRT reads a byte of the file.
-VERSION = 2
-SIDECAR_SUFFIX = ".json"
-# A record of ours is a few KB (a tagger's or classifier's names); a larger file is not one, and is not read whole.
-_MAX_RECORD_BYTES = 1 << 20
 # The longest `seq_length` a manifest may record: no encoder family of the package holds more positions
 # (ModernBERT's 8,192); a longer one is an edited manifest, refused before TensorFlow loads.
 MAX_SEQ_LENGTH = 8192
 # A vocabulary larger than any tokenizer's of the package (XLM-RoBERTa's 250,002 pieces) by far.
 _MAX_VOCABULARY_SIZE = 1 << 22
-# The staged file of a write (`tempfile.mkstemp`'s 8 characters: `_files`' staging names), and the staged records
-# `_files.write_json_atomically` leaves when killed: a later write of the same file removes them.
-_TEMP_SUFFIX = r"[a-z0-9_]{8}"
 # The custom ops a raw-string file may hold: tensorflow-text's kernels, nothing else.
 TEXT_OPS = frozenset({"FastBertNormalize", "FastWordpieceTokenizeWithOffsets", "TFText>ByteSplitWithOffsets"})
-# tensorflow-text's registerers of those kernels, C symbols of its pybinds library.
-_REGISTERERS = ("AddFastBertNormalize", "AddFastWordpieceTokenize", "AddByteSplit")
 # The converted file holds at least this share of the variables' bytes (int8: a quarter, less what stays float);
 # a file without its weights (variables left as uninitialised resources: a few hundred KB, NaN outputs) holds none.
 _MIN_WEIGHT_SHARE = {None: 0.9, "int8": 0.2}
 # Ops of variables that the conversion did not freeze.
 _VARIABLE_OPS = frozenset({"VAR_HANDLE", "READ_VARIABLE", "ASSIGN_VARIABLE"})
-TAGGER_OUTPUTS = ("tag_ids", "scores", "char_starts", "char_ends", "tokens", "token_ids", "window", "piece_index",
-                  "primary", "lengths")
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -128,12 +114,6 @@ def served_manifest(export_dir):
 def _damaged(where, error):
     return ExportError(f"{where} is damaged: {error}. Restore the file, or export the model again.")
 
-
-def _check_names(name, value):
-    if not (isinstance(value, list) and value and all(isinstance(item, str) for item in value)):
-        raise ValueError(f"Received an invalid value for argument `{name}`, expected a non-empty list of str. "
-                         f"Received: {name}={value!r}")
-    return value
 
 
 def check_manifest(export_dir, manifest):
@@ -183,139 +163,6 @@ def check_manifest(export_dir, manifest):
         raise _damaged(where, error) from None
     return manifest
 
-
-def sidecar_path(path):
-    return os.fspath(path) + SIDECAR_SUFFIX
-
-
-def read_sidecar(path):
-    """The record beside `path` (`PATH.json`), or None when there is none or it is not this package's.
-
-    Read as a regular file of at most `_MAX_RECORD_BYTES` (`open_regular_file`): a FIFO or a device there is
-    refused at once (a `NotRegularFileError`, an `ExportError`'s kin: a `ValueError`), never waited on.
-    """
-    try:
-        with open_regular_file(sidecar_path(path), "r", encoding="utf-8") as f:
-            text = f.read(_MAX_RECORD_BYTES + 1)
-        record = None if len(text) > _MAX_RECORD_BYTES else json.loads(text)
-    except NotRegularFileError:
-        raise
-    except (OSError, ValueError, RecursionError):
-        return None
-    return record if isinstance(record, dict) and record.get("format") == FORMAT else None
-
-
-# Digests already computed in this process: (path, device, inode, size, mtime) -> SHA-256, so that `predict`, which
-# reads the kind (`litert_kind`) and then loads the file, reads it once.
-_DIGESTS = {}
-
-
-def file_sha256(path):
-    """The SHA-256 of the file `path` (hex), read in blocks."""
-    info = os.stat(path)
-    key = (os.path.abspath(path), info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns)
-    if key not in _DIGESTS:
-        digest = hashlib.sha256()
-        with open_regular_file(path, "rb") as f:
-            for block in iter(lambda: f.read(1 << 20), b""):
-                digest.update(block)
-        _DIGESTS.clear()  # one file at a time is enough for a process that serves one
-        _DIGESTS[key] = digest.hexdigest()
-    return _DIGESTS[key]
-
-
-def file_record(path):
-    """The record of the `.tflite` file `path`, once its size and SHA-256 are the ones recorded; else an
-    `ExportError` saying what differs. Nothing of the file is given to LiteRT before this (a file damaged at the
-    same size made LiteRT end the process, with no message).
-
-    A write interrupted between its steps leaves the record of the new file with the old one's as `previous`
-    (`_write_pair`): the record whose hash the file has is the file's.
-    """
-    path = os.fspath(path)
-    name = os.path.basename(sidecar_path(path))
-    if not os.path.isfile(path):
-        raise ExportError(f"{path!r} is not a file; expected a .tflite file written by "
-                          "bert_keras.export.export_litert (bert-keras litert).")
-    record = read_sidecar(path)
-    if record is None:
-        raise ExportError(f"{path!r} is not a LiteRT file written by bert_keras: {name}, which records what it "
-                          "serves, is missing or not ours. Convert an export with bert-keras litert --model EXPORT "
-                          "--out FILE.tflite.")
-    if not isinstance(record.get("sha256"), str):
-        raise ExportError(f"{name} records no SHA-256 of {path!r} (written by an earlier version of bert_keras, "
-                          "which recorded only its size): its integrity cannot be checked. Convert the export again.")
-    size = os.path.getsize(path)
-    candidates = [record] + ([record["previous"]] if isinstance(record.get("previous"), dict) else [])
-    sized = [candidate for candidate in candidates if candidate.get("size") == size]
-    if not sized:
-        raise ExportError(f"{path!r} holds {size:,} bytes, but {name} records {record.get('size')!r}: the file and "
-                          "its record are of different conversions, or the file was cut. Convert the export again.")
-    digest = file_sha256(path)
-    for candidate in sized:
-        if candidate.get("sha256") == digest:
-            return {key: value for key, value in candidate.items() if key != "previous"}
-    raise ExportError(f"{path!r} is not the file {name} describes: its SHA-256 is {digest}, the record's "
-                      f"{record.get('sha256')} (the file was damaged or changed after it was written). Convert the "
-                      "export again.")
-
-
-def check_litert_target(path, overwrite=False, argument="path"):
-    """Raises before any work if `path` cannot be written: a directory, a link, a file this package did not write
-    (no `PATH.json` of ours beside it), or one it wrote without `overwrite`."""
-    path = os.fspath(path)
-    if not path or os.path.basename(path) in ("", ".", ".."):
-        raise ValueError(f"Received an invalid value for `{argument}`: {path!r} names no file.")
-    for name in (path, sidecar_path(path)):
-        if os.path.islink(name):
-            raise FileExistsError(f"{name!r} ({argument}) is a symbolic link; bert_keras follows no link it did not "
-                                  "create. Pass a real file path.")
-        if os.path.lexists(name) and not os.path.isfile(name):
-            raise FileExistsError(f"{name!r} ({argument}) exists and is not a regular file. Pick a file path.")
-    parent = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(parent) or not os.access(parent, os.W_OK | os.X_OK):
-        raise PermissionError(f"Cannot write {path!r} ({argument}): {parent!r} is not a writable directory.")
-    ours = read_sidecar(path) is not None
-    if os.path.lexists(sidecar_path(path)) and not ours:
-        raise FileExistsError(f"{sidecar_path(path)!r} exists and was not written by bert_keras; it is never "
-                              "replaced. Pick another path, or remove it yourself.")
-    if os.path.lexists(path):
-        if not ours:
-            raise FileExistsError(f"{path!r} ({argument}) exists and was not written by bert_keras (no "
-                                  f"{os.path.basename(sidecar_path(path))} of ours beside it); it is never replaced, "
-                                  "even when overwriting is asked for. Pick another path, or remove it yourself.")
-        if not overwrite:
-            raise FileExistsError(f"{path!r} ({argument}) already exists; pass overwrite=True (--force) to replace it.")
-    return path
-
-
-def is_litert(path):
-    """Whether `path` names a LiteRT file (`.tflite`) rather than an export directory."""
-    return os.fspath(path).endswith(".tflite") and not os.path.isdir(path)
-
-
-def litert_kind(path, served=(CLASSIFIER, TAGGER)):
-    """The kind the `.tflite` file `path` serves, if `served` and from raw strings; else an `ExportError` saying why.
-
-    A file of token ids only (an export whose tokenizer is not WordPiece) is refused here, before a command reads
-    its input: every caller of this passes texts.
-    """
-    record = file_record(path)
-    if record.get("kind") not in served:
-        names = " or ".join(kind.replace("_", " ") for kind in served)
-        raise ExportError(f"{os.fspath(path)!r} is a LiteRT {str(record.get('kind')).replace('_', ' ')}; this serves "
-                          f"a {names}. In Python: bert_keras.export.load_litert(path).")
-    if record.get("strings") is not True:
-        raise ExportError(_ids_only(path, record))
-    return record["kind"]
-
-
-def _ids_only(path, record):
-    tokenizer = record.get("tokenizer") if isinstance(record.get("tokenizer"), dict) else {}
-    return (f"{os.fspath(path)!r} serves token ids only (its export's tokenizer is {tokenizer.get('kind')!r}; raw "
-            "strings in LiteRT need WordPiece): serve texts with the export itself (bert-keras predict --model "
-            "EXPORT_DIR), or call the file's `serve_ids(input_word_ids=..., input_mask=..., input_type_ids=...)` in "
-            "Python with ids packed by the export's preprocessor.")
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -543,341 +390,3 @@ def _convert(module, quantize, strings):
         converter.optimizations = [tf.lite.Optimize.DEFAULT]
     return gathered_branches(converter.convert())
 
-
-def _write_pair(path, data, record):
-    """`data` to `path` and `record` to `PATH.json`, so that a kill at any point leaves the old pair or the new one.
-
-    1. `data` is written whole into a staged sibling `.partial-NAME-XXXXXXXX`.
-    2. The record is replaced (one rename) by the new one holding the old as
-       `previous`: it describes the old file and the new (`file_record` takes
-       the one whose SHA-256 the file has).
-    3. The staged file replaces `path` (one rename).
-    4. The record is replaced by the new one alone.
-
-    Without an old pair, the record comes first: a kill before the file leaves
-    a record without a file, which the next write replaces. Called under
-    `path`'s lock; `_remove_leftovers` removes what a killed write staged.
-    """
-    from bert_keras._files import write_json_atomically  # TensorFlow (the package's writer module imports it)
-
-    parent, name = os.path.split(os.path.abspath(path))
-    fd, staged = tempfile.mkstemp(prefix=f".partial-{name}-", dir=parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            os.fchmod(f.fileno(), 0o666 & ~_umask())
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        old = _current_record(path)
-        write_json_atomically(sidecar_path(path), record if old is None else {**record, "previous": old})
-        fault_point(f"litert-record:{name}")
-        os.replace(staged, path)
-        fault_point(f"litert-file:{name}")
-        if old is not None:
-            write_json_atomically(sidecar_path(path), record)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.remove(staged)
-        raise
-
-
-def _current_record(path):
-    """The record of the pair now at `path`, when the file is there and whole (what an interrupted write keeps)."""
-    try:
-        return file_record(path)
-    except (ExportError, OSError):
-        return None
-
-
-def _remove_leftovers(path):
-    """Under `path`'s lock: removes what killed writes of `path` staged, and nothing else.
-
-    Exactly the names they make (`.partial-NAME-XXXXXXXX`: the staged file;
-    `NAME.partial-XXXXXXXX`: an earlier version's; `NAME.json.partial-XXXXXXXX`:
-    a staged record), regular files that hold what they stage (a LiteRT
-    flatbuffer, JSON) or nothing yet.
-    """
-    parent, name = os.path.split(os.path.abspath(path))
-    staged_file = re.compile(f"(\\.partial-{re.escape(name)}-|{re.escape(name)}\\.partial-){_TEMP_SUFFIX}")
-    staged_record = re.compile(f"{re.escape(name + SIDECAR_SUFFIX)}\\.partial-{_TEMP_SUFFIX}")
-    for entry in sorted(os.listdir(parent)):
-        is_file, is_record = staged_file.fullmatch(entry), staged_record.fullmatch(entry)
-        if not (is_file or is_record):
-            continue
-        leftover = os.path.join(parent, entry)
-        info = os.lstat(leftover)
-        if not stat.S_ISREG(info.st_mode):
-            continue
-        with open(leftover, "rb") as f:
-            head = f.read(8)
-        if head and not (head[4:8] == b"TFL3" if is_file else head.lstrip()[:1] == b"{"):
-            continue
-        logger.info("Removing %s, left by an interrupted write", leftover)
-        with contextlib.suppress(FileNotFoundError):
-            os.remove(leftover)
-
-
-def _umask():
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
-
-
-# ----------------------------------------------------------------------------------------------------------------
-# Serving (no TensorFlow).
-
-
-def _text_kernels():
-    """tensorflow-text's LiteRT kernels, registered by name from its shared library, without importing TensorFlow
-    (the library links TensorFlow's framework library, loaded first); the registrar module's functions otherwise."""
-    # Python's OpenSSL modules first: TensorFlow's libraries, loaded globally below, carry BoringSSL's symbols, which
-    # `_hashlib` and `_ssl` would bind to if loaded after them (a segmentation fault at `import hashlib`, which
-    # `import tensorflow` does).
-    for name in ("hashlib", "ssl"):
-        try:
-            importlib.import_module(name)
-        except ImportError:  # a Python built without OpenSSL: nothing to bind
-            pass
-    try:
-        tf_spec, text_spec = importlib.util.find_spec("tensorflow"), importlib.util.find_spec("tensorflow_text")
-        framework = os.path.join(tf_spec.submodule_search_locations[0], "libtensorflow_framework.so.2")
-        kernels = os.path.join(text_spec.submodule_search_locations[0], "core", "pybinds",
-                               "libpybinds_library_common.so")
-        with NativeLogFilter():  # the libraries' start-up lines in absl's format ("oneDNN custom operations are on")
-            ctypes.CDLL(framework, mode=ctypes.RTLD_GLOBAL)
-            ctypes.CDLL(kernels, mode=ctypes.RTLD_GLOBAL)
-        return list(_REGISTERERS)
-    except (AttributeError, TypeError, IndexError, OSError) as error:
-        logger.info("Registering tensorflow-text's kernels through its module (%s)", error)
-        from tensorflow_text import tflite_registrar
-
-        return list(tflite_registrar.SELECT_TFTEXT_OPS)
-
-
-def check_num_threads(num_threads):
-    """The interpreter's threads: `num_threads`, an int in [1, os.cpu_count()] (None: every core); a `ValueError`
-    naming it otherwise. More threads than cores only wait on each other, and LiteRT ends the process (a
-    segmentation fault) on a count of thousands."""
-    cores = os.cpu_count() or 1
-    return cores if num_threads is None else check_int("num_threads", num_threads, minimum=1, maximum=cores)
-
-
-def _interpreter(path, strings, num_threads, xnnpack=True):
-    """LiteRT's interpreter of `path`: with tensorflow-text's kernels for a file from strings; with LiteRT's default
-    delegate (XNNPACK) unless `xnnpack` is False."""
-    try:
-        from ai_edge_litert import interpreter as litert
-    except ImportError:
-        raise ImportError("Serving a .tflite file needs the LiteRT interpreter: pip install ai-edge-litert "
-                          "(or bert-keras[litert]).") from None
-    threads = check_num_threads(num_threads)
-    options = {} if xnnpack else {"experimental_op_resolver_type": litert.OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES}
-    if not strings:
-        return litert.Interpreter(model_path=path, num_threads=threads, **options)
-    return litert.InterpreterWithCustomOps(model_path=path, num_threads=threads,
-                                           custom_op_registerers=_text_kernels(), **options)
-
-
-# The output of `serve_ids` whose last dimension the record's names count, per kind.
-_OUTPUT_OF = {CLASSIFIER: "probabilities", TAGGER: "scores", SENTENCE_ENCODER: "embeddings"}
-
-
-def _recorded(path, name, value, check):
-    """`check(value)` for the record's `name`; its `ValueError` as an `ExportError` naming the record."""
-    try:
-        return check(value)
-    except ValueError as error:
-        raise ExportError(f"{os.path.basename(sidecar_path(path))} (beside {os.fspath(path)!r}) is damaged: {error}. "
-                          "Restore it, or convert the export again.") from None
-
-
-def _record_tokenizer(path, record):
-    """The record's `tokenizer`, checked: a kind of the package, and WordPiece where the file serves strings."""
-    _recorded(path, "kind", record.get("kind"), lambda value: check_choice("kind", value, SERVED_KINDS))
-    tokenizer = _recorded(path, "tokenizer", record.get("tokenizer"), lambda value: _expect(
-        "tokenizer", value, isinstance(value, dict), "a JSON object"))
-    kind = _recorded(path, "tokenizer.kind", tokenizer.get("kind"), _tokenizer_kind)
-    _recorded(path, "strings", record.get("strings"), lambda value: check_choice(
-        "strings", value, (True, False) if kind == "wordpiece" else (False,)))
-    for name in ("unknown_token", "suffix_indicator"):
-        _recorded(path, f"tokenizer.{name}", tokenizer.get(name, ""), lambda value: _expect(
-            f"tokenizer.{name}", value, isinstance(value, str), "a str"))
-    return tokenizer
-
-
-def _tokenizer_kind(value):
-    check_tokenizer_kind(_expect("tokenizer.kind", value, isinstance(value, str), "a str"))
-    return value
-
-
-def _expect(name, value, holds, expected):
-    if not holds:
-        raise ValueError(f"Received an invalid value for argument `{name}`, expected {expected}. "
-                         f"Received: {name}={value!r}")
-    return value
-
-
-def _output_width(runner, output):
-    """The last dimension of the signature runner's `output` (what the model was converted with)."""
-    details = runner.get_output_details()
-    return int(details[output]["shape_signature"][-1]) if output in details else None
-
-
-def _recorded_names(path, record, name, width):
-    """The record's list of `width` names `name` (a classifier's labels, a tagger's tags), checked."""
-    def check(value):
-        _check_names(name, value)
-        if width is not None and len(value) != width:
-            raise ValueError(f"Received an invalid value for argument `{name}`, expected {width} names (the "
-                             f"model's outputs). Received: {name}={value!r}")
-        return list(value)
-
-    return _recorded(path, name, record.get(name), check)
-
-
-class LiteRTModel:
-    """A `.tflite` file of `export_litert`, loaded: `predict` / `encode` as the export's own loader answers.
-
-    Attributes:
-        path: str. kind: str (classifier, tagger, sentence_encoder).
-        record: dict. What `PATH.json` records (the export's settings).
-        serves_strings: bool. Whether the file tokenizes (WordPiece) or
-            serves token ids only (`serve_ids`).
-    """
-
-    def __init__(self, path, num_threads=None):
-        self.path = os.fspath(path)
-        self._num_threads = check_num_threads(num_threads)
-        record = file_record(self.path)  # the size and SHA-256 recorded, before LiteRT reads the file
-        self.record, self.kind = record, record.get("kind")
-        self.serves_strings = record.get("strings") is True
-        tokenizer = _record_tokenizer(self.path, record)
-        self._start(xnnpack=True)
-        width = _output_width(self.serve_ids, _OUTPUT_OF.get(self.kind))
-        self.label_names = _recorded_names(self.path, record, "label_names", width) if self.kind == CLASSIFIER else None
-        self.num_classes = len(self.label_names or ())
-        self.inputs = ["text"]
-        self.tag_names = _recorded_names(self.path, record, "tag_names", width) if self.kind == TAGGER else None
-        self.aggregation = _recorded(self.path, "aggregation", record.get("aggregation", "simple"), lambda value: (
-            check_aggregation(_expect("aggregation", value, isinstance(value, str), "a str"))))
-        self.embedding_dim = None
-        if self.kind == SENTENCE_ENCODER:
-            self.embedding_dim = _recorded(self.path, "dimension", record.get("dimension"),
-                                           lambda value: check_int("dimension", value, minimum=width, maximum=width))
-        self._unknown_token = tokenizer.get("unknown_token", "[UNK]")
-        self._suffix_indicator = tokenizer.get("suffix_indicator", "")
-        self.tokenizer_kind = tokenizer["kind"]
-
-    def _start(self, xnnpack):
-        self._interpreter = _interpreter(self.path, self.serves_strings, self._num_threads, xnnpack=xnnpack)
-        self.xnnpack = xnnpack
-        self.serve_ids = self._interpreter.get_signature_runner("serve_ids")
-        self._serve = self._interpreter.get_signature_runner("serve") if self.serves_strings else None
-        self._prepared = False  # LiteRT applies its delegate on the first call
-
-    def _strings(self, texts):
-        if not self.serves_strings:
-            raise ExportError(_ids_only(self.path, self.record))
-        return text_list(texts)
-
-    def _run(self, texts):
-        text = np.array([text.encode("utf-8") for text in texts], dtype=object)
-        if self._prepared:
-            return self._serve(text=text)
-        try:
-            with NativeLogFilter():  # the delegate's "INFO: Created TensorFlow Lite XNNPACK delegate for CPU."
-                outputs = self._serve(text=text)
-            self._prepared = True
-            return outputs
-        except RuntimeError as error:
-            # XNNPACK refuses to prepare the dynamic-range int8 graph of the token-packed encoder ("failed to create
-            # XNNPACK Value for tensor -1"), which files converted from exports without `serve_ids_padded` hold (the
-            # float32 graph, and int8 in the padded layout, it takes): LiteRT's own kernels then answer, slower.
-            if not self.xnnpack or "XNNPACK" not in str(error):
-                raise
-            logger.info("%s: XNNPACK cannot prepare this graph (%s); serving with LiteRT's builtin kernels.",
-                        self.path, str(error).splitlines()[0][:120])
-            self._start(xnnpack=False)
-            return self._serve(text=text)
-
-    def _check_kind(self, *kinds):
-        if self.kind not in kinds:
-            method = {CLASSIFIER: "predict", TAGGER: "predict", SENTENCE_ENCODER: "encode"}[self.kind]
-            raise ExportError(f"{self.path!r} is a LiteRT {self.kind.replace('_', ' ')}; call its `{method}`.")
-
-    def predict_proba(self, texts, batch_size=64):
-        """A classifier's probabilities, float32 `(n, num_classes)`, in `label_names` order."""
-        self._check_kind(CLASSIFIER)
-        texts, _ = self._strings(texts)
-        batch_size = check_int("batch_size", batch_size, minimum=1)
-        batches = [as_probabilities(self._run(texts[start : start + batch_size])["probabilities"])
-                   for start in range(0, len(texts), batch_size)]
-        return np.concatenate(batches) if batches else np.zeros((0, len(self.label_names)), "float32")
-
-    def predict(self, texts, aggregation=None, *, top_k=None, batch_size=None):
-        """A classifier's labels (`ExportedClassifier.predict`) or a tagger's entities (`ExportedTagger.predict`)."""
-        self._check_kind(CLASSIFIER, TAGGER)
-        if self.kind == TAGGER:
-            return self._entities(texts, aggregation)
-        if aggregation is not None:
-            raise TypeError("`aggregation` is a tagger's argument; this file is a classifier.")
-        texts, single = self._strings(texts)
-        check_top_k(top_k, len(self.label_names))
-        blank = [not text.strip() for text in texts]
-        kept = [text for text, is_blank in zip(texts, blank) if not is_blank]
-        results = iter(labelled_predictions(self.predict_proba(kept, batch_size or 64), self.label_names, top_k))
-        results = [blank_prediction() if is_blank else next(results) for is_blank in blank]
-        return results[0] if single else results
-
-    def tag_pieces(self, texts):
-        """A tagger's per-piece outputs, one dict per text (as `ExportedTagger.tag_pieces`), one text per call."""
-        self._check_kind(TAGGER)
-        texts, _ = self._strings(texts)
-        rows = []
-        for text in texts:
-            outputs = self._run([text])
-            length = int(outputs.pop("lengths")[0])
-            piece = {name: np.asarray(value)[0, :length] for name, value in outputs.items()}
-            piece["tokens"] = [token.decode("utf-8") for token in piece["tokens"]]
-            rows.append(piece)
-        return rows
-
-    def _entities(self, texts, aggregation):
-        aggregation = check_aggregation(self.aggregation if aggregation is None else aggregation)
-        texts, single = self._strings(texts)
-        results = [text_entities(text, piece, self.tag_names, aggregation, self._unknown_token,
-                                 self._suffix_indicator, self.tokenizer_kind)
-                   for text, piece in zip(texts, self.tag_pieces(texts))]
-        return results[0] if single else results
-
-    def encode(self, texts, batch_size=32):
-        """A sentence encoder's embeddings, float32 `(len(texts), dim)` in input order (`(dim,)` for a str)."""
-        self._check_kind(SENTENCE_ENCODER)
-        texts, single = self._strings(texts)
-        batch_size = check_int("batch_size", batch_size, minimum=1)
-        output = np.zeros((len(texts), self.embedding_dim), dtype="float32")
-        order = sorted(range(len(texts)), key=lambda i: -len(texts[i]))  # less padding per batch, as encode_in_batches
-        for start in range(0, len(order), batch_size):
-            rows = order[start : start + batch_size]
-            output[rows] = self._run([texts[i] for i in rows])["embeddings"]
-        return output[0] if single else output
-
-    def __repr__(self):
-        return f"LiteRTModel({self.path!r}, kind={self.kind!r})"
-
-
-def load_litert(path, num_threads=None):
-    """Loads a `.tflite` file of `export_litert` (see `LiteRTModel`) without importing TensorFlow.
-
-    Args:
-        path: str. The file; `PATH.json` beside it says what it serves, and
-            the file's size and SHA-256, checked before LiteRT reads it.
-        num_threads: optional int in [1, os.cpu_count()]. The interpreter's
-            threads. Defaults to the machine's cores.
-
-    Raises:
-        ExportError: the file is not this package's, differs from its record
-            (damaged, changed, cut), or its record is damaged.
-        ValueError: `num_threads` is not an int in [1, os.cpu_count()].
-    """
-    return LiteRTModel(path, num_threads=num_threads)

@@ -1,0 +1,239 @@
+"""The LiteRT engine: a `.tflite` file of `export_litert` served without TensorFlow (`load_litert`, `LiteRTModel`).
+
+The interpreter is `ai-edge-litert`'s, with tensorflow-text's kernels
+registered from their shared library (`_text_kernels`); the file's record
+(`litert_record.file_record`) is checked before LiteRT reads the file.
+"""
+
+import ctypes
+import importlib
+import importlib.util
+import logging
+import os
+
+import numpy as np
+
+from bert_keras._checks import check_int
+from bert_keras._native_log import NativeLogFilter
+from bert_keras.export.entity_groups import check_aggregation, text_entities  # no TensorFlow (text.decoding)
+from bert_keras.export.litert_record import (_expect, _ids_only, _record_tokenizer, _recorded, _recorded_names,
+                                             file_record)
+from bert_keras.export.manifest import CLASSIFIER, SENTENCE_ENCODER, TAGGER, ExportError
+from bert_keras.predictions import as_probabilities, blank_prediction, check_top_k, labelled_predictions, text_list
+
+logger = logging.getLogger(__name__)
+
+# tensorflow-text's registerers of those kernels, C symbols of its pybinds library.
+_REGISTERERS = ("AddFastBertNormalize", "AddFastWordpieceTokenize", "AddByteSplit")
+TAGGER_OUTPUTS = ("tag_ids", "scores", "char_starts", "char_ends", "tokens", "token_ids", "window", "piece_index",
+                  "primary", "lengths")
+
+
+def _text_kernels():
+    """tensorflow-text's LiteRT kernels, registered by name from its shared library, without importing TensorFlow
+    (the library links TensorFlow's framework library, loaded first); the registrar module's functions otherwise."""
+    # Python's OpenSSL modules first: TensorFlow's libraries, loaded globally below, carry BoringSSL's symbols, which
+    # `_hashlib` and `_ssl` would bind to if loaded after them (a segmentation fault at `import hashlib`, which
+    # `import tensorflow` does).
+    for name in ("hashlib", "ssl"):
+        try:
+            importlib.import_module(name)
+        except ImportError:  # a Python built without OpenSSL: nothing to bind
+            pass
+    try:
+        tf_spec, text_spec = importlib.util.find_spec("tensorflow"), importlib.util.find_spec("tensorflow_text")
+        framework = os.path.join(tf_spec.submodule_search_locations[0], "libtensorflow_framework.so.2")
+        kernels = os.path.join(text_spec.submodule_search_locations[0], "core", "pybinds",
+                               "libpybinds_library_common.so")
+        with NativeLogFilter():  # the libraries' start-up lines in absl's format ("oneDNN custom operations are on")
+            ctypes.CDLL(framework, mode=ctypes.RTLD_GLOBAL)
+            ctypes.CDLL(kernels, mode=ctypes.RTLD_GLOBAL)
+        return list(_REGISTERERS)
+    except (AttributeError, TypeError, IndexError, OSError) as error:
+        logger.info("Registering tensorflow-text's kernels through its module (%s)", error)
+        from tensorflow_text import tflite_registrar
+
+        return list(tflite_registrar.SELECT_TFTEXT_OPS)
+
+
+def check_num_threads(num_threads):
+    """The interpreter's threads: `num_threads`, an int in [1, os.cpu_count()] (None: every core); a `ValueError`
+    naming it otherwise. More threads than cores only wait on each other, and LiteRT ends the process (a
+    segmentation fault) on a count of thousands."""
+    cores = os.cpu_count() or 1
+    return cores if num_threads is None else check_int("num_threads", num_threads, minimum=1, maximum=cores)
+
+
+def _interpreter(path, strings, num_threads, xnnpack=True):
+    """LiteRT's interpreter of `path`: with tensorflow-text's kernels for a file from strings; with LiteRT's default
+    delegate (XNNPACK) unless `xnnpack` is False."""
+    try:
+        from ai_edge_litert import interpreter as litert
+    except ImportError:
+        raise ImportError("Serving a .tflite file needs the LiteRT interpreter: pip install ai-edge-litert "
+                          "(or bert-keras[litert]).") from None
+    threads = check_num_threads(num_threads)
+    options = {} if xnnpack else {"experimental_op_resolver_type": litert.OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES}
+    if not strings:
+        return litert.Interpreter(model_path=path, num_threads=threads, **options)
+    return litert.InterpreterWithCustomOps(model_path=path, num_threads=threads,
+                                           custom_op_registerers=_text_kernels(), **options)
+
+
+# The output of `serve_ids` whose last dimension the record's names count, per kind.
+_OUTPUT_OF = {CLASSIFIER: "probabilities", TAGGER: "scores", SENTENCE_ENCODER: "embeddings"}
+
+
+def _output_width(runner, output):
+    """The last dimension of the signature runner's `output` (what the model was converted with)."""
+    details = runner.get_output_details()
+    return int(details[output]["shape_signature"][-1]) if output in details else None
+
+
+
+class LiteRTModel:
+    """A `.tflite` file of `export_litert`, loaded: `predict` / `encode` as the export's own loader answers.
+
+    Attributes:
+        path: str. kind: str (classifier, tagger, sentence_encoder).
+        record: dict. What `PATH.json` records (the export's settings).
+        serves_strings: bool. Whether the file tokenizes (WordPiece) or
+            serves token ids only (`serve_ids`).
+    """
+
+    def __init__(self, path, num_threads=None):
+        self.path = os.fspath(path)
+        self._num_threads = check_num_threads(num_threads)
+        record = file_record(self.path)  # the size and SHA-256 recorded, before LiteRT reads the file
+        self.record, self.kind = record, record.get("kind")
+        self.serves_strings = record.get("strings") is True
+        tokenizer = _record_tokenizer(self.path, record)
+        self._start(xnnpack=True)
+        width = _output_width(self.serve_ids, _OUTPUT_OF.get(self.kind))
+        self.label_names = _recorded_names(self.path, record, "label_names", width) if self.kind == CLASSIFIER else None
+        self.num_classes = len(self.label_names or ())
+        self.inputs = ["text"]
+        self.tag_names = _recorded_names(self.path, record, "tag_names", width) if self.kind == TAGGER else None
+        self.aggregation = _recorded(self.path, "aggregation", record.get("aggregation", "simple"), lambda value: (
+            check_aggregation(_expect("aggregation", value, isinstance(value, str), "a str"))))
+        self.embedding_dim = None
+        if self.kind == SENTENCE_ENCODER:
+            self.embedding_dim = _recorded(self.path, "dimension", record.get("dimension"),
+                                           lambda value: check_int("dimension", value, minimum=width, maximum=width))
+        self._unknown_token = tokenizer.get("unknown_token", "[UNK]")
+        self._suffix_indicator = tokenizer.get("suffix_indicator", "")
+        self.tokenizer_kind = tokenizer["kind"]
+
+    def _start(self, xnnpack):
+        self._interpreter = _interpreter(self.path, self.serves_strings, self._num_threads, xnnpack=xnnpack)
+        self.xnnpack = xnnpack
+        self.serve_ids = self._interpreter.get_signature_runner("serve_ids")
+        self._serve = self._interpreter.get_signature_runner("serve") if self.serves_strings else None
+        self._prepared = False  # LiteRT applies its delegate on the first call
+
+    def _strings(self, texts):
+        if not self.serves_strings:
+            raise ExportError(_ids_only(self.path, self.record))
+        return text_list(texts)
+
+    def _run(self, texts):
+        text = np.array([text.encode("utf-8") for text in texts], dtype=object)
+        if self._prepared:
+            return self._serve(text=text)
+        try:
+            with NativeLogFilter():  # the delegate's "INFO: Created TensorFlow Lite XNNPACK delegate for CPU."
+                outputs = self._serve(text=text)
+            self._prepared = True
+            return outputs
+        except RuntimeError as error:
+            # XNNPACK refuses to prepare the dynamic-range int8 graph of the token-packed encoder ("failed to create
+            # XNNPACK Value for tensor -1"), which files converted from exports without `serve_ids_padded` hold (the
+            # float32 graph, and int8 in the padded layout, it takes): LiteRT's own kernels then answer, slower.
+            if not self.xnnpack or "XNNPACK" not in str(error):
+                raise
+            logger.info("%s: XNNPACK cannot prepare this graph (%s); serving with LiteRT's builtin kernels.",
+                        self.path, str(error).splitlines()[0][:120])
+            self._start(xnnpack=False)
+            return self._serve(text=text)
+
+    def _check_kind(self, *kinds):
+        if self.kind not in kinds:
+            method = {CLASSIFIER: "predict", TAGGER: "predict", SENTENCE_ENCODER: "encode"}[self.kind]
+            raise ExportError(f"{self.path!r} is a LiteRT {self.kind.replace('_', ' ')}; call its `{method}`.")
+
+    def predict_proba(self, texts, batch_size=64):
+        """A classifier's probabilities, float32 `(n, num_classes)`, in `label_names` order."""
+        self._check_kind(CLASSIFIER)
+        texts, _ = self._strings(texts)
+        batch_size = check_int("batch_size", batch_size, minimum=1)
+        batches = [as_probabilities(self._run(texts[start : start + batch_size])["probabilities"])
+                   for start in range(0, len(texts), batch_size)]
+        return np.concatenate(batches) if batches else np.zeros((0, len(self.label_names)), "float32")
+
+    def predict(self, texts, aggregation=None, *, top_k=None, batch_size=None):
+        """A classifier's labels (`ExportedClassifier.predict`) or a tagger's entities (`ExportedTagger.predict`)."""
+        self._check_kind(CLASSIFIER, TAGGER)
+        if self.kind == TAGGER:
+            return self._entities(texts, aggregation)
+        if aggregation is not None:
+            raise TypeError("`aggregation` is a tagger's argument; this file is a classifier.")
+        texts, single = self._strings(texts)
+        check_top_k(top_k, len(self.label_names))
+        blank = [not text.strip() for text in texts]
+        kept = [text for text, is_blank in zip(texts, blank) if not is_blank]
+        results = iter(labelled_predictions(self.predict_proba(kept, batch_size or 64), self.label_names, top_k))
+        results = [blank_prediction() if is_blank else next(results) for is_blank in blank]
+        return results[0] if single else results
+
+    def tag_pieces(self, texts):
+        """A tagger's per-piece outputs, one dict per text (as `ExportedTagger.tag_pieces`), one text per call."""
+        self._check_kind(TAGGER)
+        texts, _ = self._strings(texts)
+        rows = []
+        for text in texts:
+            outputs = self._run([text])
+            length = int(outputs.pop("lengths")[0])
+            piece = {name: np.asarray(value)[0, :length] for name, value in outputs.items()}
+            piece["tokens"] = [token.decode("utf-8") for token in piece["tokens"]]
+            rows.append(piece)
+        return rows
+
+    def _entities(self, texts, aggregation):
+        aggregation = check_aggregation(self.aggregation if aggregation is None else aggregation)
+        texts, single = self._strings(texts)
+        results = [text_entities(text, piece, self.tag_names, aggregation, self._unknown_token,
+                                 self._suffix_indicator, self.tokenizer_kind)
+                   for text, piece in zip(texts, self.tag_pieces(texts))]
+        return results[0] if single else results
+
+    def encode(self, texts, batch_size=32):
+        """A sentence encoder's embeddings, float32 `(len(texts), dim)` in input order (`(dim,)` for a str)."""
+        self._check_kind(SENTENCE_ENCODER)
+        texts, single = self._strings(texts)
+        batch_size = check_int("batch_size", batch_size, minimum=1)
+        output = np.zeros((len(texts), self.embedding_dim), dtype="float32")
+        order = sorted(range(len(texts)), key=lambda i: -len(texts[i]))  # less padding per batch, as encode_in_batches
+        for start in range(0, len(order), batch_size):
+            rows = order[start : start + batch_size]
+            output[rows] = self._run([texts[i] for i in rows])["embeddings"]
+        return output[0] if single else output
+
+    def __repr__(self):
+        return f"LiteRTModel({self.path!r}, kind={self.kind!r})"
+
+
+def load_litert(path, num_threads=None):
+    """Loads a `.tflite` file of `export_litert` (see `LiteRTModel`) without importing TensorFlow.
+
+    Args:
+        path: str. The file; `PATH.json` beside it says what it serves, and
+            the file's size and SHA-256, checked before LiteRT reads it.
+        num_threads: optional int in [1, os.cpu_count()]. The interpreter's
+            threads. Defaults to the machine's cores.
+
+    Raises:
+        ExportError: the file is not this package's, differs from its record
+            (damaged, changed, cut), or its record is damaged.
+        ValueError: `num_threads` is not an int in [1, os.cpu_count()].
+    """
+    return LiteRTModel(path, num_threads=num_threads)
