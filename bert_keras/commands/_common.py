@@ -246,6 +246,7 @@ class _Speaker:
             if isinstance(getattr(sys, name), _Watched):
                 setattr(sys, name, stream)
         if self._fd is not None:
+            self.tell("quit")
             os.close(self._fd)
             try:
                 self._process.wait(timeout=5)

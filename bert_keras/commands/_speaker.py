@@ -8,8 +8,8 @@ error is no file descriptor (a test's capture), the same `Silence` runs in a thr
 
 The news, one per line: `step WHAT` (a step begins: a silence is reported as `WHAT ... N s`, N counted from the
 step's start), `end` (the step is over: the one it was inside goes on), `said TEXT` (a line was printed: a later
-silence is reported as `still working ... N s since: TEXT`), `out 1` / `out 0` (output was written that ends a line,
-or leaves it open: the report then starts on a new line).
+silence is reported as `still working after: TEXT ... N s`), `out 1` / `out 0` (output was written that ends a line,
+or leaves it open: the report then starts on a new line), `quit`.
 """
 
 import os
@@ -43,8 +43,9 @@ class Silence:
             if self.steps:
                 self.steps.pop()
             self.last = now
-        elif kind == "said":
+        elif kind == "said":  # a whole line
             self.said, self.said_at = text, now
+            self.last, self.open_line = now, False
         elif kind == "out":
             self.last, self.open_line = now, text == "0"
 
@@ -60,7 +61,7 @@ class Silence:
             what, started = self.steps[-1]
             line = f"{what} ... {now - started:.0f} s"
         elif self.said:
-            line = f"still working ... {now - self.said_at:.0f} s since: {self.said}"
+            line = f"still working after: {self.said} ... {now - self.said_at:.0f} s"
         else:
             line = f"still working ... {now - self.said_at:.0f} s"
         text = ("\n" if self.open_line else "") + self.prefix + line + "\n"
@@ -79,6 +80,8 @@ def main(command, seconds):
                 return
             *lines, pending = (pending + data).split(b"\n")
             for line in lines:
+                if line == b"quit":  # the command is done (a process it forked may still hold the pipe open)
+                    return
                 silence.news(line.decode("utf-8", "replace"), time.monotonic())
         text = silence.due(time.monotonic())
         if text is not None:

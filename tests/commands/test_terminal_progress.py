@@ -57,7 +57,12 @@ with _common.watching("demo"):
     print("12/157 [=====", end="", flush=True)  # a progress bar's open line
     time.sleep(1)
     _common.say("done")
-print("speaker gone:", _common._speaker is None)
+import os
+try:
+    os.waitpid(-1, os.WNOHANG)
+    print("speaker gone: False")
+except ChildProcessError:  # no child left: the speaker process was waited for
+    print("speaker gone:", _common._speaker is None)
 """
 
 
@@ -77,6 +82,23 @@ def test_every_silent_step_is_spoken_for_on_a_terminal():
     # After an open progress line, the speaker's line starts on a line of its own, and so does the next say.
     assert re.search(r"12/157 \[=====\nbert-keras demo: still working after: released \.\.\. \d s\n", text), text
     assert text.endswith("done\nspeaker gone: True\n"), text
+
+
+def test_the_speaker_says_what_is_under_way_after_each_silence():
+    from bert_keras.commands._speaker import Silence
+
+    silence = Silence("demo", 9.0, now=100.0)
+    assert silence.wait(100.0) == 9.0 and silence.due(108.9) is None
+    assert silence.due(109.0) == "bert-keras demo: still working ... 9 s\n"
+    silence.news("said Phase 2 of 2", 110.0)
+    assert silence.due(118.5) is None  # 9 s after its own last line, not after the said line
+    assert silence.due(118.0 + 1.0) == "bert-keras demo: still working after: Phase 2 of 2 ... 9 s\n"
+    silence.news("out 0", 120.0)  # a progress bar's open line
+    assert silence.wait(120.0) == 9.0 and silence.due(128.0) is None
+    silence.news("step reloading the export", 130.0)
+    assert silence.due(141.0) == "\nbert-keras demo: reloading the export ... 11 s\n"  # on a line of its own
+    silence.news("end", 142.0)
+    assert silence.due(151.0) == "bert-keras demo: still working after: Phase 2 of 2 ... 41 s\n"
 
 
 def test_a_quiet_run_has_no_speaker():
