@@ -21,19 +21,32 @@ package asks it instead of branching on a kind's name:
   spell text, as transformers' pipelines read them.
 """
 
+import json
 import os
 
 import keras
 import numpy as np
 import tensorflow as tf
 
-from bert_keras._checks import FileContentError, read_json, read_user_file
+from bert_keras._checks import FileContentError, NotRegularFileError, open_regular_file, read_json, read_user_file
 from bert_keras.text.decoding import starts_word_at_a_space
 from bert_keras.text.packer import num_special_tokens
 
 # Plain TensorFlow ops without Python control flow: tracing them through
 # AutoGraph only makes `tf.function` and `tf.data` tracing slower.
 _do_not_convert = tf.autograph.experimental.do_not_convert
+
+# The largest `tokenizer.json` read, in bytes: XLM-R's (250,002 Unigram pieces with their scores) is about 17 MB,
+# BERT's about 0.7 MB; a file past it is refused before it is read (JSON takes about ten times its size to parse).
+MAX_TOKENIZER_JSON_BYTES = 32 << 20
+# The largest `tokenizer_config.json` read: options, special tokens and a chat template take kilobytes; transformers'
+# `added_tokens_decoder` of a few thousand tokens, a megabyte.
+MAX_TOKENIZER_CONFIG_BYTES = 16 << 20
+# What a file of one token a line (vocab.txt, merges.txt) cannot hold in a token: a line break ends the line for its
+# readers (tensorflow-text's lookup reads to "\n" and drops a "\r" before it; Python's text mode, so transformers,
+# ends a line at "\r" too), and every later id would shift. The other separators of `str.splitlines` ("\x0b",
+# "\x0c", "\x1c"-"\x1e", "\x85", "\u2028", "\u2029") are read back exactly by all of them.
+LINE_BREAKS = ("\n", "\r")
 
 # The special tokens every tokenizer has, by their argument; each sets the attribute `<name>_id` too.
 SPECIAL_TOKENS = ("unknown_token", "cls_token", "sep_token", "pad_token", "mask_token")
@@ -70,13 +83,33 @@ def read_file_bytes(path):
         raise TokenizerFileError(path, error.reason) from error
 
 
-def read_json_file(path):
+def read_json_file(path, max_bytes=None):
     """The JSON value of a tokenizer's file (`bert_keras._checks.read_json`); a `TokenizerFileError` naming it where
-    it is not a regular file (a FIFO is refused without waiting), a directory, or not UTF-8 JSON."""
+    it is not a regular file (a FIFO is refused without waiting), a directory, not UTF-8 JSON, or (with `max_bytes`)
+    larger than `max_bytes`, which is told from the open file before anything is read: parsing JSON takes about ten
+    times its size in memory."""
+    if max_bytes is None:
+        try:
+            return read_json(path)
+        except FileContentError as error:
+            raise TokenizerFileError(path, error.reason) from error
     try:
-        return read_json(path)
-    except FileContentError as error:
-        raise TokenizerFileError(path, error.reason) from error
+        with open_regular_file(path) as f:
+            size = os.fstat(f.fileno()).st_size
+            if size > max_bytes:
+                raise TokenizerFileError(path, f"is {size:,} bytes; at most {max_bytes:,} are read.")
+            data = f.read(max_bytes + 1)
+    except NotRegularFileError as refused:
+        raise TokenizerFileError(path, f"{refused.strerror}.") from refused
+    except IsADirectoryError as directory:
+        raise TokenizerFileError(path, "is a directory; expected a file.") from directory
+    if len(data) > max_bytes:  # grown since its size was read
+        raise TokenizerFileError(path, f"is more than {max_bytes:,} bytes; at most {max_bytes:,} are read.")
+    try:
+        return json.loads(data.decode("utf-8"))
+    # As `read_json`: not UTF-8, not JSON, an integer of more than 4,300 digits, or nested too deep.
+    except (ValueError, RecursionError) as invalid:
+        raise TokenizerFileError(path, f"is not valid JSON ({str(invalid)[:200]}).") from invalid
 
 
 def read_tokenizer_config(folder, keys):
@@ -92,7 +125,7 @@ def read_tokenizer_config(folder, keys):
     path = os.path.join(os.fspath(folder), "tokenizer_config.json")
     if not tf.io.gfile.exists(path):
         return {}
-    config = read_json_file(path)
+    config = read_json_file(path, MAX_TOKENIZER_CONFIG_BYTES)
     if not isinstance(config, dict):
         raise TokenizerFileError(path, f"expected a JSON object, found {type(config).__name__}.")
     options = {}
@@ -117,6 +150,15 @@ def find_file(folder, name, other_names=()):
         if os.path.exists(path):
             return path
     return None
+
+
+def line_break(token):
+    """The first line break (`LINE_BREAKS`) that `token` holds, or None.
+
+    >>> line_break("a\\rb\\n")
+    '\\r'
+    """
+    return next((c for c in token if c in LINE_BREAKS), None) if "\n" in token or "\r" in token else None
 
 
 def check_bool(name, value):

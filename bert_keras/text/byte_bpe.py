@@ -30,8 +30,8 @@ import tensorflow as tf
 
 from bert_keras.text import _family_tables as tables
 from bert_keras.text._subword import byte_to_char_spans, in_ranges, next_in_row, previous_in_row, row_ids
-from bert_keras.text.base import (Tokenizer, TokenizerFileError, TracedTokenization, check_bool, read_file_bytes,
-                                  read_json_file)
+from bert_keras.text.base import (Tokenizer, TokenizerFileError, TracedTokenization, check_bool, line_break,
+                                  read_file_bytes, read_json_file)
 from bert_keras.text.decoding import BYTE_CHARS as _BYTE_CHARS
 from bert_keras.text.decoding import BytePairDecoding, bytes_to_unicode  # noqa: F401 (bytes_to_unicode: named here too)
 from bert_keras.text.tokenizer_json import bpe_arguments
@@ -186,6 +186,10 @@ def _check_merges(merges, file):
                 )
             raise TokenizerFileError(file, f"line {number} is {merge!r:.100}; expected two tokens separated by one "
                                      "space (\"left right\").")
+        if file is None and line_break(merge) is not None:  # merges.txt, where it is written, holds one a line
+            raise ValueError(f"Received an invalid value for argument `merges`: merge {number} ({merge!r:.100}) holds "
+                             f"{line_break(merge)!r}; merges.txt holds one merge a line, so every later rank would "
+                             "shift.")
         if merge in seen:  # its pair would have two ranks
             raise _problem("merges", file, f"{where} {number} repeats {where} {seen[merge]} ({merge!r:.100}); each "
                            "pair of tokens is merged at one rank, so it may be listed once.")

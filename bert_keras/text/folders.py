@@ -16,7 +16,7 @@ import dataclasses
 import json
 import os
 
-from bert_keras.text.base import find_file, read_json_file
+from bert_keras.text.base import MAX_TOKENIZER_CONFIG_BYTES, MAX_TOKENIZER_JSON_BYTES, find_file, read_json_file
 from bert_keras.text.kinds import TOKENIZER_CLASSES, tokenizer_class
 from bert_keras.text.tokenizer import WordPieceTokenizer
 from bert_keras.text.unigram import read_pieces
@@ -85,7 +85,7 @@ def _tokenizer_json(cls, folder):
     path = find_file(folder, TOKENIZER_JSON)
     if path is None or cls.tokenizer_json_model is None:
         return None
-    arguments = cls.arguments_from_tokenizer_json(read_json_file(path), path)
+    arguments = cls.arguments_from_tokenizer_json(read_json_file(path, MAX_TOKENIZER_JSON_BYTES), path)
     return FolderTokenizer(cls, path, None, dict(_options(cls, folder), **arguments))
 
 
@@ -167,7 +167,7 @@ def model_max_length(folder, limit):
         TokenizerFileError: the file is not UTF-8 JSON, naming it.
     """
     path = None if folder is None else find_file(folder, "tokenizer_config.json")
-    config = read_json_file(path) if path is not None else {}
+    config = read_json_file(path, MAX_TOKENIZER_CONFIG_BYTES) if path is not None else {}
     value = config.get("model_max_length") if isinstance(config, dict) else None
     if isinstance(value, int) and not isinstance(value, bool) and 3 <= value <= limit:
         return value

@@ -31,7 +31,8 @@ from bert_keras.text.base import Tokenizer, TokenizerFileError, TracedTokenizati
 from bert_keras.text._unicode_tables import to_regex_class
 from bert_keras.text.decoding import WORD_START, SentencePieceDecoding
 from bert_keras.text.tokenizer_json import unigram_arguments
-from bert_keras.text.unigram import UnigramSegmenter, read_pieces
+from bert_keras.text._model_proto import check_charsmap, model_charsmaps, read_pieces
+from bert_keras.text.unigram import UnigramSegmenter
 
 _do_not_convert = tf.autograph.experimental.do_not_convert
 
@@ -270,6 +271,8 @@ class SentencePieceTokenizer(Tokenizer):
         self.proto = _read_proto(proto)
         try:
             vocabulary = [piece for piece, _, _ in read_pieces(self.proto)]
+            for charsmap in model_charsmaps(self.proto):  # before the op, which trusts it
+                check_charsmap(charsmap)
             tf_text.SentencepieceTokenizer(model=self.proto, out_type=tf.int32).vocab_size()
         except (ValueError, tf.errors.InvalidArgumentError, tf.errors.InternalError) as error:
             raise _refused(file, f"is not a SentencePiece model ({str(error).splitlines()[0][:300]})") from error

@@ -30,10 +30,10 @@ from bert_keras._checks import quoted
 from bert_keras.text import _unicode_tables as tables
 # to_string_tensor: the name is imported from here too.
 from bert_keras.text.base import (  # noqa: F401
-    Tokenizer, TokenizerFileError, TracedTokenization, read_file_bytes, to_string_tensor)
+    Tokenizer, TokenizerFileError, TracedTokenization, line_break, read_file_bytes, to_string_tensor)
 from bert_keras.text.decoding import WordPieceDecoding
 from bert_keras.text.offsets import char_offsets
-from bert_keras.text.tokenizer_json import wordpiece_arguments
+from bert_keras.text.tokenizer_json import MAX_CHARS_PER_WORD, wordpiece_arguments
 
 # Plain TensorFlow ops without Python control flow: tracing them through
 # AutoGraph only makes `tf.function` and `tf.data` tracing slower.
@@ -184,11 +184,13 @@ def load_vocabulary(vocabulary):
         if tokens and tokens[-1] == "":
             tokens.pop()
         tokens = [token.rstrip("\r") for token in tokens]
+        check_token_characters(tokens, path)
         check_token_lengths(tokens, path)
         check_unique_tokens(tokens, path)
         return tokens
     if isinstance(vocabulary, (list, tuple)) and all(isinstance(t, str) for t in vocabulary):
         tokens = list(vocabulary)
+        check_token_characters(tokens)
         check_token_lengths(tokens)
         check_unique_tokens(tokens)
         return tokens
@@ -213,6 +215,29 @@ def _read_lines(path):
 # The longest token tensorflow-text's FastWordpieceTokenizer builds, in UTF-8 bytes without the suffix indicator; a
 # longer one fails inside it with a message that quotes the whole token. Real vocabularies' longest are ~100 bytes.
 MAX_TOKEN_BYTES = 256
+
+
+def check_token_characters(tokens, path=None):
+    """Raises a `ValueError` naming the first token that a `vocab.txt` cannot carry or tensorflow-text's WordPiece
+    cannot build: one holding a line break (`base.LINE_BREAKS`: written one token a line, it would shift every later
+    id), a NUL, or a lone surrogate (not UTF-8 text). No text reaches such a token: BERT's normalizer makes line
+    breaks spaces and drops NULs.
+    """
+    for index, token in enumerate(tokens):
+        found = line_break(token) or ("\0" if "\0" in token else None)
+        if found is None:
+            try:
+                token.encode("utf-8")
+                continue
+            except UnicodeEncodeError:
+                found = "a lone surrogate"
+        where = f"the token of id {index}" if path is None else f"{path}, line {index + 1},"
+        raise ValueError(
+            f"Received an invalid value for argument `vocabulary`: {where} ({quoted(token)}) holds "
+            f"{found if found == 'a lone surrogate' else repr(found)}. A vocab.txt holds one token a line, as "
+            "tensorflow-text's lookup and transformers read it, and tensorflow-text's WordPiece takes UTF-8 text "
+            "without NULs."
+        )
 
 
 def check_token_lengths(tokens, path=None):
@@ -362,11 +387,11 @@ class WordPieceTokenizer(Tokenizer):
         if (
             isinstance(max_chars_per_word, bool)
             or not isinstance(max_chars_per_word, int)
-            or max_chars_per_word <= 0
+            or not 0 < max_chars_per_word <= MAX_CHARS_PER_WORD
         ):
             raise ValueError(
-                "Received an invalid value for argument `max_chars_per_word`, expected a "
-                f"positive integer. Received: max_chars_per_word={max_chars_per_word!r}"
+                "Received an invalid value for argument `max_chars_per_word`, expected a positive integer of at "
+                f"most {MAX_CHARS_PER_WORD:,}. Received: max_chars_per_word={max_chars_per_word!r}"
             )
         if not isinstance(suffix_indicator, str) or not suffix_indicator:
             raise ValueError(

@@ -16,13 +16,19 @@ The file is read as data: nothing in it is executed.
 
 import base64
 import binascii
+import math
 import struct
 
-from bert_keras.text.base import TokenizerFileError
+from bert_keras._checks import quoted
+from bert_keras.text.base import TokenizerFileError, line_break
+from bert_keras.text._model_proto import MAX_CHARSMAP_BYTES, MAX_SCORE, check_charsmap, check_scores, read_pieces
 
 # SentencePiece's ModelProto.SentencePiece.Type
 _NORMAL, _UNKNOWN, _CONTROL = 1, 2, 3
 _WORD_START = "\u2581"
+# The longest word WordPiece cuts, in characters: tensorflow-text takes its bytes (4 a character) as an int32.
+# tokenizers' `max_input_chars_per_word` beyond it is as unbounded (no text holds such a word) and is read as it.
+MAX_CHARS_PER_WORD = (2**31 - 1) // 4
 
 
 def _refuse(path, part, reason):
@@ -55,6 +61,29 @@ def _expect(fields, path, part, key, allowed):
 
 def _is_index(value):
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _check_tokens(tokens, path, part, one_a_line=False, characters=""):
+    """Refuses the first of `tokens` (a list in id order) that is not Unicode text (a lone surrogate, which JSON's
+    `\\ud800` gives), or holds a line break where its file is one token a line (`one_a_line`: WordPiece's vocab.txt,
+    BPE's merges.txt), or one of `characters`; the message names the token and its id."""
+    for index, token in enumerate(tokens):
+        try:
+            token.encode("utf-8")
+        except UnicodeEncodeError:
+            raise _refuse(path, part, f"the token of id {index}, {quoted(token)}, is not Unicode text (it holds a "
+                          "lone surrogate, which UTF-8 cannot encode).") from None
+        found = line_break(token) if one_a_line else None
+        if found is not None:
+            raise _refuse(path, part, f"the token of id {index}, {quoted(token)}, holds a line break ({found!r}): "
+                          "the files it is written to hold one token a line (vocab.txt, merges.txt), as "
+                          "tensorflow-text's lookup and transformers read them, so every later id would shift. A "
+                          "real vocabulary holds none (BERT's normalizer makes line breaks spaces, byte-level BPE "
+                          "spells \\n as 'Ċ').")
+        found = next((c for c in characters if c in token), None)
+        if found is not None:
+            raise _refuse(path, part, f"the token of id {index}, {quoted(token)}, holds {found!r}, which "
+                          "tensorflow-text's WordPiece cannot take (no text reaches it: BERT's normalizer drops it).")
 
 
 def _added_tokens(tokenizer, path, tokens):
@@ -143,8 +172,18 @@ def wordpiece_arguments(tokenizer, path):
     tokens = [None] * len(ids)
     for token, index in vocab.items():
         tokens[index] = token
-    return {"vocabulary": tokens, "lower_case": lower_case, "strip_accents": strip_accents,
-            "tokenize_chinese_chars": chinese}
+    _check_tokens(tokens, path, "model.vocab", one_a_line=True, characters="\0")
+    unknown = model.get("unk_token", "[UNK]")
+    if not isinstance(unknown, str) or unknown not in vocab:
+        raise _refuse(path, "model.unk_token", f"expected a token of the vocabulary, found {quoted(unknown)}.")
+    max_chars = model.get("max_input_chars_per_word", 100)
+    if not _is_index(max_chars) or max_chars == 0:
+        raise _refuse(path, "model.max_input_chars_per_word", f"expected a positive integer, found {quoted(max_chars)}.")
+    _added_tokens(fields, path, tokens)
+    arguments = {"vocabulary": tokens, "lower_case": lower_case, "strip_accents": strip_accents,
+                 "tokenize_chinese_chars": chinese, "unknown_token": unknown,
+                 "max_chars_per_word": min(max_chars, MAX_CHARS_PER_WORD)}
+    return dict(arguments, **_post_processor_tokens(fields, path))
 
 
 # --- BPE (RoBERTa) ------------------------------------------------------------------------------------------------
@@ -187,6 +226,7 @@ def bpe_arguments(tokenizer, path):
             raise _refuse(path, "model.vocab", f"expected ids 0..{len(vocab) - 1}, each once; found {index!r:.30} "
                           f"for {token!r:.100}.")
         tokens[index] = token
+    _check_tokens(tokens, path, "model.vocab")
     merges = model.get("merges")
     if not isinstance(merges, list):
         raise _refuse(path, "model.merges", f"expected a list, found {type(merges).__name__}.")
@@ -197,6 +237,16 @@ def bpe_arguments(tokenizer, path):
             merge = " ".join(merge)
         if not isinstance(merge, str) or len(merge.split(" ")) != 2:
             raise _refuse(path, f"model.merges[{i}]", f"expected two tokens, found {merge!r:.100}.")
+        found = line_break(merge)
+        if found is not None:
+            raise _refuse(path, f"model.merges[{i}]", f"{quoted(merge)} holds a line break ({found!r}): merges.txt, "
+                          "which a module pair carries, holds one merge a line, so every later rank would shift.")
+        left, right = merge.split(" ")
+        # As the reference, which refuses a merge of tokens or into a token that its vocabulary lacks.
+        missing = next((token for token in (left, right, left + right) if token not in vocab), None)
+        if missing is not None:
+            raise _refuse(path, f"model.merges[{i}]", f"{quoted(merge)} merges into or from {quoted(missing)}, "
+                          "which the vocabulary lacks.")
         as_strings.append(merge)
     _added_tokens(tokenizer, path, tokens)
     arguments = {"vocabulary": tokens, "merges": as_strings, "add_prefix_space": bool(add_prefix_space)}
@@ -242,11 +292,18 @@ def _albert_normalizer(tokenizer, path):
     lower_case = take(is_type("Lowercase"))
     charsmap = b""
     if at < len(steps) and is_type("Precompiled")(steps[at]):
+        part, encoded = f"normalizer.normalizers[{at}].precompiled_charsmap", steps[at].get("precompiled_charsmap")
+        if not isinstance(encoded, str):
+            raise _refuse(path, part, f"expected a base64 string, found {type(encoded).__name__}.")
+        if len(encoded) > 4 * math.ceil(MAX_CHARSMAP_BYTES / 3):
+            raise _refuse(path, part, f"is {len(encoded):,} characters of base64; at most {MAX_CHARSMAP_BYTES:,} "
+                          "bytes are read (sentencepiece's own nmt_nfkc rule is 240,007).")
         try:
-            charsmap = base64.b64decode(steps[at].get("precompiled_charsmap") or "", validate=True)
-        except (binascii.Error, TypeError, ValueError) as error:
-            raise _refuse(path, f"normalizer.normalizers[{at}].precompiled_charsmap",
-                          f"is not base64 ({error}).") from None
+            charsmap = base64.b64decode(encoded, validate=True)
+            check_charsmap(charsmap)
+        except (binascii.Error, ValueError) as error:
+            reason = f"is not base64 ({error})" if isinstance(error, binascii.Error) else f"is refused: {error}"
+            raise _refuse(path, part, f"{reason}.") from None
         at += 1
     take(lambda s: _replace(s, {"Regex": " {2,}"}, " "))
     if at != len(steps):
@@ -338,14 +395,24 @@ def unigram_arguments(tokenizer, path):
     for i, entry in enumerate(vocab):
         if not (isinstance(entry, list) and len(entry) == 2 and isinstance(entry[0], str) and entry[0]
                 and isinstance(entry[1], (int, float)) and not isinstance(entry[1], bool)):
-            raise _refuse(path, f"model.vocab[{i}]", f"expected a [piece, score] pair, found {entry!r:.100}.")
+            raise _refuse(path, f"model.vocab[{i}]", f"expected a [piece, score] pair, found {quoted(entry, 100)}.")
+        score = entry[1]  # JSON's 1e400 reads as inf, NaN as nan; an integer may exceed any float
+        if isinstance(score, float) and not math.isfinite(score) or abs(score) > MAX_SCORE:
+            raise _refuse(path, f"model.vocab[{i}]", f"the score of {quoted(entry[0])} is {quoted(entry[1], 40)}; "
+                          "expected a finite number within float32's range, as the SentencePiece model written from "
+                          "it stores (real scores are log probabilities, between about -30 and 0).")
         pieces.append(entry[0])
+    _check_tokens(pieces, path, "model.vocab")
     unk_id = model.get("unk_id")
     if not _is_index(unk_id) or unk_id >= len(pieces):
         raise _refuse(path, "model.unk_id", f"expected the id of the unknown piece, found {unk_id!r:.30}.")
     control = set(_added_tokens(tokenizer, path, pieces)) - {pieces[unk_id]}
     types = [_UNKNOWN if i == unk_id else _CONTROL if piece in control else _NORMAL for i, piece in enumerate(pieces)]
     proto = write_model_proto([(p, float(s), t) for (p, s), t in zip(vocab, types)], charsmap)
+    try:  # what the segmenter and the library refuse (a piece twice, too long, scores too large), named here
+        check_scores(read_pieces(proto))
+    except ValueError as error:
+        raise _refuse(path, "model.vocab", f"is refused: {error}.") from None
     # tokenizers adds the scores in float64 (the sentencepiece library, which spiece.model is read as, in float32).
     arguments = {"proto": proto, "lower_case": lower_case, "keep_accents": keep_accents,
                  "unknown_token": pieces[unk_id], "float64_scores": True}

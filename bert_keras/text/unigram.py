@@ -33,121 +33,18 @@ start; the search is a `tf.while_loop` over positions, the rows still
 searched at once, after a vectorised trie walk finds the candidates.
 """
 
-import struct
-
 import numpy as np
 import tensorflow as tf
 
+from bert_keras.text._model_proto import (  # noqa: F401 (read_pieces, _typed_fields, _varint, the bounds: named here too)
+    _BYTE, _NORMAL, _RESET_THRESHOLD, _UNK_PENALTY, _UNKNOWN, _UNUSED, _USER_DEFINED, MAX_PIECE_CHARS,
+    MAX_PREFIX_CHARS, _typed_fields, _varint, check_scores, read_pieces)
 from bert_keras.text._subword import row_ids
 
-# ModelProto.SentencePiece.Type
-_NORMAL, _UNKNOWN, _CONTROL, _USER_DEFINED, _UNUSED, _BYTE = 1, 2, 3, 4, 5, 6
-_UNK_PENALTY = np.float32(10.0)
-_RESET_THRESHOLD = 100000.0
-# The longest piece read, in characters. sentencepiece's trainer cuts pieces at `max_sentencepiece_length`, 16 by
-# default, which ALBERT's, T5's and XLNet's models keep; user-defined pieces ("<mask>", "[CLS]") are shorter still.
-# The search looks this far back from every position: a piece of thousands of characters would make every text pay
-# for it.
-MAX_PIECE_CHARS = 64
-# The most characters the pieces' prefixes may have in all (a piece of n characters has prefixes of 1 to n - 1: n(n-1)/2
-# characters), which the search keeps in a table. A model trained on 38,000 tweets with ALBERT's settings (30,000
-# pieces of at most 16 characters) has 464,721; 4,000 pieces of 64 characters reach the bound (0.8 s and 70 MB to
-# build), while 50,000 of them would take 2.1 GB from a 3 MB file.
-MAX_PREFIX_CHARS = 8_000_000
 # Texts of at most this many characters are searched word by word (`UnigramSegmenter.resegment`); the best scores
 # before their pieces take a dense (texts, characters) table.
 MAX_WORDWISE_CHARS = 2048
 _WORD_MARK = "\u2581"
-
-
-def _varint(data, at):
-    value, shift = 0, 0
-    while True:
-        if at >= len(data):
-            raise ValueError("truncated varint")
-        byte = data[at]
-        at += 1
-        value |= (byte & 0x7F) << shift
-        shift += 7
-        if byte < 0x80:
-            return value, at
-
-
-def _typed_fields(data):
-    """(field number, wire type, value) of a serialized protocol buffer message: ints, bytes, or 4/8 raw bytes."""
-    at = 0
-    while at < len(data):
-        key, at = _varint(data, at)
-        number, wire = key >> 3, key & 7
-        if wire == 0:
-            value, at = _varint(data, at)
-        elif wire == 2:
-            size, at = _varint(data, at)
-            value, at = data[at : at + size], at + size
-        elif wire == 5:
-            value, at = data[at : at + 4], at + 4
-        elif wire == 1:
-            value, at = data[at : at + 8], at + 8
-        else:
-            raise ValueError(f"unsupported wire type {wire}")
-        if at > len(data):
-            raise ValueError("truncated field")
-        yield number, wire, value
-
-
-def read_pieces(proto):
-    """The pieces of a serialized SentencePiece `ModelProto`: a list of `(piece, score, type)`.
-
-    Read from the wire format directly (field 1 of the model, and the piece's
-    fields 1-3): the `sentencepiece` package's generated protobuf module needs
-    a newer protobuf runtime than TensorFlow 2.21 allows.
-
-    Raises:
-        ValueError: the bytes are not such a message, a piece is not UTF-8,
-            is defined twice, or is longer than `MAX_PIECE_CHARS` characters,
-            or the pieces' prefixes have more than `MAX_PREFIX_CHARS` in all.
-    """
-    pieces, seen, prefix_chars = [], {}, 0
-    for number, wire, value in _typed_fields(bytes(proto)):
-        if number != 1:
-            continue
-        if wire != 2:
-            raise ValueError(f"piece {len(pieces)} is not a message (wire type {wire})")
-        piece, score, kind = None, 0.0, _NORMAL
-        for field, field_wire, item in _typed_fields(value):
-            if (field, field_wire) == (1, 2):
-                try:
-                    piece = item.decode("utf-8")
-                except UnicodeDecodeError as error:
-                    raise ValueError(f"piece {len(pieces)} is not UTF-8 ({error})") from None
-            elif (field, field_wire) == (2, 5):
-                score = struct.unpack("<f", item)[0]
-            elif (field, field_wire) == (3, 0):
-                kind = item
-            elif field in (1, 2, 3):
-                raise ValueError(f"piece {len(pieces)} has field {field} of wire type {field_wire}")
-        if piece is None:
-            raise ValueError(f"piece {len(pieces)} has no text")
-        if len(piece) > MAX_PIECE_CHARS:
-            raise ValueError(
-                f"piece {len(pieces)} ({piece[:20]!r}...) has {len(piece)} characters; at most {MAX_PIECE_CHARS} are "
-                "read: sentencepiece's trainer makes pieces of at most max_sentencepiece_length characters, 16 by "
-                "default, as in ALBERT's, T5's and XLNet's models"
-            )
-        prefix_chars += len(piece) * (len(piece) - 1) // 2
-        if prefix_chars > MAX_PREFIX_CHARS:
-            raise ValueError(
-                f"the prefixes of pieces 0 to {len(pieces)} have {prefix_chars:,} characters in all; at most "
-                f"{MAX_PREFIX_CHARS:,} are read: the search keeps every prefix of every piece (a model trained with "
-                "ALBERT's settings, 30,000 pieces, has about 465,000)"
-            )
-        if piece in seen:  # the library refuses a model that defines a piece twice
-            raise ValueError(f"piece {len(pieces)} ({piece[:20]!r}) repeats piece {seen[piece]}")
-        seen[piece] = len(pieces)
-        pieces.append((piece, np.float32(score), kind))
-    if not pieces:
-        raise ValueError("no pieces")
-    return pieces
 
 
 class UnigramSegmenter(tf.Module):
@@ -172,9 +69,8 @@ class UnigramSegmenter(tf.Module):
         if kinds.count(_UNKNOWN) != 1:
             raise ValueError(f"expected one unknown piece, found {kinds.count(_UNKNOWN)}")
         self.unk_id = kinds.index(_UNKNOWN)
+        check_scores(pieces)
         normal_scores = [score for _, score, kind in pieces if kind == _NORMAL]
-        if not all(np.isfinite(score) for _, score, _ in pieces) or not normal_scores:
-            raise ValueError("scores must be finite and some pieces normal")
         self.unk_score = self._dtype(min(normal_scores) - _UNK_PENALTY)
         in_trie = [(i, piece, kind) for i, (piece, _, kind) in enumerate(pieces) if kind in (_NORMAL, _USER_DEFINED, _UNUSED)]
         # The longest piece, in characters: how far candidates are looked for back from an end position.
@@ -182,9 +78,7 @@ class UnigramSegmenter(tf.Module):
         # A reset (see the module docstring) is emulated for one at a time among a position's candidates: it holds
         # when no `max_chars` characters can cross 100,000 in score.
         largest = max([abs(float(self.unk_score))] + [abs(float(score)) for _, score, _ in pieces])
-        self._largest_score = np.float32(largest)
-        if largest * self.max_chars >= _RESET_THRESHOLD:
-            raise ValueError(f"piece scores as large as {largest:g} are not supported (real models' are below 100)")
+        self._largest_score = np.float32(largest)  # below 100,000 / max_chars (`check_scores`)
         scores = [
             np.float32(0.1 * (len(piece.encode("utf-8")) - 1)) if kind == _USER_DEFINED else score
             for piece, score, kind in pieces

@@ -1,0 +1,216 @@
+"""Hostile values of a `tokenizer.json` (issue 55, item 7): each is refused naming the file, the part and the token
+(exit 2 on the command line), or read with every id exact; never an exit 1, a crash, a hang or shifted ids.
+
+Tokens holding a line break ("\\n", "\\r") are refused: `convert` writes WordPiece's vocabulary to `vocab.txt` and
+BPE's merges to `merges.txt`, one a line, and tensorflow-text's lookup (`TextFileInitializer`) ends a line at "\\n"
+and drops a "\\r" before it (Python's text mode, so transformers' `load_vocab`, ends one at "\\r" too): no escape
+keeps such a token. The other separators of `str.splitlines` are read back exactly by all of them, so they are kept.
+"""
+
+import base64
+import json
+import os
+import re
+import struct
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from bert_keras import cli
+from bert_keras.text.base import TokenizerFileError
+from bert_keras.text.folders import read_folder, write_tokenizer_files
+from bert_keras.text.tokenizer import WordPieceTokenizer
+from tests.test_family_workflows import tweets  # noqa: F401 (a fixture)
+
+tokenizers = pytest.importorskip("tokenizers")
+
+SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+OTHER_SEPARATORS = ["\x0b", "\x0c", "\x1c", "\x1d", "\x1e", "\x85", "\u2028", "\u2029"]
+
+
+def wordpiece_json(tokens):
+    """BERT's tokenizer.json, as the `tokenizers` library writes it, of `tokens` in id order."""
+    tokenizer = tokenizers.BertWordPieceTokenizer(vocab={token: i for i, token in enumerate(tokens)}, lowercase=True)
+    tokenizer.add_special_tokens(SPECIALS)
+    return json.loads(tokenizer._tokenizer.to_str())
+
+
+def write_json(folder, data):
+    os.makedirs(folder, exist_ok=True)
+    with open(os.path.join(folder, "tokenizer.json"), "w", encoding="utf-8") as f:
+        json.dump(data, f)
+    return str(folder)
+
+
+def tokens_of(size):
+    return SPECIALS + ["hello", "world"] + [f"w{i}" for i in range(size - len(SPECIALS) - 2)]
+
+
+@pytest.mark.parametrize("separator", ["\n", "\r", "\r\n"])
+def test_a_wordpiece_token_with_a_line_break_is_refused_naming_it_and_its_id(tmp_path, separator):
+    tokens = tokens_of(12)
+    tokens[9] = f"a{separator}b"
+    folder = write_json(tmp_path, wordpiece_json(tokens))
+    shown = repr(f"a{separator}b")
+    with pytest.raises(TokenizerFileError, match=f"tokenizer.json, field 'model.vocab': the token of id 9, "
+                       f"{shown.replace(chr(92), chr(92) * 2)}, holds a line break"):
+        read_folder(folder, "wordpiece")
+
+
+def test_convert_refuses_a_wordpiece_token_with_a_newline_with_exit_2(tmp_path, capsys):
+    # It wrote the token into vocab.txt as two lines, every later id one off, and ended in exit 0.
+    pytest.importorskip("transformers")
+    from tests.checkpoints._models import TINY_HF, hf_pretraining_model
+
+    folder = tmp_path / "bert"
+    hf_pretraining_model().save_pretrained(str(folder))
+    tokens = tokens_of(TINY_HF["vocab_size"])
+    tokens[9] = "new\nline"
+    write_json(folder, wordpiece_json(tokens))
+    out = tmp_path / "modules"
+    assert cli.main(["convert", str(folder), "--out", str(out), "-q"]) == 2
+    err = capsys.readouterr().err
+    assert "field 'model.vocab': the token of id 9, 'new\\nline', holds a line break ('\\n')" in err
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("separator", OTHER_SEPARATORS)
+def test_other_line_separators_keep_every_id_through_vocab_txt(tmp_path, separator):
+    # What tensorflow-text's lookup reads from the vocab.txt written for a module pair: every id where it was.
+    tokens = tokens_of(12)
+    tokens[6] = f"x{separator}y"
+    tokenizer = read_folder(write_json(tmp_path / "in", wordpiece_json(tokens)), "wordpiece").build()
+    os.makedirs(tmp_path / "out")
+    path = write_tokenizer_files(tokenizer, tmp_path / "out")["vocab_file"]
+    table = tf.lookup.StaticHashTable(tf.lookup.TextFileInitializer(
+        path, tf.string, tf.lookup.TextFileIndex.WHOLE_LINE, tf.int64, tf.lookup.TextFileIndex.LINE_NUMBER), -1)
+    assert table.lookup(tf.constant(tokens)).numpy().tolist() == list(range(12))
+    assert WordPieceTokenizer(path).vocabulary == tokens
+
+
+@pytest.mark.parametrize("token", ["a\nb", "a\rb", "a\x00b", "\ud800"])
+def test_a_wordpiece_vocabulary_list_refuses_what_vocab_txt_or_tensorflow_text_cannot_hold(token):
+    # "\x00" and a lone surrogate ended in a RuntimeError / TypeError inside tensorflow-text (exit 1).
+    with pytest.raises(ValueError, match=r"argument `vocabulary`: the token of id 5 \(.*\) holds"):
+        WordPieceTokenizer(SPECIALS + [token])
+
+
+def test_a_bpe_merge_with_a_line_break_is_refused_naming_it(tmp_path):
+    tokenizer = tokenizers.ByteLevelBPETokenizer(vocab={"<s>": 0, "<pad>": 1, "</s>": 2, "<unk>": 3, "<mask>": 4,
+                                                        "a": 5, "b\n": 6, "ab\n": 7, "c": 8, "cc": 9},
+                                                 merges=[("c", "c"), ("a", "b\n")])
+    data = json.loads(tokenizer._tokenizer.to_str())
+    data["added_tokens"] = []
+    folder = write_json(tmp_path, data)
+    with pytest.raises(TokenizerFileError, match=r"field 'model.merges\[1\]': 'a b\\n' holds a line break \('\\n'\)"):
+        read_folder(folder, "byte_bpe")
+    with pytest.raises(ValueError, match=r"argument `merges`: merge 2 \('a b\\n'\) holds '\\n'"):
+        from bert_keras.text.byte_bpe import load_bpe_files
+        load_bpe_files(list(data["model"]["vocab"]), ["c c", "a b\n"])
+
+
+def test_a_tokenizer_json_past_the_cap_is_refused_before_it_is_read(tmp_path):
+    from bert_keras.text.base import MAX_TOKENIZER_JSON_BYTES
+
+    path = tmp_path / "tokenizer.json"
+    with open(path, "wb") as f:  # sparse: its size is what is told
+        f.truncate(MAX_TOKENIZER_JSON_BYTES + 1)
+    with pytest.raises(TokenizerFileError, match=f"tokenizer.json: is {MAX_TOKENIZER_JSON_BYTES + 1:,} bytes; at most "
+                       f"{MAX_TOKENIZER_JSON_BYTES:,} are read"):
+        read_folder(str(tmp_path), "wordpiece")
+    assert MAX_TOKENIZER_JSON_BYTES == 32 * 2**20  # XLM-R's 250,002 pieces with scores: about 17 MB
+
+
+# --- ALBERT's Unigram: scores and the precompiled charsmap ---
+
+
+@pytest.fixture(scope="module")
+def albert_folder(tmp_path_factory, tweets):  # noqa: F811
+    from tests.checkpoints.test_transformers5_folders import make_folder
+
+    folder = tmp_path_factory.mktemp("albert")
+    make_folder("albert", folder, tweets)
+    return folder
+
+
+def _edited_albert(albert_folder, tmp_path, edit):
+    import shutil
+
+    folder = shutil.copytree(albert_folder, tmp_path / "albert")
+    data = json.loads((folder / "tokenizer.json").read_text(encoding="utf-8"))
+    edit(data)
+    (folder / "tokenizer.json").write_text(json.dumps(data, allow_nan=True), encoding="utf-8")
+    return folder, data
+
+
+@pytest.mark.parametrize("score, shown", [(1e300, "1e+300"), (-1e300, "-1e+300"), (float("nan"), "nan"),
+                                          (float("inf"), "inf"), (3.5e38, "3.5e+38"),
+                                          pytest.param(10**400, "1000000", id="10**400")])
+def test_a_unigram_score_beyond_float32_is_refused_naming_the_piece(albert_folder, tmp_path, score, shown):
+    folder, data = _edited_albert(albert_folder, tmp_path, lambda d: d["model"]["vocab"][30].__setitem__(1, score))
+    piece = data["model"]["vocab"][30][0]
+    expected = rf"field 'model.vocab\[30\]': the score of {piece!r} is {re.escape(shown)}"
+    with pytest.raises(TokenizerFileError, match=expected):
+        read_folder(str(folder), "sentencepiece")
+
+
+@pytest.mark.parametrize("score", ["1.0", True, None])
+def test_a_unigram_score_that_is_no_number_is_refused(albert_folder, tmp_path, score):
+    folder, _ = _edited_albert(albert_folder, tmp_path, lambda d: d["model"]["vocab"][30].__setitem__(1, score))
+    with pytest.raises(TokenizerFileError, match=r"field 'model.vocab\[30\]': expected a \[piece, score\] pair"):
+        read_folder(str(folder), "sentencepiece")
+
+
+def test_convert_refuses_a_unigram_score_beyond_float32_with_exit_2(albert_folder, tmp_path, capsys):
+    # It ended in exit 1 (OverflowError: float too large to pack with f format).
+    folder, data = _edited_albert(albert_folder, tmp_path, lambda d: d["model"]["vocab"][30].__setitem__(1, 1e300))
+    out = tmp_path / "modules"
+    assert cli.main(["convert", str(folder), "--out", str(out), "-q"]) == 2
+    err = capsys.readouterr().err
+    assert f"field 'model.vocab[30]': the score of {data['model']['vocab'][30][0]!r} is 1e+300" in err
+    assert "internal error" not in err and not out.exists()
+
+
+def _charsmap_step(data):
+    return next(step for step in data["normalizer"]["normalizers"] if step["type"] == "Precompiled")
+
+
+def test_a_charsmap_whose_double_array_leaves_its_bytes_is_refused(albert_folder, tmp_path):
+    # A real charsmap with bytes changed inside its double array: the sentencepiece normaliser that tensorflow-text
+    # runs read past it (a segmentation fault on the first text, after the tokenizer was built).
+    def corrupt(data):
+        charsmap = bytearray(base64.b64decode(_charsmap_step(data)["precompiled_charsmap"]))
+        rng = np.random.default_rng(0)
+        for at in rng.integers(4, 4 + struct.unpack("<I", charsmap[:4])[0], size=200):
+            charsmap[at] = int(rng.integers(256))
+        _charsmap_step(data)["precompiled_charsmap"] = base64.b64encode(bytes(charsmap)).decode()
+
+    folder, _ = _edited_albert(albert_folder, tmp_path, corrupt)
+    with pytest.raises(TokenizerFileError, match=r"precompiled_charsmap': is refused: its precompiled_charsmap is "
+                       "broken: its double array points past its end"):
+        read_folder(str(folder), "sentencepiece")
+
+
+def test_the_charsmap_check_takes_a_real_one_and_refuses_a_broken_or_oversized_one(albert_folder):
+    from bert_keras.text._model_proto import MAX_CHARSMAP_BYTES, check_charsmap
+
+    data = json.loads((albert_folder / "tokenizer.json").read_text(encoding="utf-8"))
+    real = base64.b64decode(_charsmap_step(data)["precompiled_charsmap"])
+    check_charsmap(real)  # sentencepiece's nmt_nfkc: 240,007 bytes
+    assert len(real) == 240_007 and MAX_CHARSMAP_BYTES == 2**20
+    for broken in (real[: len(real) // 2], struct.pack("<I", 8) + b"\0" * 3, b"abc", real[:-1] + b"x"):
+        with pytest.raises(ValueError, match="its precompiled_charsmap .*is broken"):
+            check_charsmap(broken)
+    with pytest.raises(ValueError, match=r"is 1,048,577 bytes; at most 1,048,576 are read"):
+        check_charsmap(b"\0" * (MAX_CHARSMAP_BYTES + 1))
+
+
+def test_an_oversized_charsmap_is_refused_before_it_is_decoded(albert_folder, tmp_path):
+    def oversized(data):
+        _charsmap_step(data)["precompiled_charsmap"] = base64.b64encode(b"\0" * (2 * 2**20)).decode()
+
+    folder, _ = _edited_albert(albert_folder, tmp_path, oversized)
+    with pytest.raises(TokenizerFileError, match=r"precompiled_charsmap': is 2,796,204 characters of base64; at most "
+                       "1,048,576 bytes are read"):
+        read_folder(str(folder), "sentencepiece")
