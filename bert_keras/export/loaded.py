@@ -7,6 +7,7 @@ like (`_check_signatures`); loading, refusing with the right hint and the
 warm-up are done here, once.
 """
 
+import atexit
 import contextlib
 import logging
 import os
@@ -24,6 +25,49 @@ logger = logging.getLogger(__name__)
 # converts, which reads the directory itself; no loader calls them, so a loader leaves them (and the functions only
 # they call) unloaded: a tagger's load took 1.9 s with them, 1.2 s without (2 cores).
 UNUSED_ENDPOINTS = ("serve_ids", "serve_ids_padded")
+
+# How long the interpreter's exit waits for background warm-ups to end their request in flight (one length bucket's
+# compile, or the rewrite of the graph): bounded, so that no exit hangs on a call that never returns.
+STOP_SECONDS = 60.0
+
+_warm_ups = set()  # the background warm-up threads still running, each with its stop event: `stop_warm_ups`' work
+_warm_ups_lock = threading.Lock()
+
+
+def stop_warm_ups(timeout=STOP_SECONDS):
+    """Stops every background warm-up of this process between two of its requests and waits for it to end.
+
+    Registered with `atexit` (this module's import): a warm-up thread left
+    inside TensorFlow while the interpreter finalizes is a daemon thread in
+    C++ when the process tears down under it. It either wakes to a
+    finalizing interpreter, which ends it by unwinding its C++ frames
+    ("FATAL: exception not rethrown", exit 134), or runs on while
+    TensorFlow's and the other libraries' static objects are destroyed
+    (a segmentation fault, exit 139), after the user's work has printed.
+    Stopped here first, the process ends with its own status and the
+    user's own `atexit` handlers run as they would. The request in flight is
+    not interrupted (TensorFlow cannot cancel a compile): the wait is the
+    rest of it, at most `timeout` seconds in all. The command line ends with
+    `os._exit`, without finalizing, and never comes here.
+
+    Returns:
+        The number of warm-ups still running after `timeout` (0 once all ended).
+    """
+    with _warm_ups_lock:
+        running = list(_warm_ups)
+    for _, stop in running:
+        stop.set()
+    deadline = time.monotonic() + timeout
+    for thread, _ in running:
+        thread.join(max(0.0, deadline - time.monotonic()))
+    left = sum(thread.is_alive() for thread, _ in running)
+    if left:
+        logger.warning("%d background warm-up(s) still inside TensorFlow after %.0f s at exit; the process may end "
+                       "abnormally. Load with warm_up=True or warm_up=False to have none running.", left, timeout)
+    return left
+
+
+atexit.register(stop_warm_ups)
 
 
 class LoadedExport:
@@ -98,6 +142,7 @@ class LoadedExport:
         self._warm_up_pending = False
         self._background = warm_up == "background"  # requests skip the graph rewrites until `warmed`
         self._warming_thread = None
+        self._stop_warming = threading.Event()  # set by `stop_warm_ups`: no more warm-up requests
         with saved_model_without(UNUSED_ENDPOINTS):  # the same functions for every request, fewer to load
             self._saved = load(self.export_dir)
         self._check_signatures()
@@ -137,9 +182,20 @@ class LoadedExport:
         """Called by the kinds after each request: starts a pending background warm-up (once)."""
         if self._warm_up_pending:
             self._warm_up_pending = False
-            self._warming_thread = threading.Thread(target=self.warm_up, name=f"warm-up of {self.export_dir}",
-                                                    daemon=True)
+            # A daemon thread (a user's process never waits for a warm-up it did not ask for), stopped between two
+            # of its requests before the interpreter finalizes (`stop_warm_ups`).
+            self._warming_thread = threading.Thread(target=self._warm_up_in_background,
+                                                    name=f"warm-up of {self.export_dir}", daemon=True)
+            with _warm_ups_lock:
+                _warm_ups.add((self._warming_thread, self._stop_warming))
             self._warming_thread.start()
+
+    def _warm_up_in_background(self):
+        try:
+            self.warm_up()
+        finally:
+            with _warm_ups_lock:
+                _warm_ups.discard((self._warming_thread, self._stop_warming))
 
     def requesting(self):
         """The context the kinds answer a request in: before a background warm-up has ended, the graph as loaded
@@ -159,12 +215,13 @@ class LoadedExport:
         """
         started = time.perf_counter()
         try:
-            self.warm_up_seconds = warmup.replay(self.export_dir, self.serving_signature())
+            self.warm_up_seconds = warmup.replay(self.export_dir, self.serving_signature(), stop=self._stop_warming)
         except Exception as error:  # noqa: BLE001 - a background thread has no caller to raise to
             logger.warning("The warm-up of %s stopped (%s); serving goes on without it.", self.export_dir, error)
             self.warm_up_seconds = time.perf_counter() - started
         try:
-            if threading.current_thread() is self._warming_thread:  # the requests after it take the rewritten graph
+            background = threading.current_thread() is self._warming_thread
+            if background and not self._stop_warming.is_set():  # the requests after it take the rewritten graph
                 self._instantiate()
         except Exception as error:  # noqa: BLE001 - as above
             logger.warning("The warm-up of %s stopped (%s); serving goes on without it.", self.export_dir, error)

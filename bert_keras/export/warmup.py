@@ -129,15 +129,22 @@ def read_warmup_requests(path):
     return requests
 
 
-def replay(export_dir, signature):
-    """Calls `signature` on each request of the export's warm-up file; returns the seconds spent (0 without one)."""
+def replay(export_dir, signature, stop=None):
+    """Calls `signature` on each request of the export's warm-up file; returns the seconds spent (0 without one).
+
+    `stop`: optional `threading.Event`, checked before each request: once it is set, the requests left are not
+    replayed (a background warm-up stopped before the interpreter exits, see `loaded.stop_warm_ups`).
+    """
     path = os.path.join(export_dir, "assets.extra", WARMUP_FILE)
     if not os.path.isfile(path):
         return 0.0
     started = time.perf_counter()
     try:
         requests = read_warmup_requests(path)
-        for inputs in requests:
+        for done, inputs in enumerate(requests):
+            if stop is not None and stop.is_set():
+                logger.info("Stopped the warm-up of %s after %d of %d requests", export_dir, done, len(requests))
+                return time.perf_counter() - started
             signature(**{name: tf.constant(np.asarray(values, dtype=object), dtype=tf.string)
                          for name, values in inputs.items()})
     # A damaged file (not TFRecord, a record that is not a request, inputs the signature does not take): serving
