@@ -66,5 +66,8 @@ def in_chunks(function, count, specs, size=WINDOWS_PER_CALL):
     arrays = {name: tf.TensorArray(dtype, size=tf.cast(calls, tf.int32), infer_shape=False,
                                    element_shape=tf.TensorShape(shape))
               for name, (dtype, shape) in specs.items()}
-    _, arrays = tf.while_loop(lambda call, _: call < calls, run, (tf.constant(0, tf.int64), arrays))
+    # One call at a time: independent iterations would otherwise run side by side (parallel_iterations=10),
+    # each holding its activations.
+    _, arrays = tf.while_loop(lambda call, _: call < calls, run, (tf.constant(0, tf.int64), arrays),
+                              parallel_iterations=1)
     return {name: array.concat() for name, array in arrays.items()}

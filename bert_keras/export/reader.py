@@ -1,15 +1,16 @@
 """The extractive question-answering export: a SavedModel from a raw question and context to the answer's span.
 
-`export_reader` writes a `BertSpanLabeler`'s own computation behind two
+`export_reader` writes a `BertSpanLabeler`'s own computation behind
 signatures that take raw strings: `serving_default` returns the best answer's
 character span (`start`, `end`, code points into the context), its `score`
 and text, and the null (`[CLS]`) score; `windows` returns every window's
-start and end probabilities and its pieces' offsets. `load_reader` reads it
-back as an `ExportedReader`, whose `predict` decodes the windows as
-transformers 4's question-answering pipeline does (top-k, unanswerable
-questions, `max_answer_len`, answers widened to whole words).
+start and end probabilities and its pieces' offsets, `window_range` a range
+of them. `load_reader` reads it back as an `ExportedReader`, whose `predict`
+decodes the windows as transformers 4's question-answering pipeline does
+(top-k of distinct spans, unanswerable questions, `max_answer_len`, answers
+widened to whole words), a few hundred windows at a time.
 
-The windows are transformers' (`bert_keras.text.windows.qa_windows`: 384
+The windows are transformers' (`bert_keras.text.windows.qa_windows`: up to 384
 pieces, stride 128, `only_second`; RoBERTa's `<s> q </s></s> c </s>` for a
 byte-level BPE model); probabilities are a softmax per window over `[CLS]`
 and the context's pieces; a span's score is p(start) x p(end)
@@ -30,11 +31,16 @@ from bert_keras.export._serving import WINDOWS_PER_CALL, in_chunks
 from bert_keras.export._writer import ids_endpoints, write_export
 from bert_keras.export.loaded import LoadedExport
 from bert_keras.export.manifest import READER
-from bert_keras.text.windows import check_window_arguments, qa_windows
+from bert_keras.text.windows import check_window_arguments, pack_qa_windows, qa_layout
 
 logger = logging.getLogger(__name__)
 
 INPUTS = ("question", "context")
+# `predict` reads a long context's windows this many at a time (`window_range`): memory of these, not of the context.
+WINDOWS_PER_READ = 4 * WINDOWS_PER_CALL
+RANGE_ENDPOINT = "window_range"  # windows [begin, begin + size) of a batch; exports before it serve `windows` only
+RANGE_SIGNATURE = [tf.TensorSpec([], tf.int64, name="begin"), tf.TensorSpec([], tf.int64, name="size")]
+DEFAULT_SEQ_LENGTH = 384  # transformers' question-answering pipeline: max_seq_len = min(model_max_length, 384)
 WINDOW_OUTPUTS = ("example_index", "start_probabilities", "end_probabilities", "context_mask", "char_starts",
                   "char_ends", "word_starts", "word_ends")
 
@@ -62,31 +68,106 @@ def _tokenizer_of(model):
 
 
 def window_probabilities(model, tokenizer, questions, contexts, seq_length, doc_stride, max_question_length,
-                         windows_per_call=WINDOWS_PER_CALL):
+                         windows_per_call=WINDOWS_PER_CALL, window_range=None):
     """Every window of the batch with its start and end probabilities (float32), as `windows` serves them.
 
-    The model runs on `windows_per_call` windows per call, one call after
-    another (`_serving.in_chunks`): a context of any length holds the
-    activations of that many windows at once.
+    The windows are packed and run through the model `windows_per_call` at a
+    time, one call after another (`_serving.in_chunks`): a context of any
+    length holds the packed inputs and activations of that many windows at
+    once, beside its pieces and the outputs.
+
+    Args:
+        window_range: optional `(begin, size)` int64 scalars: only windows
+            `[begin, begin + size)` of the batch's (in order; clipped to
+            those there are), and the dict gains `window_count`, all the
+            batch's windows. Defaults to all of them.
     """
-    windows = qa_windows(tokenizer, questions, contexts, seq_length, doc_stride, max_question_length)
-    width = tf.maximum(tf.reduce_max(tf.reduce_sum(windows["input_mask"], axis=1)), 1)  # the longest window
-    windows = {key: value[:, :width] if value.shape.rank == 2 else value for key, value in windows.items()}
-    # [CLS] and the context's pieces only, as the pipeline's `p_mask`: the model's own mask (BERT's packing, where
-    # the context is segment 1) is the same; a model without one (RoBERTa's packing has no segments) needs it here.
-    allowed = windows["context_mask"] | tf.equal(tf.range(width), 0)[None, :]  # (windows, width)
-
-    def run(begin, end):
-        packed = {key: windows[key][begin:end] for key in ("input_word_ids", "input_mask", "input_type_ids")}
-        logits = model.serving_outputs(packed)
-        return {f"{name}_probabilities": tf.nn.softmax(tf.where(allowed[begin:end], tf.cast(logits[f"{name}_logits"],
-                                                                                            tf.float32), -1e9), axis=-1)
-                for name in ("start", "end")}
-
-    specs = {f"{name}_probabilities": (tf.float32, [None, None]) for name in ("start", "end")}
-    outputs = {key: windows[key] for key in WINDOW_OUTPUTS if key in windows}
-    outputs.update(in_chunks(run, tf.size(windows["example_index"], out_type=tf.int64), specs, windows_per_call))
+    layout = qa_layout(tokenizer, questions, contexts, seq_length, doc_stride, max_question_length)
+    begin, end = tf.constant(0, tf.int64), layout["count"]
+    if window_range is not None:
+        begin = tf.minimum(tf.maximum(tf.cast(window_range[0], tf.int64), 0), end)
+        end = tf.minimum(begin + tf.maximum(tf.cast(window_range[1], tf.int64), 0), end)
+    specs = {"example_index": (tf.int64, [None]), "context_mask": (tf.bool, [None, None]),
+             **{key: (tf.int64, [None, None]) for key in ("char_starts", "char_ends", "word_starts", "word_ends")},
+             **{f"{name}_probabilities": (tf.float32, [None, None]) for name in ("start", "end")}}
+    outputs = _in_window_chunks(model, layout, begin, end, lambda windows: windows, specs, windows_per_call)
+    if window_range is not None:
+        outputs["window_count"] = layout["count"]
     return outputs
+
+
+def _in_window_chunks(model, layout, begin, end, reduce, specs, windows_per_call):
+    """`reduce(windows)` of windows `[begin, end)` of `layout`, packed and run `windows_per_call` at a time.
+
+    Every chunk is cut to the width of the range's longest window (padding
+    carries nothing), so that chunks concatenate and each window's
+    probabilities are what one call of all the windows gives.
+    """
+    example, first, last = (layout[key][begin:end] for key in ("example", "first", "last"))
+    lengths = tf.gather(layout["question_length"], example) + layout["num_special"] + (last - first)
+    width = tf.maximum(tf.reduce_max(tf.concat([lengths, [1]], 0)), 1)  # the longest window: real pieces
+
+    def run(chunk_begin, chunk_end):
+        windows = pack_qa_windows(layout, begin + chunk_begin, begin + chunk_end)
+        windows = {key: value[:, :width] if value.shape.rank == 2 else value for key, value in windows.items()}
+        packed = {key: windows[key] for key in ("input_word_ids", "input_mask", "input_type_ids")}
+        logits = model.serving_outputs(packed)
+        # [CLS] and the context's pieces only, as the pipeline's `p_mask`: the model's own mask (BERT's packing,
+        # where the context is segment 1) is the same; a model without one (RoBERTa's packing) needs it here.
+        allowed = windows["context_mask"] | tf.equal(tf.range(width), 0)[None, :]  # (chunk, width)
+        for name in ("start", "end"):
+            windows[f"{name}_probabilities"] = tf.nn.softmax(
+                tf.where(allowed, tf.cast(logits[f"{name}_logits"], tf.float32), -1e9), axis=-1)
+        outputs = reduce(windows)
+        return {key: outputs[key] for key in specs}
+
+    return in_chunks(run, end - begin, specs, windows_per_call)
+
+
+def _window_best(windows, max_answer_len):
+    """Each window's best span: `best` (its p(start) x p(end), -1 for none), `start`, `end` (code points, widened
+    to whole words), `null` (p([CLS]) x p([CLS])), `(windows,)` each."""
+    start_p, end_p = windows["start_probabilities"], windows["end_probabilities"]
+    in_context = windows["context_mask"]
+    width = tf.shape(start_p)[1]
+    padded_end = tf.pad(end_p, [[0, 0], [0, max_answer_len]])
+    padded_mask = tf.pad(in_context, [[0, 0], [0, max_answer_len]])
+    # scores[w, s, k]: the span from piece s to piece s + k (transformers' band of the outer product).
+    scores = tf.stack([start_p * padded_end[:, k : k + width] for k in range(max_answer_len)], axis=2)
+    valid = tf.stack([in_context & padded_mask[:, k : k + width] for k in range(max_answer_len)], axis=2)
+    flat = tf.reshape(tf.where(valid, scores, -1.0), [tf.shape(scores)[0], -1])  # (windows, width * K)
+    index = tf.argmax(flat, axis=1, output_type=tf.int64)  # first best: smallest start, then end
+    rows = tf.range(tf.size(index, out_type=tf.int64))
+    start_piece, end_piece = index // max_answer_len, index // max_answer_len + index % max_answer_len
+    return {"best": tf.reduce_max(flat, axis=1), "null": start_p[:, 0] * end_p[:, 0],
+            "start": tf.gather_nd(windows["word_starts"], tf.stack([rows, start_piece], 1)),
+            "end": tf.gather_nd(windows["word_ends"], tf.stack([rows, end_piece], 1)),
+            "example_index": windows["example_index"]}
+
+
+_BEST_SPECS = {"best": (tf.float32, [None]), "null": (tf.float32, [None]), "start": (tf.int64, [None]),
+               "end": (tf.int64, [None]), "example_index": (tf.int64, [None])}
+
+
+def _example_best(per_window, contexts):
+    """Per example, the best of its windows' best spans (`_window_best`): `best_answers`' dict."""
+    example, batch = per_window["example_index"], tf.size(contexts, out_type=tf.int64)
+    best = per_window["best"]
+    # The best window: the first with the example's highest score.
+    top = tf.math.unsorted_segment_max(best, example, batch)
+    windows_count = tf.size(best, out_type=tf.int64)
+    candidates = tf.where(best >= tf.gather(top, example), tf.range(windows_count, dtype=tf.int64), windows_count)
+    window = tf.math.unsorted_segment_min(candidates, example, batch)
+    found = tf.gather(best, window) >= 0
+    start = tf.where(found, tf.gather(per_window["start"], window), 0)
+    end = tf.where(found, tf.gather(per_window["end"], window), 0)
+    return {
+        "start": start,
+        "end": end,
+        "score": tf.where(found, tf.gather(best, window), 0.0),
+        "answer": tf.strings.substr(contexts, start, end - start, unit="UTF8_CHAR"),
+        "null_score": tf.math.unsorted_segment_min(per_window["null"], example, batch),
+    }
 
 
 def best_answers(windows, contexts, max_answer_len):
@@ -98,40 +179,57 @@ def best_answers(windows, contexts, max_answer_len):
         the context has no piece), `answer` (the context's characters), and
         `null_score` (the smallest p([CLS]) x p([CLS]) over the windows).
     """
-    start_p, end_p = windows["start_probabilities"], windows["end_probabilities"]
-    in_context = windows["context_mask"]
-    example, batch = windows["example_index"], tf.size(contexts, out_type=tf.int64)
-    null = start_p[:, 0] * end_p[:, 0]  # (windows,)
-    width = tf.shape(start_p)[1]
-    padded_end = tf.pad(end_p, [[0, 0], [0, max_answer_len]])
-    padded_mask = tf.pad(in_context, [[0, 0], [0, max_answer_len]])
-    # scores[w, s, k]: the span from piece s to piece s + k (transformers' band of the outer product).
-    scores = tf.stack([start_p * padded_end[:, k : k + width] for k in range(max_answer_len)], axis=2)
-    valid = tf.stack([in_context & padded_mask[:, k : k + width] for k in range(max_answer_len)], axis=2)
-    flat = tf.reshape(tf.where(valid, scores, -1.0), [tf.shape(scores)[0], -1])  # (windows, width * K)
-    index = tf.argmax(flat, axis=1, output_type=tf.int64)  # first best: smallest start, then end
-    best = tf.reduce_max(flat, axis=1)
-    # The best window: the first with the example's highest score.
-    top = tf.math.unsorted_segment_max(best, example, batch)
-    windows_count = tf.size(best, out_type=tf.int64)
-    candidates = tf.where(best >= tf.gather(top, example), tf.range(windows_count, dtype=tf.int64), windows_count)
-    window = tf.math.unsorted_segment_min(candidates, example, batch)
-    index = tf.gather(index, window)
-    start_piece, end_piece = index // max_answer_len, index // max_answer_len + index % max_answer_len
-    found = tf.gather(best, window) >= 0
-    start = tf.where(found, tf.gather_nd(windows["word_starts"], tf.stack([window, start_piece], 1)), 0)
-    end = tf.where(found, tf.gather_nd(windows["word_ends"], tf.stack([window, end_piece], 1)), 0)
-    return {
-        "start": start,
-        "end": end,
-        "score": tf.where(found, tf.gather(best, window), 0.0),
-        "answer": tf.strings.substr(contexts, start, end - start, unit="UTF8_CHAR"),
-        "null_score": tf.math.unsorted_segment_min(null, example, batch),
-    }
+    return _example_best(_window_best(windows, max_answer_len), contexts)
 
 
-def export_reader(model, export_dir, overwrite=False, extra_assets=None, dtype="float32", seq_length=384,
-                  doc_stride=128, max_question_length=64, max_answer_len=15):
+def chunked_best_answers(model, tokenizer, questions, contexts, seq_length, doc_stride, max_question_length,
+                         max_answer_len, windows_per_call=WINDOWS_PER_CALL):
+    """`best_answers(window_probabilities(...))`, each chunk of windows reduced to its best spans as it is run:
+    what `serving_default` serves, holding a few numbers per window beside one chunk's windows."""
+    layout = qa_layout(tokenizer, questions, contexts, seq_length, doc_stride, max_question_length)
+    per_window = _in_window_chunks(model, layout, tf.constant(0, tf.int64), layout["count"],
+                                   lambda windows: _window_best(windows, max_answer_len), _BEST_SPECS,
+                                   windows_per_call)
+    return _example_best(per_window, contexts)
+
+
+def window_settings(model, tokenizer, seq_length=None, doc_stride=None, max_question_length=None):
+    """The export's `(seq_length, doc_stride, max_question_length)`: those given, checked; the model's own by default.
+
+    `seq_length` defaults to the model's own length (its preprocessor's),
+    at most 384, as transformers' question-answering pipeline serves
+    (`min(model_max_length, 384)`); `doc_stride` to `min(seq_length // 2,
+    128)` (the pipeline's) and at most half the context pieces beside the
+    longest question; `max_question_length` to 64, or a quarter of a
+    window for a shorter model. A length the encoder's positions cannot
+    hold is refused here, at export time, not at the first long context.
+
+    Raises:
+        ValueError: naming the argument, e.g. a `seq_length` over the
+            encoder's `max_sequence_length`.
+    """
+    num_special = tokenizer.num_special_tokens(2)
+    if seq_length is None:
+        seq_length = min(DEFAULT_SEQ_LENGTH, model.preprocessor.seq_length)
+    seq_length = check_int("seq_length", seq_length, minimum=num_special + 1)
+    max_length = getattr(getattr(model, "encoder", None), "max_sequence_length", None)
+    if isinstance(max_length, int) and seq_length > max_length:
+        raise ValueError(
+            f"Received an invalid value for argument `seq_length`, expected at most the encoder's "
+            f"max_sequence_length={max_length} (its positions: a longer window cannot be served). "
+            f"Received: seq_length={seq_length}"
+        )
+    if max_question_length is None:
+        max_question_length = max(1, min(64, (seq_length - num_special) // 4))
+    if doc_stride is None:
+        room = seq_length - num_special - max_question_length  # context pieces beside the longest question
+        doc_stride = max(0, min(128, seq_length // 2, room // 2))
+    check_window_arguments(seq_length, doc_stride, max_question_length, num_special)
+    return seq_length, doc_stride, max_question_length
+
+
+def export_reader(model, export_dir, overwrite=False, extra_assets=None, dtype="float32", seq_length=None,
+                  doc_stride=None, max_question_length=None, max_answer_len=15):
     """Exports an extractive question-answering model as a SavedModel that takes the raw question and context.
 
     `serving_default` takes `question` and `context` (`(batch,)` strings) and
@@ -142,7 +240,13 @@ def export_reader(model, export_dir, overwrite=False, extra_assets=None, dtype="
     window's `example_index`, `start_probabilities`, `end_probabilities`,
     `context_mask` and offsets (`char_starts`, `char_ends`, and
     `word_starts`, `word_ends` of the piece's word), which
-    `ExportedReader.predict` decodes for top-k. All in the graph:
+    `ExportedReader.predict` decodes for top-k; `window_range` (the same
+    inputs and int64 scalars `begin`, `size`) returns windows `[begin, begin
+    + size)` of those and `window_count`, which `predict` reads a few
+    hundred at a time. Every signature packs, runs and reduces
+    `WINDOWS_PER_CALL` windows at a time, one call after another: the
+    memory one context holds is that of its pieces, a few numbers per
+    window and one call's windows, not all of its windows. All in the graph:
     `tf.saved_model.load(dir)` users and TF Serving get spans without Python
     (after `import tensorflow_text`). A TF Serving warm-up file is written.
 
@@ -156,11 +260,16 @@ def export_reader(model, export_dir, overwrite=False, extra_assets=None, dtype="
             (or `bytes`), written to `assets.extra/`.
         dtype: `"float32"`, or `"bfloat16"` for a model on a `BertEncoder`.
             Defaults to `"float32"`.
-        seq_length: int. Pieces per window. Defaults to `384`.
-        doc_stride: int. Context pieces shared by consecutive windows.
-            Defaults to `128`.
-        max_question_length: int. A longer question keeps its first pieces.
-            Defaults to `64`.
+        seq_length: optional int. Pieces per window, at most the encoder's
+            `max_sequence_length`. Defaults to the model's own length (its
+            preprocessor's `seq_length`), at most 384 (transformers'
+            question-answering pipeline: `min(model_max_length, 384)`).
+        doc_stride: optional int. Context pieces shared by consecutive
+            windows. Defaults to `min(seq_length // 2, 128)`, at most half
+            the context pieces beside the longest question.
+        max_question_length: optional int. A longer question keeps its first
+            pieces. Defaults to `64`, or a quarter of the window where that
+            is fewer.
         max_answer_len: int. The longest answer of `serving_default`, in
             pieces (`predict` takes its own). Defaults to `15`.
 
@@ -170,7 +279,8 @@ def export_reader(model, export_dir, overwrite=False, extra_assets=None, dtype="
     export_dir = os.fspath(export_dir)
     check_compute_dtype(dtype)
     tokenizer = _tokenizer_of(model)
-    check_window_arguments(seq_length, doc_stride, max_question_length, tokenizer.num_special_tokens(2))
+    seq_length, doc_stride, max_question_length = window_settings(model, tokenizer, seq_length, doc_stride,
+                                                                  max_question_length)
     max_answer_len = check_int("max_answer_len", max_answer_len, minimum=1)
     if dtype != "float32" and not isinstance(getattr(model, "encoder", None), BertEncoder):
         raise ValueError(f"Received dtype={dtype!r} for a model on a {type(model.encoder).__name__}; only a model on a "
@@ -183,16 +293,23 @@ def export_reader(model, export_dir, overwrite=False, extra_assets=None, dtype="
             return window_probabilities(model, tokenizer, questions, contexts, seq_length, doc_stride,
                                         max_question_length)
 
-        run = tf.function(windows, input_signature=signature, autograph=False)  # traced once for both endpoints
+        run = tf.function(windows, input_signature=signature, autograph=False)
+
+        def window_range(question, context, begin, size):
+            return window_probabilities(model, tokenizer, question, context, seq_length, doc_stride,
+                                        max_question_length, window_range=(begin, size))
 
         def serve(question, context):
-            return best_answers(run(question, context), context, max_answer_len)
+            return chunked_best_answers(model, tokenizer, question, context, seq_length, doc_stride,
+                                        max_question_length, max_answer_len)
 
         def logits_of_ids(packed):  # the model on packed windows: (windows, seq) start and end logits
             return {key: tf.cast(value, tf.float32) for key, value in model.serving_outputs(packed).items()}
 
         write_export(model, export_dir, kind=READER, overwrite=overwrite, extra_assets=extra_assets,
-                     endpoints=[("serve", serve, signature), ("windows", run, signature), *ids_endpoints(logits_of_ids)],
+                     endpoints=[("serve", serve, signature), ("windows", run, signature),
+                                (RANGE_ENDPOINT, window_range, signature + RANGE_SIGNATURE),
+                                *ids_endpoints(logits_of_ids)],
                      settings=info, warmup_requests=warmup_requests(seq_length), preprocessor=model.preprocessor)
     logger.info("Exported the reader to %s", export_dir)
     return export_dir
@@ -211,8 +328,8 @@ def warmup_requests(seq_length):
 # ---------------------------------------------------------------------------
 
 
-def _window_candidates(start_p, end_p, in_context, count, max_answer_len):
-    """The `count` best spans `(scores, starts, ends)` of one window, best first (ties: smaller start, end)."""
+def _window_candidates(start_p, end_p, in_context, max_answer_len):
+    """A window's spans of non-zero probability `(scores, starts, ends)`, best first (ties: smaller start, then end)."""
     width = len(start_p)
     start_p = np.where(in_context, start_p, 0.0).astype("float32")  # [CLS] and outside the context: never a span
     end_p = np.where(in_context, end_p, 0.0).astype("float32")
@@ -222,9 +339,8 @@ def _window_candidates(start_p, end_p, in_context, count, max_answer_len):
     ends_clipped = np.minimum(ends, width - 1)
     valid = inside & in_context[:, None] & in_context[ends_clipped]
     scores = np.where(valid, start_p[:, None] * end_p[ends_clipped], 0.0)
-    order = np.argsort(-scores, axis=None, kind="stable")[:count]  # row-major: (start, end) order on ties
-    keep = scores.flat[order] > 0  # spans of zero probability are no answers
-    order = order[keep]
+    order = np.argsort(-scores, axis=None, kind="stable")  # row-major: (start, end) order on ties
+    order = order[scores.flat[order] > 0]  # spans of zero probability are no answers
     return scores.flat[order], starts.flat[order], ends.flat[order]
 
 
@@ -232,9 +348,17 @@ def decode_answers(windows, context, top_k=1, handle_impossible_answer=False, ma
                    align_to_words=True, merge_duplicates=False):
     """One example's answers from its windows, as transformers 4's question-answering pipeline postprocesses.
 
+    Each answer is a distinct span of the context: a span that several
+    windows hold, or several piece spans give (`align_to_words` widens
+    pieces to their words), comes once, with its best score. (transformers
+    4.0 to 4.52 list it once per window and piece span that gives it, so one
+    word could fill the top-k; 4.54 to 4.57 merge answers of the same text:
+    `merge_duplicates`.)
+
     Args:
         windows: dict of numpy arrays, the rows of one example of the
-            `windows` signature.
+            `windows` signature (or any of its windows: `AnswerPool` adds
+            them a few at a time).
         context: str.
         top_k, handle_impossible_answer, max_answer_len, align_to_words:
             as `ExportedReader.predict`.
@@ -245,25 +369,75 @@ def decode_answers(windows, context, top_k=1, handle_impossible_answer=False, ma
     Returns:
         A list of `{"score", "start", "end", "answer"}`, best first.
     """
-    count = top_k * 2 + 10 if merge_duplicates and align_to_words else top_k
-    starts_key, ends_key = ("word_starts", "word_ends") if align_to_words else ("char_starts", "char_ends")
-    answers, by_text, null = [], {}, 1e6
-    for w in range(len(windows["start_probabilities"])):
-        start_p, end_p = windows["start_probabilities"][w], windows["end_probabilities"][w]
-        null = min(null, float(start_p[0] * end_p[0]))
-        scores, starts, ends = _window_candidates(start_p, end_p, windows["context_mask"][w], count, max_answer_len)
-        for score, s, e in zip(scores, starts, ends):
-            begin, finish = int(windows[starts_key][w, s]), int(windows[ends_key][w, e])
-            text = context[begin:finish]
-            if merge_duplicates and text.lower() in by_text:
-                by_text[text.lower()]["score"] += float(score)
-                continue
-            answer = {"score": float(score), "start": begin, "end": finish, "answer": text}
-            answers.append(answer)
-            by_text.setdefault(text.lower(), answer)
-    if handle_impossible_answer or not answers:  # no piece in the context: the empty answer
-        answers.append({"score": null if handle_impossible_answer else 0.0, "start": 0, "end": 0, "answer": ""})
-    return sorted(answers, key=lambda answer: answer["score"], reverse=True)[:top_k]
+    pool = AnswerPool(context, top_k, handle_impossible_answer, max_answer_len, align_to_words, merge_duplicates)
+    pool.add(windows)
+    return pool.answers()
+
+
+class AnswerPool:
+    """One example's best answers so far, windows added a few at a time: memory of `top_k` answers, not of windows.
+
+    `add(windows)` takes any rows of the example's windows, in order;
+    `answers()` is `decode_answers` of all rows added.
+    """
+
+    def __init__(self, context, top_k=1, handle_impossible_answer=False, max_answer_len=15, align_to_words=True,
+                 merge_duplicates=False):
+        self.context, self.top_k, self.max_answer_len = context, top_k, max_answer_len
+        self.handle_impossible_answer, self.merge_duplicates = handle_impossible_answer, merge_duplicates
+        self._keys = ("word_starts", "word_ends") if align_to_words else ("char_starts", "char_ends")
+        self._count = top_k * 2 + 10 if merge_duplicates and align_to_words else top_k
+        self._answers, self._by_key, self._null = [], {}, 1e6
+
+    def add(self, windows):
+        starts_key, ends_key = self._keys
+        for w in range(len(windows["start_probabilities"])):
+            start_p, end_p = windows["start_probabilities"][w], windows["end_probabilities"][w]
+            self._null = min(self._null, float(start_p[0] * end_p[0]))
+            scores, starts, ends = _window_candidates(start_p, end_p, windows["context_mask"][w], self.max_answer_len)
+            taken = set()  # this window's distinct spans (merged: its first `count` candidates)
+            for score, s, e in zip(scores, starts, ends):
+                begin, finish = int(windows[starts_key][w, s]), int(windows[ends_key][w, e])
+                if self.merge_duplicates:
+                    if len(taken) == self._count:
+                        break
+                    taken.add((s, e))
+                    self._merged(float(score), begin, finish)
+                elif (begin, finish) not in taken:
+                    taken.add((begin, finish))
+                    self._distinct(float(score), begin, finish)
+                    if len(taken) == self.top_k:  # a later span of this window cannot beat these in the top-k
+                        break
+            if not self.merge_duplicates:
+                self._answers = sorted(self._answers, key=lambda answer: -answer["score"])[: self.top_k]
+                self._by_key = {(a["start"], a["end"]): a for a in self._answers}
+
+    def _distinct(self, score, begin, finish):
+        known = self._by_key.get((begin, finish))
+        if known is None:
+            answer = {"score": score, "start": begin, "end": finish, "answer": self.context[begin:finish]}
+            self._answers.append(answer)
+            self._by_key[(begin, finish)] = answer
+        elif score > known["score"]:  # another window's copy, or another piece span of the same words
+            known["score"] = score
+
+    def _merged(self, score, begin, finish):
+        text = self.context[begin:finish]
+        known = self._by_key.get(text.lower())
+        if known is not None:
+            known["score"] += score
+            return
+        answer = {"score": score, "start": begin, "end": finish, "answer": text}
+        self._answers.append(answer)
+        self._by_key[text.lower()] = answer
+
+    def answers(self):
+        """The best `top_k`, best first; the empty answer where asked, or where no span has any probability."""
+        answers = list(self._answers)
+        if self.handle_impossible_answer or not answers:  # no piece in the context: the empty answer
+            answers.append({"score": self._null if self.handle_impossible_answer else 0.0, "start": 0, "end": 0,
+                            "answer": ""})
+        return sorted(answers, key=lambda answer: answer["score"], reverse=True)[: self.top_k]
 
 
 class ExportedReader(LoadedExport):
@@ -294,6 +468,8 @@ class ExportedReader(LoadedExport):
         if sorted(inputs) != sorted(INPUTS) or missing:
             raise self._refuse(f"its `windows` takes {sorted(inputs)} and lacks {missing}")
         self._windows = windows
+        # A window range: a long context read a few windows at a time (an export before it: all at once).
+        self._window_range = signatures.get(RANGE_ENDPOINT)
         self.info = self.settings()
 
     def __call__(self, question, context):
@@ -308,9 +484,10 @@ class ExportedReader(LoadedExport):
             question: str or list of str.
             context: str or list of str (one context for many questions is
                 shared, as the pipeline does).
-            top_k: int. Answers per question, best first. Fewer come back
-                when the context holds fewer spans of non-zero probability.
-                Defaults to `1`.
+            top_k: int. Answers per question, best first: distinct spans of
+                the context, each with its best score over the windows and
+                piece spans that give it. Fewer come back when the context
+                holds fewer spans of non-zero probability. Defaults to `1`.
             handle_impossible_answer: bool. Let the empty answer (score: the
                 smallest `[CLS]` probability product over the windows)
                 compete. Defaults to `False`.
@@ -344,17 +521,34 @@ class ExportedReader(LoadedExport):
         results = []
         for begin in range(0, len(questions), batch_size):
             part = slice(begin, begin + batch_size)
-            with self.requesting():
-                outputs = self._windows(question=tf.constant(questions[part], tf.string),
-                                        context=tf.constant(contexts[part], tf.string))
-            outputs = {key: value.numpy() for key, value in outputs.items()}
-            for i, text in enumerate(contexts[part]):
-                rows = outputs["example_index"] == i
-                answers = decode_answers({key: value[rows] for key, value in outputs.items()}, text, top_k,
-                                         handle_impossible_answer, max_answer_len, align_to_words, merge_duplicates)
-                results.append(answers[0] if top_k == 1 else answers)
+            pools = [AnswerPool(text, top_k, handle_impossible_answer, max_answer_len, align_to_words,
+                                merge_duplicates) for text in contexts[part]]
+            for outputs in self._window_reads(tf.constant(questions[part], tf.string),
+                                              tf.constant(contexts[part], tf.string)):
+                for i, pool in enumerate(pools):
+                    rows = outputs["example_index"] == i
+                    if rows.any():
+                        pool.add({key: value[rows] for key, value in outputs.items()})
+            results.extend(pool.answers()[0] if top_k == 1 else pool.answers() for pool in pools)
         self.answered()
         return results[0] if single else results
+
+    def _window_reads(self, questions, contexts, windows_per_read=WINDOWS_PER_READ):
+        """The batch's windows as numpy dicts, `windows_per_read` at a time (an export before `window_range`: one)."""
+        if self._window_range is None:
+            with self.requesting():
+                outputs = self._windows(question=questions, context=contexts)
+            yield {key: value.numpy() for key, value in outputs.items()}
+            return
+        begin, count = 0, 1
+        while begin < count:
+            with self.requesting():
+                outputs = self._window_range(question=questions, context=contexts,
+                                             begin=tf.constant(begin, tf.int64),
+                                             size=tf.constant(windows_per_read, tf.int64))
+            count = int(outputs.pop("window_count"))
+            yield {key: value.numpy() for key, value in outputs.items()}
+            begin += windows_per_read
 
     def _instantiate(self):
         self._windows(question=tf.constant(["a"]), context=tf.constant(["a"]))

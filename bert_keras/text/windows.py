@@ -11,7 +11,8 @@ character offsets into its own string (`offset_mapping`), and each context
 piece the span of its word's pieces inside the window (what transformers'
 question-answering pipeline answers with `align_to_words=True`).
 
-`qa_windows` is the graph (an export serves it); `qa_features` runs it over
+`qa_windows` is the graph (an export serves it, a few windows at a time:
+`qa_layout` and `pack_qa_windows`); `qa_features` runs it over
 SQuAD examples in batches and labels each window with the answer's first and
 last piece, `[CLS]` (position 0) where the window does not hold the whole
 answer, as transformers' `run_qa.py` does.
@@ -255,22 +256,51 @@ def qa_windows(tokenizer, questions, contexts, seq_length=384, doc_stride=128, m
         piece, the span of the pieces of its word inside this window, what
         transformers' `word_to_chars` gives; else the piece's own offsets).
     """
+    return pack_qa_windows(qa_layout(tokenizer, questions, contexts, seq_length, doc_stride, max_question_length))
+
+
+@tf.autograph.experimental.do_not_convert
+def qa_layout(tokenizer, questions, contexts, seq_length=384, doc_stride=128, max_question_length=64):
+    """The batch's pieces and where its windows fall: `qa_windows` before any window is packed.
+
+    What grows with the contexts is their flat pieces and a few numbers per
+    window; `pack_qa_windows(layout, begin, end)` packs any range of the
+    windows, so that a server can pack, run and reduce a few windows at a
+    time (`export.reader`) and hold `(windows, seq_length)` tensors of
+    those only.
+
+    Returns:
+        A dict: `question`, `context` (`_pieces` of each), `question_length`
+        (int64 `(batch,)`), `example`, `first`, `last` (int64 `(windows,)`:
+        each window's example and its context pieces `[first, last)`),
+        `count` (int64 scalar: the windows), and the packing's constants.
+    """
     num_special = tokenizer.num_special_tokens(2)
-    roberta = tokenizer.packing == "roberta"
     check_window_arguments(seq_length, doc_stride, max_question_length, num_special)
     question, context = _pieces(tokenizer, questions), _pieces(tokenizer, contexts)
     # One window per `step` context pieces after the first, until a window reaches the end (tokenizers' `truncate`).
     question_length = tf.minimum(question["lengths"], max_question_length)
     budget = seq_length - num_special - question_length  # (batch,) context pieces per window
-    step = budget - doc_stride
-    length = context["lengths"]
-    example, _, first, last = piece_windows(length, budget, step)  # (windows,): the context pieces [first, last)
+    example, _, first, last = piece_windows(context["lengths"], budget, budget - doc_stride)  # (windows,)
+    return {"question": question, "context": context, "question_length": question_length, "example": example,
+            "first": first, "last": last, "count": tf.size(example, out_type=tf.int64), "seq_length": seq_length,
+            "num_special": num_special, "roberta": tokenizer.packing == "roberta", "cls_id": tokenizer.cls_id,
+            "sep_id": tokenizer.sep_id, "pad_id": tokenizer.pad_id}
+
+
+@tf.autograph.experimental.do_not_convert
+def pack_qa_windows(layout, begin=None, end=None):
+    """Windows `[begin, end)` of `qa_layout` (all by default), packed: `qa_windows`' dict for those rows."""
+    question, context, seq_length = layout["question"], layout["context"], layout["seq_length"]
+    example, first, last = layout["example"], layout["first"], layout["last"]
+    if begin is not None:
+        example, first, last = example[begin:end], first[begin:end], last[begin:end]
     # Positions: [CLS] 0, question 1..q, [SEP] q + 1 (RoBERTa: </s></s> q + 1, q + 2), context from
     # o = q + 2 (RoBERTa: q + 3) to o + c - 1, [SEP] o + c, padding after.
     position = tf.range(seq_length, dtype=tf.int64)[None, :]  # (1, seq_length)
-    q = tf.gather(question_length, example)[:, None]  # (windows, 1)
+    q = tf.gather(layout["question_length"], example)[:, None]  # (windows, 1)
     c = (last - first)[:, None]
-    o = q + num_special - 1  # the context's first position
+    o = q + layout["num_special"] - 1  # the context's first position
     is_question = (position >= 1) & (position <= q)  # (windows, seq_length)
     is_context = (position >= o) & (position < o + c)
     is_separator = ((position > q) & (position < o)) | (position == o + c)
@@ -283,9 +313,9 @@ def qa_windows(tokenizer, questions, contexts, seq_length=384, doc_stride=128, m
         return tf.where(is_question, _gather(question[key], question_index, is_question, default),
                         _gather(context[key], context_index, is_context, default))
 
-    ids = tf.where(position == 0, tf.cast(tokenizer.cls_id, tf.int64),
-                   tf.where(is_separator, tf.cast(tokenizer.sep_id, tf.int64),
-                            tf.cast(piece("ids", tokenizer.pad_id), tf.int64)))
+    ids = tf.where(position == 0, tf.cast(layout["cls_id"], tf.int64),
+                   tf.where(is_separator, tf.cast(layout["sep_id"], tf.int64),
+                            tf.cast(piece("ids", layout["pad_id"]), tf.int64)))
     # A word cut by the window's edge spans its pieces inside the window, as the window's own encoding has it.
     context_end = context_start + c - 1
     word_first = tf.maximum(_gather(context["word_first"], context_index, is_context, 0), context_start)
@@ -294,7 +324,7 @@ def qa_windows(tokenizer, questions, contexts, seq_length=384, doc_stride=128, m
     return {
         "input_word_ids": tf.cast(ids, tf.int32),
         "input_mask": tf.cast(is_real, tf.int32),
-        "input_type_ids": (tf.zeros_like(is_real, tf.int32) if roberta
+        "input_type_ids": (tf.zeros_like(is_real, tf.int32) if layout["roberta"]
                            else tf.cast(is_context | (is_separator & (position > q + 1)), tf.int32)),
         "example_index": example,
         "char_starts": starts,

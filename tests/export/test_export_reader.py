@@ -60,12 +60,14 @@ def exported(checkpoint, tmp_path_factory):
 def reference_answers(model, tokenizer, question, context, seq_length=SEQ_LENGTH, stride=STRIDE, top_k=1,
                       handle_impossible_answer=False, max_answer_len=15, merge_duplicates=False):
     """transformers 4's QuestionAnsweringPipeline (preprocess, select_starts_ends, decode_spans, postprocess),
-    on transformers 5's fast tokenizer and torch logits (5 removed the pipeline)."""
+    on transformers 5's fast tokenizer and torch logits (5 removed the pipeline); without `merge_duplicates`, each
+    span once with its best score (4.0 to 4.52 repeat a span once per window and piece span that gives it: each
+    window offers all its spans here, so that the distinct top-k is complete)."""
     import torch
 
     encoded = tokenizer(question, context, truncation="only_second", max_length=seq_length, stride=stride,
                         return_overflowing_tokens=True, return_offsets_mapping=True, return_token_type_ids=True)
-    count = top_k * 2 + 10 if merge_duplicates else top_k  # 4.54-4.57 over-fetch with align_to_words
+    count = top_k * 2 + 10 if merge_duplicates else None  # 4.54-4.57 over-fetch with align_to_words
     answers, min_null_score = [], 1000000
     for span in range(len(encoded["input_ids"])):
         ids = np.array([encoded["input_ids"][span]])
@@ -88,7 +90,9 @@ def reference_answers(model, tokenizer, question, context, seq_length=SEQ_LENGTH
         start[0, 0] = end[0, 0] = 0.0
         candidates = np.tril(np.triu(np.matmul(start[..., None], end[:, None])), max_answer_len - 1)
         flat = candidates.flatten()
-        if count == 1:
+        if count is None:
+            order = np.argsort(-flat, kind="stable")
+        elif count == 1:
             order = [np.argmax(flat)]
         elif len(flat) < count:
             order = np.argsort(-flat)
@@ -110,6 +114,13 @@ def reference_answers(model, tokenizer, question, context, seq_length=SEQ_LENGTH
                 same[0]["score"] += score
             else:
                 answers.append({"score": score, "start": begin, "end": finish, "answer": context[begin:finish]})
+    if not merge_duplicates:
+        best = {}
+        for answer in answers:
+            key = (answer["start"], answer["end"])
+            if key not in best or answer["score"] > best[key]["score"]:
+                best[key] = answer
+        answers = list(best.values())
     if handle_impossible_answer:
         answers.append({"score": min_null_score, "start": 0, "end": 0, "answer": ""})
     # Spans of zero probability (outside the context, [CLS]) fill a short context's top-k there; not here.
@@ -252,3 +263,117 @@ def test_default_windows_of_384_with_stride_128_equal_transformers(checkpoint, t
             expected = reference_answers(model, tokenizer, question, context, seq_length=384, stride=128,
                                          top_k=top_k, handle_impossible_answer=handle)
             _assert_same(ours if top_k > 1 else [ours], expected, context)
+
+
+def _short_labeler(max_sequence_length=40, seq_length=32):
+    """A tiny span labeler on a native encoder of `max_sequence_length` positions, packing to `seq_length`."""
+    from bert_keras import BertEncoder
+    from bert_keras.text import BertPreprocessor
+
+    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + [f"w{i}" for i in range(35)]
+    encoder = BertEncoder(vocab_size=40, num_layers=1, hidden_size=8, num_heads=2, intermediate_size=16,
+                          max_sequence_length=max_sequence_length)
+    return BertSpanLabeler(encoder, preprocessor=BertPreprocessor(vocab, seq_length=seq_length))
+
+
+def test_the_windows_default_to_the_models_own_length():
+    # Issue 55 item 10: a QA model of 40 positions exported with seq_length 384, the function's default.
+    from bert_keras.export.reader import window_settings
+
+    labeler = _short_labeler(40, 32)
+    tokenizer = labeler.preprocessor.tokenizer
+    # 32 pieces: questions of up to (32 - 3) // 4 = 7, 22 context pieces beside them, 11 shared (half of them).
+    assert window_settings(labeler, tokenizer) == (32, 11, 7)
+    assert window_settings(labeler, tokenizer, seq_length=40) == (40, 14, 9)
+    # transformers' pipeline defaults where the model holds them: min(model_max_length, 384), stride 128, 64.
+    assert window_settings(_short_labeler(512, 512), tokenizer) == (384, 128, 64)
+    assert window_settings(_short_labeler(512, 128), tokenizer) == (128, 47, 31)
+
+
+def test_a_length_the_encoder_cannot_hold_is_refused_at_export(tmp_path):
+    labeler = _short_labeler(40, 32)
+    with pytest.raises(ValueError, match=r"`seq_length`.*max_sequence_length=40.*Received: seq_length=384"):
+        export_reader(labeler, str(tmp_path / "out"), seq_length=384)
+    with pytest.raises(ValueError, match=r"`seq_length`.*max_sequence_length=40.*Received: seq_length=41"):
+        export_reader(labeler, str(tmp_path / "out"), seq_length=41)
+    assert not os.path.exists(tmp_path / "out")
+
+
+@pytest.mark.slow  # an export and its load
+def test_an_imported_short_model_serves_long_contexts_at_its_own_length(tmp_path):
+    # Issue 55 item 10, as found: from_checkpoint(folder, seq_length=32) of a 40-position model, exported with the
+    # defaults, wrote seq_length 384 and failed at predict ("exceeds max_sequence_length (40)").
+    transformers = pytest.importorskip("transformers")
+    torch = pytest.importorskip("torch")
+    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + [f"w{i}" for i in range(35)]
+    folder = str(tmp_path / "checkpoint")
+    config = transformers.BertConfig(vocab_size=len(vocab), hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                                     intermediate_size=32, max_position_embeddings=40)
+    torch.manual_seed(0)
+    transformers.BertForQuestionAnswering(config).save_pretrained(folder)
+    with open(os.path.join(folder, "vocab.txt"), "w", encoding="utf-8") as f:
+        f.write("\n".join(vocab) + "\n")
+    labeler = BertSpanLabeler.from_checkpoint(folder, seq_length=32)
+    assert labeler.encoder.max_sequence_length == 40
+    directory = export_reader(labeler, str(tmp_path / "export"))
+    manifest = read_manifest(directory)
+    assert (manifest["seq_length"], manifest["doc_stride"], manifest["max_question_length"]) == (32, 11, 7)
+    reader = load_reader(directory, warm_up=False)
+    context = " ".join(f"w{i % 30 + 5}" for i in range(200))  # 200 pieces: many windows of 32
+    answer = reader.predict(question="w1 w2", context=context)
+    assert context[answer["start"] : answer["end"]] == answer["answer"] != ""
+
+
+def _lovelace_window(start_p, end_p):
+    """One window of "Ada Lovelace": [CLS] ada love ##la ##ce [SEP], with the given probabilities."""
+    return {"start_probabilities": np.array([start_p], "float32"), "end_probabilities": np.array([end_p], "float32"),
+            "context_mask": np.array([[False, True, True, True, True, False]]),
+            "char_starts": np.array([[0, 0, 4, 8, 10, 0]]), "char_ends": np.array([[0, 3, 8, 10, 12, 0]]),
+            "word_starts": np.array([[0, 0, 4, 4, 4, 0]]), "word_ends": np.array([[0, 3, 12, 12, 12, 0]])}
+
+
+def test_top_k_answers_are_distinct_spans_each_with_its_best_score():
+    # Issue 55 item 8: `predict --top-k 3` repeated one span three times (three piece spans of one word, widened to it).
+    from bert_keras.export.reader import decode_answers
+
+    context = "Ada Lovelace"
+    first = _lovelace_window([0.0, 0.05, 0.5, 0.3, 0.15, 0.0], [0.0, 0.05, 0.2, 0.3, 0.45, 0.0])
+    answers = decode_answers(first, context, top_k=3)
+    # love..##ce 0.5 x 0.45; ada..##ce 0.05 x 0.45 (over ada..##la 0.015, ada..love 0.01); ada 0.05 x 0.05.
+    assert [(a["start"], a["end"], a["answer"]) for a in answers] == [(4, 12, "Lovelace"), (0, 12, "Ada Lovelace"),
+                                                                      (0, 3, "Ada")]
+    np.testing.assert_allclose([a["score"] for a in answers], [0.225, 0.0225, 0.0025], rtol=1e-6)
+    pieces = decode_answers(first, context, top_k=3, align_to_words=False)
+    assert [(a["start"], a["end"]) for a in pieces] == [(4, 12), (4, 10), (8, 12)]  # three spans of characters
+    # A second window holding the same span: once, with the better of its two scores.
+    second = _lovelace_window([0.0, 0.0, 0.6, 0.2, 0.2, 0.0], [0.0, 0.1, 0.0, 0.1, 0.8, 0.0])
+    both = {key: np.concatenate([first[key], second[key]]) for key in first}
+    answers = decode_answers(both, context, top_k=2)
+    assert [(a["answer"], round(a["score"], 6)) for a in answers] == [("Lovelace", 0.48), ("Ada Lovelace", 0.0225)]
+
+
+def test_best_answers_and_window_ranges_read_in_chunks_equal_all_windows_at_once():
+    # Issue 55 item 6: a context's windows were all packed at once (a 1 MB context: +0.65 GB). Packed, run and
+    # reduced a few at a time, the answers and the windows are the same.
+    from bert_keras.export.reader import best_answers, chunked_best_answers, window_probabilities
+
+    labeler = _short_labeler(40, 16)
+    tokenizer = labeler.preprocessor.tokenizer
+    questions = tf.constant(["w1 w2", "w3", "w4"])
+    contexts = tf.constant([" ".join(f"w{i % 30 + 5}" for i in range(40)), "w9 w8", ""])  # 6 windows, 1, 1
+    whole = window_probabilities(labeler, tokenizer, questions, contexts, 16, 4, 4, windows_per_call=100)
+    expected = best_answers(whole, contexts, 3)
+    chunked = chunked_best_answers(labeler, tokenizer, questions, contexts, 16, 4, 4, 3, windows_per_call=2)
+    for name, value in expected.items():
+        assert chunked[name].numpy().tolist() == value.numpy().tolist(), name
+    assert chunked["score"].numpy()[2] == 0.0 and chunked["answer"].numpy()[0] != b""
+    parts = [window_probabilities(labeler, tokenizer, questions, contexts, 16, 4, 4, windows_per_call=2,
+                                  window_range=(begin, 3)) for begin in (0, 3, 6, 9)]
+    assert [int(part["window_count"]) for part in parts] == [8] * 4
+    assert [len(part["example_index"]) for part in parts] == [3, 3, 2, 0]
+    for begin, part in zip((0, 3, 6), parts):  # each range cut to its own longest window
+        for name, value in whole.items():
+            rows = value.numpy()[begin : begin + 3]
+            if value.shape.rank == 2:
+                rows = rows[:, : part[name].shape[1]]
+            np.testing.assert_array_equal(part[name].numpy(), rows, err_msg=name)
