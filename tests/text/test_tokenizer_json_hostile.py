@@ -214,3 +214,98 @@ def test_an_oversized_charsmap_is_refused_before_it_is_decoded(albert_folder, tm
     with pytest.raises(TokenizerFileError, match=r"precompiled_charsmap': is 2,796,204 characters of base64; at most "
                        "1,048,576 bytes are read"):
         read_folder(str(folder), "sentencepiece")
+
+
+# --- The hostile review: what else a tokenizer.json may say ---
+
+
+def _ids(folder, kind, texts):
+    ours = [sum(row, []) for row in read_folder(folder, kind).build().tokenize(tf.constant(texts)).to_list()]
+    reference = tokenizers.Tokenizer.from_file(os.path.join(folder, "tokenizer.json"))
+    return ours, [e.ids for e in reference.encode_batch(texts, add_special_tokens=False)]
+
+
+@pytest.mark.parametrize("option, value, expected", [
+    ("unk_token", "[PAD]", [[5, 6, 0], [6]]),  # ours gave [UNK]'s id (1) where the reference gives [PAD]'s
+    ("max_input_chars_per_word", 4, [[1, 1, 1], [1]]),  # ours cut words of up to 100 characters
+])
+def test_the_wordpiece_models_unknown_token_and_word_length_are_read_as_the_reference(tmp_path, option, value,
+                                                                                      expected):
+    data = wordpiece_json(tokens_of(12))
+    data["model"][option] = value
+    ours, reference = _ids(write_json(tmp_path, data), "wordpiece", ["hello world zzz", "world"])
+    assert ours == reference == expected
+
+
+@pytest.mark.parametrize("part, value, message", [
+    ("unk_token", "[NOPE]", r"'model.unk_token': expected a token of the vocabulary, found '\[NOPE\]'"),
+    ("max_input_chars_per_word", "x", r"'model.max_input_chars_per_word': expected a positive integer, found 'x'"),
+    ("max_input_chars_per_word", 0, r"'model.max_input_chars_per_word': expected a positive integer, found 0"),
+])
+def test_a_wordpiece_models_options_out_of_range_are_refused(tmp_path, part, value, message):
+    data = wordpiece_json(tokens_of(12))
+    data["model"][part] = value
+    with pytest.raises(TokenizerFileError, match=message):
+        read_folder(write_json(tmp_path, data), "wordpiece")
+
+
+def test_a_word_length_past_tensorflow_texts_int32_is_unbounded_not_a_crash(tmp_path):
+    # WordPieceTokenizer(max_chars_per_word=2**29) ended in a TypeError inside tensorflow-text (exit 1).
+    data = wordpiece_json(tokens_of(12))
+    data["model"]["max_input_chars_per_word"] = 10**12
+    assert read_folder(write_json(tmp_path, data), "wordpiece").build().max_chars_per_word == (2**31 - 1) // 4
+    with pytest.raises(ValueError, match=r"`max_chars_per_word`, expected a positive integer of at most 536,870,911"):
+        WordPieceTokenizer(SPECIALS, max_chars_per_word=2**29)
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda d: d["added_tokens"].append(dict(d["added_tokens"][0], id=5, content="hello", special=False)),
+     r"'added_tokens\[5\]': 'hello' is not special"),
+    (lambda d: d["added_tokens"].append(dict(d["added_tokens"][0], id=12, content="covid")),
+     r"'added_tokens\[5\]': 'covid' with id 12 is not the model's token"),
+    (lambda d: d.__setitem__("added_tokens", {"[PAD]": 0}), "'added_tokens': expected a list, found dict"),
+    (lambda d: d.__setitem__("post_processor", {"type": "Foo"}), "'post_processor.type': expected"),
+    (lambda d: d.__setitem__("post_processor", {"type": "TemplateProcessing", "single": [
+        {"SpecialToken": {"id": "[CLS]", "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}}]}),
+     "'post_processor.single': expected one special token before the text and one after"),
+    (lambda d: d["model"].__setitem__("vocab", {("\ud800" if i == 8 else t): i for t, i in d["model"]["vocab"].items()}),
+     r"'model.vocab': the token of id 8, '\\ud800', is not Unicode text"),
+])
+def test_wordpiece_added_tokens_post_processor_and_tokens_are_checked(tmp_path, edit, message):
+    # Each was taken without a look (a token added to the text's matching, ids past the vocabulary, [CLS] and [SEP]
+    # other than the template's), or ended in a TypeError inside tensorflow-text (a lone surrogate).
+    data = wordpiece_json(tokens_of(12))
+    edit(data)
+    with pytest.raises(TokenizerFileError, match=message):
+        read_folder(write_json(tmp_path, data), "wordpiece")
+
+
+def test_the_wordpiece_templates_special_tokens_are_the_ones_packed(tmp_path):
+    data = wordpiece_json(tokens_of(12))
+    assert data["post_processor"]["type"] == "BertProcessing"
+    data["post_processor"].update(cls=["w0", 7], sep=["w1", 8])  # ours packed [CLS] and [SEP] whatever it said
+    tokenizer = read_folder(write_json(tmp_path, data), "wordpiece").build()
+    assert (tokenizer.cls_id, tokenizer.sep_id) == (7, 8)
+
+
+def test_a_bpe_merge_the_vocabulary_cannot_hold_is_refused_as_the_reference_does(tmp_path):
+    vocab = {"<s>": 0, "<pad>": 1, "</s>": 2, "<unk>": 3, "<mask>": 4, "a": 5, "b": 6, "ab": 7}
+    data = json.loads(tokenizers.ByteLevelBPETokenizer(vocab=vocab, merges=[("a", "b")])._tokenizer.to_str())
+    data["added_tokens"] = []
+    data["model"]["merges"].append(["b", "zz"])
+    with pytest.raises(TokenizerFileError, match=r"'model.merges\[1\]': 'b zz' merges into or from 'zz', which the "
+                       "vocabulary lacks"):
+        read_folder(write_json(tmp_path, data), "byte_bpe")
+    with pytest.raises(Exception, match="out of vocabulary"):
+        tokenizers.Tokenizer.from_file(os.path.join(tmp_path, "tokenizer.json"))
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda vocab: vocab.__setitem__(31, list(vocab[30])), r"is refused: piece 31 \('.*'\) repeats piece 30"),
+    (lambda vocab: vocab.__setitem__(31, ["x" * 100, -5.0]), "is refused: piece 31 .* has 100 characters"),
+])
+def test_what_the_sentencepiece_model_refuses_names_the_tokenizer_json(albert_folder, tmp_path, edit, message):
+    # They were refused naming an argument `proto` the user never passed.
+    folder, _ = _edited_albert(albert_folder, tmp_path, lambda d: edit(d["model"]["vocab"]))
+    with pytest.raises(TokenizerFileError, match=f"tokenizer.json, field 'model.vocab': {message}"):
+        read_folder(str(folder), "sentencepiece")
