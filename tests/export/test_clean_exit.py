@@ -96,18 +96,19 @@ def test_a_script_exits_with_its_own_status_while_the_background_warm_up_runs(ex
 @pytest.mark.slow
 def test_stop_warm_ups_stops_a_warm_up_between_two_requests_and_waits_for_it(export_dir, monkeypatch):
     classifier = load_classifier(export_dir)
-    calls, release = [], threading.Event()
+    calls, entered, release = [], threading.Event(), threading.Event()
     signature = classifier.serving_signature()
 
     def request(**inputs):
         calls.append(1)
+        entered.set()
         release.wait(60)  # the request in flight when the process exits
         return signature(**inputs)
 
     monkeypatch.setattr(classifier, "serving_signature", lambda: request)
     classifier.predict("good movie")  # the first answer starts the warm-up
     thread = classifier._warming_thread
-    assert thread is not None and thread.daemon
+    assert thread is not None and thread.daemon and entered.wait(60)
     stopper = threading.Thread(target=lambda: stopped.append(loaded.stop_warm_ups(timeout=60)))
     stopped = []
     stopper.start()
