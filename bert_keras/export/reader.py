@@ -533,8 +533,8 @@ class ExportedReader(LoadedExport):
         self.answered()
         return results[0] if single else results
 
-    def _window_reads(self, questions, contexts, windows_per_read=WINDOWS_PER_READ):
-        """The batch's windows as numpy dicts, `windows_per_read` at a time (an export before `window_range`: one)."""
+    def _window_reads(self, questions, contexts):
+        """The batch's windows as numpy dicts, `WINDOWS_PER_READ` at a time (an export before `window_range`: one)."""
         if self._window_range is None:
             with self.requesting():
                 outputs = self._windows(question=questions, context=contexts)
@@ -545,10 +545,10 @@ class ExportedReader(LoadedExport):
             with self.requesting():
                 outputs = self._window_range(question=questions, context=contexts,
                                              begin=tf.constant(begin, tf.int64),
-                                             size=tf.constant(windows_per_read, tf.int64))
+                                             size=tf.constant(WINDOWS_PER_READ, tf.int64))
             count = int(outputs.pop("window_count"))
             yield {key: value.numpy() for key, value in outputs.items()}
-            begin += windows_per_read
+            begin += WINDOWS_PER_READ
 
     def _instantiate(self):
         self._windows(question=tf.constant(["a"]), context=tf.constant(["a"]))

@@ -64,6 +64,14 @@ def _check_tagger(model):
             "characters in the raw text, which a Hub preprocess module does not). Build the tagger with "
             "BertTokenClassifier.from_checkpoint(...) or preprocessor=BertPreprocessor(vocab_file)."
         )
+    max_length = getattr(getattr(model, "encoder", None), "max_sequence_length", None)
+    if isinstance(max_length, int) and preprocessor.seq_length > max_length:
+        raise ValueError(
+            f"Received an invalid value for argument `model`: its preprocessor packs windows of "
+            f"seq_length={preprocessor.seq_length} pieces, expected at most the encoder's "
+            f"max_sequence_length={max_length} (its positions: a longer window cannot be served). Build the tagger "
+            f"with BertPreprocessor(..., seq_length={max_length}) or less. Received: seq_length={preprocessor.seq_length}"
+        )
     tokenizer_kind(tokenizer)
     return tokenizer
 

@@ -287,3 +287,17 @@ def test_the_export_records_its_default_aggregation(exported, tmp_path):
     older = shutil.copytree(export_dir, tmp_path / "older")
     as_written_before_the_manifest(str(older))  # an export written before: it served "simple"
     assert load_tagger(str(older), warm_up=False).aggregation == "simple"
+
+
+def test_a_window_longer_than_the_encoders_positions_is_refused_at_export(tmp_path):
+    # Issue 55 item 10, the tagger's side: a preprocessor longer than the encoder's positions exported, then every
+    # text of more pieces than the positions failed at predict.
+    from bert_keras import BertEncoder
+    from bert_keras.text import BertPreprocessor
+
+    encoder = BertEncoder(vocab_size=len(VOCAB), num_layers=1, hidden_size=8, num_heads=2, intermediate_size=16,
+                          max_sequence_length=40)
+    tagger = BertTokenClassifier(encoder, num_classes=3, preprocessor=BertPreprocessor(VOCAB, seq_length=64))
+    with pytest.raises(ValueError, match=r"`model`.*max_sequence_length=40.*Received: seq_length=64"):
+        export_tagger(tagger, str(tmp_path / "out"), tag_names=["O", "B-X", "I-X"])
+    assert not os.path.exists(tmp_path / "out")

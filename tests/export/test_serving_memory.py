@@ -78,11 +78,36 @@ def reader_dir(tmp_path_factory):
 @pytest.mark.slow  # an export, and two processes that load it
 def test_a_readers_memory_for_one_context_does_not_grow_with_its_length(reader_dir):
     # Issue 55 item 6: a reader read all windows of one context at once (1 MB: +0.65 GB).
-    small = peak_growth("reader", reader_dir, 50_000)
-    large = peak_growth("reader", reader_dir, 200_000)
+    # 100 KB: 25,000 pieces, about 100 windows of 384 (more than one call's 64); 400 KB: about 400.
+    small = peak_growth("reader", reader_dir, 100_000)
+    large = peak_growth("reader", reader_dir, 400_000)
     assert large["growth_mib"] < 1.5 * small["growth_mib"] + 20, (small, large)
 
 
 if __name__ == "__main__":
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     print(json.dumps(_measure(sys.argv[1], sys.argv[2], int(sys.argv[3]))))
+
+
+@pytest.fixture(scope="module")
+def tagger_dir(tmp_path_factory):
+    from bert_keras import BertEncoder
+    from bert_keras.export import export_tagger
+    from bert_keras.tasks import BertTokenClassifier
+    from bert_keras.text import BertPreprocessor
+
+    encoder = BertEncoder(vocab_size=len(VOCAB), num_layers=1, hidden_size=8, num_heads=2, intermediate_size=16,
+                          max_sequence_length=512)
+    tagger = BertTokenClassifier(encoder, num_classes=3, preprocessor=BertPreprocessor(VOCAB, seq_length=512))
+    return export_tagger(tagger, str(tmp_path_factory.mktemp("memory") / "tagger"), tag_names=["O", "B-X", "I-X"])
+
+
+@pytest.mark.slow  # an export, and two processes that load it
+def test_a_taggers_memory_for_one_text_grows_only_by_its_pieces_outputs(tagger_dir):
+    # Issue 55 item 6: the windows ran 64 per call, but calls side by side (the loop's parallel iterations), each
+    # holding its activations. One call at a time, what grows is one entry per piece (its tag scores, offsets and
+    # token: a few hundred bytes), not the model's activations.
+    # 100 KB: 25,000 pieces, about 66 windows of 512 (more than one call's 64); 400 KB: about 260.
+    small = peak_growth("tagger", tagger_dir, 100_000)
+    large = peak_growth("tagger", tagger_dir, 400_000)
+    assert large["growth_mib"] < 1.5 * small["growth_mib"] + 20, (small, large)
