@@ -107,6 +107,12 @@ def check_choice(name, value, choices):
     return value
 
 
+def replace_hint(argument):
+    """How the caller asks for an existing output to be replaced: `--force` where `argument` is a command-line flag
+    (`--out`), the Python argument `overwrite=True` otherwise."""
+    return "pass --force" if str(argument).startswith("--") else "pass overwrite=True"
+
+
 class NotRegularFileError(OSError, ValueError):
     """A path to read that is a FIFO, a device or a socket, not a regular file (an `OSError` and a `ValueError`)."""
 

@@ -55,6 +55,7 @@ import threading
 
 import tensorflow as tf
 
+from bert_keras._checks import replace_hint
 from bert_keras._faults import fault_point
 from bert_keras._locks import OutputLockedError, output_lock  # noqa: F401 (the package's writers import them from here)
 
@@ -270,7 +271,7 @@ def check_target(target, overwrite=False, argument="export_dir", kind=None):
             "replaced by another kind of output, even when overwriting is asked for. Pick another directory."
         )
     if not overwrite and os.listdir(target):
-        raise FileExistsError(f"{target!r} ({argument}) already exists; pass overwrite=True (--force) to replace it.")
+        raise FileExistsError(f"{target!r} ({argument}) already exists; {replace_hint(argument)} to replace it.")
     recorded = (marker or {}).get("entries")
     added = sorted(set(os.listdir(target)) - set(recorded) - {MARKER}) if isinstance(recorded, list) else []
     if added:

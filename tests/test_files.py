@@ -27,7 +27,7 @@ def test_output_is_marked_whole_and_replaced(tmp_path):
     _write(target, "one")
     assert sorted(os.listdir(target)) == [MARKER, "data.txt"]
     assert read_marker(target) == {"writer": "bert_keras", "kind": "test", "complete": True, "entries": ["data.txt"]}
-    with pytest.raises(FileExistsError, match=r"already exists; pass overwrite=True \(--force\)"):
+    with pytest.raises(FileExistsError, match=r"already exists; pass overwrite=True to replace it\.$"):
         _write(target, "two")
     _write(target, "two", overwrite=True)
     assert open(os.path.join(target, "data.txt")).read() == "two"

@@ -6,7 +6,7 @@ The converter (TensorFlow) is imported in `run`: --help and the checks before Te
 import os
 import sys
 
-from bert_keras.commands._common import at_least, working
+from bert_keras.commands._common import at_least, fail, refused_output, working
 
 
 def register(commands, common):
@@ -28,6 +28,9 @@ def register(commands, common):
 
 
 def run(args):
+    refusal = refused_output(args.out, args.force)
+    if refusal:  # before TensorFlow loads
+        return fail("convert", refusal)
     from bert_keras._files import OutputLockedError
     from bert_keras.export import convert_to_hub
 

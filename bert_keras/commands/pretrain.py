@@ -58,6 +58,11 @@ def _model(args):
 
 
 def run(args):
+    if not args.force:  # before TensorFlow loads; a backup in --out is resumed, modules are replaced only with --force
+        for name in ("encoder", "preprocess"):
+            if os.path.lexists(os.path.join(args.out, name)):
+                return fail("pretrain", f"{os.path.join(args.out, name)} already exists; pass --force to replace the "
+                            "modules in --out, or pick another --out.")
     from bert_keras._files import OutputLockedError
     from bert_keras.training import PretrainConfig, run_pretraining
 
@@ -84,7 +89,7 @@ def run(args):
             validation_corpus=args.validation_corpus, progress=progress, overwrite=args.force, strategy=distribution,
         )
     except FileExistsError as error:
-        return fail("pretrain", f"{error} (use --force)")
+        return fail("pretrain", str(error))
     except (OSError, ValueError, OutputLockedError) as error:
         return fail("pretrain", str(error))
     if result.encoder_dir is not None:

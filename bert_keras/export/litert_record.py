@@ -17,7 +17,7 @@ import re
 import stat
 import tempfile
 
-from bert_keras._checks import NotRegularFileError, check_choice, open_regular_file
+from bert_keras._checks import NotRegularFileError, check_choice, open_regular_file, replace_hint
 from bert_keras._faults import fault_point
 from bert_keras.export.entity_groups import check_tokenizer_kind  # no TensorFlow (text.decoding)
 from bert_keras.export.manifest import CLASSIFIER, SENTENCE_ENCODER, TAGGER, ExportError
@@ -144,7 +144,7 @@ def check_litert_target(path, overwrite=False, argument="path"):
                                   f"{os.path.basename(sidecar_path(path))} of ours beside it); it is never replaced, "
                                   "even when overwriting is asked for. Pick another path, or remove it yourself.")
         if not overwrite:
-            raise FileExistsError(f"{path!r} ({argument}) already exists; pass overwrite=True (--force) to replace it.")
+            raise FileExistsError(f"{path!r} ({argument}) already exists; {replace_hint(argument)} to replace it.")
     return path
 
 

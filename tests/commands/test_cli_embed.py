@@ -201,7 +201,7 @@ def test_index_and_search(models, tmp_path, capsys):
 
     # An existing index is replaced only with --force.
     code, _, err = _run(["index", "--checkpoint", models["st"], "--input", str(source), "--out", index], capsys)
-    assert code == 2 and "already exists; pass overwrite=True (--force)" in err
+    assert code == 2 and "already exists; pass --force to replace it." in err and "overwrite" not in err
     source.write_text("one\ntwo\n")
     assert _run(["index", "--checkpoint", models["st"], "--input", str(source), "--out", index, "--force"], capsys)[0] == 0
     assert json.load(open(os.path.join(index, "index.json")))["count"] == 2

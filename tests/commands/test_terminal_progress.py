@@ -178,3 +178,36 @@ def test_training_says_where_its_waits_begin_beside_a_progress_bar():
     quiet = []
     Harness(verbose=0, report=quiet.append).fit(model, data, epochs=1, steps_per_epoch=4)
     assert quiet == []
+
+
+def test_convert_and_pretrain_refuse_an_earlier_output_before_tensorflow_loads(tmp_path):
+    # issue 55, item 12: "pass overwrite=True (--force)" named a Python argument and came after TensorFlow loaded.
+    from bert_keras.commands._common import OUTPUT_MARKER
+
+    (tmp_path / "modules").mkdir()
+    (tmp_path / "modules" / OUTPUT_MARKER).write_text("{}")
+    result, error = _main_without_tensorflow(["convert", ".", "--out", "modules"], tmp_path)
+    assert result == "2 False", error
+    assert error == "bert-keras convert: --out modules already holds an output of bert-keras; pass --force to " \
+                    "replace it, or pick another --out.\n"
+    (tmp_path / "pretrained" / "encoder").mkdir(parents=True)
+    (tmp_path / "corpus.txt").write_text("one sentence.\nanother one.\n")
+    result, error = _main_without_tensorflow(["pretrain", "--corpus", "corpus.txt", "--out", "pretrained"], tmp_path)
+    assert result == "2 False", error
+    assert "pretrained/encoder already exists; pass --force to replace the modules in --out" in error
+    assert "overwrite" not in error
+
+
+def test_the_python_api_and_the_command_line_name_their_own_way_to_replace(tmp_path):
+    from bert_keras._checks import replace_hint
+    from bert_keras._files import check_target, staged_directory
+
+    assert replace_hint("--out") == "pass --force" and replace_hint("export_dir") == "pass overwrite=True"
+    target = str(tmp_path / "out")
+    with staged_directory(target, kind="test") as staging:
+        with open(os.path.join(staging, "data.txt"), "w") as f:
+            f.write("x")
+    with pytest.raises(FileExistsError, match=r"\(--out\) already exists; pass --force to replace it\.$"):
+        check_target(target, False, argument="--out")
+    with pytest.raises(FileExistsError, match=r"\(out_dir\) already exists; pass overwrite=True to replace it\.$"):
+        check_target(target, False, argument="out_dir")
