@@ -39,14 +39,15 @@ def stop_warm_ups(timeout=STOP_SECONDS):
 
     Registered with `atexit` (this module's import): a warm-up thread left
     inside TensorFlow while the interpreter finalizes is a daemon thread in
-    C++ when the process tears down under it. It either wakes to a
-    finalizing interpreter, which ends it by unwinding its C++ frames
-    ("FATAL: exception not rethrown", exit 134), or runs on while
-    TensorFlow's and the other libraries' static objects are destroyed
-    (a segmentation fault, exit 139), after the user's work has printed.
-    Stopped here first, the process ends with its own status and the
-    user's own `atexit` handlers run as they would. The request in flight is
-    not interrupted (TensorFlow cannot cancel a compile): the wait is the
+    C++ when the process tears down under it. Returning from TensorFlow to
+    a finalizing interpreter, it is ended by unwinding its C++ frames,
+    which some of TensorFlow's frames do not allow ("terminate called
+    after throwing an instance of ...", "FATAL: exception not rethrown":
+    the process aborts after the user's work has printed); until then it
+    runs on while the libraries' static objects are destroyed. Stopped
+    here first, the process ends with its own status, and the user's own
+    `atexit` handlers run as they would. The request in flight is not
+    interrupted (TensorFlow cannot cancel a compile): the wait is the
     rest of it, at most `timeout` seconds in all. The command line ends with
     `os._exit`, without finalizing, and never comes here.
 
@@ -62,7 +63,7 @@ def stop_warm_ups(timeout=STOP_SECONDS):
         thread.join(max(0.0, deadline - time.monotonic()))
     left = sum(thread.is_alive() for thread, _ in running)
     if left:
-        logger.warning("%d background warm-up(s) still inside TensorFlow after %.0f s at exit; the process may end "
+        logger.warning("%d background warm-up(s) still inside TensorFlow after %.0f s; a process exiting now may end "
                        "abnormally. Load with warm_up=True or warm_up=False to have none running.", left, timeout)
     return left
 
@@ -97,7 +98,10 @@ class LoadedExport:
             builds the rewritten graph (`_instantiate`) for the requests after
             it (the same values up to float rounding: a server that needs
             every answer bit for bit alike replays with `True`). `False` replays nothing (and a kind with a path that needs no
-            compile keeps to it). Defaults to `"background"`.
+            compile keeps to it). A background warm-up still running when the
+            interpreter exits is stopped between two of its requests
+            (`stop_warm_ups`, an `atexit` hook), so that the process ends
+            with its own status. Defaults to `"background"`.
 
     Attributes:
         export_dir: str.

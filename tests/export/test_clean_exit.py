@@ -1,9 +1,9 @@
 """A process that served an export ends with its own exit status while a background warm-up is still running.
 
 The warm-up replays requests in a daemon thread after the first answer. Left inside TensorFlow when the interpreter
-finalizes, it woke to a finalizing interpreter that ended it by unwinding its C++ frames ("FATAL: exception not
-rethrown", exit 134), or ran on while the libraries' static objects were destroyed (exit 139), after the user's
-output. `loaded.stop_warm_ups` (an `atexit` hook) stops it between two requests first.
+finalizes, it woke to a finalizing interpreter that ended it by unwinding its C++ frames ("terminate called after
+throwing an instance of ...", "FATAL: exception not rethrown": an abort after the user's output).
+`loaded.stop_warm_ups` (an `atexit` hook) stops it between two requests first.
 """
 
 import os
@@ -126,7 +126,8 @@ def test_stop_warm_ups_is_bounded_by_its_timeout(export_dir, monkeypatch, caplog
     classifier = load_classifier(export_dir)
     release = threading.Event()
     signature = classifier.serving_signature()
-    monkeypatch.setattr(classifier, "serving_signature", lambda: lambda **inputs: release.wait(60) and signature(**inputs))
+    request = lambda **inputs: release.wait(60) and signature(**inputs)  # noqa: E731 - a request that never returns
+    monkeypatch.setattr(classifier, "serving_signature", lambda: request)
     classifier.predict("good movie")
     try:
         assert loaded.stop_warm_ups(timeout=0.2) == 1  # a request that does not return: the exit does not hang on it
