@@ -124,11 +124,17 @@ def test_stop_warm_ups_stops_a_warm_up_between_two_requests_and_waits_for_it(exp
 @pytest.mark.slow
 def test_stop_warm_ups_is_bounded_by_its_timeout(export_dir, monkeypatch, caplog):
     classifier = load_classifier(export_dir)
-    release = threading.Event()
+    entered, release = threading.Event(), threading.Event()
     signature = classifier.serving_signature()
-    request = lambda **inputs: release.wait(60) and signature(**inputs)  # noqa: E731 - a request that never returns
+
+    def request(**inputs):  # a request that does not return until released
+        entered.set()
+        release.wait(60)
+        return signature(**inputs)
+
     monkeypatch.setattr(classifier, "serving_signature", lambda: request)
     classifier.predict("good movie")
+    assert entered.wait(60)
     try:
         assert loaded.stop_warm_ups(timeout=0.2) == 1  # a request that does not return: the exit does not hang on it
         assert "1 background warm-up(s) still inside TensorFlow" in caplog.text
