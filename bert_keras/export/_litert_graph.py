@@ -15,6 +15,12 @@ logger = logging.getLogger(__name__)
 
 # What `serve` and `serve_ids` return of the export's `serve_ids`, per kind.
 OUTPUTS = {"classifier": ("probabilities",), "sentence_encoder": ("embeddings",), TAGGER: ("scores",)}
+# The signatures of a file, in the converter's order (`version`: a second one beside `serve_ids`, which alone would
+# be converted without its name). A tagger's `windows` lets its caller run `serve_ids` a few windows at a time, so
+# that one long text holds one chunk's activations (files converted before it run every window in one call).
+IDS_SIGNATURES = ("serve_ids", "version")
+STRING_SIGNATURES = ("serve", "serve_ids", "preprocess")
+TAGGER_SIGNATURES = STRING_SIGNATURES + ("windows",)
 
 
 def litert_module(saved, manifest, vocabulary):
@@ -58,6 +64,10 @@ def litert_module(saved, manifest, vocabulary):
             return self.pieces.packed(text)
 
         @tf.function(input_signature=text_spec)
+        def windows(self, text):  # a tagger's: `serve` without its model, which the caller runs chunk by chunk
+            return _windows_of_one_text(self.pieces, text, tokenizer["seq_length"], manifest["stride"])
+
+        @tf.function(input_signature=text_spec)
         def serve(self, text):
             if kind == TAGGER:
                 return _tag_one_text(self.pieces, run_ids, text, tokenizer["seq_length"],
@@ -65,7 +75,10 @@ def litert_module(saved, manifest, vocabulary):
             outputs = run_ids(**self.pieces.packed(text))
             return {name: outputs[name] for name in OUTPUTS[kind]}
 
-    return IdsModule() if vocabulary is None else StringsModule()
+    module = IdsModule() if vocabulary is None else StringsModule()
+    module.signature_names = IDS_SIGNATURES if vocabulary is None else TAGGER_SIGNATURES if kind == TAGGER \
+        else STRING_SIGNATURES
+    return module
 
 
 class _Pieces:
@@ -202,8 +215,17 @@ def one_text_max_context(entry_piece, entry_window, first, last, num_pieces):
     return tf.equal(key, tf.gather(best, entry_piece))
 
 
-def _tag_one_text(pieces, serve_ids, text, seq_length, stride):
-    """The tagger export's `serving_default` outputs for one text (`(1,)` strings), windows in dense builtin ops."""
+def _windows_and_entries(pieces, text, seq_length, stride):
+    """One text's (`(1,)` strings) windows in dense builtin ops: the packed inputs of its windows and its entries.
+
+    Returns:
+        `(packed, fields)`: `packed`, the three int32 inputs `(windows, width)`
+        (`width`: the longest window's pieces + 2); `fields`, per entry (a
+        piece in a window, window after window), `(entries,)` each: where
+        its score is (`window`, `column` in the window's row) and what it is
+        (`char_starts`, `char_ends`, `tokens`, `token_ids`, `piece_index`,
+        `primary`).
+    """
     ids, starts, ends = pieces.tokenize(text)
     values = ids.flat_values
     num_pieces = tf.shape(values)[0]
@@ -213,27 +235,45 @@ def _tag_one_text(pieces, serve_ids, text, seq_length, stride):
     spare = tf.concat([values, tf.zeros([1], tf.int32)], 0)
     packed = _packed_rows(spare, tf.expand_dims(first, 1), lengths, tf.minimum(num_pieces, window) + 2,
                           pieces.cls_id, pieces.sep_id, pieces.pad_id)
-    scores = serve_ids(**packed)["scores"]  # (windows, width, tags)
     column = tf.expand_dims(tf.range(tf.minimum(num_pieces, window), dtype=tf.int32), 0)
     entries = tf.cast(tf.where(column < lengths), tf.int32)  # (entries, 2): window, place in it; window after window
     entry_window, place = entries[:, 0], entries[:, 1]
     entry_piece = tf.gather(first, entry_window) + place
-    entry_scores = tf.gather_nd(scores, tf.stack([entry_window, place + 1], axis=1))
     entry_ids = tf.gather(values, entry_piece)
-    outputs = {
-        "tag_ids": tf.argmax(entry_scores, axis=-1, output_type=tf.int32),
-        "scores": entry_scores,
+    fields = {
         "char_starts": tf.cast(tf.gather(starts.flat_values, entry_piece), tf.int64),
         "char_ends": tf.cast(tf.gather(ends.flat_values, entry_piece), tf.int64),
         "tokens": tf.gather(pieces.vocabulary, entry_ids),
         "token_ids": entry_ids,
         "window": tf.gather(index, entry_window),
+        "column": place + 1,  # after [CLS]
         "piece_index": entry_piece,
         "primary": one_text_max_context(entry_piece, entry_window, first, last, num_pieces),
     }
-    outputs = {name: tf.expand_dims(value, 0) for name, value in outputs.items()}  # (1, entries, ...)
-    outputs["lengths"] = tf.reshape(tf.shape(entry_ids)[0], [1])
-    return outputs
+    return packed, fields
+
+
+def _one_row(outputs):
+    """Per-entry outputs as one text's row `(1, entries, ...)`, with `lengths` `(1,)`: the entries."""
+    lengths = tf.reshape(tf.shape(outputs["token_ids"])[0], [1])
+    return {**{name: tf.expand_dims(value, 0) for name, value in outputs.items()}, "lengths": lengths}
+
+
+def _tag_one_text(pieces, serve_ids, text, seq_length, stride):
+    """The tagger export's `serving_default` outputs for one text (`(1,)` strings), every window in one call."""
+    packed, fields = _windows_and_entries(pieces, text, seq_length, stride)
+    scores = serve_ids(**packed)["scores"]  # (windows, width, tags)
+    column = fields.pop("column")
+    entry_scores = tf.gather_nd(scores, tf.stack([fields["window"], column], axis=1))
+    return _one_row({"tag_ids": tf.argmax(entry_scores, axis=-1, output_type=tf.int32), "scores": entry_scores,
+                     **fields})
+
+
+def _windows_of_one_text(pieces, text, seq_length, stride):
+    """`windows`: one text's packed windows `(windows, width)` and its entries without their scores, which the
+    caller gets from `serve_ids` a few windows at a time (`scores[window, column]`, window after window)."""
+    packed, fields = _windows_and_entries(pieces, text, seq_length, stride)
+    return {**packed, **_one_row(fields)}
 
 
 # How far the file's graph may answer from the export's on a probe text: the padded and packed layouts differ by float

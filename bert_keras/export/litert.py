@@ -1,7 +1,7 @@
 """LiteRT (TensorFlow Lite) from an export of this package: raw strings in, what the export serves out.
 
 `export_litert(export_dir, path)` converts a classifier, tagger or sentence
-encoder export into one `.tflite` file with three signatures:
+encoder export into one `.tflite` file with these signatures:
 
 - `serve`: `(batch,)` strings -> what the export serves (a classifier's
   `probabilities`, a sentence encoder's `embeddings`; a tagger's per-piece
@@ -15,6 +15,10 @@ encoder export into one `.tflite` file with three signatures:
   kernels; the export's `serve_ids_padded`, its model in the padded layout,
   or for an export written before that endpoint its packed `serve_ids`).
 - `preprocess`: strings -> the three packed inputs.
+- `windows` (a tagger's): one text -> its windows' packed inputs and its
+  entries without their scores (`window`, `column`: where each is in
+  `serve_ids`' output), so that a caller runs `serve_ids` a few windows at a
+  time and one long text holds one call's activations (`LiteRTModel`).
 
 An export whose tokenizer is not WordPiece (SentencePiece, byte-level BPE:
 their exact tokenizers are TensorFlow ops that LiteRT cannot run) gets
@@ -380,9 +384,7 @@ def check_converted(data, variable_bytes, quantize=None, strings=True):
 def _convert(module, quantize, strings):
     import tensorflow as tf
 
-    functions = [module.serve_ids.get_concrete_function(), module.version.get_concrete_function()]
-    if strings:
-        functions = [module.serve.get_concrete_function(), functions[0], module.preprocess.get_concrete_function()]
+    functions = [getattr(module, name).get_concrete_function() for name in module.signature_names]
     converter = tf.lite.TFLiteConverter.from_concrete_functions(functions, module)
     converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS]
     converter.allow_custom_ops = strings  # tensorflow-text's kernels; check_converted refuses any other

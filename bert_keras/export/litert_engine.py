@@ -27,6 +27,13 @@ logger = logging.getLogger(__name__)
 _REGISTERERS = ("AddFastBertNormalize", "AddFastWordpieceTokenize", "AddByteSplit")
 TAGGER_OUTPUTS = ("tag_ids", "scores", "char_starts", "char_ends", "tokens", "token_ids", "window", "piece_index",
                   "primary", "lengths")
+# A tagger's windows per `serve_ids` call: one long text holds one call's activations, however many windows it makes
+# (the SavedModel tagger's `_serving.WINDOWS_PER_CALL`, which this module cannot import: it imports TensorFlow).
+WINDOWS_PER_CALL = 64
+_IDS_INPUTS = ("input_word_ids", "input_mask", "input_type_ids")
+# Pieces per raw character at most: a code point normalises to at most 18 (NFKD's longest expansion, U+FDFA), and a
+# piece holds one at least. A text of few enough characters holds at most `windows_per_call` windows for sure.
+_PIECES_PER_CHARACTER = 18
 
 
 def _text_kernels():
@@ -94,16 +101,25 @@ def _output_width(runner, output):
 class LiteRTModel:
     """A `.tflite` file of `export_litert`, loaded: `predict` / `encode` as the export's own loader answers.
 
+    A tagger's text is cut into windows by the file (its `windows`
+    signature) and its windows run through `serve_ids` `windows_per_call` at
+    a time, so that one long text holds one call's activations (a text too
+    short to make more windows runs through `serve`, in one call); a file
+    converted before `windows` existed runs all windows of a text in one call
+    of its `serve` (memory growing with the text's length: convert it again).
+
     Attributes:
         path: str. kind: str (classifier, tagger, sentence_encoder).
         record: dict. What `PATH.json` records (the export's settings).
         serves_strings: bool. Whether the file tokenizes (WordPiece) or
             serves token ids only (`serve_ids`).
+        windows_per_call: int. A tagger's windows per `serve_ids` call.
     """
 
-    def __init__(self, path, num_threads=None):
+    def __init__(self, path, num_threads=None, windows_per_call=WINDOWS_PER_CALL):
         self.path = os.fspath(path)
         self._num_threads = check_num_threads(num_threads)
+        self.windows_per_call = check_int("windows_per_call", windows_per_call, minimum=1)
         record = file_record(self.path)  # the size and SHA-256 recorded, before LiteRT reads the file
         self.record, self.kind = record, record.get("kind")
         self.serves_strings = record.get("strings") is True
@@ -123,27 +139,51 @@ class LiteRTModel:
         self._unknown_token = tokenizer.get("unknown_token", "[UNK]")
         self._suffix_indicator = tokenizer.get("suffix_indicator", "")
         self.tokenizer_kind = tokenizer["kind"]
+        self._one_call_characters = (self._tagger_one_call_characters(tokenizer)
+                                      if self.kind == TAGGER and self.serves_strings else 0)
+        if self.kind == TAGGER and self.serves_strings and self._windows is None:
+            logger.warning("%s was converted before LiteRT taggers served a text's windows a few at a time: each text "
+                           "runs all its windows in one call, and its memory grows with its length. Convert the "
+                           "export again (bert-keras litert --force) to serve long texts in flat memory.", self.path)
+
+    def _tagger_one_call_characters(self, tokenizer):
+        """The longest text whose windows (at most `windows_per_call` of them) `serve` runs in one call: one call fewer
+        than `windows` and `serve_ids`, the same numbers."""
+        seq_length = _recorded(self.path, "tokenizer.seq_length", tokenizer.get("seq_length"),
+                               lambda value: check_int("tokenizer.seq_length", value, minimum=3))
+        stride = _recorded(self.path, "stride", self.record.get("stride"),
+                           lambda value: check_int("stride", value, minimum=0, maximum=seq_length - 3))
+        window = seq_length - 2
+        return (window + (self.windows_per_call - 1) * (window - stride)) // _PIECES_PER_CHARACTER
 
     def _start(self, xnnpack):
         self._interpreter = _interpreter(self.path, self.serves_strings, self._num_threads, xnnpack=xnnpack)
         self.xnnpack = xnnpack
         self.serve_ids = self._interpreter.get_signature_runner("serve_ids")
         self._serve = self._interpreter.get_signature_runner("serve") if self.serves_strings else None
-        self._prepared = False  # LiteRT applies its delegate on the first call
+        # A tagger file's `windows` (`_litert_graph.TAGGER_SIGNATURES`); None in a file converted before it.
+        has_windows = self.serves_strings and "windows" in self._interpreter.get_signature_list()
+        self._windows = self._interpreter.get_signature_runner("windows") if has_windows else None
+        self._prepared = set()  # the runners called once: LiteRT applies its delegate on a runner's first call
 
     def _strings(self, texts):
         if not self.serves_strings:
             raise ExportError(_ids_only(self.path, self.record))
         return text_list(texts)
 
-    def _run(self, texts):
-        text = np.array([text.encode("utf-8") for text in texts], dtype=object)
-        if self._prepared:
-            return self._serve(text=text)
+    def _run(self, texts, signature="serve"):
+        """The file's `signature` (`serve`, or a tagger's `windows`) on `texts`, a list of str."""
+        return self._call(signature, text=np.array([text.encode("utf-8") for text in texts], dtype=object))
+
+    def _call(self, signature, **inputs):
+        """The signature runner `signature` on `inputs`, its delegate's first-call lines kept off stderr."""
+        runner = {"serve": self._serve, "windows": self._windows, "serve_ids": self.serve_ids}[signature]
+        if signature in self._prepared:
+            return runner(**inputs)
         try:
             with NativeLogFilter():  # the delegate's "INFO: Created TensorFlow Lite XNNPACK delegate for CPU."
-                outputs = self._serve(text=text)
-            self._prepared = True
+                outputs = runner(**inputs)
+            self._prepared.add(signature)
             return outputs
         except RuntimeError as error:
             # XNNPACK refuses to prepare the dynamic-range int8 graph of the token-packed encoder ("failed to create
@@ -154,7 +194,7 @@ class LiteRTModel:
             logger.info("%s: XNNPACK cannot prepare this graph (%s); serving with LiteRT's builtin kernels.",
                         self.path, str(error).splitlines()[0][:120])
             self._start(xnnpack=False)
-            return self._serve(text=text)
+            return self._call(signature, **inputs)
 
     def _check_kind(self, *kinds):
         if self.kind not in kinds:
@@ -186,17 +226,34 @@ class LiteRTModel:
         return results[0] if single else results
 
     def tag_pieces(self, texts):
-        """A tagger's per-piece outputs, one dict per text (as `ExportedTagger.tag_pieces`), one text per call."""
+        """A tagger's per-piece outputs, one dict per text (as `ExportedTagger.tag_pieces`), one text at a time."""
         self._check_kind(TAGGER)
         texts, _ = self._strings(texts)
         rows = []
         for text in texts:
-            outputs = self._run([text])
+            in_one_call = self._windows is None or len(text) <= self._one_call_characters
+            outputs = self._run([text], "serve" if in_one_call else "windows")
             length = int(outputs.pop("lengths")[0])
+            packed = {name: outputs.pop(name) for name in _IDS_INPUTS if name in outputs}  # (windows, width) each
             piece = {name: np.asarray(value)[0, :length] for name, value in outputs.items()}
+            if packed:
+                piece["scores"] = self._entry_scores(packed, piece["window"], piece.pop("column"))
+                piece["tag_ids"] = np.argmax(piece["scores"], axis=-1).astype(np.int32)
             piece["tokens"] = [token.decode("utf-8") for token in piece["tokens"]]
             rows.append(piece)
         return rows
+
+    def _entry_scores(self, packed, window, column):
+        """The scores of one text's entries, float32 `(entries, tags)`: `serve_ids` on its packed windows
+        `windows_per_call` at a time, each entry's taken at its `window` and `column` (entries window after window)."""
+        scores = np.zeros((len(window), len(self.tag_names)), dtype=np.float32)
+        count = len(packed["input_word_ids"]) if len(window) else 0  # a text of no pieces: no entry to score
+        for begin in range(0, count, self.windows_per_call):
+            end = min(begin + self.windows_per_call, count)
+            first, last = np.searchsorted(window, [begin, end])  # the entries of windows [begin, end)
+            chunk = self._call("serve_ids", **{name: value[begin:end] for name, value in packed.items()})["scores"]
+            scores[first:last] = chunk[window[first:last] - begin, column[first:last]]  # (chunk, width, tags) -> rows
+        return scores
 
     def _entities(self, texts, aggregation):
         aggregation = check_aggregation(self.aggregation if aggregation is None else aggregation)
@@ -222,7 +279,7 @@ class LiteRTModel:
         return f"LiteRTModel({self.path!r}, kind={self.kind!r})"
 
 
-def load_litert(path, num_threads=None):
+def load_litert(path, num_threads=None, windows_per_call=WINDOWS_PER_CALL):
     """Loads a `.tflite` file of `export_litert` (see `LiteRTModel`) without importing TensorFlow.
 
     Args:
@@ -230,10 +287,14 @@ def load_litert(path, num_threads=None):
             the file's size and SHA-256, checked before LiteRT reads it.
         num_threads: optional int in [1, os.cpu_count()]. The interpreter's
             threads. Defaults to the machine's cores.
+        windows_per_call: int, at least 1. A tagger's windows per call of
+            its model: one text's memory holds this many windows'
+            activations, however long it is. Defaults to `WINDOWS_PER_CALL`.
 
     Raises:
         ExportError: the file is not this package's, differs from its record
             (damaged, changed, cut), or its record is damaged.
-        ValueError: `num_threads` is not an int in [1, os.cpu_count()].
+        ValueError: `num_threads` is not an int in [1, os.cpu_count()], or
+            `windows_per_call` not a positive int.
     """
-    return LiteRTModel(path, num_threads=num_threads)
+    return LiteRTModel(path, num_threads=num_threads, windows_per_call=windows_per_call)

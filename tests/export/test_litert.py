@@ -254,6 +254,65 @@ def test_a_tagger_gives_the_exports_pieces_offsets_windows_and_entities(tagger):
             [(e["entity_group"], e["start"], e["end"]) for e in b["entities"]]
 
 
+def _serve_in_one_call(lite, text):
+    """The file's `serve` on `text`: every window of it in one call, as LiteRT taggers served before `windows`."""
+    outputs = lite._run([text], "serve")
+    length = int(outputs.pop("lengths")[0])
+    piece = {name: np.asarray(value)[0, :length] for name, value in outputs.items()}
+    return {**piece, "tokens": np.array([token.decode("utf-8") for token in piece["tokens"]])}
+
+
+@pytest.mark.slow
+def test_a_tagger_runs_a_few_windows_per_call_and_answers_as_one_call_of_them_all(tagger):
+    # Issue 55 item 6: all windows of one text ran in one call (a 400 KB line: 3.5 GB).
+    from bert_keras.export import load_litert
+
+    _, path = tagger
+    texts = TEXTS + [LONG * 3]
+    for windows_per_call in (1, 3):
+        lite = load_litert(path, windows_per_call=windows_per_call)
+        for text, piece in zip(texts, lite.tag_pieces(texts)):
+            expected = _serve_in_one_call(lite, text)
+            assert sorted(piece) == sorted(expected)
+            for key in expected:  # the same numbers, bit for bit, of the same types
+                assert np.asarray(piece[key]).dtype == expected[key].dtype, key
+                np.testing.assert_array_equal(np.asarray(piece[key]), expected[key], err_msg=f"{key} {text[:40]!r}")
+        calls, run = [], lite._call
+        lite._call = lambda signature, **inputs: (calls.append((signature, len(inputs.get("input_word_ids", [])))),
+                                                  run(signature, **inputs))[1]
+        windows = int(lite.tag_pieces(LONG * 3)[0]["window"][-1]) + 1
+        whole, rest = divmod(windows, windows_per_call)
+        assert windows > 20 and calls == [("windows", 0)] + [("serve_ids", windows_per_call)] * whole + \
+            [("serve_ids", rest)] * (rest > 0), (windows, calls)
+    calls, lite = [], load_litert(path)  # 64 windows per call: a short text runs through `serve`, in one call
+    run = lite._call
+    lite._call = lambda signature, **inputs: (calls.append(signature), run(signature, **inputs))[1]
+    lite.tag_pieces(["Ada went to Paris", LONG * 8])
+    assert calls == ["serve", "windows", "serve_ids"], calls
+    with pytest.raises(ValueError, match="Received: windows_per_call=0"):
+        load_litert(path, windows_per_call=0)
+
+
+@pytest.mark.slow
+def test_a_tagger_file_converted_before_windows_answers_in_one_call_and_says_to_convert_again(tagger, tmp_path,
+                                                                                              monkeypatch, caplog):
+    from bert_keras.export import _litert_graph, export_litert, load_litert
+
+    export_dir, path = tagger
+    monkeypatch.setattr(_litert_graph, "TAGGER_SIGNATURES", _litert_graph.STRING_SIGNATURES)  # as earlier versions
+    older = export_litert(export_dir, str(tmp_path / "older.tflite"))
+    with caplog.at_level("WARNING", logger="bert_keras.export.litert_engine"):
+        lite = load_litert(older)
+    assert "was converted before LiteRT taggers served a text's windows a few at a time" in caplog.text
+    assert "Convert the export again (bert-keras litert --force)" in caplog.text
+    ours, theirs = lite.predict(TEXTS), load_litert(path, windows_per_call=2).predict(TEXTS)
+    assert ours == theirs and sum(map(len, ours)) > 3
+    with caplog.at_level("WARNING", logger="bert_keras.export.litert_engine"):
+        caplog.clear()
+        load_litert(path)
+    assert caplog.text == ""
+
+
 @pytest.mark.slow
 def test_a_sentence_encoder_encodes_as_its_export(tmp_path):
     from bert_keras import BertEncoder
