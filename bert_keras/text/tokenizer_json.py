@@ -293,8 +293,8 @@ def _albert_normalizer(tokenizer, path):
     charsmap = b""
     if at < len(steps) and is_type("Precompiled")(steps[at]):
         part, encoded = f"normalizer.normalizers[{at}].precompiled_charsmap", steps[at].get("precompiled_charsmap")
-        if not isinstance(encoded, str):
-            raise _refuse(path, part, f"expected a base64 string, found {type(encoded).__name__}.")
+        if not isinstance(encoded, str) or not encoded:  # the reference cannot read an empty one either
+            raise _refuse(path, part, f"expected a base64 string, found {quoted(encoded)}.")
         if len(encoded) > 4 * math.ceil(MAX_CHARSMAP_BYTES / 3):
             raise _refuse(path, part, f"is {len(encoded):,} characters of base64; at most {MAX_CHARSMAP_BYTES:,} "
                           "bytes are read (sentencepiece's own nmt_nfkc rule is 240,007).")

@@ -309,3 +309,23 @@ def test_what_the_sentencepiece_model_refuses_names_the_tokenizer_json(albert_fo
     folder, _ = _edited_albert(albert_folder, tmp_path, lambda d: edit(d["model"]["vocab"]))
     with pytest.raises(TokenizerFileError, match=f"tokenizer.json, field 'model.vocab': {message}"):
         read_folder(str(folder), "sentencepiece")
+
+
+def test_a_tokenizer_config_json_past_its_cap_is_refused_before_it_is_read(tmp_path):
+    from bert_keras.text.base import MAX_TOKENIZER_CONFIG_BYTES
+
+    write_json(tmp_path, wordpiece_json(tokens_of(12)))
+    with open(tmp_path / "tokenizer_config.json", "wb") as f:  # sparse: its size is what is told
+        f.truncate(MAX_TOKENIZER_CONFIG_BYTES + 1)
+    with pytest.raises(TokenizerFileError, match=f"tokenizer_config.json: is {MAX_TOKENIZER_CONFIG_BYTES + 1:,} bytes; "
+                       f"at most {MAX_TOKENIZER_CONFIG_BYTES:,} are read"):
+        read_folder(str(tmp_path), "wordpiece")
+
+
+@pytest.mark.parametrize("value, found", [("", "''"), (5, "5"), (None, "None")])
+def test_a_charsmap_that_is_no_base64_string_is_refused(albert_folder, tmp_path, value, found):
+    # An empty one was read as no normalisation, where the reference cannot read the file.
+    folder, _ = _edited_albert(albert_folder, tmp_path, lambda d: _charsmap_step(d).__setitem__(
+        "precompiled_charsmap", value))
+    with pytest.raises(TokenizerFileError, match=f"precompiled_charsmap': expected a base64 string, found {found}"):
+        read_folder(str(folder), "sentencepiece")
