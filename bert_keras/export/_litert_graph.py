@@ -38,6 +38,8 @@ def litert_module(saved, manifest, vocabulary):
     run_ids = getattr(saved, PADDED_IDS_ENDPOINT, None) or saved.serve_ids
 
     class IdsModule(tf.Module):
+        signature_names = IDS_SIGNATURES  # what the file holds (a class attribute: no state of the module)
+
         def __init__(self):
             super().__init__()
             # Its variables, frozen into the file; not the export's other resources (a byte-level BPE's tables),
@@ -54,6 +56,8 @@ def litert_module(saved, manifest, vocabulary):
             return {"version": tf.constant(1) + 0 * tf.reduce_sum(unused)}
 
     class StringsModule(IdsModule):
+        signature_names = STRING_SIGNATURES
+
         def __init__(self):
             super().__init__()
             self.saved = saved  # its variables are frozen into the file
@@ -64,10 +68,6 @@ def litert_module(saved, manifest, vocabulary):
             return self.pieces.packed(text)
 
         @tf.function(input_signature=text_spec)
-        def windows(self, text):  # a tagger's: `serve` without its model, which the caller runs chunk by chunk
-            return _windows_of_one_text(self.pieces, text, tokenizer["seq_length"], manifest["stride"])
-
-        @tf.function(input_signature=text_spec)
         def serve(self, text):
             if kind == TAGGER:
                 return _tag_one_text(self.pieces, run_ids, text, tokenizer["seq_length"],
@@ -75,10 +75,14 @@ def litert_module(saved, manifest, vocabulary):
             outputs = run_ids(**self.pieces.packed(text))
             return {name: outputs[name] for name in OUTPUTS[kind]}
 
-    module = IdsModule() if vocabulary is None else StringsModule()
-    module.signature_names = IDS_SIGNATURES if vocabulary is None else TAGGER_SIGNATURES if kind == TAGGER \
-        else STRING_SIGNATURES
-    return module
+    class TaggerModule(StringsModule):
+        signature_names = TAGGER_SIGNATURES
+
+        @tf.function(input_signature=text_spec)
+        def windows(self, text):  # `serve` without its model, which the caller runs a few windows at a time
+            return _windows_of_one_text(self.pieces, text, tokenizer["seq_length"], manifest["stride"])
+
+    return IdsModule() if vocabulary is None else TaggerModule() if kind == TAGGER else StringsModule()
 
 
 class _Pieces:

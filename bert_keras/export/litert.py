@@ -248,7 +248,8 @@ def _checked_by_loader(export_dir, manifest):
     loader = {CLASSIFIER: exports.load_classifier, TAGGER: exports.load_tagger,
               SENTENCE_ENCODER: exports.load_sentence_encoder}[manifest["kind"]]
     try:
-        loaded = loader(export_dir, warm_up=False)
+        # No warm-up where the loader has one (the classifier's and tagger's): the probe texts are all it serves.
+        loaded = loader(export_dir) if manifest["kind"] == SENTENCE_ENCODER else loader(export_dir, warm_up=False)
     except ValueError as error:  # ExportError included
         raise ExportError(f"{export_dir!r} cannot be converted: {error}") from None
     if manifest["kind"] == CLASSIFIER:
