@@ -393,3 +393,21 @@ def test_predict_reading_a_few_windows_at_a_time_equals_reading_all_at_once(expo
         monkeypatch.undo()
         monkeypatch.setattr(reader_module, "WINDOWS_PER_READ", 1)
         assert chunked == whole and len(whole) == 4
+
+
+@pytest.mark.slow
+def test_predict_top_k_on_the_command_line_gives_distinct_answers(exported, capsys):
+    # Issue 55 item 8, as found: `bert-keras predict --top-k 3` on a reader printed one span three times.
+    import json
+
+    from bert_keras import cli
+
+    directory, reader = exported
+    for question, context in zip(QUESTIONS, CONTEXTS):
+        assert cli.main(["predict", "--model", directory, "--question", question, "--context", context, "--top-k", "3",
+                         "--format", "jsonl"]) == 0
+        [record] = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+        spans = [(a["start"], a["end"]) for a in record["answers"]]
+        assert len(spans) == 3 and len(set(spans)) == 3, record
+        expected = reader.predict(question=question, context=context, top_k=3)
+        assert spans == [(a["start"], a["end"]) for a in expected]
