@@ -9,6 +9,7 @@ import tensorflow as tf
 
 from bert_keras import BertEncoder
 from bert_keras.tasks import BertClassifier, BertPretrainer, BertSpanLabeler, BertTokenClassifier
+from bert_keras.text import BertPreprocessor
 from tests.helpers import assert_close, hub_inputs, run_model_test
 
 TINY = dict(vocab_size=40, num_layers=2, hidden_size=16, num_heads=2, intermediate_size=32, max_sequence_length=24)
@@ -561,9 +562,29 @@ def test_serving_outputs_without_a_preprocessor_and_on_hub_layers(module_pair):
         np.testing.assert_allclose(np.asarray(on_hub.serving_outputs(texts, first_token_only=first_token_only)),
                                    expected, atol=1e-6)
     native = on_hub.with_native_encoder()
-    assert isinstance(native.encoder, BertEncoder) and native.preprocessor is on_hub.preprocessor
+    # The pair records its tokenizer, which packs as its preprocess module: the copy's preprocessor is ours.
+    assert isinstance(native.encoder, BertEncoder) and isinstance(native.preprocessor, BertPreprocessor)
+    assert native.preprocessor.seq_length == 12 and native.preprocessor.tokenizer.lower_case is True
     np.testing.assert_allclose(np.asarray(native.serving_outputs(texts)), expected, atol=1e-6)
     odd = BertClassifier(hub.KerasLayer(os.path.join(modules, "encoder"), name="plain"), num_classes=2)
     odd.encoder.handle = None  # as a layer built from a callable: no module directory to read the architecture from
     with pytest.raises(ValueError, match=r"Cannot rebuild the encoder 'plain' \(KerasLayer\) as a BertEncoder"):
         odd.with_native_encoder()
+
+
+@pytest.mark.slow
+def test_a_preprocess_module_that_packs_unlike_the_encoders_tokenizer_is_kept(module_pair, tmp_path, monkeypatch):
+    from bert_keras import hub
+    from bert_keras.export import export_preprocessor
+    from bert_keras.tasks import classifier as classifier_task
+
+    _, vocab, modules = module_pair
+    export_preprocessor(str(tmp_path / "cased"), vocab, do_lower_case=False, seq_length=12)  # not the pair's casing
+    monkeypatch.setattr(classifier_task, "PROBE_TEXTS", ("The Movie was GOOD",))
+    cased = BertClassifier(hub.KerasLayer(os.path.join(modules, "encoder"), trainable=True), num_classes=2,
+                           preprocessor=hub.PreprocessLayer(str(tmp_path / "cased"), seq_length=12))
+    native = cased.with_native_encoder()
+    assert isinstance(native.encoder, BertEncoder) and native.preprocessor is cased.preprocessor
+    uncased = BertClassifier(hub.KerasLayer(os.path.join(modules, "encoder"), trainable=True), num_classes=2,
+                             preprocessor=hub.PreprocessLayer(os.path.join(modules, "preprocess"), seq_length=12))
+    assert isinstance(uncased.with_native_encoder().preprocessor, BertPreprocessor)

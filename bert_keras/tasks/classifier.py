@@ -1,6 +1,7 @@
 """BertClassifier: a sentence (or sentence-pair) classifier on the pooled output, and its serving computation."""
 
 import collections.abc
+import logging
 
 import keras
 import numpy as np
@@ -15,6 +16,9 @@ from bert_keras.predictions import blank_prediction, check_top_k, labelled_predi
 from bert_keras.formats import read_hub_module, tables
 from bert_keras.heads import ClassificationHead
 from bert_keras.tasks._pretrained import _PretrainedTask, _check_label_names
+from bert_keras.text import BertPreprocessor
+
+logger = logging.getLogger(__name__)
 
 ACTIVATIONS = (None, "softmax")
 
@@ -212,9 +216,12 @@ class BertClassifier(_PretrainedTask):
     def with_native_encoder(self):
         """This classifier, or for a Hub encoder layer a copy on the equal `BertEncoder`.
 
-        The copy has the same preprocessor (shared) and head weights, and an
-        encoder with the Hub layer's current weights (e.g. fine-tuned), so it
-        gives the same outputs; its layers, unlike a SavedModel's graph, can
+        The copy has the same head weights, an encoder with the Hub layer's
+        current weights (e.g. fine-tuned), and for a Hub preprocess layer the
+        equal `BertPreprocessor` of the tokenizer the encoder module records,
+        where it packs probe texts exactly as the module does (else the same
+        layer, shared), so it gives the same outputs and its export records
+        how it tokenizes (LiteRT converts it); its layers, unlike a SavedModel's graph, can
         compute in another dtype (`bert_keras.dtypes.compute_dtype`) and
         compute the last block for `[CLS]` only (`serving_outputs`). A
         loaded module keeps no config: its architecture is read from the
@@ -231,10 +238,11 @@ class BertClassifier(_PretrainedTask):
         """
         if isinstance(self.encoder, BertEncoder):
             return self
+        loaded = _native_checkpoint(self.encoder)
         copy = BertClassifier(
-            _native_encoder(self.encoder),
+            loaded.encoder,
             num_classes=self.num_classes,
-            preprocessor=self.preprocessor,
+            preprocessor=_native_preprocessor(self.preprocessor, loaded, self.text_pairs),
             activation=self.activation,
             dropout=self.dropout,
             text_pairs=self.text_pairs,
@@ -245,17 +253,47 @@ class BertClassifier(_PretrainedTask):
         return copy
 
 
-def _native_encoder(layer):
-    """A `BertEncoder` with the current weights of a Hub layer around an encoder module written by bert_keras."""
+def _native_checkpoint(layer):
+    """The `LoadedCheckpoint` of a Hub layer around an encoder module written by bert_keras: a `BertEncoder` with the
+    layer's current weights, and the tokenizer the module records."""
     handle = getattr(layer, "handle", None)
     if isinstance(layer, hub.KerasLayer) and isinstance(handle, str):
         # The layer's own loaded module is read (its current, e.g. fine-tuned, weights): not loaded again.
-        native = load(read_hub_module(handle, module=layer.resolved_object)).encoder
+        loaded = load(read_hub_module(handle, module=layer.resolved_object))
         variables = {v.name.rsplit(":", 1)[0]: v for v in layer.resolved_object.variables}
-        if all(weight.path in variables for weight in native.weights):
-            return native
+        if all(weight.path in variables for weight in loaded.encoder.weights):
+            return loaded
     raise ValueError(
         f"Cannot rebuild the encoder {layer.name!r} ({type(layer).__name__}) as a BertEncoder: a BertEncoder, or a "
         "Hub encoder module written by bert_keras, is needed. Convert the module first (`bert-keras convert`), or "
         "build the classifier with BertClassifier.from_checkpoint on a checkpoint."
     )
+
+
+# Texts on which a Hub preprocess module and the tokenizer its encoder module records must pack alike: case, accents,
+# CJK, emoji, punctuation, a word longer than WordPiece's limit, control characters, and more pieces than fit.
+PROBE_TEXTS = ("Hello, World! Ça va? naïve CAFÉ déjà-vu", "東京は晴れ 😀 #happy @user http://t.co/x",
+               "x" * 120 + " done", "tab\tand\u00a0nbsp\u200bzero-width", "word " * 300, "")
+
+
+def _native_preprocessor(preprocessor, loaded, text_pairs):
+    """The `BertPreprocessor` of the tokenizer `loaded` records, where it packs the probe texts exactly as the Hub
+    preprocess layer `preprocessor` does (a module pair bert_keras wrote); else `preprocessor` itself, whose export
+    then records no tokenizer (and LiteRT cannot convert it)."""
+    if not isinstance(preprocessor, hub.PreprocessLayer) or loaded.tokenizer_kind is None:
+        return preprocessor
+    probes = [ops.convert_to_tensor(list(PROBE_TEXTS))]
+    if text_pairs:
+        probes.append(ops.convert_to_tensor(list(reversed(PROBE_TEXTS))))
+    theirs = preprocessor(probes if text_pairs else probes[0])
+    seq_length = preprocessor.seq_length or int(theirs["input_word_ids"].shape[1])
+    try:
+        native = BertPreprocessor(tokenizer=loaded.tokenizer(), seq_length=seq_length, name=preprocessor.name)
+    except ValueError:  # the module records no tokenizer files this package reads
+        return preprocessor
+    ours = native(probes if text_pairs else probes[0])
+    same = all(np.array_equal(ops.convert_to_numpy(ours[key]), ops.convert_to_numpy(theirs[key])) for key in theirs)
+    if not same:
+        logger.info("The preprocess module %s packs the probe texts unlike the tokenizer its encoder records; the "
+                    "export keeps the module's graph.", preprocessor.handle)
+    return native if same else preprocessor

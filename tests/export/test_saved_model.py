@@ -13,7 +13,7 @@ import tensorflow as tf
 from bert_keras import BertEncoder, dtypes
 from bert_keras.export import _serving as serving
 from bert_keras.export import classifier as saved_model
-from bert_keras.export import export_classifier, export_module_pair, load_classifier
+from bert_keras.export import export_classifier, export_litert, export_module_pair, load_classifier, load_litert
 from bert_keras.export.manifest import read_manifest
 from bert_keras.tasks import BertClassifier
 from bert_keras.tasks import classifier as classifier_task
@@ -96,7 +96,9 @@ def test_float32_and_bfloat16_exports_of_a_classifier_on_hub_layers(tmp_path, mo
         variable.assign(variable + 0.01)
     expected = tf.nn.softmax(on_hub(tf.constant(TEXTS))).numpy()
     native = on_hub.with_native_encoder()
-    assert isinstance(native.encoder, BertEncoder) and native.preprocessor is on_hub.preprocessor
+    # The module pair bert_keras wrote records its tokenizer: the copy packs with the equal BertPreprocessor.
+    assert isinstance(native.encoder, BertEncoder) and isinstance(native.preprocessor, BertPreprocessor)
+    assert native.preprocessor.seq_length == 12 and native.preprocessor.tokenizer.vocabulary == VOCAB
     np.testing.assert_allclose(tf.nn.softmax(native(tf.constant(TEXTS))).numpy(), expected, atol=1e-6)
 
     # float32: served on the equal BertEncoder (single texts under XLA, the last block for [CLS] only).
@@ -108,6 +110,12 @@ def test_float32_and_bfloat16_exports_of_a_classifier_on_hub_layers(tmp_path, mo
     assert len(rebuilt) == 1 and isinstance(rebuilt[0].encoder, BertEncoder)
     np.testing.assert_allclose(np.concatenate([fp32.predict_proba([text]) for text in TEXTS]), expected, atol=1e-6)
     np.testing.assert_allclose(fp32.predict_proba(TEXTS), expected, atol=1e-6)
+    # ... so its export records how it tokenizes, and LiteRT converts it (issue 56: the seed's workflow on LiteRT).
+    tokenizer = read_manifest(os.path.join(tmp_path, "fp32"))["tokenizer"]
+    assert (tokenizer["kind"], tokenizer["seq_length"], tokenizer["lower_case"]) == ("wordpiece", 12, True)
+    lite = load_litert(export_litert(str(tmp_path / "fp32"), str(tmp_path / "fp32.tflite")))
+    np.testing.assert_allclose(lite.predict_proba(TEXTS), expected, atol=1e-5)
+    assert [answer["label"] for answer in lite.predict(TEXTS[:2])] == [LABELS[i] for i in expected[:2].argmax(-1)]
     # A module that cannot be rebuilt (here: its checkpoint unreadable) is served through its own graph.
     with monkeypatch.context() as patch:
         patch.setattr(classifier_task, "load", lambda *a, **k: (_ for _ in ()).throw(ValueError("unreadable")))
