@@ -159,6 +159,16 @@ def _in_flags(message):
                   lambda match: "--" + match.group(1).replace("_", "-"), message)
 
 
+def _too_long_by_default(args, config, message):
+    """The refusal of a --seq-length the user did not pass (the task's default) beyond the model's positions, in
+    the command's words: what the default was and the flag that fits the model; None for any other message."""
+    limit = re.search(r"expected at most the encoder(?:'s max_sequence_length=| module's )(\d+)", message)
+    if args.seq_length is not None or limit is None:
+        return None
+    return (f"the model holds {limit.group(1)} positions, fewer than the {config.seq_length} tokens per text that "
+            f"--task {args.task} packs by default: pass --seq-length {limit.group(1)} (or less).")
+
+
 def _config(args):
     """The `FineTuneConfig` of the arguments: an option not given takes the task's default, else the config's."""
     from bert_keras.training import FineTuneConfig
@@ -246,7 +256,7 @@ def _train(args, train, validation, test):
             strategy=distribution,
         )
     except (OSError, ValueError, OutputLockedError) as error:
-        return fail("finetune", _in_flags(str(error)))
+        return fail("finetune", _too_long_by_default(args, config, str(error)) or _in_flags(str(error)))
     if is_chief(distribution):
         if args.task == "qa":
             say(f"Try: bert-keras predict --model {args.out} --question \"...\" --context \"...\"")

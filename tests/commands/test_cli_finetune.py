@@ -41,6 +41,17 @@ def _finetune(modules, train, out, *extra):
                      "--epochs", "1", "--batch-size", "8", *extra])
 
 
+def test_a_default_length_beyond_the_models_positions_names_the_flag_that_fits(modules, tmp_path, capsys):
+    # The modules' encoder holds 32 positions; --task classify packs 128 tokens unless told (a hostile review's find).
+    code = cli.main(["finetune", "--train", _csv(tmp_path / "train.csv", ROWS), "--modules", modules,
+                     "--out", str(tmp_path / "out"), "--epochs", "1"])
+    error = capsys.readouterr().err
+    assert code == 2 and error.endswith("bert-keras finetune: the model holds 32 positions, fewer than the 128 tokens "
+                                        "per text that --task classify packs by default: pass --seq-length 32 (or "
+                                        "less).\n"), error
+    assert not os.path.exists(tmp_path / "out")
+
+
 @pytest.mark.slow
 def test_finetune_then_predict(modules, tmp_path, capsys, monkeypatch):
     out = str(tmp_path / "classifier")
