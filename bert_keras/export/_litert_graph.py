@@ -18,13 +18,16 @@ OUTPUTS = {"classifier": ("probabilities",), "sentence_encoder": ("embeddings",)
 # The signatures of a file, in the converter's order (`version`: a second one beside `serve_ids`, which alone would
 # be converted without its name). A tagger's `windows` lets its caller run `serve_ids` a few windows at a time, so
 # that one long text holds one chunk's activations (files converted before it run every window in one call).
-IDS_SIGNATURES = ("serve_ids", "version")
-STRING_SIGNATURES = ("serve", "serve_ids", "preprocess")
+# `record`: the canonical JSON of what the file's record says it serves (`litert_record.carried_values`), which the
+# loader compares with the record beside the file, so that an edited record is refused.
+IDS_SIGNATURES = ("serve_ids", "version", "record")
+STRING_SIGNATURES = ("serve", "serve_ids", "preprocess", "record")
 TAGGER_SIGNATURES = STRING_SIGNATURES + ("windows",)
 
 
-def litert_module(saved, manifest, vocabulary):
-    """The `tf.Module` converted: `serve_ids` (the export's), and with a vocabulary `serve` and `preprocess`.
+def litert_module(saved, manifest, vocabulary, carried):
+    """The `tf.Module` converted: `serve_ids` (the export's), `record` (the str `carried`: what the file's record
+    says it serves), and with a vocabulary `serve` and `preprocess`.
 
     The model runs in the padded layout where the export has it (`serve_ids_padded`): token packing's gathers and
     branches cost LiteRT more than the padding's multiply-adds, and its int8 graph is one that XNNPACK takes (the
@@ -54,6 +57,10 @@ def litert_module(saved, manifest, vocabulary):
         @tf.function(input_signature=[tf.TensorSpec([None], tf.int32, name="unused")])
         def version(self, unused):  # a second signature: one function alone is converted without its name
             return {"version": tf.constant(1) + 0 * tf.reduce_sum(unused)}
+
+        @tf.function(input_signature=[tf.TensorSpec([None], tf.int32, name="unused")])
+        def record(self, unused):  # a constant: what the record says, carried by the file its SHA-256 covers
+            return {"record": tf.constant(carried)}
 
     class StringsModule(IdsModule):
         signature_names = STRING_SIGNATURES

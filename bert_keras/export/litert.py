@@ -20,6 +20,10 @@ encoder export into one `.tflite` file with these signatures:
   `serve_ids`' output), so that a caller runs `serve_ids` a few windows at a
   time and one long text holds one call's activations (`LiteRTModel`).
 
+- `record` (every file's): the canonical JSON of what `PATH.json` says the
+  file serves (`litert_record.carried_values`), compared with `PATH.json` at
+  load, so that a record edited after conversion is refused.
+
 An export whose tokenizer is not WordPiece (SentencePiece, byte-level BPE:
 their exact tokenizers are TensorFlow ops that LiteRT cannot run) gets
 `serve_ids` only: raw strings need WordPiece.
@@ -51,7 +55,7 @@ from bert_keras.export.entity_groups import check_aggregation  # no TensorFlow (
 from bert_keras.export.litert_engine import (TAGGER_OUTPUTS, LiteRTModel, check_num_threads,  # noqa: F401
                                              load_litert)
 from bert_keras.export.litert_record import (FORMAT, SERVED_KINDS, SIDECAR_SUFFIX, VERSION,  # noqa: F401
-                                             _check_names, _expect, _remove_leftovers, _tokenizer_kind, _write_pair,
+                                             _check_names, _expect, _remove_leftovers, carried_values, _tokenizer_kind, _write_pair,
                                              check_litert_target, file_record, file_sha256, is_litert, litert_kind,
                                              read_sidecar, sidecar_path)
 from bert_keras.export.manifest import (ASSETS_EXTRA, CLASSIFIER, READER, SENTENCE_ENCODER, TAGGER, ExportError,
@@ -225,16 +229,16 @@ def export_litert(export_dir, path, quantize=None, overwrite=False):
         _check_positions(export_dir, saved, tokenizer["seq_length"])
         from bert_keras.export._litert_graph import litert_module, check_tokenizes_as_export
 
-        module = litert_module(saved, manifest, vocabulary)
+        settings = {key: value for key, value in manifest.items() if key not in ("format", "version")}
+        record = {"format": FORMAT, "version": VERSION, "writer": "bert_keras", "source": os.path.abspath(export_dir),
+                  **settings, **names, "quantize": quantize, "strings": strings}
+        module = litert_module(saved, manifest, vocabulary, carried_values(record))  # the file carries its record
         if strings:
             check_tokenizes_as_export(module, loaded, manifest, vocabulary)
         del loaded
         data = _convert(module, quantize, strings)
         check_converted(data, _variable_bytes(saved), quantize, strings)
-        settings = {key: value for key, value in manifest.items() if key not in ("format", "version")}
-        record = {"format": FORMAT, "version": VERSION, "writer": "bert_keras", "source": os.path.abspath(export_dir),
-                  **settings, **names, "quantize": quantize, "strings": strings, "size": len(data),
-                  "sha256": hashlib.sha256(data).hexdigest()}
+        record.update(size=len(data), sha256=hashlib.sha256(data).hexdigest())
         _write_pair(path, data, record)
     logger.info("Wrote the LiteRT model %s (%.1f MB)", path, len(data) / 1e6)
     return path

@@ -10,6 +10,7 @@ import importlib
 import importlib.util
 import logging
 import os
+import threading
 
 import numpy as np
 
@@ -17,7 +18,7 @@ from bert_keras._checks import check_int
 from bert_keras._native_log import NativeLogFilter
 from bert_keras.export.entity_groups import check_aggregation, text_entities  # no TensorFlow (text.decoding)
 from bert_keras.export.litert_record import (_expect, _ids_only, _record_tokenizer, _recorded, _recorded_names,
-                                             file_record)
+                                             check_carried, file_record)
 from bert_keras.export.manifest import CLASSIFIER, SENTENCE_ENCODER, TAGGER, ExportError
 from bert_keras.predictions import as_probabilities, blank_prediction, check_top_k, labelled_predictions, text_list
 
@@ -98,6 +99,20 @@ def _output_width(runner, output):
 
 
 
+class _LockedRunner:
+    """The model's signature runner `name` as a caller gets it (`LiteRTModel.serve_ids`): its calls hold the model's
+    lock (`LiteRTModel._call`); its details are the runner's."""
+
+    def __init__(self, model, name):
+        self._model, self._name = model, name
+
+    def __call__(self, **inputs):
+        return self._model._call(self._name, **inputs)
+
+    def __getattr__(self, attribute):  # get_input_details, get_output_details
+        return getattr(getattr(self._model, f"_{self._name}"), attribute)
+
+
 class LiteRTModel:
     """A `.tflite` file of `export_litert`, loaded: `predict` / `encode` as the export's own loader answers.
 
@@ -108,11 +123,18 @@ class LiteRTModel:
     converted before `windows` existed runs all windows of a text in one call
     of its `serve` (memory growing with the text's length: convert it again).
 
+    One model may be shared between threads: every use of its interpreter
+    (a LiteRT interpreter is not thread-safe) holds the model's lock, so
+    concurrent calls run one after another.
+
     Attributes:
         path: str. kind: str (classifier, tagger, sentence_encoder).
         record: dict. What `PATH.json` records (the export's settings).
         serves_strings: bool. Whether the file tokenizes (WordPiece) or
             serves token ids only (`serve_ids`).
+        serve_ids: the file's `serve_ids` signature runner, called under the
+            model's lock: `serve_ids(input_word_ids=..., input_mask=...,
+            input_type_ids=...)`.
         windows_per_call: int. A tagger's windows per `serve_ids` call.
     """
 
@@ -120,12 +142,15 @@ class LiteRTModel:
         self.path = os.fspath(path)
         self._num_threads = check_num_threads(num_threads)
         self.windows_per_call = check_int("windows_per_call", windows_per_call, minimum=1)
+        # Held around every use of the interpreter (resize, allocate, set, invoke, get: a signature runner's call).
+        self._lock = threading.RLock()
         record = file_record(self.path)  # the size and SHA-256 recorded, before LiteRT reads the file
         self.record, self.kind = record, record.get("kind")
         self.serves_strings = record.get("strings") is True
         tokenizer = _record_tokenizer(self.path, record)
         self._start(xnnpack=True)
-        width = _output_width(self.serve_ids, _OUTPUT_OF.get(self.kind))
+        self.serve_ids = _LockedRunner(self, "serve_ids")
+        width = _output_width(self._serve_ids, _OUTPUT_OF.get(self.kind))
         self.label_names = _recorded_names(self.path, record, "label_names", width) if self.kind == CLASSIFIER else None
         self.num_classes = len(self.label_names or ())
         self.inputs = ["text"]
@@ -141,10 +166,21 @@ class LiteRTModel:
         self.tokenizer_kind = tokenizer["kind"]
         self._one_call_characters = (self._tagger_one_call_characters(tokenizer)
                                       if self.kind == TAGGER and self.serves_strings else 0)
+        self._check_carried()
         if self.kind == TAGGER and self.serves_strings and self._windows is None:
             logger.warning("%s was converted before LiteRT taggers served a text's windows a few at a time: each text "
                            "runs all its windows in one call, and its memory grows with its length. Convert the "
                            "export again (bert-keras litert --force) to serve long texts in flat memory.", self.path)
+
+    def _check_carried(self):
+        """Refuses a record whose values differ from those the file carries (its `record` signature), read once the
+        file's SHA-256 is checked: what the record says is what the file was converted with."""
+        if "record" not in self._interpreter.get_signature_list():
+            raise ExportError(f"{self.path!r} carries no copy of its record (converted by an earlier version of "
+                              "bert_keras, or its record's version was edited): an edited record could not be told "
+                              "apart. Convert the export again (bert-keras litert --force).")
+        carried = self._interpreter.get_signature_runner("record")(unused=np.zeros([1], np.int32))["record"]
+        check_carried(self.path, self.record, bytes(np.asarray(carried).reshape(-1)[0]).decode("utf-8"))
 
     def _tagger_one_call_characters(self, tokenizer):
         """The longest text whose windows (at most `windows_per_call` of them) `serve` runs in one call: one call fewer
@@ -159,7 +195,7 @@ class LiteRTModel:
     def _start(self, xnnpack):
         self._interpreter = _interpreter(self.path, self.serves_strings, self._num_threads, xnnpack=xnnpack)
         self.xnnpack = xnnpack
-        self.serve_ids = self._interpreter.get_signature_runner("serve_ids")
+        self._serve_ids = self._interpreter.get_signature_runner("serve_ids")
         self._serve = self._interpreter.get_signature_runner("serve") if self.serves_strings else None
         # A tagger file's `windows` (`_litert_graph.TAGGER_SIGNATURES`); None in a file converted before it.
         has_windows = self.serves_strings and "windows" in self._interpreter.get_signature_list()
@@ -177,7 +213,11 @@ class LiteRTModel:
 
     def _call(self, signature, **inputs):
         """The signature runner `signature` on `inputs`, its delegate's first-call lines kept off stderr."""
-        runner = {"serve": self._serve, "windows": self._windows, "serve_ids": self.serve_ids}[signature]
+        with self._lock:  # a LiteRT interpreter is not thread-safe: one call of this model at a time
+            return self._call_locked(signature, **inputs)
+
+    def _call_locked(self, signature, **inputs):
+        runner = {"serve": self._serve, "windows": self._windows, "serve_ids": self._serve_ids}[signature]
         if signature in self._prepared:
             return runner(**inputs)
         try:
@@ -194,7 +234,7 @@ class LiteRTModel:
             logger.info("%s: XNNPACK cannot prepare this graph (%s); serving with LiteRT's builtin kernels.",
                         self.path, str(error).splitlines()[0][:120])
             self._start(xnnpack=False)
-            return self._call(signature, **inputs)
+            return self._call_locked(signature, **inputs)
 
     def _check_kind(self, *kinds):
         if self.kind not in kinds:

@@ -27,7 +27,12 @@ logger = logging.getLogger(__name__)
 SERVED_KINDS = (CLASSIFIER, TAGGER, SENTENCE_ENCODER)
 FORMAT = "bert_keras litert"
 # 2: the record holds the file's SHA-256 (`sha256`), checked before LiteRT reads a byte of the file.
-VERSION = 2
+# 3: the file carries what its record serves (`carried_values`, in its `record` signature), compared at load: an
+#    edited record is refused. A file of an earlier version is refused too (`file_record`): its record's values could
+#    be edited unseen.
+VERSION = 3
+# What a record says of the file itself rather than of what it serves; everything else is carried in the file.
+_FILE_FIELDS = ("format", "version", "writer", "source", "size", "sha256", "previous")
 SIDECAR_SUFFIX = ".json"
 # A record of ours is a few KB (a tagger's or classifier's names); a larger file is not one, and is not read whole.
 _MAX_RECORD_BYTES = 1 << 20
@@ -41,6 +46,45 @@ def _check_names(name, value):
         raise ValueError(f"Received an invalid value for argument `{name}`, expected a non-empty list of str. "
                          f"Received: {name}={value!r}")
     return value
+
+
+def carried_values(record):
+    """The values of `record` that the file itself carries (everything a reader trusts: kind, names, tokenizer,
+    aggregation, stride...), as canonical JSON: the `record` signature's output, written at conversion."""
+    values = {key: value for key, value in record.items() if key not in _FILE_FIELDS}
+    return json.dumps(values, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+
+
+def check_carried(path, record, carried):
+    """Refuses, with an `ExportError` naming the first field that differs, a `record` whose values differ from
+    `carried` (the JSON the file was converted with, read from the file after its SHA-256 was checked)."""
+    ours, theirs = _flat(json.loads(carried_values(record))), _flat(json.loads(carried))
+    for field in sorted(set(ours) | set(theirs)):
+        if ours.get(field, _ABSENT) != theirs.get(field, _ABSENT):
+            raise ExportError(
+                f"{os.path.basename(sidecar_path(path))}'s `{field}` ({_shown(ours.get(field, _ABSENT))}) differs "
+                f"from what {os.fspath(path)!r} was converted with ({_shown(theirs.get(field, _ABSENT))}): the record "
+                "was edited after the conversion, and the file would answer with its own values. Restore the record, "
+                "or convert the export again (bert-keras litert --force).")
+
+
+_ABSENT = object()
+
+
+def _flat(values):
+    """`values` with each JSON object's fields one level down as `name.field` (`tokenizer.suffix_indicator`)."""
+    flat = {}
+    for name, value in values.items():
+        if isinstance(value, dict) and value:
+            flat.update({f"{name}.{field}": item for field, item in value.items()})
+        else:
+            flat[name] = value
+    return flat
+
+
+def _shown(value, limit=200, missing="null"):
+    text = "absent" if value is _ABSENT else missing if value is None else repr(value)
+    return text if len(text) <= limit else text[:limit] + "..."
 
 
 def sidecar_path(path):
@@ -104,6 +148,11 @@ def file_record(path):
     if not isinstance(record.get("sha256"), str):
         raise ExportError(f"{name} records no SHA-256 of {path!r} (written by an earlier version of bert_keras, "
                           "which recorded only its size): its integrity cannot be checked. Convert the export again.")
+    if record.get("version") != VERSION:
+        raise ExportError(f"{path!r} was converted by an earlier version of bert_keras ({name} version "
+                          f"{record.get('version')!r}, this one reads {VERSION}): the file does not carry what its "
+                          "record says it serves, so an edited record could not be told apart. Convert the export "
+                          "again (bert-keras litert --force).")
     size = os.path.getsize(path)
     candidates = [record] + ([record["previous"]] if isinstance(record.get("previous"), dict) else [])
     sized = [candidate for candidate in candidates if candidate.get("size") == size]
@@ -256,12 +305,23 @@ def _umask():
     os.umask(mask)
     return mask
 
+class _RecordValueError(ValueError):
+    """A record's value refused in the record's words (`_recorded` shows it as it is)."""
+
+
 def _recorded(path, name, value, check):
-    """`check(value)` for the record's `name`; its `ValueError` as an `ExportError` naming the record."""
+    """`check(value)` for the record's field `name`; its `ValueError` as an `ExportError` naming the record and the
+    field (what was expected is taken from the check's own message: ", expected X. Received: ...")."""
     try:
         return check(value)
     except ValueError as error:
-        raise ExportError(f"{os.path.basename(sidecar_path(path))} (beside {os.fspath(path)!r}) is damaged: {error}. "
+        if isinstance(error, _RecordValueError):
+            what = str(error)
+        else:
+            expected = re.search(r"expected (.+?)\. Received:", str(error), re.S)
+            shown = _shown(value, missing="null or nothing")
+            what = f"`{name}` holds {shown}; expected {expected.group(1) if expected else error}"
+        raise ExportError(f"{os.path.basename(sidecar_path(path))} (beside {os.fspath(path)!r}) is damaged: {what}. "
                           "Restore it, or convert the export again.") from None
 
 
@@ -296,8 +356,7 @@ def _recorded_names(path, record, name, width):
     def check(value):
         _check_names(name, value)
         if width is not None and len(value) != width:
-            raise ValueError(f"Received an invalid value for argument `{name}`, expected {width} names (the "
-                             f"model's outputs). Received: {name}={value!r}")
+            raise _RecordValueError(f"`{name}` holds {len(value)} names for the file's {width} outputs")
         return list(value)
 
     return _recorded(path, name, record.get(name), check)

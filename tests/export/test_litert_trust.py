@@ -228,25 +228,30 @@ def test_the_record_holds_the_files_sha256_and_a_damaged_file_of_the_same_size_i
 
 @pytest.mark.slow
 @pytest.mark.parametrize("field, value, named", [
-    ("label_names", 3, "Received: label_names=3"),
-    ("label_names", None, "Received: label_names=None"),
-    ("label_names", {"0": "neg"}, "Received: label_names=.'0': 'neg'."),
-    ("label_names", [0, 1, 2], r"Received: label_names=\[0, 1, 2\]"),
-    ("label_names", ["neg", "pos"], "expected 3 names .the model's outputs."),
-    ("kind", "reader", "Received: kind='reader'"),
-    ("tokenizer", "wordpiece", "Received: tokenizer='wordpiece'"),
-    ("tokenizer", {"kind": "morse"}, "Received: tokenizer='morse'"),
-    ("strings", "yes", "Received: strings='yes'"),
+    ("label_names", 3, "`label_names` holds 3; expected a non-empty list of str"),
+    ("label_names", None, "`label_names` holds null or nothing; expected a non-empty list of str"),
+    ("label_names", {"0": "neg"}, "`label_names` holds .'0': 'neg'.; expected a non-empty list of str"),
+    ("label_names", [0, 1, 2], r"`label_names` holds \[0, 1, 2\]; expected a non-empty list of str"),
+    ("label_names", ["neg", "pos"], "`label_names` holds 2 names for the file's 3 outputs"),
+    ("label_names", ["neg", "neu", "pos", "other"], "`label_names` holds 4 names for the file's 3 outputs"),
+    ("kind", "reader", r"`kind` holds 'reader'; expected one of \['classifier', 'tagger', 'sentence_encoder'\]"),
+    ("tokenizer", "wordpiece", "`tokenizer` holds 'wordpiece'; expected a JSON object"),
+    ("tokenizer", {"kind": "morse"}, "`tokenizer.kind` holds 'morse'; expected one of 'wordpiece'"),
+    ("strings", "yes", r"`strings` holds 'yes'; expected one of \[True, False\]"),
 ])
-def test_every_value_of_the_record_is_checked(classifier, tmp_path, field, value, named):
+def test_every_value_of_the_record_is_checked_in_the_records_words(classifier, tmp_path, field, value, named):
+    # A hostile review: refusals named Python arguments ("Received an invalid value for argument `label_names` ...
+    # Received: label_names=[...]") on the command line too; they name the record's field.
     from bert_keras.export.litert import load_litert
 
     _, _, original = classifier
     path = str(tmp_path / "m.tflite")
     shutil.copy(original, path)
     _write_record(path, {**_record(original), field: value})
-    with pytest.raises(ExportError, match=f"m.tflite.json .beside .* is damaged: Received an invalid value .*{named}"):
+    with pytest.raises(ExportError, match=f"m.tflite.json .beside .* is damaged: {named}. Restore it, or convert") \
+            as refused:
         load_litert(path)
+    assert "argument" not in str(refused.value) and "Received" not in str(refused.value)
 
 
 @pytest.mark.slow
@@ -256,13 +261,90 @@ def test_a_tagger_record_with_other_tags_or_aggregation_is_refused_and_predict_e
     _, original = tagger
     path = str(tmp_path / "ner.tflite")
     shutil.copy(original, path)
-    for field, value, named in (("tag_names", TAGS[:-1], f"expected {len(TAGS)} names"),
-                                ("aggregation", "best", "Received: aggregation='best'")):
+    for field, value, named in (("tag_names", TAGS[:-1], f"`tag_names` holds 4 names for the file's {len(TAGS)} "),
+                                ("aggregation", "best", "`aggregation` holds 'best'; expected one of 'none'")):
         _write_record(path, {**_record(original), field: value})
         with pytest.raises(ExportError, match=named):
             load_litert(path)
     out = _cli("predict", "--model", path, "Ada went to Paris")
-    assert out.returncode == 2 and "Received: aggregation='best'" in out.stderr, out.stderr
+    last = out.stderr.strip().splitlines()[-1]
+    assert out.returncode == 2 and "ner.tflite.json (beside" in last and "`aggregation` holds 'best'" in last, \
+        out.stderr
+    assert "argument" not in out.stderr and "Received" not in out.stderr
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# The file carries what its record says (its `record` signature): an edited record is refused.
+
+
+def _edited_record(original, tmp_path, name, **edits):
+    path = str(tmp_path / name)
+    shutil.copy(original, path)
+    record = _record(original)
+    for field, value in edits.items():
+        if field.startswith("tokenizer."):
+            record["tokenizer"] = {**record["tokenizer"], field.split(".", 1)[1]: value}
+        else:
+            record[field] = value
+    _write_record(path, record)
+    return path
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("edits, field, recorded, converted", [
+    ({"label_names": ["pos", "neu", "neg"]}, "label_names", "['pos', 'neu', 'neg']", "['neg', 'neu', 'pos']"),
+    ({"label_names": ["neg", "neg", "pos"]}, "label_names", "['neg', 'neg', 'pos']", "['neg', 'neu', 'pos']"),
+    ({"quantize": "int8"}, "quantize", "'int8'", "null"),
+    ({"dimension": 16}, "dimension", "16", "absent"),
+])
+def test_a_classifier_record_edited_with_valid_values_is_refused_naming_the_field(classifier, tmp_path, edits, field,
+                                                                                  recorded, converted):
+    # A hostile review: reordered or renamed labels passed every check (the SHA-256 covers the file, not its record)
+    # and predict answered with the wrong labels, exit 0.
+    from bert_keras.export.litert import load_litert
+    from bert_keras.export.litert_record import carried_values
+
+    _, _, original = classifier
+    path = _edited_record(original, tmp_path, "m.tflite", **edits)
+    message = (f"m.tflite.json's `{field}` ({recorded}) differs from what {path!r} was converted with ({converted}): "
+               "the record was edited after the conversion")
+    with pytest.raises(ExportError) as refused:
+        load_litert(path)
+    assert str(refused.value).startswith(message) and "convert the export again" in str(refused.value)
+    out = _cli("predict", "--model", path, "good day")
+    assert out.returncode == 2 and out.stdout == "", out.stderr
+    assert message in out.stderr.strip().splitlines()[-1], out.stderr
+    lite = load_litert(original)  # the file's own record: what the file carries, value for value
+    assert json.loads(carried_values(lite.record))["label_names"] == lite.label_names == ["neg", "neu", "pos"]
+
+
+@pytest.mark.slow
+def test_a_tagger_record_with_reversed_tags_or_another_suffix_indicator_is_refused(tagger, tmp_path):
+    from bert_keras.export.litert import load_litert
+
+    _, original = tagger
+    for edits, named in (({"tag_names": TAGS[::-1]}, "ner.tflite.json's `tag_names` .* differs from what .* was "
+                                                      "converted with"),
+                         ({"tokenizer.suffix_indicator": ""},
+                          r"ner.tflite.json's `tokenizer.suffix_indicator` \(''\) differs from what .* \('##'\)")):
+        path = _edited_record(original, tmp_path, "ner.tflite", **edits)
+        with pytest.raises(ExportError, match=f"^{named}"):
+            load_litert(path)
+    out = _cli("predict", "--model", path, "Ada went to Paris")
+    assert out.returncode == 2 and "`tokenizer.suffix_indicator` ('') differs from what" in out.stderr, out.stderr
+
+
+@pytest.mark.slow
+def test_a_file_converted_before_it_carried_its_record_is_refused_with_convert_again(classifier, tmp_path):
+    from bert_keras.export.litert import load_litert
+
+    _, _, original = classifier
+    path = _edited_record(original, tmp_path, "m.tflite", version=2)  # as this package wrote them before
+    with pytest.raises(ExportError, match=r"converted by an earlier version of bert_keras \(m.tflite.json version 2, "
+                                          r"this one reads 3\).* Convert the export again"):
+        load_litert(path)
+    out = _cli("predict", "--model", path, "good day")
+    assert out.returncode == 2 and "Convert the export again" in out.stderr, out.stderr
 
 
 @pytest.mark.slow
