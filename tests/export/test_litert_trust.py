@@ -236,7 +236,7 @@ def test_the_record_holds_the_files_sha256_and_a_damaged_file_of_the_same_size_i
     ("label_names", ["neg", "neu", "pos", "other"], "`label_names` holds 4 names for the file's 3 outputs"),
     ("kind", "reader", r"`kind` holds 'reader'; expected one of \['classifier', 'tagger', 'sentence_encoder'\]"),
     ("tokenizer", "wordpiece", "`tokenizer` holds 'wordpiece'; expected a JSON object"),
-    ("tokenizer", {"kind": "morse"}, "`tokenizer.kind` holds 'morse'; expected one of 'wordpiece'"),
+    ("tokenizer", {"kind": "morse"}, "`tokenizer.kind` holds 'morse'; expected one of 'wordpiece', 'sentencepiece', 'byte_bpe'"),
     ("strings", "yes", r"`strings` holds 'yes'; expected one of \[True, False\]"),
 ])
 def test_every_value_of_the_record_is_checked_in_the_records_words(classifier, tmp_path, field, value, named):
@@ -262,7 +262,7 @@ def test_a_tagger_record_with_other_tags_or_aggregation_is_refused_and_predict_e
     path = str(tmp_path / "ner.tflite")
     shutil.copy(original, path)
     for field, value, named in (("tag_names", TAGS[:-1], f"`tag_names` holds 4 names for the file's {len(TAGS)} "),
-                                ("aggregation", "best", "`aggregation` holds 'best'; expected one of 'none'")):
+                                ("aggregation", "best", "`aggregation` holds 'best'; expected one of 'simple', 'first', 'max', 'average', 'none'")):
         _write_record(path, {**_record(original), field: value})
         with pytest.raises(ExportError, match=named):
             load_litert(path)
