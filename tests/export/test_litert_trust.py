@@ -262,7 +262,8 @@ def test_a_tagger_record_with_other_tags_or_aggregation_is_refused_and_predict_e
     path = str(tmp_path / "ner.tflite")
     shutil.copy(original, path)
     for field, value, named in (("tag_names", TAGS[:-1], f"`tag_names` holds 4 names for the file's {len(TAGS)} "),
-                                ("aggregation", "best", "`aggregation` holds 'best'; expected one of 'simple', 'first', 'max', 'average', 'none'")):
+                                ("aggregation", "best", "`aggregation` holds 'best'; expected one of 'simple', "
+                                                        "'first', 'max', 'average', 'none'")):
         _write_record(path, {**_record(original), field: value})
         with pytest.raises(ExportError, match=named):
             load_litert(path)
