@@ -277,6 +277,36 @@ def check_unique_tokens(tokens, path=None):
         )
 
 
+# What stands in tensorflow-text's vocabulary for a token no text can reach: U+FFFD, which normalisation drops.
+_NEVER_MATCHED = "\ufffd"
+
+
+def wordpiece_vocabulary(tokens):
+    """The vocabulary given to tensorflow-text's WordPiece: `tokens` with each one holding a space (U+0020) replaced
+    by a placeholder no normalised text holds (U+FFFD and its id), every id in place.
+
+    The reference's pre-tokenizer splits words on whitespace before WordPiece,
+    so it never gives such a token (it keeps its id); tensorflow-text's
+    end-to-end WordPiece matches a token across the space ("a b" gave one id
+    where the reference gives those of "a" and "b"). Other whitespace (tab,
+    U+00A0, U+3000...) needs nothing: the normaliser makes it a space first,
+    so no text reaches a token holding it on either side.
+
+    >>> wordpiece_vocabulary(["[UNK]", "a", "a b", "##b"])
+    ['[UNK]', 'a', '\ufffd2', '##b']
+    """
+    taken = set(tokens)
+    out = list(tokens)
+    for index, token in enumerate(tokens):
+        if " " in token:
+            placeholder = f"{_NEVER_MATCHED}{index}"
+            while placeholder in taken:  # a vocabulary may hold the placeholder's text itself
+                placeholder = _NEVER_MATCHED + placeholder
+            taken.add(placeholder)
+            out[index] = placeholder
+    return out
+
+
 @keras.saving.register_keras_serializable(package="bert_keras")
 class WordPieceTokenizer(Tokenizer):
     """BERT's WordPiece tokenizer: strings to word-piece ids, in the graph.
@@ -425,13 +455,16 @@ class WordPieceTokenizer(Tokenizer):
         # longer than that are [UNK] in the reference, counted in characters,
         # not bytes) and without the characters of `SPLIT_DETOUR_RANGES`. The
         # exact one splits words with a regex first.
+        # A token holding a space keeps its id but is never given, as in the reference (`wordpiece_vocabulary`).
+        matched = wordpiece_vocabulary(self.vocabulary)
+        self._matched_unknown_token = matched[self.unknown_id]
         wordpiece_args = dict(
-            vocab=self.vocabulary,
+            vocab=matched,
             suffix_indicator=suffix_indicator,
             # A UTF-8 character takes at most 4 bytes.
             max_bytes_per_word=4 * max_chars_per_word,
             token_out_type=tf.int32,
-            unknown_token=unknown_token,
+            unknown_token=self._matched_unknown_token,
         )
         self._wordpiece_text = tf_text.FastWordpieceTokenizer(**wordpiece_args)
         self._wordpiece = tf_text.FastWordpieceTokenizer(no_pretokenization=True, **wordpiece_args)
@@ -534,7 +567,7 @@ class WordPieceTokenizer(Tokenizer):
         flat = words.flat_values
         too_long = tf.strings.length(flat, unit="UTF8_CHAR") > self.max_chars_per_word
         # The unknown token is a word of the vocabulary: one piece, the unknown id.
-        flat = tf.where(too_long, self.unknown_token, flat)
+        flat = tf.where(too_long, self._matched_unknown_token, flat)
         ids, starts, ends = self._wordpiece.tokenize_with_offsets(flat)
         # starts, ends: (words, pieces) within the word -> within the text. Computed on the pieces' flat values
         # with each piece's word index: broadcasting a (words, 1) tensor against the ragged pieces instead traces

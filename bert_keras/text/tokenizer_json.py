@@ -29,6 +29,8 @@ _WORD_START = "\u2581"
 # The longest word WordPiece cuts, in characters: tensorflow-text takes its bytes (4 a character) as an int32.
 # tokenizers' `max_input_chars_per_word` beyond it is as unbounded (no text holds such a word) and is read as it.
 MAX_CHARS_PER_WORD = (2**31 - 1) // 4
+# The largest `max_input_chars_per_word` the reference reads (a Rust usize on 64-bit machines).
+MAX_USIZE = 2**64 - 1
 
 
 def _refuse(path, part, reason):
@@ -177,8 +179,13 @@ def wordpiece_arguments(tokenizer, path):
     if not isinstance(unknown, str) or unknown not in vocab:
         raise _refuse(path, "model.unk_token", f"expected a token of the vocabulary, found {quoted(unknown)}.")
     max_chars = model.get("max_input_chars_per_word", 100)
-    if not _is_index(max_chars) or max_chars == 0:
-        raise _refuse(path, "model.max_input_chars_per_word", f"expected a positive integer, found {quoted(max_chars)}.")
+    if not _is_index(max_chars) or max_chars > MAX_USIZE:  # as the reference: 1.0, 1e30, true, -1 are refused
+        raise _refuse(path, "model.max_input_chars_per_word", f"expected a positive integer of at most "
+                      f"{MAX_USIZE:,} (the reference reads a 64-bit unsigned integer), found {quoted(max_chars)}.")
+    if max_chars == 0:
+        raise _refuse(path, "model.max_input_chars_per_word", "expected a positive integer, found 0: the reference "
+                      "makes every word [UNK] with it (a model that reads no text), which the in-graph tokenizer "
+                      "does not reproduce.")
     _added_tokens(fields, path, tokens)
     arguments = {"vocabulary": tokens, "lower_case": lower_case, "strip_accents": strip_accents,
                  "tokenize_chinese_chars": chinese, "unknown_token": unknown,

@@ -239,14 +239,85 @@ def test_the_wordpiece_models_unknown_token_and_word_length_are_read_as_the_refe
 
 @pytest.mark.parametrize("part, value, message", [
     ("unk_token", "[NOPE]", r"'model.unk_token': expected a token of the vocabulary, found '\[NOPE\]'"),
-    ("max_input_chars_per_word", "x", r"'model.max_input_chars_per_word': expected a positive integer, found 'x'"),
-    ("max_input_chars_per_word", 0, r"'model.max_input_chars_per_word': expected a positive integer, found 0"),
 ])
 def test_a_wordpiece_models_options_out_of_range_are_refused(tmp_path, part, value, message):
     data = wordpiece_json(tokens_of(12))
     data["model"][part] = value
     with pytest.raises(TokenizerFileError, match=message):
         read_folder(write_json(tmp_path, data), "wordpiece")
+
+
+# A vocabulary of 300 with the token of id 297 replaced; "a", "b", "##b" are ids 7, 8, 9.
+SPACED_TEXTS = ["a b", "a  b", "xa b", "a bc", "ab", "a", "b a b"]
+
+
+def spaced_tokens(token, at=297):
+    tokens = SPECIALS + ["hello", "world", "a", "b", "##b", "c"] + [f"w{i}" for i in range(300 - 12)]
+    tokens[at] = token
+    return tokens
+
+
+@pytest.mark.parametrize("value, shown", [(-1, "-1"), ("x", "'x'"), (True, "True"), (1e30, "1e+30"), (2.5, "2.5"),
+                                          (1.0, "1.0"), (2**64, "18446744073709551616")])
+def test_a_word_length_the_reference_refuses_is_refused_naming_it(tmp_path, value, shown):
+    # 2**64 was read as unbounded; the reference refuses it (a usize), as it refuses negatives and non-integers.
+    data = wordpiece_json(tokens_of(12))
+    data["model"]["max_input_chars_per_word"] = value
+    folder = write_json(tmp_path, data)
+    with pytest.raises(Exception, match="expected usize"):
+        tokenizers.Tokenizer.from_file(os.path.join(folder, "tokenizer.json"))
+    with pytest.raises(TokenizerFileError, match=r"tokenizer.json, field 'model.max_input_chars_per_word': expected a "
+                       rf"positive integer of at most 18,446,744,073,709,551,615 .*, found {re.escape(shown)}\.$"):
+        read_folder(folder, "wordpiece")
+
+
+def test_a_word_length_of_0_that_the_reference_reads_as_every_word_unknown_is_refused(tmp_path):
+    # The reference takes 0 and gives [UNK] (id 1) for every word; WordPieceTokenizer takes positive lengths only.
+    data = wordpiece_json(tokens_of(12))
+    data["model"]["max_input_chars_per_word"] = 0
+    folder = write_json(tmp_path, data)
+    reference = tokenizers.Tokenizer.from_file(os.path.join(folder, "tokenizer.json"))
+    assert reference.encode("hello world zzz", add_special_tokens=False).ids == [1, 1, 1]
+    with pytest.raises(TokenizerFileError, match=r"field 'model.max_input_chars_per_word': expected a positive "
+                       "integer, found 0: the reference makes every word \\[UNK\\]"):
+        read_folder(folder, "wordpiece")
+
+
+def test_the_largest_word_length_the_reference_reads_is_unbounded(tmp_path):
+    data = wordpiece_json(spaced_tokens("w"))
+    data["model"]["max_input_chars_per_word"] = 2**64 - 1
+    ours, reference = _ids(write_json(tmp_path, data), "wordpiece", ["hello world zzz", "a" + "b" * 1500])
+    assert ours == reference == [[5, 6, 1], [7] + [9] * 1500]  # 1,501 characters: [UNK] (1) by default
+
+
+@pytest.mark.parametrize("token", ["a b", "## b", "a ", " a", "a\tb", "a\u00a0b", "a\u3000b", "a\u2028b"])
+def test_a_token_holding_whitespace_is_never_given_as_the_reference_and_keeps_its_id(tmp_path, token):
+    # tensorflow-text's WordPiece matched "a b" across the space: [297] where the reference, which splits words on
+    # whitespace first, gives "a" and "b". Other whitespace is made a space by the normalizer on both sides.
+    tokens = spaced_tokens(token)
+    folder = write_json(tmp_path / "in", wordpiece_json(tokens))
+    ours, reference = _ids(folder, "wordpiece", SPACED_TEXTS)
+    assert ours == reference == [[7, 8], [7, 8], [1, 8], [7, 1], [7, 9], [7], [8, 7, 8]]
+    tokenizer = read_folder(folder, "wordpiece").build()
+    assert tokenizer.vocabulary[297] == token and tokenizer.id_to_token(297) == token
+    assert WordPieceTokenizer(tokens).tokenize(tf.constant(SPACED_TEXTS)).merge_dims(1, 2).to_list() == ours
+    os.makedirs(tmp_path / "out")  # vocab.txt keeps the token on its line: every id in place
+    assert WordPieceTokenizer(write_tokenizer_files(tokenizer, tmp_path / "out")["vocab_file"]).vocabulary == tokens
+
+
+def test_an_unknown_token_holding_a_space_is_still_given_for_unknown_and_long_words(tmp_path):
+    tokens = spaced_tokens("[U NK]", at=1)
+    data = wordpiece_json(tokens)
+    data["model"].update(unk_token="[U NK]", max_input_chars_per_word=10)
+    data["added_tokens"] = [t for t in data["added_tokens"] if t["content"] != "[UNK]"]  # added past the vocabulary
+    ours, reference = _ids(write_json(tmp_path, data), "wordpiece", ["a zzz", "[U NK]", "a" * 11 + " b", "u nk"])
+    assert ours == reference == [[7, 1], [1, 1, 1, 1], [1, 8], [1, 1]]
+
+
+def test_the_placeholder_of_a_spaced_token_cannot_take_another_tokens_place():
+    from bert_keras.text.tokenizer import wordpiece_vocabulary
+
+    assert wordpiece_vocabulary(["[UNK]", "\ufffd2", "a b"]) == ["[UNK]", "\ufffd2", "\ufffd\ufffd2"]
 
 
 def test_a_word_length_past_tensorflow_texts_int32_is_unbounded_not_a_crash(tmp_path):
