@@ -10,6 +10,7 @@ import tensorflow_text as tf_text
 from bert_keras.export._litert_table import normalizer_model
 from bert_keras.export._writer import IDS_SIGNATURE, PADDED_IDS_ENDPOINT
 from bert_keras.export.manifest import TAGGER, ExportError
+from bert_keras.text.tokenizer import wordpiece_vocabulary
 
 logger = logging.getLogger(__name__)
 
@@ -106,9 +107,10 @@ class _Pieces:
         self.unknown = tokenizer.get("unknown_token", "[UNK]")
         suffix = tokenizer.get("suffix_indicator", "##")
         self.normalizer = tf_text.FastBertNormalizer(model_buffer=buffer)
+        matched = wordpiece_vocabulary(vocabulary)  # a token holding a space never matches, as in the export
         self.wordpiece = tf_text.FastWordpieceTokenizer(
-            vocabulary, suffix_indicator=suffix, max_bytes_per_word=4 * self.max_chars, token_out_type=tf.int32,
-            unknown_token=self.unknown)
+            matched, suffix_indicator=suffix, max_bytes_per_word=4 * self.max_chars, token_out_type=tf.int32,
+            unknown_token=matched[vocabulary.index(self.unknown)])
         self.bytes = tf_text.ByteSplitter()
         self.unknown_id = vocabulary.index(self.unknown)
         self.word_start = tf.constant([not token.startswith(suffix) for token in vocabulary])
