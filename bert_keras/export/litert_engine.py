@@ -179,7 +179,8 @@ class LiteRTModel:
             raise ExportError(f"{self.path!r} carries no copy of its record (converted by an earlier version of "
                               "bert_keras, or its record's version was edited): an edited record could not be told "
                               "apart. Convert the export again (bert-keras litert --force).")
-        carried = self._interpreter.get_signature_runner("record")(unused=np.zeros([1], np.int32))["record"]
+        with self._lock, NativeLogFilter():  # its first call creates the delegate, which says so on stderr
+            carried = self._interpreter.get_signature_runner("record")(unused=np.zeros([1], np.int32))["record"]
         check_carried(self.path, self.record, bytes(np.asarray(carried).reshape(-1)[0]).decode("utf-8"))
 
     def _tagger_one_call_characters(self, tokenizer):
