@@ -5,6 +5,8 @@ export (`ExportedClassifier.predict`), so that both answer in one shape.
 Plain numpy: no TensorFlow.
 """
 
+import collections.abc
+
 import numpy as np
 
 
@@ -58,14 +60,17 @@ def as_probabilities(outputs):
     return np.where(is_distribution[:, None], outputs, shifted / shifted.sum(axis=-1, keepdims=True))
 
 
-def text_list(texts):
-    """`(list of str, single)` from one str, a list of str or a numpy array of them; a `TypeError` naming an item
-    that is not a str (what the loaders' `predict` take)."""
+def text_list(texts, name="texts"):
+    """`(list of str, single)` from one str, a list of str or a numpy array of them; a `TypeError` naming `name` for
+    anything else (a mapping or a set, whose order is not the caller's, bytes) or an item that is not a str (what the
+    loaders' `predict` take)."""
+    if isinstance(texts, (collections.abc.Mapping, collections.abc.Set, bytes, bytearray)):
+        raise TypeError(f"Expected `{name}` to be a str or a list of str. Received a {type(texts).__name__}.")
     single = isinstance(texts, str)
     if isinstance(texts, np.ndarray):
         texts = texts.tolist() if texts.ndim else [texts.item()]
     texts = [texts] if single else list(texts)
     bad = next((text for text in texts if not isinstance(text, str)), None)
     if bad is not None:
-        raise TypeError(f"Expected `texts` to hold strings. Received an item of type {type(bad).__name__}: {bad!r}")
+        raise TypeError(f"Expected `{name}` to hold strings. Received an item of type {type(bad).__name__}: {bad!r}")
     return texts, single

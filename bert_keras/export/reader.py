@@ -31,6 +31,7 @@ from bert_keras.export._serving import WINDOWS_PER_CALL, in_chunks
 from bert_keras.export._writer import ids_endpoints, write_export
 from bert_keras.export.loaded import LoadedExport
 from bert_keras.export.manifest import READER
+from bert_keras.predictions import text_list
 from bert_keras.text.windows import check_window_arguments, pack_qa_windows, qa_layout
 
 logger = logging.getLogger(__name__)
@@ -505,16 +506,14 @@ class ExportedReader(LoadedExport):
             context gives the empty answer `{"score": 0.0, "start": 0,
             "end": 0, "answer": ""}`.
         """
-        single = isinstance(question, str) and isinstance(context, str)
-        questions = [question] if isinstance(question, str) else list(question)
-        contexts = [context] * len(questions) if isinstance(context, str) else list(context)
+        questions, one_question = text_list(question, "question")
+        contexts, one_context = text_list(context, "context")
+        single = one_question and one_context
+        if one_context:
+            contexts = contexts * len(questions)
         if len(questions) != len(contexts):
             raise ValueError(f"Received {len(questions)} questions and {len(contexts)} contexts; pass as many of each, "
                              "or one context for all questions.")
-        for name, column in (("question", questions), ("context", contexts)):
-            bad = next((item for item in column if not isinstance(item, str)), None)
-            if bad is not None:
-                raise TypeError(f"Expected `{name}` to hold strings. Received an item of type {type(bad).__name__}.")
         top_k = check_int("top_k", top_k, minimum=1)
         max_answer_len = check_int("max_answer_len", max_answer_len, minimum=1)
         batch_size = check_int("batch_size", batch_size, minimum=1)

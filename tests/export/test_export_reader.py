@@ -62,7 +62,8 @@ def reference_answers(model, tokenizer, question, context, seq_length=SEQ_LENGTH
     """transformers 4's QuestionAnsweringPipeline (preprocess, select_starts_ends, decode_spans, postprocess),
     on transformers 5's fast tokenizer and torch logits (5 removed the pipeline); without `merge_duplicates`, each
     span once with its best score (4.0 to 4.52 repeat a span once per window and piece span that gives it: each
-    window offers all its spans here, so that the distinct top-k is complete)."""
+    window offers spans, best first, until it has offered top_k distinct ones: a span below those ranks below
+    top_k distinct spans overall, so the distinct top-k is complete)."""
     import torch
 
     encoded = tokenizer(question, context, truncation="only_second", max_length=seq_length, stride=stride,
@@ -102,13 +103,17 @@ def reference_answers(model, tokenizer, question, context, seq_length=SEQ_LENGTH
         starts, ends = np.unravel_index(order, candidates.shape)[1:]
         desired = np.isin(starts, undesired_tokens.nonzero()) & np.isin(ends, undesired_tokens.nonzero())
         encoding = encoded[span]
+        offered = set()  # without merging: a window offers its first top_k distinct spans (the rest rank below them)
         for s, e in zip(starts[desired], ends[desired]):
             score = candidates[0, s, e].item()
+            if not merge_duplicates and (len(offered) >= top_k or score <= 0):
+                break
             try:  # get_indices with align_to_words=True
                 begin = encoding.word_to_chars(encoding.token_to_word(s), sequence_index=1)[0]
                 finish = encoding.word_to_chars(encoding.token_to_word(e), sequence_index=1)[1]
             except Exception:  # noqa: BLE001 - the pipeline's own fallback
                 begin, finish = encoding.offsets[s][0], encoding.offsets[e][1]
+            offered.add((begin, finish))
             same = [a for a in answers if a["answer"].lower() == context[begin:finish].lower()]
             if merge_duplicates and same:
                 same[0]["score"] += score
@@ -191,6 +196,20 @@ def test_empty_and_blank_contexts_give_the_empty_answer(exported):
     assert reader.predict(question="", context=" \t ")["answer"] == ""
     impossible = reader.predict(question="why", context="", handle_impossible_answer=True)
     assert impossible["answer"] == "" and impossible["score"] == pytest.approx(1.0)  # [CLS] holds all mass
+
+
+@pytest.mark.slow
+def test_questions_and_contexts_are_strings_or_lists_of_them(exported):
+    # A dict was iterated as the list of its keys and answered (a hostile review's find).
+    _, exported = exported
+    with pytest.raises(TypeError, match=r"Expected `question` to be a str or a list of str. Received a dict\."):
+        exported.predict({"q": 1}, "Ada wrote the first program.")
+    with pytest.raises(TypeError, match=r"Expected `context` to be a str or a list of str. Received a set\."):
+        exported.predict("who?", {"Ada wrote it."})
+    with pytest.raises(TypeError, match=r"Expected `context` to hold strings. Received an item of type int: 3"):
+        exported.predict(["who?"], [3])
+    arrays = exported.predict(np.array(["Who wrote it?"]), np.array(["Ada wrote it."]))
+    assert arrays == exported.predict(["Who wrote it?"], ["Ada wrote it."]) and len(arrays) == 1
 
 
 @pytest.mark.slow
