@@ -47,6 +47,7 @@ def test_subsample_gives_exactly_the_size_asked_with_each_class_share():
 def test_miniature_demo_run(tmp_path):
     pytest.importorskip("sklearn")
     from bert_keras.demo import DemoConfig, run_demo
+    from bert_keras.export.litert import served_manifest
 
     lines = []
     config = DemoConfig(out_dir=str(tmp_path), train_size=96, validation_size=32, test_size=48, seq_length=32, epochs=1)
@@ -57,6 +58,9 @@ def test_miniature_demo_run(tmp_path):
     assert 0.0 <= results["fine_tuned"]["accuracy"] <= 1.0
     assert set(results["baselines"]) == {"majority class", "TF-IDF 1-2 grams + logistic regression"}
     assert os.path.exists(os.path.join(str(tmp_path), "tweet_sentiment_classifier", "saved_model.pb"))
+    # Trained on Hub modules, exported with the equal BertPreprocessor: bert-keras litert accepts it (issue 56).
+    tokenizer = served_manifest(os.path.join(str(tmp_path), "tweet_sentiment_classifier"))["tokenizer"]
+    assert (tokenizer["kind"], tokenizer["seq_length"], tokenizer["lower_case"]) == ("wordpiece", 32, True)
     with open(os.path.join(str(tmp_path), "demo_results.json")) as f:
         assert json.load(f)["fine_tuned"] == results["fine_tuned"]
     text = "\n".join(lines)
