@@ -107,6 +107,17 @@ def check_choice(name, value, choices):
     return value
 
 
+def protected_directory(path):
+    """Why `path` is never an output directory (the current directory or one of its parents, home, root), or None."""
+    real = os.path.realpath(path)
+    cwd = os.path.realpath(os.getcwd())
+    if real == cwd or cwd.startswith(real.rstrip(os.sep) + os.sep):
+        return "it is the current directory or one of its parents"
+    if real in (os.path.realpath(os.path.expanduser("~")), os.path.realpath(os.sep)):
+        return "it is the home or root directory"
+    return None
+
+
 def replace_hint(argument):
     """How the caller asks for an existing output to be replaced: `--force` where `argument` is a command-line flag
     (`--out`), the Python argument `overwrite=True` otherwise."""

@@ -55,7 +55,7 @@ import threading
 
 import tensorflow as tf
 
-from bert_keras._checks import replace_hint
+from bert_keras._checks import protected_directory, replace_hint
 from bert_keras._faults import fault_point
 from bert_keras._locks import OutputLockedError, output_lock  # noqa: F401 (the package's writers import them from here)
 
@@ -212,16 +212,6 @@ def _ignore_missing(function, path, error):
         raise error[1]
 
 
-def _protected(path):
-    real = os.path.realpath(path)
-    cwd = os.path.realpath(os.getcwd())
-    if real == cwd or cwd.startswith(real.rstrip(os.sep) + os.sep):
-        return "it is the current directory or one of its parents"
-    if real in (os.path.realpath(os.path.expanduser("~")), os.path.realpath(os.sep)):
-        return "it is the home or root directory"
-    return None
-
-
 def check_target(target, overwrite=False, argument="export_dir", kind=None):
     """Raises before any work if `target` cannot be written (see the module docstring).
 
@@ -242,7 +232,7 @@ def check_target(target, overwrite=False, argument="export_dir", kind=None):
     target = os.fspath(target)
     if not target or not os.path.basename(os.path.abspath(target)):
         raise ValueError(f"Received an invalid value for `{argument}`: {target!r} names no directory.")
-    reason = _protected(target)
+    reason = protected_directory(target)
     if reason:
         raise ValueError(f"Refusing to write the output into {target!r} ({argument}): {reason}. Pick a new directory.")
     if os.path.islink(_bare(target)):

@@ -17,6 +17,7 @@ import sys
 import threading
 import time
 
+from bert_keras._checks import protected_directory  # no TensorFlow import
 from bert_keras import dtypes  # no TensorFlow import; read at call time (tests replace its CPU check)
 from bert_keras.commands._speaker import Silence  # standard library only
 from bert_keras.export.manifest import CLASSIFIER, READER, TAGGER, export_kind, wrong_kind  # no TensorFlow
@@ -79,6 +80,9 @@ def refused_output(path, force, flag="--out"):
     """
     if os.path.islink(path) or not os.path.isdir(path):
         return None
+    protected = protected_directory(path)
+    if protected:
+        return f"{flag} {path}: {protected}; bert-keras never writes over it. Pick a new directory."
     try:
         entries = sorted(os.listdir(path))
     except OSError:

@@ -69,7 +69,7 @@ def test_convert_force_never_replaces_a_foreign_directory(hf_pretraining_dir, tm
     other.mkdir()
     (other / "data.csv").write_text("a,b")
     assert cli.main(["convert", source, "--out", str(other), "--force"]) == 2
-    assert "was not written by bert_keras" in capsys.readouterr().err
+    assert "was not written by bert-keras" in capsys.readouterr().err  # refused before TensorFlow loads
     assert (tmp_path / "thesis.tex").read_text() == "years of work" and os.listdir(other) == ["data.csv"]
 
 
