@@ -163,7 +163,7 @@ def test_finetune_force_refuses_the_working_directory_before_training(modules, t
     monkeypatch.chdir(work)
     assert _finetune(modules, train, ".", "--force") == 2
     captured = capsys.readouterr()
-    assert "--out . exists and was not written by bert-keras (it holds ['notes.txt'])" in captured.err  # before TensorFlow
+    assert "--out .: it is the current directory or one of its parents; bert-keras never writes over it" in captured.err  # before TensorFlow
     assert "Fine-tuning" not in captured.out  # refused before any training
     assert os.listdir(work) == ["notes.txt"]
 
