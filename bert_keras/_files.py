@@ -41,8 +41,6 @@ is never emptied.
 """
 
 import contextlib
-import ctypes
-import ctypes.util
 import errno
 import json
 import logging
@@ -58,12 +56,11 @@ import tensorflow as tf
 from bert_keras._checks import protected_directory, replace_hint
 from bert_keras._faults import fault_point
 from bert_keras._locks import OutputLockedError, output_lock  # noqa: F401 (the package's writers import them from here)
+from bert_keras._platform.native import rename_exchange
 
 logger = logging.getLogger(__name__)
 
 MARKER = ".bert_keras_output.json"
-_RENAME_EXCHANGE = 2
-_AT_FDCWD = -100
 
 
 _STAGING_KIND = "staging"
@@ -271,37 +268,11 @@ def check_target(target, overwrite=False, argument="export_dir", kind=None):
         )
 
 
-def _libc_renameat2():
-    name = ctypes.util.find_library("c")
-    try:
-        function = ctypes.CDLL(name, use_errno=True).renameat2
-    except (OSError, AttributeError, TypeError):
-        return None
-    function.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
-    return function
-
-
-_renameat2 = _libc_renameat2()
-
-
-def _exchange(a, b):
-    """Atomically swaps two paths; False when this system or file system cannot."""
-    if _renameat2 is None:
-        return False
-    result = _renameat2(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE)
-    if result == 0:
-        return True
-    code = ctypes.get_errno()
-    if code in (errno.ENOSYS, errno.EINVAL, errno.ENOTSUP, errno.EOPNOTSUPP):
-        return False
-    raise OSError(code, f"Could not swap {a!r} and {b!r}: {os.strerror(code)}")
-
-
 def _replace(staging, target, parent, name):
     if not os.path.exists(target):
         os.replace(staging, target)
         return
-    if _exchange(staging, target):
+    if rename_exchange(staging, target):
         shutil.rmtree(staging, ignore_errors=True)  # now the old output
         return
     aside = tempfile.mkdtemp(prefix=f".replaced-{name}-", dir=parent)

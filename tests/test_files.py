@@ -11,6 +11,7 @@ import keras
 import pytest
 
 from bert_keras import _files
+from bert_keras._platform import native
 from bert_keras._files import MARKER, OutputLockedError, check_target, read_marker, staged_directory
 from bert_keras.export import hub_modules
 from bert_keras.training.backup import EpochBackup, held_backup, resumed_epoch
@@ -115,7 +116,7 @@ def test_leftovers_of_a_killed_write_are_cleaned_or_restored(tmp_path):
 
 
 def test_replacement_without_the_atomic_exchange(tmp_path, monkeypatch):
-    monkeypatch.setattr(_files, "_renameat2", None)
+    monkeypatch.setattr(native, "_renameat2", None)
     target = str(tmp_path / "out")
     _write(target, "old")
     _write(target, "new", overwrite=True)

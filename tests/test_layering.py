@@ -10,13 +10,13 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent / "bert_keras"
 
 # The layers, first to last (README, "API map"). A module may import its own layer's and earlier layers' modules.
 LAYERS = [
-    ["_backend", "_checks", "_contract", "_keras_compat", "_faults", "_files", "_locks", "_native_log", "dtypes", "cluster"],
+    ["_backend", "_platform", "_checks", "_contract", "_keras_compat", "_faults", "_files", "_locks", "_native_log", "dtypes", "cluster"],
     ["layers"],
     ["presets"],
     ["text"],
     ["hub"],
     ["formats"],
-    ["encoder"],
+    ["encoder", "modernbert"],
     ["heads"],
     ["embedder"],
     ["_task", "pretrainer", "predictions"],
