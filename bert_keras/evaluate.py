@@ -1,9 +1,11 @@
 """Evaluation reports: accuracy, macro-F1, per-class scores, the confusion matrix, and training curves.
 
-The numbers come from scikit-learn (`precision_recall_fscore_support`,
-`confusion_matrix`, `accuracy_score`), the pictures from matplotlib (an
-object-oriented `Figure`, no pyplot state, rendered to PNG bytes). This module
-is the one place the package scores a classifier: `finetune --test`,
+The numbers are counted here with numpy (scikit-learn's definitions: `zero_division=0`, macro averages over every
+class); the pictures come from matplotlib (an object-oriented `Figure`, no pyplot state, rendered to PNG bytes),
+imported where a picture is drawn: it is the `reports` extra (`pip install "bert-keras[reports]"`), not a
+requirement, because Keras imports matplotlib (and scikit-learn) at its own import whenever they are installed, which
+every process that only serves would pay for. Without it, the reports hold their JSON and text and say which
+pictures were left out. This module is the one place the package scores a classifier: `finetune --test`,
 `bert-keras evaluate` and the demo's baselines all call it.
 """
 
@@ -11,11 +13,13 @@ import io
 import json
 import os
 
+import logging
+
 import numpy as np
-from matplotlib.figure import Figure
-from sklearn import metrics
 
 from bert_keras._files import staged_directory
+
+logger = logging.getLogger(__name__)
 
 REPORT_FILE = "evaluation.json"
 CONFUSION_PNG = "confusion_matrix.png"
@@ -65,20 +69,32 @@ def classification_report(labels, probabilities, label_names):
     classes = list(range(len(label_names)))
     if len(labels) != len(predicted):
         raise ValueError(f"Received {len(labels)} labels and {len(predicted)} predictions; expected as many of each.")
-    precision, recall, f1, support = metrics.precision_recall_fscore_support(
-        labels, predicted, labels=classes, zero_division=0
-    )
+    if labels.size and labels.min() < 0:
+        raise ValueError(f"Received a negative class id among the labels ({int(labels.min())}); class ids start at 0.")
+    width = max(len(classes), int(labels.max(initial=-1)) + 1, int(predicted.max(initial=-1)) + 1)
+    support = np.bincount(labels, minlength=width)[: len(classes)]
+    chosen = np.bincount(predicted, minlength=width)[: len(classes)]
+    hits = np.bincount(labels[labels == predicted], minlength=width)[: len(classes)]
+    precision, recall, f1 = (_share(hits, chosen), _share(hits, support), _share(2 * hits, support + chosen))
+    confusion = np.zeros((len(classes), len(classes)), dtype="int64")
+    known = (labels < len(classes)) & (predicted < len(classes))
+    np.add.at(confusion, (labels[known], predicted[known]), 1)
     return {
         "label_names": [str(name) for name in label_names],
         "num_examples": int(len(labels)),
-        "accuracy": float(metrics.accuracy_score(labels, predicted)),
+        "accuracy": float(np.mean(labels == predicted)) if len(labels) else 0.0,
         "macro_f1": float(np.mean(f1)),
         "per_class": {
             str(name): {"precision": float(p), "recall": float(r), "f1": float(f), "support": int(s)}
             for name, p, r, f, s in zip(label_names, precision, recall, f1, support)
         },
-        "confusion_matrix": metrics.confusion_matrix(labels, predicted, labels=classes).tolist(),
+        "confusion_matrix": confusion.tolist(),
     }
+
+
+def _share(part, whole):
+    """`part / whole` per class, 0 where `whole` is 0 (scikit-learn's `zero_division=0`)."""
+    return np.divide(part, whole, out=np.zeros(len(part)), where=whole > 0)
 
 
 def format_report(report):
@@ -113,6 +129,19 @@ def _table(rows):
     return ["  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in rows]
 
 
+def _figure(figsize):
+    from matplotlib.figure import Figure  # the `reports` extra; imported where a picture is drawn
+
+    return Figure(figsize=figsize)
+
+
+def can_draw():
+    """Whether matplotlib (the `reports` extra) is installed, so that the reports' PNGs can be drawn."""
+    import importlib.util
+
+    return importlib.util.find_spec("matplotlib") is not None
+
+
 def _png(figure):
     buffer = io.BytesIO()
     figure.savefig(buffer, format="png", dpi=100, bbox_inches="tight")
@@ -124,7 +153,7 @@ def confusion_matrix_png(report, title="Confusion matrix"):
     matrix = np.asarray(report["confusion_matrix"])
     names = report["label_names"]
     size = max(3.5, 0.9 * len(names) + 1.5)
-    figure = Figure(figsize=(size + 1, size))
+    figure = _figure((size + 1, size))
     axes = figure.add_subplot()
     shares = matrix / np.maximum(matrix.sum(axis=1, keepdims=True), 1)
     image = axes.imshow(shares, cmap="Blues", vmin=0, vmax=1)
@@ -146,7 +175,7 @@ def training_curves_png(history):
         history: dict with `head` and `full`, each a Keras `history.history`
             dict (`loss`, `accuracy`, `val_loss`, `val_accuracy`; any may be absent).
     """
-    figure = Figure(figsize=(10, 4))
+    figure = _figure((10, 4))
     phases = [(name, history.get(name) or {}) for name in ("head", "full")]
     head_epochs = len(phases[0][1].get("loss", []))
     for index, metric in enumerate(("loss", "accuracy")):
@@ -167,20 +196,27 @@ def training_curves_png(history):
 
 
 def report_files(report=None, history=None):
-    """`{file name: contents}` for a report and/or a training history: JSON values and PNG bytes."""
+    """`{file name: contents}` for a report and/or a training history: JSON values and PNG bytes (the PNGs where
+    matplotlib is installed; a warning names those left out otherwise)."""
     files = {}
     if report is not None:
         files[REPORT_FILE] = report
-        files[CONFUSION_PNG] = confusion_matrix_png(report)
-    if history is not None:
-        files[CURVES_PNG] = training_curves_png(history)
-    return files
+    pictures = {CONFUSION_PNG: report is not None and (lambda: confusion_matrix_png(report)),
+                CURVES_PNG: history is not None and (lambda: training_curves_png(history))}
+    pictures = {name: draw for name, draw in pictures.items() if draw}
+    if pictures and not can_draw():
+        logger.warning("%s not drawn: matplotlib is not installed (pip install \"bert-keras[reports]\").",
+                       " and ".join(pictures))
+        return files
+    return {**files, **{name: draw() for name, draw in pictures.items()}}
 
 
 def write_report(directory, report, overwrite=False, argument="--out"):
-    """Writes `evaluation.json` and `confusion_matrix.png` into `directory` (a staged, atomic write)."""
+    """Writes `evaluation.json` and `confusion_matrix.png` (where matplotlib is installed) into `directory` (a staged,
+    atomic write); returns the paths written."""
+    files = report_files(report)
     with staged_directory(directory, overwrite, kind="evaluation", argument=argument) as staging:
-        for name, value in report_files(report).items():
+        for name, value in files.items():
             with open(os.path.join(staging, name), "wb" if isinstance(value, bytes) else "w") as f:
                 f.write(value if isinstance(value, bytes) else json.dumps(value, indent=2))
-    return [os.path.join(directory, name) for name in (REPORT_FILE, CONFUSION_PNG)]
+    return [os.path.join(directory, name) for name in files]

@@ -12,7 +12,6 @@ import math
 
 import keras
 import numpy as np
-from sklearn.utils.class_weight import compute_class_weight
 
 from bert_keras.datasets import stratified_split
 from bert_keras.evaluate import classification_report, format_report, report_files
@@ -52,7 +51,8 @@ class ClassifierRecipe(Recipe):
                 raise ValueError("Received an invalid value for argument `class_weights`, expected None, \"balanced\" "
                                  f"or a dict. Received: class_weights={weights!r}")
             present = np.unique(train.labels)
-            balanced = compute_class_weight("balanced", classes=present, y=train.labels).tolist()
+            counts = np.bincount(np.asarray(train.labels))[present]  # "balanced": n / (classes * count), as sklearn's
+            balanced = (len(train.labels) / (len(present) * counts)).tolist()
             weights = dict(zip(present.tolist(), balanced))
             report("Class weights (balanced): " + ", ".join(f"{train.label_names[i]} {w:.3f}" for i, w in weights.items()))
         self._class_weight = weights
