@@ -6,6 +6,7 @@ import keras
 
 from bert_keras.encoder import BertEncoder
 from bert_keras.formats import Candidates, ConversionSummary, assign_arrays, tables
+from bert_keras.modernbert import ModernBertEncoder
 from bert_keras.heads import (
     ClassificationHead,
     DiscriminatorHead,
@@ -84,9 +85,13 @@ class LoadedCheckpoint:
         return [name for name in self.summary.unused if name.startswith(prefixes)]
 
 
-def build_models(encoder_config, heads, mlm_activation, dtype=None, num_labels=None):
+# `CheckpointWeights.encoder_kind` -> the encoder class its config is for.
+ENCODER_CLASSES = {"bert": BertEncoder, "modernbert": ModernBertEncoder}
+
+
+def build_models(encoder_config, heads, mlm_activation, dtype=None, num_labels=None, encoder_class=BertEncoder):
     """Builds the encoder and the requested heads (`num_labels`: a classifier head's outputs). Returns `(roots, pretrainer)`."""
-    encoder = BertEncoder(**encoder_config, dtype=dtype)
+    encoder = encoder_class(**encoder_config, dtype=dtype)
     roots = {"encoder": encoder}
     pretrainer = None
     if tables.MLM in heads and tables.NSP in heads:
@@ -146,7 +151,8 @@ def load(weights, dtype=None):
     candidates = Candidates(weights)
     for config in candidates:
         roots, pretrainer = build_models(config, weights.heads, weights.mlm_activation, dtype=dtype,
-                                         num_labels=weights.num_labels)
+                                         num_labels=weights.num_labels,
+                                         encoder_class=ENCODER_CLASSES[weights.encoder_kind])
         assign_arrays(weights, roots)
         if candidates.fits(roots["encoder"]):
             break

@@ -27,6 +27,7 @@ from bert_keras.formats._common import (
 from bert_keras.formats.google import holds_tf_checkpoint, read_google
 from bert_keras.formats.hub_module import is_hub_module, read_hub_module
 from bert_keras.formats.huggingface import read_huggingface
+from bert_keras.formats.modernbert import is_modernbert, read_modernbert
 from bert_keras.formats.keras_nlp import (
     is_backbone,
     is_preset_config,
@@ -170,6 +171,8 @@ def read_checkpoint(path, *, format=None, with_heads=True, do_lower_case=None, a
                                  "its graph; it was given as data (allow_modules=False), from which only weights are "
                                  "read. Pass it yourself as a module if you trust it.")
     if format == "huggingface":
+        if is_modernbert(os.fspath(path)):  # its own encoder class: `ModernBertEncoder`
+            return read_modernbert(os.fspath(path), with_heads=with_heads)
         return read_huggingface(os.fspath(path), with_heads=with_heads, do_lower_case=do_lower_case)
     if format == "hub_module":
         return read_hub_module(os.fspath(path), do_lower_case=do_lower_case)
@@ -198,5 +201,6 @@ __all__ = [
     "read_huggingface",
     "read_keras_nlp",
     "read_keras_nlp_preset",
+    "read_modernbert",
     "to_keras_nlp",
 ]

@@ -134,6 +134,9 @@ class CheckpointWeights:
             `"sentencepiece"` (ALBERT) or `"byte_bpe"` (RoBERTa).
         tokenizer_folder: str or None. The folder its files are read from
             (`bert_keras.text.folders`); None where only `vocab_file` is known.
+        encoder_kind: str. The encoder class the config is for: `"bert"`
+            (`BertEncoder`, the family with options) or `"modernbert"`
+            (`ModernBertEncoder`).
     """
 
     encoder_configs: list
@@ -151,6 +154,7 @@ class CheckpointWeights:
     num_labels: object = None
     tokenizer_kind: str = "wordpiece"
     tokenizer_folder: object = None
+    encoder_kind: str = "bert"
 
     @property
     def encoder_config(self):

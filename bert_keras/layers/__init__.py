@@ -1,21 +1,37 @@
-"""Reusable Keras 3 layers that BERT is built from."""
+"""Reusable Keras 3 layers that BERT and ModernBERT are built from."""
 
 from bert_keras.layers.attention import MultiHeadSelfAttention, attention_bias_from_mask
 from bert_keras.layers.dropout import Dropout
 from bert_keras.layers.embeddings import BertEmbeddings, SinusoidalPositionEncoding
 from bert_keras.layers.encoder_block import TransformerEncoderBlock
 from bert_keras.layers.feed_forward import FeedForward
+from bert_keras.layers.geglu import GatedFeedForward
+from bert_keras.layers.modernbert_block import (
+    ModernBertBlock,
+    ModernBertEmbeddings,
+    RotarySelfAttention,
+    SlidingWindowBias,
+    sliding_window_bias,
+)
 from bert_keras.layers.packing import PackedTokenIndex, PackTokens, UnpackTokens
+from bert_keras.layers.rotary import RotaryEmbedding
 
 __all__ = [
     "BertEmbeddings",
     "Dropout",
     "FeedForward",
+    "GatedFeedForward",
+    "ModernBertBlock",
+    "ModernBertEmbeddings",
     "MultiHeadSelfAttention",
     "PackTokens",
     "PackedTokenIndex",
+    "RotaryEmbedding",
+    "RotarySelfAttention",
     "SinusoidalPositionEncoding",
+    "SlidingWindowBias",
     "TransformerEncoderBlock",
     "UnpackTokens",
     "attention_bias_from_mask",
+    "sliding_window_bias",
 ]

@@ -1,0 +1,238 @@
+"""A ModernBERT folder as transformers 5 saves it (`ModernBertModel`, `ModernBertForMaskedLM`, its task models) ->
+`ModernBertEncoder` arguments and the encoder's weights in our layout.
+
+The config's names are translated here (`config_to_kwargs`); the weight names are a table of
+`(target, source, transform)` per block (`weight_table`): the first block has no `attn_norm`, and the biases are
+there only where the config's `attention_bias`, `mlp_bias` and `norm_bias` say so. Heads (the masked LM's
+`head`/`decoder`, a task's `classifier`) are not read: the summary lists them unused.
+"""
+
+import logging
+import os
+
+from bert_keras._checks import quoted
+from bert_keras.formats import tables
+from bert_keras.formats._common import (
+    CheckpointError,
+    CheckpointWeights,
+    ConfigError,
+    ConversionSummary,
+    apply_transform,
+    check_vocabulary,
+    encoder_kwargs,
+    read_json,
+    read_tokenizer,
+    read_tensors,
+    translate_activation,
+)
+from bert_keras.formats.huggingface import CONFIG_FILE, open_weights
+
+logger = logging.getLogger("bert_keras.checkpoints")
+
+MODEL_TYPE = "modernbert"
+ENCODER_KIND = "modernbert"
+TOKENIZER_KIND = "byte_bpe"
+# Our argument -> ModernBertConfig's key, for the sizes and numbers `encoder_kwargs` checks.
+CONFIG_KEYS = {
+    "vocab_size": "vocab_size",
+    "num_layers": "num_hidden_layers",
+    "hidden_size": "hidden_size",
+    "num_heads": "num_attention_heads",
+    "intermediate_size": "intermediate_size",
+    "max_sequence_length": "max_position_embeddings",
+    "layer_norm_epsilon": "norm_eps",
+    "attention_dropout": "attention_dropout",
+    "initializer_range": "initializer_range",
+}
+# ModernBertConfig's defaults, for keys a config.json may leave out.
+DEFAULTS = {"max_sequence_length": 8192, "layer_norm_epsilon": 1e-5, "attention_dropout": 0.0,
+            "initializer_range": 0.02}
+# Our flag -> the config's key (each defaults to false in ModernBertConfig).
+BIAS_FLAGS = {"use_attention_bias": "attention_bias", "use_mlp_bias": "mlp_bias", "use_norm_bias": "norm_bias"}
+_RATES = {"embedding_dropout": "embedding_dropout", "mlp_dropout": "mlp_dropout"}
+_THETAS = {"global_rope_theta": ("full_attention", "global_rope_theta", 160000.0),
+           "local_rope_theta": ("sliding_attention", "local_rope_theta", 10000.0)}
+_LAYER_TYPES = ("full_attention", "sliding_attention")
+
+
+def is_modernbert(path):
+    """Whether `path` (a folder, or a file in one) holds a config.json whose `model_type` is ModernBERT's."""
+    directory = os.path.dirname(path) if os.path.isfile(path) else path
+    config_file = os.path.join(directory, CONFIG_FILE)
+    if not os.path.isfile(config_file):
+        return False
+    return read_json(config_file).get("model_type") == MODEL_TYPE
+
+
+def _flag(config, key, file):
+    value = config.get(key, False)
+    if not isinstance(value, bool):
+        raise ConfigError(file, key, f"expected true or false, found {quoted(value)}.")
+    return value
+
+
+def _rate(config, key, file):
+    value = config.get(key, 0.0)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1:
+        raise ConfigError(file, key, f"expected a dropout rate in [0, 1), found {quoted(value)}.")
+    return float(value)
+
+
+def _layer_types(config, num_layers, file):
+    """transformers 5's `layer_types`, else the pattern of the older `global_attn_every_n_layers` (default 3)."""
+    layer_types = config.get("layer_types")
+    if layer_types is None:
+        every = config.get("global_attn_every_n_layers", 3)
+        if isinstance(every, bool) or not isinstance(every, int) or every < 1:
+            raise ConfigError(file, "global_attn_every_n_layers", f"expected a positive integer, found {quoted(every)}.")
+        return [_LAYER_TYPES[1] if i % every else _LAYER_TYPES[0] for i in range(num_layers)]
+    if (not isinstance(layer_types, list) or len(layer_types) != num_layers
+            or any(kind not in _LAYER_TYPES for kind in layer_types)):
+        raise ConfigError(file, "layer_types", f"expected {num_layers} (num_hidden_layers) entries, each "
+                          f"'full_attention' or 'sliding_attention', found {quoted(layer_types)}.")
+    return list(layer_types)
+
+
+def _rope_theta(config, ours, file):
+    """A layer kind's theta: transformers 5's `rope_parameters[kind]`, else the older `global_/local_rope_theta`."""
+    kind, legacy, default = _THETAS[ours]
+    parameters = (config.get("rope_parameters") or {}).get(kind)
+    if parameters is None:
+        theta, field = config.get(legacy, default), legacy
+    else:
+        rope_type = parameters.get("rope_type", "default")
+        if rope_type != "default":
+            raise ConfigError(file, "rope_parameters", f"{kind} has rope_type {quoted(rope_type)}; only 'default' "
+                              "(plain RoPE, as every released ModernBERT) is supported.")
+        theta, field = parameters.get("rope_theta", default), "rope_parameters"
+    if isinstance(theta, bool) or not isinstance(theta, (int, float)) or not theta > 0:
+        raise ConfigError(file, field, f"expected a positive rope_theta for {kind}, found {quoted(theta)}.")
+    return float(theta)
+
+
+def config_to_kwargs(config, file):
+    """Translates a `ModernBertConfig` dict to `ModernBertEncoder` arguments.
+
+    Raises:
+        ConfigError: naming the file and the field at fault.
+    """
+    kwargs = encoder_kwargs(config, CONFIG_KEYS, file, defaults=DEFAULTS)
+    kwargs["activation"] = translate_activation(config.get("hidden_activation", "gelu"), tables.HF_ACTIVATIONS, file,
+                                                "hidden_activation")
+    kwargs["layer_types"] = _layer_types(config, kwargs["num_layers"], file)
+    window = config.get("local_attention", 128)
+    if isinstance(window, bool) or not isinstance(window, int) or window < 1:
+        raise ConfigError(file, "local_attention", f"expected a positive integer, found {quoted(window)}.")
+    kwargs["local_attention"] = window
+    for ours in _THETAS:
+        kwargs[ours] = _rope_theta(config, ours, file)
+    for ours, theirs in BIAS_FLAGS.items():
+        kwargs[ours] = _flag(config, theirs, file)
+    for ours, theirs in _RATES.items():
+        kwargs[ours] = _rate(config, theirs, file)
+    pooling = config.get("classifier_pooling", "cls")
+    if pooling not in ("cls", "mean"):
+        raise ConfigError(file, "classifier_pooling", f"expected 'cls' or 'mean', found {quoted(pooling)}.")
+    kwargs["pooling"] = pooling
+    if kwargs["hidden_size"] % kwargs["num_heads"] or (kwargs["hidden_size"] // kwargs["num_heads"]) % 2:
+        raise ConfigError(file, "num_attention_heads", f"is {kwargs['num_heads']}, which does not divide "
+                          f"hidden_size={kwargs['hidden_size']} into heads of even size (RoPE rotates pairs).")
+    return kwargs
+
+
+def weight_table(kwargs):
+    """`(target, source, transform, shape)` of every tensor the encoder reads; `shape` is the stored one."""
+    hidden, inner, vocab = kwargs["hidden_size"], kwargs["intermediate_size"], kwargs["vocab_size"]
+    norm_bias, attention_bias, mlp_bias = (kwargs[flag] for flag in BIAS_FLAGS)
+
+    def norm(target, source):
+        entries = [(f"{target}.gamma", f"{source}.weight", None, (hidden,))]
+        return entries + ([(f"{target}.beta", f"{source}.bias", None, (hidden,))] if norm_bias else [])
+
+    def dense(target, source, units, inputs, bias):
+        entries = [(f"{target}.kernel", f"{source}.weight", tables.TRANSPOSE, (units, inputs))]
+        return entries + ([(f"{target}.bias", f"{source}.bias", None, (units,))] if bias else [])
+
+    entries = [("encoder.embeddings.word_embeddings.embeddings", "embeddings.tok_embeddings.weight", None,
+                (vocab, hidden))]
+    entries += norm("encoder.embeddings.layer_norm", "embeddings.norm")
+    for i in range(kwargs["num_layers"]):
+        ours, theirs = f"encoder.transformer_layers.{i}", f"layers.{i}"
+        if i > 0:  # the first block's attn_norm is an Identity: the embeddings end with a LayerNorm
+            entries += norm(f"{ours}.attention_layer_norm", f"{theirs}.attn_norm")
+        entries += dense(f"{ours}.attention.qkv_dense", f"{theirs}.attn.Wqkv", 3 * hidden, hidden, attention_bias)
+        entries += dense(f"{ours}.attention.output_dense", f"{theirs}.attn.Wo", hidden, hidden, attention_bias)
+        entries += norm(f"{ours}.feed_forward_layer_norm", f"{theirs}.mlp_norm")
+        entries += dense(f"{ours}.feed_forward.intermediate_dense", f"{theirs}.mlp.Wi", 2 * inner, hidden, mlp_bias)
+        entries += dense(f"{ours}.feed_forward.output_dense", f"{theirs}.mlp.Wo", hidden, inner, mlp_bias)
+    return entries + norm("encoder.final_layer_norm", "final_norm")
+
+
+def _check_stored(source, entries, config_file):
+    """Every tensor of the table is there with the shape the config gives it, before anything is read."""
+    for _, name, _, shape in entries:
+        if not source.has(name):
+            raise CheckpointError(source.file, name, f"is missing: a ModernBERT of this config ({config_file}) needs "
+                                  "it.")
+        if tuple(source.shape(name)) != shape:
+            raise CheckpointError(source.file_of(name), source.original_name(name), f"has shape "
+                                  f"{tuple(source.shape(name))}, but {config_file} gives {shape}: the config does not "
+                                  "belong to these weights.")
+
+
+def _check_tokenizer(directory, source):
+    """The folder's byte-level BPE (its vocab.json, else tokenizer.json) must have a token per embedding row."""
+    found, tokens = read_tokenizer(TOKENIZER_KIND, directory)
+    name = "embeddings.tok_embeddings.weight"
+    if tokens is not None and len(tokens) > source.shape(name)[0]:
+        check_vocabulary(found.file, tokens, source.file_of(name), source.original_name(name), source.shape(name)[0])
+
+
+def read_modernbert(path, *, with_heads=False):
+    """Reads a ModernBERT folder: `ModernBertEncoder` arguments and its weights. Heads are not read.
+
+    Args:
+        path: str. A folder (or a file in one) with config.json
+            (`model_type: modernbert`) and model.safetensors (or another
+            weight file transformers writes); the `model.` prefix of
+            `ModernBertForMaskedLM` and the task models is dropped.
+        with_heads: ignored but for the summary: no ModernBERT head is read,
+            its tensors are listed unused.
+
+    Returns:
+        `CheckpointWeights` with `encoder_kind="modernbert"`.
+
+    Raises:
+        ConfigError: a config field this encoder cannot follow.
+        CheckpointError: a tensor missing, of another shape than the config
+            gives, or not finite floating point.
+    """
+    directory = os.path.dirname(path) if os.path.isfile(path) else path
+    config_file = os.path.join(directory, CONFIG_FILE)
+    config = read_json(config_file)
+    kwargs = config_to_kwargs(config, config_file)
+    source = open_weights(directory, prefix="model.")
+    entries = weight_table(kwargs)
+    _check_stored(source, entries, config_file)
+    _check_tokenizer(directory, source)
+    stored = read_tensors(source, [name for _, name, _, _ in entries])
+    arrays, origins = {}, {}
+    for target, name, transform, shape in entries:
+        target_shape = tuple(reversed(shape)) if transform == tables.TRANSPOSE else shape
+        arrays[target] = apply_transform(stored[name], transform, target_shape)
+        origins[target] = (source.file_of(name), source.original_name(name))
+    used = set(stored)
+    summary = ConversionSummary(
+        format="huggingface",
+        files=list(source.files),
+        loaded=[(source.original_name(name), target) for target, name, _, _ in entries],
+        unused=sorted(source.original_name(n) for n in source.names() if n not in used),
+    )
+    logger.info("%s", summary)
+    architectures = config.get("architectures") or []
+    return CheckpointWeights(
+        encoder_configs=[kwargs], arrays=arrays, origins=origins, heads=[], mlm_activation=kwargs["activation"],
+        vocab_file=None, do_lower_case=False, summary=summary,
+        architectures=[a for a in architectures if isinstance(a, str)] if isinstance(architectures, list) else [],
+        tokenizer_kind=TOKENIZER_KIND, tokenizer_folder=directory, encoder_kind=ENCODER_KIND,
+    )

@@ -1,0 +1,234 @@
+"""ModernBERT: its layers against their formulas, and `ModernBertEncoder` read from a folder transformers 5 saves,
+against transformers' `ModernBertModel` (random seeded weights, a window smaller than the texts)."""
+
+import json
+
+import numpy as np
+import pytest
+import torch
+import transformers
+
+from bert_keras.checkpoints import load_checkpoint
+from bert_keras.formats import CheckpointError, ConfigError, read_checkpoint
+from bert_keras.layers import (
+    GatedFeedForward,
+    ModernBertBlock,
+    RotaryEmbedding,
+    RotarySelfAttention,
+    sliding_window_bias,
+)
+from bert_keras.modernbert import ModernBertEncoder, layer_types_every
+from tests.checkpoints._models import perturb_torch
+
+# 3 layers (global, local, local), local windows of 8 tokens (4 on either side): windows matter from 6 tokens on.
+CONFIG = dict(vocab_size=120, hidden_size=64, intermediate_size=96, num_hidden_layers=3, num_attention_heads=4,
+              global_attn_every_n_layers=3, local_attention=8, max_position_embeddings=512, pad_token_id=0,
+              bos_token_id=1, eos_token_id=2, cls_token_id=1, sep_token_id=2)
+
+
+def save_modernbert(folder, model_class="ModernBertModel", seed=0, **overrides):
+    """A random ModernBERT of transformers' own class (every weight perturbed: LayerNorms are not ones), saved."""
+    torch.manual_seed(seed)
+    model = getattr(transformers, model_class)(transformers.ModernBertConfig(**dict(CONFIG, **overrides)))
+    perturb_torch(model, seed=seed)
+    model.save_pretrained(str(folder))
+    return model
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory):
+    path = tmp_path_factory.mktemp("modernbert")
+    save_modernbert(path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def encoder(folder):
+    return ModernBertEncoder.from_checkpoint(str(folder))
+
+
+def padded_batch(lengths, seed=0):
+    """Ids `(batch, max(lengths))` of rows `lengths` long, zero-padded, and their 0/1 mask."""
+    rng = np.random.default_rng(seed)
+    ids = np.zeros((len(lengths), max(lengths)), "int32")
+    for row, length in enumerate(lengths):
+        ids[row, :length] = rng.integers(3, CONFIG["vocab_size"], length)
+    return ids, (np.arange(ids.shape[1])[None, :] < np.array(lengths)[:, None]).astype("int32")
+
+
+def reference(folder, ids, mask, attn_implementation="eager"):
+    model = transformers.ModernBertModel.from_pretrained(str(folder), attn_implementation=attn_implementation).eval()
+    with torch.no_grad():
+        return model(input_ids=torch.tensor(ids, dtype=torch.long), attention_mask=torch.tensor(mask),
+                     output_hidden_states=True)
+
+
+def ours(encoder, ids, mask):
+    return encoder({"input_word_ids": ids, "input_mask": mask, "input_type_ids": np.zeros_like(ids)})
+
+
+# --- the layers --------------------------------------------------------------------------------------------------
+
+
+def test_rotary_rotates_each_pair_by_position_times_frequency():
+    # head_size 4, theta 100: frequencies 100**0 = 1 and 100**-0.5 = 0.1; at position 3 the angles are 3 and 0.3.
+    x = np.array([1.0, 2.0, 3.0, 4.0], "float32")
+    inputs = np.zeros((1, 1, 4, 4), "float32")
+    inputs[0, 0, 3] = x
+    rotated = np.asarray(RotaryEmbedding(theta=100.0)(inputs))[0, 0, 3]
+    a0, a1 = 3.0, 0.3  # pairs (0, 2) and (1, 3)
+    expected = [1 * np.cos(a0) - 3 * np.sin(a0), 2 * np.cos(a1) - 4 * np.sin(a1),
+                3 * np.cos(a0) + 1 * np.sin(a0), 4 * np.cos(a1) + 2 * np.sin(a1)]
+    np.testing.assert_allclose(rotated, expected, atol=1e-6)
+
+
+def test_rotary_scores_depend_on_the_distance_only():
+    rng = np.random.default_rng(0)
+    q, k = rng.normal(size=(2, 8)).astype("float32")
+    layer = RotaryEmbedding(theta=10000.0)
+    x = np.stack([np.tile(q, (12, 1)), np.tile(k, (12, 1))])[:, None]  # (2, 1, 12, 8): q and k at every position
+    rotated = np.asarray(layer(x))
+    scores = rotated[0, 0] @ rotated[1, 0].T  # (12, 12)
+    np.testing.assert_allclose(scores[2, 5], scores[7, 10], rtol=1e-5)
+    np.testing.assert_allclose(scores[9, 1], scores[10, 2], rtol=1e-5)
+
+
+def test_rotary_refuses_an_odd_head_size():
+    with pytest.raises(ValueError, match="even head size"):
+        RotaryEmbedding()(np.zeros((1, 1, 3, 5), "float32"))
+
+
+def test_geglu_is_the_activation_of_the_input_half_times_the_gate():
+    layer = GatedFeedForward(intermediate_size=6, activation="gelu")
+    x = np.random.default_rng(0).normal(size=(2, 3, 4)).astype("float32")
+    out = np.asarray(layer(x))
+    kernel, output = np.asarray(layer.intermediate_dense.kernel), np.asarray(layer.output_dense.kernel)
+    w1, w2 = kernel[:, :6], kernel[:, 6:]
+    gelu = lambda v: 0.5 * v * (1 + np.vectorize(__import__("math").erf)(v / np.sqrt(2)))  # exact GELU
+    np.testing.assert_allclose(out, (gelu(x @ w1) * (x @ w2)) @ output, atol=1e-5)
+    assert layer.intermediate_dense.bias is None and len(layer.weights) == 2
+
+
+def test_sliding_window_bias_band_and_padding():
+    mask = np.array([[1, 1, 1, 1, 1, 1, 0, 0]], "int32")
+    allowed = np.asarray(sliding_window_bias(mask, attention_window=4))[0, 0] == 0  # |i - j| <= 2, real keys
+    assert allowed[0].tolist() == [True, True, True, False, False, False, False, False]
+    assert allowed[4].tolist() == [False, False, True, True, True, True, False, False]
+    full = np.asarray(sliding_window_bias(mask))
+    assert full.shape == (1, 1, 1, 8) and (full[0, 0, 0] == 0).tolist() == [True] * 6 + [False] * 2
+
+
+def test_block_config_round_trip_and_first_layer_without_attention_norm():
+    block = ModernBertBlock(num_heads=2, intermediate_size=12, attention_window=4, attention_norm=False,
+                            rope_theta=160000.0)
+    x = np.random.default_rng(1).normal(size=(2, 6, 8)).astype("float32")
+    out = np.asarray(block(x, attention_mask=np.ones((2, 6))))
+    assert block.attention_layer_norm is None
+    # scale of each LayerNorm, no bias anywhere: qkv 8x24, output 8x8, Wi 8x24, Wo 12x8, one LayerNorm scale of 8
+    assert sorted(tuple(w.shape) for w in block.weights) == [(8,), (8, 8), (8, 24), (8, 24), (12, 8)]
+    clone = ModernBertBlock.from_config(block.get_config())
+    clone.build(x.shape)
+    clone.set_weights(block.get_weights())
+    np.testing.assert_allclose(np.asarray(clone(x, attention_mask=np.ones((2, 6)))), out, atol=1e-6)
+
+
+def test_attention_refuses_heads_of_odd_size():
+    with pytest.raises(ValueError, match="even size"):
+        RotarySelfAttention(num_heads=4)(np.zeros((1, 3, 12), "float32"))
+
+
+def test_layer_types_every():
+    assert layer_types_every(7, 3) == ["full_attention", "sliding_attention", "sliding_attention"] * 2 + [
+        "full_attention"]
+
+
+# --- the encoder against transformers ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("attn_implementation", ["eager", "sdpa"])
+def test_padded_batch_of_uneven_lengths_matches_transformers(folder, encoder, attn_implementation):
+    ids, mask = padded_batch([5, 23, 40, 12])
+    expected = reference(folder, ids, mask, attn_implementation)
+    got = ours(encoder, ids, mask)
+    real = mask.astype(bool)
+    assert np.abs(np.asarray(got["sequence_output"]) - expected.last_hidden_state.numpy())[real].max() < 1e-5
+    # every block's output is transformers' hidden state of that layer (the last one before the final norm)
+    for i, hidden in enumerate(got["encoder_outputs"][:-1]):
+        assert np.abs(np.asarray(hidden) - expected.hidden_states[i + 1].numpy())[real].max() < 1e-5
+    np.testing.assert_allclose(np.asarray(got["pooled_output"]), np.asarray(got["sequence_output"])[:, 0], atol=0)
+
+
+def test_a_text_of_every_position_matches_transformers(folder, encoder):
+    # 512 tokens (max_position_embeddings): 64 windows of the local layers, RoPE at every position.
+    ids, mask = padded_batch([512, 300], seed=1)
+    expected = reference(folder, ids, mask)
+    got = np.asarray(ours(encoder, ids, mask)["sequence_output"])
+    assert np.abs(got - expected.last_hidden_state.numpy())[mask.astype(bool)].max() < 1e-5
+
+
+def test_the_window_matters(folder, encoder):
+    """The same weights with full attention in every layer give other outputs: the test above checks the window."""
+    ids, mask = padded_batch([40])
+    config = dict(encoder.get_config(), layer_types=["full_attention"] * 3)
+    full = ModernBertEncoder.from_config(config)
+    full.set_weights(encoder.get_weights())
+    assert np.abs(np.asarray(ours(full, ids, mask)["sequence_output"])
+                  - np.asarray(ours(encoder, ids, mask)["sequence_output"])).max() > 1e-3
+
+
+def test_mean_pooling_is_the_mean_over_real_tokens(tmp_path):
+    save_modernbert(tmp_path, classifier_pooling="mean")
+    encoder = ModernBertEncoder.from_checkpoint(str(tmp_path))
+    ids, mask = padded_batch([7, 3])
+    got = ours(encoder, ids, mask)
+    sequence = np.asarray(got["sequence_output"])
+    np.testing.assert_allclose(np.asarray(got["pooled_output"])[1], sequence[1, :3].mean(0), atol=1e-6)
+    assert encoder.pooling == "mean"
+
+
+def test_masked_lm_folder_loads_the_encoder_and_lists_the_head_unused(tmp_path):
+    model = save_modernbert(tmp_path, model_class="ModernBertForMaskedLM")
+    loaded = load_checkpoint(str(tmp_path))
+    assert isinstance(loaded.encoder, ModernBertEncoder)
+    assert {"head.dense.weight", "head.norm.weight", "decoder.bias"} <= set(loaded.summary.unused)
+    ids, mask = padded_batch([9, 4])
+    with torch.no_grad():
+        expected = model.model(input_ids=torch.tensor(ids, dtype=torch.long), attention_mask=torch.tensor(mask))
+    got = np.asarray(ours(loaded.encoder, ids, mask)["sequence_output"])
+    assert np.abs(got - expected.last_hidden_state.numpy())[mask.astype(bool)].max() < 1e-5
+
+
+def test_saves_and_loads_as_a_keras_file(encoder, tmp_path):
+    import keras
+
+    path = str(tmp_path / "modernbert.keras")
+    encoder.save(path)
+    revived = keras.saving.load_model(path)
+    ids, mask = padded_batch([10, 6])
+    np.testing.assert_allclose(np.asarray(ours(revived, ids, mask)["sequence_output"]),
+                               np.asarray(ours(encoder, ids, mask)["sequence_output"]), atol=1e-6)
+
+
+# --- refusals ----------------------------------------------------------------------------------------------------
+
+
+def _edit_config(folder, **changes):
+    path = folder / "config.json"
+    config = json.loads(path.read_text())
+    config.update(changes)
+    path.write_text(json.dumps(config))
+
+
+def test_a_rope_scaling_is_refused(tmp_path):
+    save_modernbert(tmp_path)
+    _edit_config(tmp_path, rope_parameters={"full_attention": {"rope_type": "linear", "rope_theta": 1.0, "factor": 2},
+                                            "sliding_attention": {"rope_type": "default", "rope_theta": 10.0}})
+    with pytest.raises(ConfigError, match="rope_parameters.*only 'default'"):
+        read_checkpoint(str(tmp_path))
+
+
+def test_a_config_of_other_sizes_is_refused_naming_the_tensor(tmp_path):
+    save_modernbert(tmp_path)
+    _edit_config(tmp_path, intermediate_size=80)
+    with pytest.raises(CheckpointError, match=r"layers.0.mlp.Wi.weight.*\(160, 64\)"):
+        read_checkpoint(str(tmp_path))
