@@ -1,4 +1,5 @@
-"""The commands' input and output: texts from TEXT arguments, --input or standard input; tsv fields and JSON text.
+"""The commands' input and output: texts from TEXT arguments, --input or standard input; tsv fields and JSON text;
+`Output`, the one writer of answers as tsv, JSON lines or one JSON array.
 
 Files and standard input are read by `bert_keras.datasets.read_texts` (no TensorFlow), the reader of every command.
 """
@@ -11,7 +12,7 @@ from bert_keras.datasets import read_texts, split_pair
 
 
 class InputError(Exception):
-    """Bad input found while streaming: the message for the user (exit status 2)."""
+    """Input (or a model) that a command refuses, found before or while streaming: the message for the user (exit 2)."""
 
 
 # How the readers of bert_keras.datasets name our arguments in their messages.
@@ -82,3 +83,33 @@ def json_text(value):
     """`value` as one line of JSON, with every control character escaped."""
     # json.dumps escapes C0 controls; C1 controls (0x80-0x9f, e.g. CSI) pass through unless escaped too.
     return json.dumps(value, ensure_ascii=False).translate(_JSON_C1)
+
+
+class Output:
+    """Prints one line per answer: tsv, jsonl, or json (the lines as one JSON array, each written as it comes).
+
+    Args:
+        fmt: str. `"tsv"`, `"jsonl"` or `"json"`.
+        out: a text stream (standard output).
+        tsv: callable. `(fields, answer) -> str`, an answer's tsv line (its fields escaped by `tsv_field`).
+        json: callable. `(fields, answer) -> value`, an answer as a JSON value (written by `json_text`).
+    """
+
+    def __init__(self, fmt, out, tsv, json):
+        self.fmt, self.out, self._tsv, self._json, self.count = fmt, out, tsv, json, 0
+
+    def write(self, fields, answer):
+        if self.fmt == "tsv":
+            line = self._tsv(fields, answer)
+        else:
+            line = json_text(self._json(fields, answer))
+            if self.fmt == "json":
+                line = ("[" if self.count == 0 else ",") + line
+        self.out.write(line + "\n")
+        self.count += 1
+
+    def close(self):
+        """Ends the JSON array (`[]` when nothing was written) and flushes."""
+        if self.fmt == "json":
+            self.out.write("[]\n" if self.count == 0 else "]\n")
+        self.out.flush()
