@@ -31,7 +31,7 @@ logger = logging.getLogger("bert_keras.checkpoints")
 
 MODEL_TYPE = "modernbert"
 ENCODER_KIND = "modernbert"
-TOKENIZER_KIND = "byte_bpe"
+TOKENIZER_KIND = "modernbert_bpe"  # `bert_keras.text.ModernBertTokenizer`
 # Our argument -> ModernBertConfig's key, for the sizes and numbers `encoder_kwargs` checks.
 CONFIG_KEYS = {
     "vocab_size": "vocab_size",

@@ -8,11 +8,12 @@ tokenizer is one class here.
 """
 
 from bert_keras.text.byte_bpe import BytePairTokenizer
+from bert_keras.text.modernbert_tokenizer import ModernBertTokenizer
 from bert_keras.text.sentencepiece import SentencePieceTokenizer
 from bert_keras.text.tokenizer import WordPieceTokenizer
 
 # The classes, in the order their kinds are listed (WordPiece first: the kind of a record that names none).
-TOKENIZER_CLASSES = (WordPieceTokenizer, SentencePieceTokenizer, BytePairTokenizer)
+TOKENIZER_CLASSES = (WordPieceTokenizer, SentencePieceTokenizer, BytePairTokenizer, ModernBertTokenizer)
 TOKENIZER_KINDS = tuple(cls.kind for cls in TOKENIZER_CLASSES)
 _BY_KIND = {cls.kind: cls for cls in TOKENIZER_CLASSES}
 

@@ -232,3 +232,77 @@ def test_a_config_of_other_sizes_is_refused_naming_the_tensor(tmp_path):
     _edit_config(tmp_path, intermediate_size=80)
     with pytest.raises(CheckpointError, match=r"layers.0.mlp.Wi.weight.*\(160, 64\)"):
         read_checkpoint(str(tmp_path))
+
+
+# --- the folder's tokenizer and the workflows that read a folder --------------------------------------------------
+
+SPECIALS = ["[UNK]", "[CLS]", "[SEP]", "[PAD]", "[MASK]"]
+TEXTS = ["Héllo wörld 😀 driverless cars!", "e\u0301te\u0301 à Zürich, naïve café 🚗🚗", "@VirginAmerica  why?!",
+         "I just don't trust my life in google's hands #driverless"]
+
+
+def save_modernbert_tokenizer(folder):
+    """A tokenizer of ModernBERT's kind, trained on tweets: byte-level BPE without a prefix space, NFC, the special
+    tokens at the end of the vocabulary, `[CLS] $A [SEP]`; saved by transformers. Returns its size."""
+    import tokenizers
+    from tokenizers import normalizers, processors
+
+    from bert_keras.text.corpora import load_tweets
+
+    trainer = tokenizers.ByteLevelBPETokenizer(add_prefix_space=False)
+    trainer.train_from_iterator(load_tweets()[0][:3000], vocab_size=400, min_frequency=2, show_progress=False)
+    vocab = trainer.get_vocab()
+    vocab.update({token: len(vocab) + i for i, token in enumerate(SPECIALS)})
+    merges = [tuple(m) for m in json.loads(trainer._tokenizer.to_str())["model"]["merges"]]
+    tokenizer = tokenizers.ByteLevelBPETokenizer(vocab=vocab, merges=merges, add_prefix_space=False)._tokenizer
+    tokenizer.normalizer = normalizers.NFC()
+    tokenizer.add_special_tokens(SPECIALS)
+    tokenizer.post_processor = processors.TemplateProcessing(
+        single="[CLS]:0 $A:0 [SEP]:0", pair="[CLS]:0 $A:0 [SEP]:0 $B:1 [SEP]:1",
+        special_tokens=[("[CLS]", vocab["[CLS]"]), ("[SEP]", vocab["[SEP]"])])
+    transformers.PreTrainedTokenizerFast(tokenizer_object=tokenizer, unk_token="[UNK]", cls_token="[CLS]",
+                                         sep_token="[SEP]", pad_token="[PAD]",
+                                         mask_token="[MASK]").save_pretrained(str(folder))
+    return len(vocab), vocab
+
+
+@pytest.fixture(scope="module")
+def text_folder(tmp_path_factory):
+    """ModernBERT's layout: the embeddings have more rows than the tokenizer has tokens (50,368 for 50,285)."""
+    path = tmp_path_factory.mktemp("modernbert_text")
+    size, vocab = save_modernbert_tokenizer(path)
+    model = save_modernbert(path, vocab_size=size + 11, pad_token_id=vocab["[PAD]"], cls_token_id=vocab["[CLS]"],
+                            sep_token_id=vocab["[SEP]"], bos_token_id=vocab["[CLS]"], eos_token_id=vocab["[SEP]"])
+    return path, model
+
+
+def test_load_pretrained_gives_the_encoder_and_ids_of_the_tokenizers_library(text_folder):
+    import tokenizers
+
+    from bert_keras.checkpoints import load_pretrained
+    from bert_keras.text.modernbert_tokenizer import ModernBertTokenizer
+
+    folder, _ = text_folder
+    pretrained = load_pretrained(str(folder), seq_length=40)
+    assert isinstance(pretrained.encoder, ModernBertEncoder)
+    assert isinstance(pretrained.tokenizer, ModernBertTokenizer) and pretrained.tokenizer.normalization == "NFC"
+    packed = pretrained.preprocessor(np.array(TEXTS))
+    reference = tokenizers.Tokenizer.from_file(str(folder / "tokenizer.json"))
+    reference.enable_padding(pad_id=reference.token_to_id("[PAD]"), pad_token="[PAD]", length=40)
+    expected = reference.encode_batch(TEXTS)
+    np.testing.assert_array_equal(np.asarray(packed["input_word_ids"]), [e.ids for e in expected])
+    np.testing.assert_array_equal(np.asarray(packed["input_mask"]), [e.attention_mask for e in expected])
+
+
+def test_sentence_encoder_from_checkpoint_embeds_as_transformers(text_folder):
+    from bert_keras.sentence_encoder import SentenceEncoder
+
+    folder, model = text_folder
+    encoder = SentenceEncoder.from_checkpoint(str(folder), pooling="mean", max_seq_length=64)
+    got = np.asarray(encoder(np.array(TEXTS)))
+    reference = transformers.AutoTokenizer.from_pretrained(str(folder))(TEXTS, padding=True, return_tensors="pt")
+    with torch.no_grad():
+        hidden = model(**reference).last_hidden_state
+    mask = reference["attention_mask"].unsqueeze(-1).float()
+    expected = ((hidden * mask).sum(1) / mask.sum(1)).numpy()
+    assert np.abs(got - expected).max() < 1e-5

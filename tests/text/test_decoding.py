@@ -12,6 +12,7 @@ TOKENS = {
     "wordpiece": ["new", "york", "##er", ",", "hi", "##!", "[UNK]"],
     "sentencepiece": ["\u2581new", "\u2581york", "er", "\u2581", ",", "\u2581hi"],
     "byte_bpe": ["\u0120New", "\u0120York", "er", ",", "\u0120\u00e2\u0138", "\u0123", "caf\u00c3\u00a9"],
+    "modernbert_bpe": ["\u0120New", "\u0120York", "er", ",", "\u0120\u00e2\u0138", "\u0123", "caf\u00c3\u00a9"],
 }
 
 
@@ -27,7 +28,8 @@ def test_every_tokenizer_kind_has_its_decoding_and_reads_pieces_as_its_class():
             assert decoding.piece_starts_word(token, text, start, end) == cls.piece_starts_word(token, text, start,
                                                                                                  end)
     assert decoding_of("byte_bpe").tokens_to_string(TOKENS["byte_bpe"][:3]) == " New Yorker"
-    with pytest.raises(ValueError, match=r"expected one of \['wordpiece', 'sentencepiece', 'byte_bpe'\]. "
+    with pytest.raises(ValueError, match=r"expected one of \['wordpiece', 'sentencepiece', 'byte_bpe', "
+                                         r"'modernbert_bpe'\]. "
                                          r"Received: kind='bpe'"):
         decoding_of("bpe")
 
