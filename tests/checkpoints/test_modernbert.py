@@ -276,6 +276,7 @@ def text_folder(tmp_path_factory):
     return path, model
 
 
+@pytest.mark.slow
 def test_load_pretrained_gives_the_encoder_and_ids_of_the_tokenizers_library(text_folder):
     import tokenizers
 
@@ -294,6 +295,7 @@ def test_load_pretrained_gives_the_encoder_and_ids_of_the_tokenizers_library(tex
     np.testing.assert_array_equal(np.asarray(packed["input_mask"]), [e.attention_mask for e in expected])
 
 
+@pytest.mark.slow
 def test_sentence_encoder_from_checkpoint_embeds_as_transformers(text_folder):
     from bert_keras.sentence_encoder import SentenceEncoder
 
@@ -305,4 +307,23 @@ def test_sentence_encoder_from_checkpoint_embeds_as_transformers(text_folder):
         hidden = model(**reference).last_hidden_state
     mask = reference["attention_mask"].unsqueeze(-1).float()
     expected = ((hidden * mask).sum(1) / mask.sum(1)).numpy()
+    assert np.abs(got - expected).max() < 1e-5
+
+
+@pytest.mark.slow
+def test_a_text_of_1500_tokens_with_real_windows_embeds_as_transformers(tmp_path):
+    """ModernBERT's own window (128 tokens) and thetas, a text 12 windows long, from raw string to embedding."""
+    from bert_keras.sentence_encoder import SentenceEncoder
+    from bert_keras.text.corpora import load_tweets
+
+    size, vocab = save_modernbert_tokenizer(tmp_path)
+    model = save_modernbert(tmp_path, vocab_size=size, local_attention=128, max_position_embeddings=2048,
+                            pad_token_id=vocab["[PAD]"], cls_token_id=vocab["[CLS]"], sep_token_id=vocab["[SEP]"])
+    text = " ".join(load_tweets()[0][5000:5024])
+    reference = transformers.AutoTokenizer.from_pretrained(str(tmp_path))([text], return_tensors="pt")
+    length = reference["input_ids"].shape[1]
+    assert 1200 < length < 2048
+    got = np.asarray(SentenceEncoder.from_checkpoint(str(tmp_path), pooling="mean", max_seq_length=2048)([text]))
+    with torch.no_grad():
+        expected = model(**reference).last_hidden_state.mean(1).numpy()
     assert np.abs(got - expected).max() < 1e-5
