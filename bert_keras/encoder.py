@@ -301,6 +301,10 @@ class BertEncoder(keras.Model):
             The `BertEncoder`.
         """
         weights = read_checkpoint(path, format=format, with_heads=False)
+        if weights.encoder_kind != "bert":  # another class's config (ModernBERT's): its own encoder reads it
+            raise ValueError(f"{path} holds a {weights.encoder_kind!r} checkpoint, which BertEncoder cannot hold; "
+                             "load it with bert_keras.ModernBertEncoder.from_checkpoint(path) or "
+                             "bert_keras.checkpoints.load_pretrained(path).")
         return build_and_load(weights, lambda config: {"encoder": cls(**config, dtype=dtype)})["encoder"]
 
     def __call__(self, inputs, *args, **kwargs):

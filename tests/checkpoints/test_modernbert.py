@@ -327,3 +327,10 @@ def test_a_text_of_1500_tokens_with_real_windows_embeds_as_transformers(tmp_path
     with torch.no_grad():
         expected = model(**reference).last_hidden_state.mean(1).numpy()
     assert np.abs(got - expected).max() < 1e-5
+
+
+def test_bert_encoder_names_the_class_that_reads_a_modernbert_folder(folder):
+    from bert_keras.encoder import BertEncoder
+
+    with pytest.raises(ValueError, match="'modernbert' checkpoint.*ModernBertEncoder.from_checkpoint"):
+        BertEncoder.from_checkpoint(str(folder))
