@@ -102,7 +102,7 @@ def config_to_kwargs(config, file):
         kwargs["embedding_size"] = None  # ElectraModel has no projection where the widths agree
     if model_type == "albert":
         check_shared_block(config, file)
-    if model_type == "roberta":
+    if model_type in tables.HF_PADDING_OFFSET_FAMILIES:
         _roberta_positions(config, kwargs, file)
     return kwargs
 

@@ -123,6 +123,9 @@ HF_TASK_ARCHITECTURES = {
     "RobertaForSequenceClassification": CLASSIFIER,
     "RobertaForTokenClassification": TOKEN_CLASSIFIER,
     "RobertaForQuestionAnswering": SPAN,
+    "XLMRobertaForSequenceClassification": CLASSIFIER,  # XLM-RoBERTa: RoBERTa's heads and names
+    "XLMRobertaForTokenClassification": TOKEN_CLASSIFIER,
+    "XLMRobertaForQuestionAnswering": SPAN,
 }
 # Task classes whose head ours cannot hold: class -> (the head part asked for, what differs). That head is left
 # unread with a warning saying this; the encoder reads as any other.
@@ -349,6 +352,11 @@ HF_FAMILIES = {
                     tied_decoder="lm_head.decoder.weight", aliases={"lm_head.bias": ("lm_head.decoder.bias",)},
                     mlm_activation="gelu"),
 }
+# XLM-RoBERTa (XLMRobertaModel, a RobertaModel): RoBERTa's weights under `roberta.`, positions and heads; its tokenizer
+# a SentencePiece Unigram model in tokenizer.json (`bert_keras.text.unigram_tokenizer`).
+HF_FAMILIES["xlm-roberta"] = dict(HF_FAMILIES["roberta"], tokenizer="unigram")
+# The families whose positions start after the padding index (pad_token_id + 1), as fairseq's RoBERTa.
+HF_PADDING_OFFSET_FAMILIES = ("roberta", "xlm-roberta")
 HF_MODEL_TYPES = tuple(sorted(HF_FAMILIES))
 
 # ---------------------------------------------------------------------------

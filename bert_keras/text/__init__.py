@@ -18,6 +18,7 @@ _HOMES = {
     "Tokenizer": "bert_keras.text.base",
     "tokenizer_class": "bert_keras.text.kinds",
     "preprocess_albert_text": "bert_keras.text.sentencepiece",
+    "UnigramTokenizer": "bert_keras.text.unigram_tokenizer",
     "WordPieceTokenizer": "bert_keras.text.tokenizer",
     "tokenizer_from_folder": "bert_keras.text.folders",
     "load_vocabulary": "bert_keras.text.tokenizer",

@@ -128,6 +128,8 @@ class BytePairDecoding:
 
 
 DECODINGS = {cls.kind: cls for cls in (WordPieceDecoding, SentencePieceDecoding, BytePairDecoding)}
+# XLM-RoBERTa's Unigram pieces spell text as ALBERT's (tokenizers' Metaspace decoder).
+DECODINGS["unigram"] = SentencePieceDecoding
 # ModernBERT's byte-level BPE pieces spell text as RoBERTa's (tokenizers' ByteLevel decoder).
 DECODINGS["modernbert_bpe"] = BytePairDecoding
 

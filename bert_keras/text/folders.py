@@ -208,8 +208,8 @@ def write_tokenizer_files(tokenizer, directory):
     """
     names = tokenizer.files
     contents = {}
-    if "sp_model_file" in names:
-        contents["sp_model_file"] = tokenizer.proto
+    if getattr(tokenizer, "proto", None) is not None:  # SentencePiece's model (ALBERT's, XLM-RoBERTa's)
+        contents[next(iter(names))] = tokenizer.proto
     elif "merges_file" in names:
         vocabulary = {token: index for index, token in enumerate(tokenizer.vocabulary)}
         contents["vocab_file"] = json.dumps(vocabulary, ensure_ascii=False).encode("utf-8")

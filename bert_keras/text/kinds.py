@@ -1,7 +1,8 @@
 """The one registry of the family's tokenizers: kind -> class.
 
 A kind is the name an export's manifest, a checkpoint reader and a Hub
-module's assets record (`"wordpiece"`, `"sentencepiece"`, `"byte_bpe"`);
+module's assets record (`"wordpiece"`, `"sentencepiece"`, `"byte_bpe"`,
+`"unigram"`);
 `tokenizer_class(kind)` turns it back into the class, which answers
 everything else about the kind (`bert_keras.text.base.Tokenizer`). A new
 tokenizer is one class here.
@@ -11,9 +12,11 @@ from bert_keras.text.byte_bpe import BytePairTokenizer
 from bert_keras.text.modernbert_tokenizer import ModernBertTokenizer
 from bert_keras.text.sentencepiece import SentencePieceTokenizer
 from bert_keras.text.tokenizer import WordPieceTokenizer
+from bert_keras.text.unigram_tokenizer import UnigramTokenizer
 
 # The classes, in the order their kinds are listed (WordPiece first: the kind of a record that names none).
-TOKENIZER_CLASSES = (WordPieceTokenizer, SentencePieceTokenizer, BytePairTokenizer, ModernBertTokenizer)
+TOKENIZER_CLASSES = (WordPieceTokenizer, SentencePieceTokenizer, BytePairTokenizer, UnigramTokenizer,
+                     ModernBertTokenizer)
 TOKENIZER_KINDS = tuple(cls.kind for cls in TOKENIZER_CLASSES)
 _BY_KIND = {cls.kind: cls for cls in TOKENIZER_CLASSES}
 

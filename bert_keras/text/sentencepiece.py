@@ -22,6 +22,7 @@ import base64
 import os
 
 import keras
+import numpy as np
 import tensorflow as tf
 import tensorflow_text as tf_text
 
@@ -189,6 +190,15 @@ def _read_proto(proto):
     )
 
 
+def _read_scores(scores):
+    """`scores` as a list of float (None stays None): a list of numbers, or their float64 bytes in base64."""
+    if scores is None:
+        return None
+    if isinstance(scores, str):
+        return np.frombuffer(base64.b64decode(scores), "<f8").tolist()
+    return [float(score) for score in scores]
+
+
 def _refused(file, reason):
     """The error for a model that cannot be read: naming its file where it came from one, else the argument."""
     if file is not None:
@@ -233,6 +243,10 @@ class SentencePieceTokenizer(Tokenizer):
             Face's `tokenizers` does (a model read from a `tokenizer.json`)
             rather than in float32 as the `sentencepiece` library does; they
             break a few ties apart. Defaults to `False`.
+        scores: optional list of float (or their float64 bytes, base64). The
+            pieces' scores where they are finer than the model's float32 (a
+            `tokenizer.json` of a model trained by `tokenizers`). Defaults to
+            the model's.
 
     Call arguments:
         inputs: string tensor `(batch,)` (or a scalar, or `(batch, 1)`).
@@ -249,6 +263,9 @@ class SentencePieceTokenizer(Tokenizer):
     options = {"do_lower_case": "lower_case", "keep_accents": "keep_accents"}
     word_start_mark = _WORD_START
     tokenizer_json_model = "Unigram"
+    # Whether words are segmented alone (`unigram.UnigramSegmenter`'s `words_alone`): the sentencepiece library's
+    # whole text here, the `tokenizers` library's words in `UnigramTokenizer`.
+    _words_alone = False
 
     def __init__(
         self,
@@ -261,6 +278,7 @@ class SentencePieceTokenizer(Tokenizer):
         pad_token="<pad>",
         mask_token="[MASK]",
         float64_scores=False,
+        scores=None,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -269,6 +287,7 @@ class SentencePieceTokenizer(Tokenizer):
         self.float64_scores = check_bool("float64_scores", float64_scores)
         file = os.fspath(proto) if isinstance(proto, (str, os.PathLike)) else None
         self.proto = _read_proto(proto)
+        self._set_plain(_scores=_read_scores(scores))
         try:
             vocabulary = [piece for piece, _, _ in read_pieces(self.proto)]
             for charsmap in model_charsmaps(self.proto):  # before the op, which trusts it
@@ -277,7 +296,8 @@ class SentencePieceTokenizer(Tokenizer):
         except (ValueError, tf.errors.InvalidArgumentError, tf.errors.InternalError) as error:
             raise _refused(file, f"is not a SentencePiece model ({str(error).splitlines()[0][:300]})") from error
         try:
-            self._segmenter = UnigramSegmenter(self.proto, float64=self.float64_scores)
+            self._segmenter = UnigramSegmenter(self.proto, float64=self.float64_scores, scores=self._scores,
+                                               words_alone=self._words_alone)
         except ValueError as error:
             raise _refused(file, f"is not an ALBERT SentencePiece model ({error})") from error
         self._set_vocabulary(
@@ -318,7 +338,7 @@ class SentencePieceTokenizer(Tokenizer):
             TokenizerFileError: a truncated or foreign file, a piece not UTF-8
                 or too long, naming the file.
         """
-        path = files["sp_model_file"]
+        path = files[next(iter(cls.files))]
         proto = read_file_bytes(path)
         try:
             return [piece for piece, _, _ in read_pieces(proto)]
@@ -356,13 +376,17 @@ class SentencePieceTokenizer(Tokenizer):
     def _tokenize_rows_with_char_offsets(self, strings):
         ids, starts, ends = self._traced.tokenize_rows(strings)
         chars = tf.strings.unicode_decode(strings, "UTF-8", errors="replace", replacement_char=0xFFFD)
-        char_bytes = _char_output_bytes(chars, self.lower_case, self.keep_accents)
+        char_bytes = self._char_output_bytes(chars)
         blank = in_ranges(chars.flat_values, tables.BLANK_RANGES)
         piece_rows = tf.gather(row_ids(ids), row_ids(ids.values))
         first, end = byte_to_char_spans(
             char_bytes, row_ids(chars), chars.nrows(), piece_rows, starts.flat_values, ends.flat_values, blank
         )
         return ids, starts.with_flat_values(first), ends.with_flat_values(end)
+
+    def _char_output_bytes(self, chars):
+        """Bytes of `preprocess`'s output that each raw code point gives (`chars`: a ragged `(batch, chars)`)."""
+        return _char_output_bytes(chars, self.lower_case, self.keep_accents)
 
     def get_config(self):
         config = super().get_config()
@@ -374,6 +398,8 @@ class SentencePieceTokenizer(Tokenizer):
                 "float64_scores": self.float64_scores,
             }
         )
+        if self._scores is not None:  # float64, exactly: as little-endian bytes
+            config["scores"] = base64.b64encode(np.asarray(self._scores, "<f8").tobytes()).decode("ascii")
         return config
 
     @classmethod

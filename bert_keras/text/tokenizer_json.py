@@ -4,9 +4,10 @@ transformers 5 saves a tokenizer as `tokenizer.json` (+ `tokenizer_config.json`)
 only: no `vocab.json`/`merges.txt` for RoBERTa, no `spiece.model` for ALBERT.
 This module turns such a file into the constructor arguments of
 `WordPieceTokenizer` (a `WordPiece` model with BERT's normalizer),
-`BytePairTokenizer` (a `BPE` model) and `SentencePieceTokenizer` (a `Unigram`
+`BytePairTokenizer` (a `BPE` model), `SentencePieceTokenizer` (ALBERT's `Unigram`
 model: a SentencePiece `ModelProto` is written from its pieces, scores and
-`precompiled_charsmap`, the inverse of `unigram.read_pieces`). Every part the
+`precompiled_charsmap`, the inverse of `unigram.read_pieces`) and
+`UnigramTokenizer` (XLM-RoBERTa's `Unigram` model, without ALBERT's normalizer). Every part the
 graph does not reproduce (another normalizer, pre-tokenizer, model option,
 added token) is refused with a `TokenizerFileError` naming the file and the
 part (`model.type`, `normalizer.normalizers[2]`, `added_tokens[3]`).
@@ -268,6 +269,23 @@ def _replace(step, pattern, content):
             and step.get("content") == content)
 
 
+def _precompiled(step, path, part):
+    """The bytes of a `Precompiled` normalizer's `precompiled_charsmap` (SentencePiece's own normalisation)."""
+    part, encoded = f"{part}.precompiled_charsmap", step.get("precompiled_charsmap")
+    if not isinstance(encoded, str) or not encoded:  # the reference cannot read an empty one either
+        raise _refuse(path, part, f"expected a base64 string, found {quoted(encoded)}.")
+    if len(encoded) > 4 * math.ceil(MAX_CHARSMAP_BYTES / 3):
+        raise _refuse(path, part, f"is {len(encoded):,} characters of base64; at most {MAX_CHARSMAP_BYTES:,} "
+                      "bytes are read (sentencepiece's own nmt_nfkc rule is 240,007).")
+    try:
+        charsmap = base64.b64decode(encoded, validate=True)
+        check_charsmap(charsmap)
+    except (binascii.Error, ValueError) as error:
+        reason = f"is not base64 ({error})" if isinstance(error, binascii.Error) else f"is refused: {error}"
+        raise _refuse(path, part, f"{reason}.") from None
+    return charsmap
+
+
 def _albert_normalizer(tokenizer, path):
     """`(lower_case, keep_accents, charsmap)` of ALBERT's normalizer: the quote replacements, NFKD and
     StripAccents (unless `keep_accents`), Lowercase (`do_lower_case`), Precompiled (SentencePiece's own), and
@@ -299,18 +317,7 @@ def _albert_normalizer(tokenizer, path):
     lower_case = take(is_type("Lowercase"))
     charsmap = b""
     if at < len(steps) and is_type("Precompiled")(steps[at]):
-        part, encoded = f"normalizer.normalizers[{at}].precompiled_charsmap", steps[at].get("precompiled_charsmap")
-        if not isinstance(encoded, str) or not encoded:  # the reference cannot read an empty one either
-            raise _refuse(path, part, f"expected a base64 string, found {quoted(encoded)}.")
-        if len(encoded) > 4 * math.ceil(MAX_CHARSMAP_BYTES / 3):
-            raise _refuse(path, part, f"is {len(encoded):,} characters of base64; at most {MAX_CHARSMAP_BYTES:,} "
-                          "bytes are read (sentencepiece's own nmt_nfkc rule is 240,007).")
-        try:
-            charsmap = base64.b64decode(encoded, validate=True)
-            check_charsmap(charsmap)
-        except (binascii.Error, ValueError) as error:
-            reason = f"is not base64 ({error})" if isinstance(error, binascii.Error) else f"is refused: {error}"
-            raise _refuse(path, part, f"{reason}.") from None
+        charsmap = _precompiled(steps[at], path, f"normalizer.normalizers[{at}]")
         at += 1
     take(lambda s: _replace(s, {"Regex": " {2,}"}, " "))
     if at != len(steps):
@@ -390,11 +397,99 @@ def unigram_arguments(tokenizer, path):
         TokenizerFileError: anything else, naming the file and the part.
     """
     tokenizer = _object(tokenizer, path, "the file")
-    model = tokenizer.get("model")
-    _type(model, path, "model", ("Unigram",))
-    _expect(model, path, "model", "byte_fallback", (None, False))
+    _type(tokenizer.get("model"), path, "model", ("Unigram",))
     lower_case, keep_accents, charsmap = _albert_normalizer(tokenizer, path)
     _albert_pre_tokenizer(tokenizer, path)
+    return dict(_unigram_model(tokenizer, path, charsmap), lower_case=lower_case, keep_accents=keep_accents)
+
+
+def _xlm_roberta_normalizer(tokenizer, path):
+    """The charsmap of XLM-RoBERTa's normalizer: none (a Unigram model trained with `tokenizers`), `Precompiled`
+    (SentencePiece's own, as transformers 5 writes a converted model's), optionally followed by the collapse of runs
+    of spaces (older converted files), which splitting the words at whitespace makes no difference to."""
+    normalizer = tokenizer.get("normalizer")
+    if normalizer is None:
+        return b""
+    kind = _type(normalizer, path, "normalizer", ("Precompiled", "Sequence"))
+    if kind == "Precompiled":
+        return _precompiled(normalizer, path, "normalizer")
+    steps = normalizer.get("normalizers")
+    if not (isinstance(steps, list) and 1 <= len(steps) <= 2 and isinstance(steps[0], dict)
+            and steps[0].get("type") == "Precompiled" and steps[1:] in ([], [{"type": "Replace",
+                                                                               "pattern": {"Regex": " {2,}"},
+                                                                               "content": " "}])):
+        raise _refuse(path, "normalizer.normalizers", "expected XLM-RoBERTa's normalizer (Precompiled, then "
+                      "optionally Replace ' {2,}' by ' '): the in-graph tokenizer cannot reproduce another.")
+    return _precompiled(steps[0], path, "normalizer.normalizers[0]")
+
+
+def xlm_roberta_unigram_arguments(tokenizer, path):
+    """`UnigramTokenizer`'s arguments (`proto` and the special tokens) of a `tokenizer.json` with a Unigram model and
+    no text preprocessing of ALBERT's, as XLM-RoBERTa's.
+
+    Taken: no normalizer or SentencePiece's `Precompiled` one
+    (`_xlm_roberta_normalizer`), `WhitespaceSplit` then a `Metaspace` that
+    puts "▁" before every word, a `Unigram` model with its `unk_id`, without
+    byte fallback, its pieces in the file's id order (XLM-RoBERTa's fairseq
+    layout: `<s> <pad> </s> <unk>`, the pieces, `<mask>` last); special added
+    tokens only, which stay pieces of the model: as the reference's Unigram
+    model does, a literal "<mask>" in the text is its piece where the
+    special tokens are not matched first (`encode_special_tokens`).
+
+    Raises:
+        TokenizerFileError: anything else, naming the file and the part.
+    """
+    tokenizer = _object(tokenizer, path, "the file")
+    _type(tokenizer.get("model"), path, "model", ("Unigram",))
+    charsmap = _xlm_roberta_normalizer(tokenizer, path)
+    _albert_pre_tokenizer(tokenizer, path)
+    arguments = _unigram_model(tokenizer, path, charsmap, control_specials=False)
+    # The scores as the reference reads them (a model trained by `tokenizers`: float64, which the model written
+    # rounds to float32): equal paths of a word break their tie by the last bit of their sums.
+    return dict(arguments, scores=[as_serde_json_reads(score) for _, score in tokenizer["model"]["vocab"]])
+
+
+# serde_json's powers of ten (`POW10`: the float64 nearest each), which its default parser divides by.
+_POW10 = [float(f"1e{k}") for k in range(309)]
+_U64_MAX = 2**64 - 1
+
+
+def as_serde_json_reads(value):
+    """The float64 that the `tokenizers` library reads for the JSON number `value` (written as Python and Rust write
+    a float64, its shortest digits): serde_json without its `float_roundtrip` feature keeps at most a u64 of the
+    significand's digits, rounds it to float64, then multiplies or divides by a power of ten, so its result may be
+    one unit in the last place from the nearest (25 of the 600 scores of a Unigram model trained here).
+
+    >>> as_serde_json_reads(-7.2698616628880295), as_serde_json_reads(-3.609705300577019)
+    (-7.269861662888029, -3.609705300577019)
+    """
+    if isinstance(value, int) or not math.isfinite(value) or value == 0:
+        return float(value)
+    text = repr(abs(value))
+    mantissa, _, exponent_text = text.partition("e")
+    whole, _, fraction = mantissa.partition(".")
+    significand, exponent = 0, int(exponent_text or 0)
+    for i, digit in enumerate(whole + fraction):
+        if significand * 10 + int(digit) > _U64_MAX:  # the digits after are dropped
+            exponent += len(whole) - i
+            break
+        significand = significand * 10 + int(digit)
+    else:
+        exponent -= len(fraction)
+    result = float(significand)
+    while -exponent >= len(_POW10):
+        result /= 1e308
+        exponent += 308
+    result = result * _POW10[exponent] if exponent >= 0 else result / _POW10[-exponent]
+    return -result if value < 0 else result
+
+
+def _unigram_model(tokenizer, path, charsmap, control_specials=True):
+    """The arguments a `Unigram` model gives (`proto`, `unknown_token`, `float64_scores`, the post-processor's special
+    tokens): its pieces, scores and `charsmap` written as a SentencePiece model; the special added tokens as control
+    pieces, never matched in text (`control_specials`), else as the model's other pieces."""
+    model = tokenizer.get("model")
+    _expect(model, path, "model", "byte_fallback", (None, False))
     vocab = model.get("vocab")
     if not isinstance(vocab, list) or not vocab:
         raise _refuse(path, "model.vocab", "expected a non-empty list of [piece, score] pairs.")
@@ -414,6 +509,8 @@ def unigram_arguments(tokenizer, path):
     if not _is_index(unk_id) or unk_id >= len(pieces):
         raise _refuse(path, "model.unk_id", f"expected the id of the unknown piece, found {unk_id!r:.30}.")
     control = set(_added_tokens(tokenizer, path, pieces)) - {pieces[unk_id]}
+    if not control_specials:  # the reference's Unigram matches them in text as any piece (with encode_special_tokens)
+        control = set()
     types = [_UNKNOWN if i == unk_id else _CONTROL if piece in control else _NORMAL for i, piece in enumerate(pieces)]
     proto = write_model_proto([(p, float(s), t) for (p, s), t in zip(vocab, types)], charsmap)
     try:  # what the segmenter and the library refuse (a piece twice, too long, scores too large), named here
@@ -421,6 +518,5 @@ def unigram_arguments(tokenizer, path):
     except ValueError as error:
         raise _refuse(path, "model.vocab", f"is refused: {error}.") from None
     # tokenizers adds the scores in float64 (the sentencepiece library, which spiece.model is read as, in float32).
-    arguments = {"proto": proto, "lower_case": lower_case, "keep_accents": keep_accents,
-                 "unknown_token": pieces[unk_id], "float64_scores": True}
+    arguments = {"proto": proto, "unknown_token": pieces[unk_id], "float64_scores": True}
     return dict(arguments, **_post_processor_tokens(tokenizer, path))

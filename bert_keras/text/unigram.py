@@ -57,12 +57,26 @@ class UnigramSegmenter(tf.Module):
             `tokenizers` does, instead of float32, as the `sentencepiece`
             library does: the two break a few ties differently (16 of 20,000
             tweets with ALBERT's pieces). Defaults to `False`.
+        scores: optional list of float. The pieces' scores in id order, where
+            they are finer than the model's float32 (a `tokenizer.json`'s
+            float64 scores of a model trained by `tokenizers`: rounded to
+            float32, equal paths' sums broke ties the other way).
+        words_alone: bool. Search every word (a "▁" and the characters up to
+            the next) alone from a score of 0, as the `tokenizers` library
+            does after its `Metaspace` pre-tokenizer (its sums, so its ties,
+            start again at each word), rather than the whole text as the
+            `sentencepiece` library does. Defaults to `False`.
     """
 
-    def __init__(self, proto, name=None, float64=False):
+    def __init__(self, proto, name=None, float64=False, scores=None, words_alone=False):
         super().__init__(name=name)
         self._dtype = np.float64 if float64 else np.float32
+        self._words_alone = words_alone
         pieces = read_pieces(proto)
+        if scores is not None:
+            if len(scores) != len(pieces):
+                raise ValueError(f"expected {len(pieces)} scores, one a piece, found {len(scores)}")
+            pieces = [(piece, float(score), kind) for (piece, _, kind), score in zip(pieces, scores)]
         kinds = [kind for _, _, kind in pieces]
         if _BYTE in kinds:
             raise ValueError("byte-fallback models are not supported (ALBERT's SentencePiece model has none)")
@@ -145,6 +159,8 @@ class UnigramSegmenter(tf.Module):
         word_lengths = word_chars.row_lengths()
         lengths = tf.math.unsorted_segment_sum(word_lengths, word_rows, num_rows)
         chars = tf.RaggedTensor.from_row_lengths(word_chars.flat_values, lengths, validate=False)
+        if self._words_alone:
+            return (*self._segment_words_alone(word_chars, word_rows, chars), chars)
         if not self._by_words:
             return (*self.segment(chars), chars)
         fast = (lengths <= MAX_WORDWISE_CHARS) & (
@@ -197,6 +213,16 @@ class UnigramSegmenter(tf.Module):
 
         by_words = (word_ids.flat_values, word_first.flat_values + shift, word_end.flat_values + shift)
         return (*(joined(ours, whole) for ours, whole in zip(by_words, slow)), chars)
+
+    def _segment_words_alone(self, word_chars, word_rows, chars):
+        """Every word searched alone from 0 (`words_alone`), its pieces back in its text: `(ids, starts, ends)`."""
+        ids, first, end = self._segment_any(word_chars)  # (words, pieces)
+        # A word's characters start where the words before it in its text end.
+        word_at = tf.cumsum(word_chars.row_lengths(), exclusive=True) - tf.gather(chars.row_splits, word_rows)
+        shift = tf.gather(word_at, row_ids(ids))
+        per_row = tf.math.unsorted_segment_sum(ids.row_lengths(), word_rows, chars.nrows())
+        return tuple(tf.RaggedTensor.from_row_lengths(values, per_row, validate=False)
+                     for values in (ids.flat_values, first.flat_values + shift, end.flat_values + shift))
 
     def _word_bases(self, pieces, ids, piece_chars, word_first_piece, fast):
         """The library's best score where each word starts (`word_first_piece`): the float32 sum, in order, of

@@ -1,0 +1,278 @@
+"""XLM-RoBERTa as a member of BERT's family: a folder as transformers 5 saves it, through the workflows.
+
+The tokenizer is a SentencePiece Unigram model trained here with the `tokenizers` library's UnigramTrainer on tweets
+and on texts with accents and emoji, wrapped as transformers' `XLMRobertaTokenizerFast` (fairseq's id layout:
+`<s> <pad> </s> <unk>`, the pieces, `<mask>` last) and saved with `save_pretrained` beside a tiny seeded random
+`XLMRoberta*` model (layer_norm_eps 1e-5 and 2 padding positions, as the real checkpoints): tokenizer.json and
+tokenizer_config.json, no sentencepiece.bpe.model. The references are the `tokenizers` library's ids on the same
+tokenizer.json (literal special tokens read as text, `encode_special_tokens`) and transformers' outputs on them.
+"""
+
+import json
+import os
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from bert_keras.checkpoints import load_checkpoint, load_pretrained
+from bert_keras.export import export_classifier, load_classifier
+from bert_keras.formats import tables
+from bert_keras.sentence_encoder import SentenceEncoder
+from bert_keras.tasks import BertClassifier, BertSpanLabeler, BertTokenClassifier, load_encoder_and_preprocessor
+from bert_keras.text.folders import read_folder
+from bert_keras.text.unigram_tokenizer import UnigramTokenizer
+from tests.checkpoints._models import max_diff, perturb_torch
+from tests.test_family_workflows import mean_pool, tweets  # noqa: F401 (a fixture)
+from tests.text.test_tokenizer_json import EDGE_CASES as TOKENIZER_EDGE_CASES
+
+transformers = pytest.importorskip("transformers")
+torch = pytest.importorskip("torch")
+tokenizers = pytest.importorskip("tokenizers")
+
+SEQ = 24
+SIZES = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
+             max_position_embeddings=SEQ + 2, type_vocab_size=1, pad_token_id=1, layer_norm_eps=1e-5)
+# Accents (composed and combining), emoji (ZWJ sequences, flags), CJK, whitespace of every kind, control
+# characters, empty, over-long: what the tokenizer is trained on beside the tweets, and what it is checked on.
+ACCENTED = ["Héllo wörld, ça va très bien à Zürich 😀", "naïve café crème brûlée 👍🏽 🇫🇷", "Ünïcödé e\u0301te\u0300",
+            "mañana señor 👨\u200d👩\u200d👧 ok", "日本語 中文字符 한국어 😂😂", "ΟΔΟΣ İstanbul ǅ ﬁne"]
+EDGE_CASES = ACCENTED + ["", "  Héllo\t ``World''  ", "x\x01y \u200b z\u3000w", "word " * 40]
+SENTIMENTS = ["negative", "neutral", "positive"]
+TAGS = ["O", "B-PER", "I-PER", "B-LOC", "I-LOC"]
+ARCHITECTURES = {tables.CLASSIFIER: "XLMRobertaForSequenceClassification",
+                 tables.TOKEN_CLASSIFIER: "XLMRobertaForTokenClassification",
+                 tables.SPAN: "XLMRobertaForQuestionAnswering"}
+LABELS = {tables.CLASSIFIER: SENTIMENTS, tables.TOKEN_CLASSIFIER: TAGS, tables.SPAN: ["LABEL_0", "LABEL_1"]}
+TASKS = {tables.CLASSIFIER: BertClassifier, tables.TOKEN_CLASSIFIER: BertTokenClassifier, tables.SPAN: BertSpanLabeler}
+
+
+def save_xlm_roberta_tokenizer(folder, tweets, size=600):  # noqa: F811
+    """A Unigram tokenizer trained on tweets and accented texts, saved by transformers' XLMRobertaTokenizerFast."""
+    model = tokenizers.Tokenizer(tokenizers.models.Unigram())
+    model.pre_tokenizer = tokenizers.pre_tokenizers.Sequence([tokenizers.pre_tokenizers.WhitespaceSplit(),
+                                                              tokenizers.pre_tokenizers.Metaspace()])
+    trainer = tokenizers.trainers.UnigramTrainer(vocab_size=size, special_tokens=["<s>", "<pad>", "</s>", "<unk>"],
+                                                 unk_token="<unk>", show_progress=False)
+    model.train_from_iterator(tweets[:3000] + ACCENTED * 20, trainer)
+    pieces = [tuple(entry) for entry in json.loads(model.to_str())["model"]["vocab"]] + [("<mask>", 0.0)]
+    transformers.XLMRobertaTokenizerFast(vocab=pieces).save_pretrained(str(folder))
+    for file in os.listdir(folder):
+        assert file in ("tokenizer.json", "tokenizer_config.json"), file
+    return len(pieces)
+
+
+def make_model(folder, architecture, vocab_size, labels=None, seed=0, scale=0.05):
+    """A tiny seeded random transformers `architecture` of XLM-RoBERTa, perturbed, saved into `folder`."""
+    torch.manual_seed(seed)
+    config = transformers.XLMRobertaConfig(**SIZES, vocab_size=vocab_size,
+                                           **({"id2label": dict(enumerate(labels))} if labels else {}))
+    model = perturb_torch(getattr(transformers, architecture)(config), seed=seed, scale=scale)
+    model.save_pretrained(str(folder))
+    return model
+
+
+def reference(folder):
+    found = tokenizers.Tokenizer.from_file(os.path.join(folder, "tokenizer.json"))
+    found.encode_special_tokens = True  # a literal "<mask>" is text, as for ours
+    return found
+
+
+def reference_ids(folder, texts, seq_length=SEQ):
+    """`<s> pieces </s>`, cut to `seq_length` and padded with `<pad>` (1): `(input_ids, attention_mask)`."""
+    rows = [[0] + e.ids[: seq_length - 2] + [2] for e in reference(folder).encode_batch(texts, add_special_tokens=False)]
+    ids = np.array([row + [1] * (seq_length - len(row)) for row in rows])
+    return ids, (np.arange(seq_length)[None, :] < np.array([[len(row)] for row in rows])).astype("int64")
+
+
+def torch_run(model, ids, mask):
+    with torch.no_grad():
+        return model(input_ids=torch.tensor(ids), attention_mask=torch.tensor(mask))
+
+
+@pytest.fixture(scope="module")
+def tokenizer_folder(tmp_path_factory, tweets):  # noqa: F811
+    folder = tmp_path_factory.mktemp("xlmr_tokenizer")
+    return str(folder), save_xlm_roberta_tokenizer(folder, tweets)
+
+
+@pytest.fixture(scope="module")
+def base(tmp_path_factory, tokenizer_folder):
+    """(XLMRobertaModel, folder)."""
+    source, vocab_size = tokenizer_folder
+    folder = tmp_path_factory.mktemp("xlmr_base")
+    for file in os.listdir(source):
+        os.link(os.path.join(source, file), folder / file)
+    return make_model(folder, "XLMRobertaModel", vocab_size), str(folder)
+
+
+@pytest.fixture(scope="module")
+def texts(tweets):  # noqa: F811
+    return tweets[-24:] + EDGE_CASES
+
+
+def _differences(folder, texts):
+    ours = read_folder(folder, "unigram").build()
+    ids = [sum(row, []) for row in ours.tokenize(tf.constant(texts)).to_list()]
+    expected = [e.ids for e in reference(folder).encode_batch(texts, add_special_tokens=False)]
+    return [text for text, a, b in zip(texts, ids, expected) if a != b]
+
+
+def test_tokenizer_json_gives_the_tokenizers_librarys_ids(tokenizer_folder, tweets):  # noqa: F811
+    folder, vocab_size = tokenizer_folder
+    tokenizer = read_folder(folder, "unigram").build()
+    assert isinstance(tokenizer, UnigramTokenizer) and tokenizer.vocabulary_size() == vocab_size
+    # fairseq's layout, as tokenizer.json lists it; RoBERTa's packing.
+    assert tokenizer.vocabulary[:4] == ["<s>", "<pad>", "</s>", "<unk>"] and tokenizer.vocabulary[-1] == "<mask>"
+    assert (tokenizer.cls_id, tokenizer.pad_id, tokenizer.sep_id, tokenizer.unknown_id, tokenizer.mask_id) == (
+        0, 1, 2, 3, vocab_size - 1)
+    assert tokenizer.packing == "roberta" and tokenizer.num_special_tokens(2) == 4
+    assert tokenizer.tokenizer_config() == {}  # cased, accents kept: no option of ALBERT's
+    assert _differences(folder, tweets[-300:] + EDGE_CASES + TOKENIZER_EDGE_CASES) == []
+
+
+@pytest.mark.slow
+def test_ids_equal_the_tokenizers_library_on_20000_tweets(tokenizer_folder, tweets):  # noqa: F811
+    bad = _differences(tokenizer_folder[0], tweets[-20_000:])
+    assert bad == [], bad[:3]
+
+
+def test_offsets_hold_the_pieces_text(tokenizer_folder):
+    tokenizer = read_folder(tokenizer_folder[0], "unigram").build()
+    texts = ["Héllo wörld 😀", "  ça   va\ttrès bien  "]
+    ids, starts, ends = tokenizer.tokenize_with_char_offsets(tf.constant(texts))
+    for text, row, first, end in zip(texts, ids.to_list(), starts.to_list(), ends.to_list()):
+        for piece_id, a, b in zip(sum(row, []), sum(first, []), sum(end, [])):
+            piece = tokenizer.piece_text(tokenizer.vocabulary[piece_id])
+            assert text[a:b] == piece, (text, piece, a, b)
+
+
+def test_the_tokenizer_round_trips_through_its_config(tokenizer_folder):
+    tokenizer = read_folder(tokenizer_folder[0], "unigram").build()
+    config = tokenizer.get_config()
+    assert "lower_case" not in config and "keep_accents" not in config
+    again = UnigramTokenizer.from_config(config)
+    texts = tf.constant(ACCENTED)
+    assert again.tokenize(texts).to_list() == tokenizer.tokenize(texts).to_list()
+
+
+def test_config_is_roberta_s_with_its_padding_offset(base):
+    _, folder = base
+    loaded = load_checkpoint(folder)
+    config = loaded.encoder.get_config()
+    assert (config["position_offset"], config["max_sequence_length"], config["layer_norm_epsilon"]) == (2, SEQ, 1e-5)
+    assert config["type_vocab_size"] == 1 and loaded.summary.unused == []
+
+
+def test_load_pretrained_and_a_classifier_give_transformers_sequence_output(base, texts):
+    model, folder = base
+    pretrained = load_pretrained(folder, seq_length=SEQ)
+    assert type(pretrained.tokenizer).__name__ == "UnigramTokenizer"
+    classifier = BertClassifier.from_checkpoint(folder, num_classes=2, seq_length=SEQ)
+    ids, mask = reference_ids(folder, texts)
+    for preprocessor, encoder in ((pretrained.preprocessor, pretrained.encoder),
+                                  (classifier.preprocessor, classifier.encoder)):
+        packed = preprocessor(tf.constant(texts))
+        np.testing.assert_array_equal(np.asarray(packed["input_word_ids"]), ids)
+        np.testing.assert_array_equal(np.asarray(packed["input_mask"]), mask)
+        sequence = np.asarray(encoder(packed)["sequence_output"])
+        expected = torch_run(model, ids, mask).last_hidden_state.numpy()
+        real = mask.astype(bool)
+        diff = max_diff(sequence[real], expected[real])
+        print(f"XLM-R sequence_output: max abs difference {diff:.2e}")
+        assert diff <= 1e-5, diff
+        assert max_diff(mean_pool(sequence, mask), mean_pool(expected, mask)) <= 1e-5
+
+
+def test_pairs_are_packed_roberta_s_way(base):
+    _, folder = base
+    _, preprocessor = load_encoder_and_preprocessor(folder, seq_length=SEQ)
+    first, second = ["good morning all 😀", "a"], ["à bientôt", "b c d"]
+    packed = preprocessor([np.array(first), np.array(second)])
+    pairs = reference(folder)
+    pairs.enable_padding(pad_id=1, length=SEQ)
+    expected = [e.ids for e in pairs.encode_batch(list(zip(first, second)))]  # <s> A </s></s> B </s>
+    np.testing.assert_array_equal(np.asarray(packed["input_word_ids"]), expected)
+    np.testing.assert_array_equal(np.asarray(packed["input_type_ids"]), np.zeros((2, SEQ)))
+
+
+def test_sentence_encoder_mean_pooling_matches_transformers(base, texts):
+    model, folder = base
+    embeddings = np.asarray(SentenceEncoder.from_checkpoint(folder, pooling="mean", max_seq_length=SEQ).encode(texts))
+    ids, mask = reference_ids(folder, texts)
+    expected = mean_pool(torch_run(model, ids, mask).last_hidden_state.numpy(), mask)
+    assert embeddings.shape == (len(texts), 32) and max_diff(embeddings, expected) <= 1e-5
+
+
+@pytest.fixture(scope="module")
+def task_folders(tmp_path_factory, tokenizer_folder):
+    """head -> (transformers task model, folder)."""
+    source, vocab_size = tokenizer_folder
+    made = {}
+    for head, architecture in ARCHITECTURES.items():
+        folder = tmp_path_factory.mktemp(architecture)
+        for file in os.listdir(source):
+            os.link(os.path.join(source, file), folder / file)
+        made[head] = (make_model(folder, architecture, vocab_size, LABELS[head], scale=0.1), str(folder))
+    return made
+
+
+@pytest.mark.parametrize("head", sorted(ARCHITECTURES))
+def test_task_head_gives_transformers_logits(task_folders, texts, head):
+    model, folder = task_folders[head]
+    ids, mask = reference_ids(folder, texts)
+    real = mask.astype(bool)
+    expected = torch_run(model, ids, mask)
+    task = TASKS[head].from_checkpoint(folder, seq_length=SEQ)
+    if head == tables.SPAN:  # transformers scores every position: so does a labeler without a context segment
+        labeler = BertSpanLabeler(task.encoder, context_segment_id=None)
+        labeler.span_head.set_weights(task.span_head.get_weights())
+        outputs = labeler({"input_word_ids": ids.astype("int32"), "input_mask": mask.astype("int32"),
+                           "input_type_ids": np.zeros_like(ids, dtype="int32")})
+        diff = max(max_diff(np.asarray(outputs[key])[real], getattr(expected, key).numpy()[real])
+                   for key in ("start_logits", "end_logits"))
+    else:
+        assert task.label_names == LABELS[head]
+        np.testing.assert_array_equal(np.asarray(task.preprocessor(tf.constant(texts))["input_word_ids"]), ids)
+        outputs, logits = np.asarray(task(tf.constant(texts), training=False)), expected.logits.numpy()
+        if head == tables.TOKEN_CLASSIFIER:
+            outputs, logits = outputs[real], logits[real]
+        diff = max_diff(outputs, logits)
+    print(f"{ARCHITECTURES[head]}: max abs logit difference {diff:.2e}")
+    assert diff <= 1e-5, diff
+    loaded = load_checkpoint(folder, with_heads=[head])
+    assert loaded.summary.heads == [head] and loaded.summary.unused == []
+
+
+def test_masked_lm_head_gives_transformers_logits(tmp_path, tokenizer_folder, texts):
+    source, vocab_size = tokenizer_folder
+    for file in os.listdir(source):
+        os.link(os.path.join(source, file), tmp_path / file)
+    model = make_model(tmp_path, "XLMRobertaForMaskedLM", vocab_size, scale=0.2)
+    loaded = load_checkpoint(str(tmp_path), with_heads=["mlm"])
+    assert loaded.summary.heads == ["mlm"] and loaded.summary.unused == []
+    assert loaded.heads["mlm"].activation == "gelu"  # RobertaLMHead's exact GELU
+    ids, mask = reference_ids(str(tmp_path), texts)
+    inputs = {"input_word_ids": ids.astype("int32"), "input_mask": mask.astype("int32"),
+              "input_type_ids": np.zeros_like(ids, dtype="int32")}
+    logits = np.asarray(loaded.heads["mlm"](loaded.encoder(inputs)["sequence_output"]))
+    real = mask.astype(bool)
+    assert max_diff(logits[real], torch_run(model, ids, mask).logits.numpy()[real]) <= 1e-5
+
+
+def test_an_imported_classifier_s_export_serves_transformers_probabilities(task_folders, texts, tmp_path):
+    model, folder = task_folders[tables.CLASSIFIER]
+    classifier = BertClassifier.from_checkpoint(folder, seq_length=SEQ)
+    export_dir = str(tmp_path / "classifier")
+    export_classifier(classifier, export_dir, label_names=classifier.label_names)
+    exported = load_classifier(export_dir)
+    served = np.asarray(exported.predict_proba(texts))
+    predictions = exported.predict(texts)
+    ids, mask = reference_ids(folder, texts)
+    expected = torch.softmax(torch_run(model, ids, mask).logits, -1).numpy()
+    diff = max_diff(served, expected)
+    print(f"XLMRobertaForSequenceClassification export: max abs probability difference {diff:.2e}")
+    assert diff <= 1e-4, diff
+    # An empty text gets no label (the export's answer for no text); every other one transformers' most probable.
+    assert [p["label"] for p in predictions] == [SENTIMENTS[i] if text else None
+                                                 for text, i in zip(texts, expected.argmax(1))]
