@@ -16,7 +16,7 @@ LAYERS = [
     ["text"],
     ["hub"],
     ["formats"],
-    ["encoder", "modernbert"],
+    ["encoder", "modernbert", "models"],
     ["heads"],
     ["embedder"],
     ["_task", "pretrainer", "predictions"],

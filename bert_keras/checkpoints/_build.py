@@ -6,6 +6,7 @@ import keras
 
 from bert_keras.encoder import BertEncoder
 from bert_keras.formats import Candidates, ConversionSummary, assign_arrays, tables
+from bert_keras.models import DebertaV3Encoder
 from bert_keras.modernbert import ModernBertEncoder
 from bert_keras.heads import (
     ClassificationHead,
@@ -86,7 +87,7 @@ class LoadedCheckpoint:
 
 
 # `CheckpointWeights.encoder_kind` -> the encoder class its config is for.
-ENCODER_CLASSES = {"bert": BertEncoder, "modernbert": ModernBertEncoder}
+ENCODER_CLASSES = {"bert": BertEncoder, "modernbert": ModernBertEncoder, "deberta": DebertaV3Encoder}
 
 
 def build_models(encoder_config, heads, mlm_activation, dtype=None, num_labels=None, encoder_class=BertEncoder):

@@ -29,7 +29,9 @@ class Pretrained:
         encoder: `BertEncoder`, or for a Hub module pair kept as layers
             (`module_pair_layers=True`) its `hub.KerasLayer`.
         tokenizer: the folder's `bert_keras.text.Tokenizer`; None for a module
-            pair kept as layers (its preprocess module tokenizes in its graph).
+            pair kept as layers (its preprocess module tokenizes in its graph),
+            and for a family whose tokenizer is not read yet (DeBERTa-v3's:
+            then `preprocessor` is None too, and the encoder takes ids).
         preprocessor: `BertPreprocessor` of the tokenizer at `seq_length`, or
             the module pair's `hub.PreprocessLayer`.
         loaded: `LoadedCheckpoint` (heads, vocabulary, summary); None for a
@@ -120,6 +122,8 @@ def load_pretrained(path, *, seq_length=None, default_seq_length=DEFAULT_SEQ_LEN
     loaded = load(read_checkpoint(path, format=format, with_heads=with_heads, allow_modules=allow_modules), dtype)
     seq_length = _seq_length(seq_length, default_seq_length, loaded.encoder.max_sequence_length,
                              "the encoder's max_sequence_length={}", seq_length_name)
+    if loaded.tokenizer_kind is None:  # a family whose tokenizer is not read yet (DeBERTa-v3's): the encoder, fed ids
+        return Pretrained(loaded.encoder, None, None, loaded, format, loaded.tokenizer_folder)
     tokenizer = loaded.tokenizer(path)  # the family's: WordPiece, ALBERT's SentencePiece or RoBERTa's BPE
     preprocessor = BertPreprocessor(tokenizer=tokenizer, seq_length=seq_length, name="preprocessor")
     return Pretrained(loaded.encoder, tokenizer, preprocessor, loaded, format, loaded.tokenizer_folder)

@@ -24,6 +24,7 @@ from bert_keras.formats._common import (
     build_and_load,
     read_json,
 )
+from bert_keras.formats.deberta import is_deberta, read_deberta
 from bert_keras.formats.google import holds_tf_checkpoint, read_google
 from bert_keras.formats.hub_module import is_hub_module, read_hub_module
 from bert_keras.formats.huggingface import read_huggingface
@@ -173,6 +174,8 @@ def read_checkpoint(path, *, format=None, with_heads=True, do_lower_case=None, a
     if format == "huggingface":
         if is_modernbert(os.fspath(path)):  # its own encoder class: `ModernBertEncoder`
             return read_modernbert(os.fspath(path), with_heads=with_heads)
+        if is_deberta(os.fspath(path)):  # its own encoder class: `models.DebertaV3Encoder`
+            return read_deberta(os.fspath(path), with_heads=with_heads)
         return read_huggingface(os.fspath(path), with_heads=with_heads, do_lower_case=do_lower_case)
     if format == "hub_module":
         return read_hub_module(os.fspath(path), do_lower_case=do_lower_case)
@@ -196,6 +199,7 @@ __all__ = [
     "detect_format",
     "holds_weights",
     "read_checkpoint",
+    "read_deberta",
     "read_google",
     "read_hub_module",
     "read_huggingface",

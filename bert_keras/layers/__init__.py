@@ -1,6 +1,8 @@
 """Reusable Keras 3 layers that BERT and ModernBERT are built from."""
 
 from bert_keras.layers.attention import MultiHeadSelfAttention, attention_bias_from_mask
+from bert_keras.layers.deberta_block import DebertaBlock, DebertaEmbeddings
+from bert_keras.layers.disentangled_attention import DisentangledSelfAttention
 from bert_keras.layers.dropout import Dropout
 from bert_keras.layers.embeddings import BertEmbeddings, SinusoidalPositionEncoding
 from bert_keras.layers.encoder_block import TransformerEncoderBlock
@@ -14,9 +16,12 @@ from bert_keras.layers.modernbert_block import (
     sliding_window_bias,
 )
 from bert_keras.layers.packing import PackedTokenIndex, PackTokens, UnpackTokens
+from bert_keras.layers.relative_positions import RelativeEmbeddings, RelativePositionBuckets, log_bucket_positions
 from bert_keras.layers.rotary import RotaryEmbedding
 
 __all__ = [
+    "DebertaBlock", "DebertaEmbeddings", "DisentangledSelfAttention", "RelativeEmbeddings", "RelativePositionBuckets",
+    "log_bucket_positions",
     "BertEmbeddings",
     "Dropout",
     "FeedForward",

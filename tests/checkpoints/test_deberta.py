@@ -1,0 +1,256 @@
+"""DeBERTa-v3: the log buckets against hand-computed values and transformers' own function, the layers, and
+`DebertaV3Encoder` read from a folder transformers 5 saves, against transformers' `DebertaV2Model` (random seeded
+weights, a batch whose longest row is past both `position_buckets` and `max_relative_positions`)."""
+
+import json
+
+import keras
+import numpy as np
+import pytest
+import torch
+import transformers
+from transformers.models.deberta_v2.modeling_deberta_v2 import make_log_bucket_position
+
+from bert_keras.checkpoints import load_checkpoint, load_pretrained
+from bert_keras.formats import ConfigError, read_checkpoint
+from bert_keras.layers import (
+    DebertaBlock,
+    DisentangledSelfAttention,
+    RelativeEmbeddings,
+    RelativePositionBuckets,
+    log_bucket_positions,
+)
+from bert_keras.layers.relative_positions import relative_position_buckets
+from bert_keras.models import DebertaV3Encoder
+from tests.checkpoints._models import perturb_torch
+
+# DeBERTa-v3's kind (relative attention with log buckets, shared keys, a LayerNorm-ed relative table, no absolute
+# positions, no segments), small: buckets matter from 8 tokens on, the log scale ends at 64.
+CONFIG = dict(vocab_size=120, hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128,
+              relative_attention=True, position_buckets=16, max_relative_positions=64, pos_att_type=["p2c", "c2p"],
+              share_att_key=True, norm_rel_ebd="layer_norm", position_biased_input=False, type_vocab_size=0,
+              max_position_embeddings=512, hidden_act="gelu", layer_norm_eps=1e-7, pad_token_id=0)
+LENGTHS = (70, 9, 33)  # 70 > max_relative_positions: the farthest buckets are clipped to the table
+
+
+def save_deberta(folder, model_class="DebertaV2Model", seed=0, **overrides):
+    """A random DeBERTa of transformers' own class (every weight perturbed: LayerNorms are not ones), saved."""
+    torch.manual_seed(seed)
+    model = getattr(transformers, model_class)(transformers.DebertaV2Config(**dict(CONFIG, **overrides)))
+    perturb_torch(model, seed=seed)
+    model.save_pretrained(str(folder))
+    return model
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory):
+    path = tmp_path_factory.mktemp("deberta")
+    save_deberta(path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def encoder(folder):
+    return DebertaV3Encoder.from_checkpoint(str(folder))
+
+
+def padded_batch(lengths=LENGTHS, seed=0, type_vocab_size=0):
+    """Ids `(batch, max(lengths))` of rows `lengths` long, zero-padded, their 0/1 mask and segment ids."""
+    rng = np.random.default_rng(seed)
+    ids = np.zeros((len(lengths), max(lengths)), "int32")
+    for row, length in enumerate(lengths):
+        ids[row, :length] = rng.integers(3, CONFIG["vocab_size"], length)
+    mask = (np.arange(ids.shape[1])[None, :] < np.array(lengths)[:, None]).astype("int32")
+    types = rng.integers(0, max(type_vocab_size, 1), ids.shape).astype("int32") * mask
+    return ids, mask, types
+
+
+def reference(folder, ids, mask, types):
+    model = transformers.DebertaV2Model.from_pretrained(str(folder)).eval()
+    with torch.no_grad():
+        return model(input_ids=torch.tensor(ids, dtype=torch.long), attention_mask=torch.tensor(mask),
+                     token_type_ids=torch.tensor(types, dtype=torch.long), output_hidden_states=True)
+
+
+def ours(encoder, ids, mask, types):
+    return encoder({"input_word_ids": ids, "input_mask": mask, "input_type_ids": types})
+
+
+def max_difference(a, b, mask):
+    """The largest difference at real tokens (transformers' padding rows attend uniformly to every position)."""
+    return float(np.abs(np.asarray(a) - np.asarray(b))[mask.astype(bool)].max())
+
+
+# --- the buckets -------------------------------------------------------------------------------------------------
+
+
+def test_log_buckets_of_the_small_config_by_hand():
+    # mid = 8: |d| <= 8 stays; else 8 + ceil(log(|d| / 8) / log(63 / 8) * 7): 9 -> 8 + ceil(0.40) = 9,
+    # 20 -> 8 + ceil(3.11) = 12, 63 -> 8 + 7 = 15, 64 -> 8 + ceil(7.05) = 16, 100 -> 8 + ceil(8.57) = 17.
+    distances = np.array([0, 1, -7, 8, 9, 20, 63, 64, 100, -100, -9])
+    assert np.asarray(log_bucket_positions(distances, 16, 64)).tolist() == [0, 1, -7, 8, 9, 12, 15, 16, 17, -17, -9]
+
+
+def test_log_buckets_of_deberta_v3_by_hand():
+    # position_buckets 256, max_relative_positions 512 (every released DeBERTa-v3): mid = 128, log(511 / 128) = 1.3843;
+    # 129 -> 128 + ceil(0.71) = 129, 200 -> 128 + ceil(40.9) = 169, 511 -> 255, 1000 -> 128 + ceil(188.6) = 317.
+    distances = np.array([0, 127, 128, 129, 200, 511, 512, 1000, -1000, -129])
+    assert np.asarray(log_bucket_positions(distances, 256, 512)).tolist() == [
+        0, 127, 128, 129, 169, 255, 256, 317, -317, -129]
+
+
+@pytest.mark.parametrize("buckets,maximum", [(16, 64), (256, 512), (8, 24)])
+def test_log_buckets_equal_transformers_function_on_every_distance(buckets, maximum):
+    distances = np.arange(-2100, 2100)
+    theirs = make_log_bucket_position(torch.tensor(distances), buckets, maximum).numpy().astype("int64")
+    np.testing.assert_array_equal(np.asarray(log_bucket_positions(distances, buckets, maximum)), theirs)
+
+
+def test_bucket_matrix_is_query_minus_key_and_unbucketed_without_buckets():
+    matrix = np.asarray(relative_position_buckets(12, 16, 64))
+    assert matrix[11, 0] == 10 and matrix[0, 11] == -10 and matrix[3, 3] == 0  # 11 -> 8 + ceil(1.08) = 10
+    assert np.asarray(relative_position_buckets(4, -1, 512)).tolist()[3] == [3, 2, 1, 0]
+    assert tuple(RelativePositionBuckets(16, 64)(np.zeros((2, 7), "int32")).shape) == (7, 7)
+
+
+def test_bucket_layer_refuses_a_log_scale_that_starts_past_its_end():
+    with pytest.raises(ValueError, match="max_relative_positions"):
+        RelativePositionBuckets(position_buckets=16, max_relative_positions=9)
+
+
+# --- the layers --------------------------------------------------------------------------------------------------
+
+
+def test_disentangled_attention_scores_follow_the_formula():
+    """One head, no projections' biases: softmax((q.k + q.Kr[b] + k.Qr[b]) / sqrt(d * 3)) by hand in numpy."""
+    rng = np.random.default_rng(1)
+    x = rng.normal(size=(1, 5, 4)).astype("float32")
+    table = rng.normal(size=(8, 4)).astype("float32")  # span 4
+    buckets = np.asarray(relative_position_buckets(5, 4, 8))  # mid 2: distances 3 and 4 go to the log scale
+    layer = DisentangledSelfAttention(num_heads=1)
+    _, probs = layer(x, table, buckets, return_attention_scores=True)
+    wq, bq = (np.asarray(w) for w in layer.query_dense.weights[:2])
+    wk, bk = (np.asarray(w) for w in layer.key_dense.weights[:2])
+    q, k = x[0] @ wq + bq, x[0] @ wk + bk
+    qr, kr = table @ wq + bq, table @ wk + bk
+    rows = np.clip(buckets + 4, 0, 7)
+    scores = q @ k.T + np.take_along_axis(q @ kr.T, rows, 1) + np.take_along_axis(k @ qr.T, rows.T, 1).T
+    scores = scores / np.sqrt(4 * 3)
+    expected = np.exp(scores - scores.max(-1, keepdims=True))
+    np.testing.assert_allclose(np.asarray(probs)[0, 0], expected / expected.sum(-1, keepdims=True), atol=1e-6)
+
+
+def test_separate_position_projections_exist_only_without_shared_keys():
+    x = np.zeros((1, 3, 8), "float32")
+    table, buckets = RelativeEmbeddings(4, 8)(x), RelativePositionBuckets(4, 16)(x)
+    shared = DebertaBlock(num_heads=2, intermediate_size=16)
+    shared(x, table, buckets)
+    separate = DebertaBlock(num_heads=2, intermediate_size=16, position_attention=["c2p"], share_attention_key=False)
+    separate(x, table, buckets)
+    assert shared.attention.position_key_dense is None and shared.attention.position_query_dense is None
+    assert separate.attention.position_key_dense is not None and separate.attention.position_query_dense is None
+    assert len(separate.weights) == len(shared.weights) + 2
+    assert shared.attention.scale_factor == 3 and separate.attention.scale_factor == 2
+
+
+def test_attention_refuses_an_unknown_position_term():
+    with pytest.raises(ValueError, match="position_attention"):
+        DisentangledSelfAttention(num_heads=2, position_attention=["c2p", "p2p"])
+
+
+def test_relative_table_is_layer_normalized():
+    layer = RelativeEmbeddings(span=3, hidden_size=8)
+    table = np.asarray(layer(np.zeros((1, 2, 8))))
+    assert table.shape == (6, 8)
+    np.testing.assert_allclose(table.mean(-1), 0.0, atol=1e-5)
+    raw = RelativeEmbeddings(span=3, hidden_size=8, norm="none")
+    np.testing.assert_array_equal(np.asarray(raw(np.zeros((1, 2, 8)))), np.asarray(raw.embeddings))
+
+
+# --- the encoder against transformers ----------------------------------------------------------------------------
+
+
+def test_sequence_output_and_every_layer_equal_transformers(folder, encoder):
+    ids, mask, types = padded_batch()
+    theirs = reference(folder, ids, mask, types)
+    outputs = ours(encoder, ids, mask, types)
+    assert max_difference(outputs["sequence_output"], theirs.last_hidden_state.numpy(), mask) < 1e-5
+    assert len(outputs["encoder_outputs"]) == 2
+    for layer, hidden in enumerate(outputs["encoder_outputs"]):
+        assert max_difference(hidden, theirs.hidden_states[layer + 1].numpy(), mask) < 1e-5
+    sequence = np.asarray(outputs["sequence_output"])
+    np.testing.assert_array_equal(np.asarray(outputs["pooled_output"]), sequence[:, 0])
+    np.testing.assert_array_equal(np.asarray(outputs["default"]), sequence[:, 0])
+
+
+@pytest.mark.parametrize("overrides", [
+    dict(share_att_key=False),
+    dict(pos_att_type=["c2p"], norm_rel_ebd="none"),
+    dict(position_biased_input=True, type_vocab_size=2, embedding_size=32, max_position_embeddings=128),
+    dict(position_buckets=-1, max_relative_positions=-1, max_position_embeddings=128, pos_att_type="p2c|c2p"),
+], ids=["separate-position-projections", "c2p-only-no-norm", "absolute-positions-segments-projection",
+        "unbucketed-legacy-string"])
+def test_the_options_of_deberta_v2_configs_equal_transformers(tmp_path, overrides):
+    save_deberta(tmp_path, **overrides)
+    ids, mask, types = padded_batch(type_vocab_size=overrides.get("type_vocab_size", 0))
+    outputs = ours(DebertaV3Encoder.from_checkpoint(str(tmp_path)), ids, mask, types)
+    theirs = reference(tmp_path, ids, mask, types)
+    assert max_difference(outputs["sequence_output"], theirs.last_hidden_state.numpy(), mask) < 1e-5
+
+
+def test_reader_translates_the_config_and_lists_heads_unused(tmp_path):
+    save_deberta(tmp_path, model_class="DebertaV2ForSequenceClassification", num_labels=3)
+    weights = read_checkpoint(str(tmp_path))
+    assert weights.encoder_kind == "deberta"
+    config = weights.encoder_config
+    assert (config["position_buckets"], config["max_relative_positions"], config["position_attention"],
+            config["share_attention_key"], config["relative_norm"], config["position_biased_input"]) == (
+        16, 64, ["c2p", "p2c"], True, "layer_norm", False)
+    assert weights.arrays["encoder.relative_embeddings.embeddings"].shape == (32, 64)
+    assert set(weights.summary.unused) == {"pooler.dense.weight", "pooler.dense.bias", "classifier.weight",
+                                           "classifier.bias"}
+
+
+def test_load_checkpoint_builds_the_deberta_encoder(folder, encoder):
+    loaded = load_checkpoint(str(folder))
+    assert isinstance(loaded.encoder, DebertaV3Encoder)
+    ids, mask, types = padded_batch()
+    np.testing.assert_allclose(np.asarray(ours(loaded.encoder, ids, mask, types)["sequence_output"]),
+                               np.asarray(ours(encoder, ids, mask, types)["sequence_output"]), atol=1e-6)
+
+
+def test_load_pretrained_returns_the_encoder_without_a_tokenizer_yet(folder, encoder):
+    """DeBERTa-v3's tokenizer has no class here yet: the folder's encoder comes back alone, fed ids."""
+    pretrained = load_pretrained(str(folder))
+    assert isinstance(pretrained.encoder, DebertaV3Encoder) and pretrained.format == "huggingface"
+    assert pretrained.tokenizer is None and pretrained.preprocessor is None
+    assert pretrained.loaded.tokenizer_kind is None and pretrained.encoder.max_sequence_length == 512
+
+
+def test_config_round_trip_and_keras_file(encoder, tmp_path):
+    ids, mask, types = padded_batch(lengths=(20, 5))
+    clone = DebertaV3Encoder.from_config(encoder.get_config())
+    clone.set_weights(encoder.get_weights())
+    expected = np.asarray(ours(encoder, ids, mask, types)["sequence_output"])
+    np.testing.assert_allclose(np.asarray(ours(clone, ids, mask, types)["sequence_output"]), expected, atol=1e-6)
+    path = str(tmp_path / "deberta.keras")
+    encoder.save(path)
+    restored = keras.models.load_model(path)
+    np.testing.assert_allclose(np.asarray(ours(restored, ids, mask, types)["sequence_output"]), expected, atol=1e-6)
+
+
+@pytest.mark.parametrize("field,value,wording", [
+    ("conv_kernel_size", 3, "convolution"),
+    ("relative_attention", False, "relative attention"),
+    ("pos_att_type", ["c2p", "p2p"], "pos_att_type"),
+    ("norm_rel_ebd", "batch_norm", "norm_rel_ebd"),
+])
+def test_configs_it_cannot_follow_are_refused_by_field(tmp_path, field, value, wording):
+    save_deberta(tmp_path)
+    config_file = tmp_path / "config.json"
+    config = json.loads(config_file.read_text())
+    config[field] = value
+    config_file.write_text(json.dumps(config))
+    with pytest.raises(ConfigError, match=wording) as error:
+        read_checkpoint(str(tmp_path))
+    assert field in str(error.value)
