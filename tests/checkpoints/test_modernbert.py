@@ -334,3 +334,17 @@ def test_bert_encoder_names_the_class_that_reads_a_modernbert_folder(folder):
 
     with pytest.raises(ValueError, match="'modernbert' checkpoint.*ModernBertEncoder.from_checkpoint"):
         BertEncoder.from_checkpoint(str(folder))
+
+
+@pytest.mark.slow
+def test_the_sentence_encoder_exports_as_a_savedmodel_of_raw_strings(text_folder, tmp_path):
+    import tensorflow as tf
+
+    from bert_keras.export import export_sentence_encoder
+    from bert_keras.sentence_encoder import SentenceEncoder
+
+    folder, _ = text_folder
+    encoder = SentenceEncoder.from_checkpoint(str(folder), pooling="mean", max_seq_length=64)
+    export_sentence_encoder(encoder, str(tmp_path / "export"))
+    served = tf.saved_model.load(str(tmp_path / "export"))(tf.constant(TEXTS)).numpy()
+    assert np.abs(served - np.asarray(encoder(np.array(TEXTS)))).max() < 1e-5
