@@ -4,7 +4,6 @@ weights, a batch whose longest row is past both `position_buckets` and `max_rela
 
 import json
 
-import keras
 import numpy as np
 import pytest
 import torch
@@ -225,18 +224,6 @@ def test_load_pretrained_returns_the_encoder_without_a_tokenizer_yet(folder, enc
     assert isinstance(pretrained.encoder, DebertaV3Encoder) and pretrained.format == "huggingface"
     assert pretrained.tokenizer is None and pretrained.preprocessor is None
     assert pretrained.loaded.tokenizer_kind is None and pretrained.encoder.max_sequence_length == 512
-
-
-def test_config_round_trip_and_keras_file(encoder, tmp_path):
-    ids, mask, types = padded_batch(lengths=(20, 5))
-    clone = DebertaV3Encoder.from_config(encoder.get_config())
-    clone.set_weights(encoder.get_weights())
-    expected = np.asarray(ours(encoder, ids, mask, types)["sequence_output"])
-    np.testing.assert_allclose(np.asarray(ours(clone, ids, mask, types)["sequence_output"]), expected, atol=1e-6)
-    path = str(tmp_path / "deberta.keras")
-    encoder.save(path)
-    restored = keras.models.load_model(path)
-    np.testing.assert_allclose(np.asarray(ours(restored, ids, mask, types)["sequence_output"]), expected, atol=1e-6)
 
 
 @pytest.mark.parametrize("field,value,wording", [
