@@ -276,3 +276,27 @@ def test_an_imported_classifier_s_export_serves_transformers_probabilities(task_
     # An empty text gets no label (the export's answer for no text); every other one transformers' most probable.
     assert [p["label"] for p in predictions] == [SENTIMENTS[i] if text else None
                                                  for text, i in zip(texts, expected.argmax(1))]
+
+
+@pytest.mark.slow  # a LiteRT conversion
+def test_litert_serves_the_ids_with_transformers_probabilities_and_refuses_strings_plainly(task_folders, texts,
+                                                                                           tmp_path):
+    pytest.importorskip("ai_edge_litert")
+    from bert_keras.export import export_litert, load_litert
+
+    model, folder = task_folders[tables.CLASSIFIER]
+    classifier = BertClassifier.from_checkpoint(folder, seq_length=SEQ)
+    export_dir = export_classifier(classifier, str(tmp_path / "classifier"), label_names=classifier.label_names)
+    lite = load_litert(export_litert(export_dir, str(tmp_path / "classifier.tflite")))
+    # tensorflow-text's SentencePiece op has no LiteRT kernel: the file takes token ids, packed by the export.
+    assert not lite.serves_strings
+    packed = {key: np.asarray(value) for key, value in classifier.preprocessor(tf.constant(texts)).items()}
+    ids, mask = reference_ids(folder, texts)
+    np.testing.assert_array_equal(packed["input_word_ids"], ids)
+    expected = torch.softmax(torch_run(model, ids, mask).logits, -1).numpy()
+    diff = max_diff(np.asarray(lite.serve_ids(**packed)["probabilities"]), expected)
+    print(f"XLMRobertaForSequenceClassification LiteRT serve_ids: max abs probability difference {diff:.2e}")
+    assert diff <= 1e-4, diff
+    with pytest.raises(ValueError, match="serves token ids only .its export's tokenizer is 'unigram'; raw strings "
+                                         "in LiteRT need WordPiece.: serve texts with the export itself"):
+        lite.predict(texts[:2])
