@@ -198,6 +198,7 @@ class ModernBertEncoder(keras.Model):
         self.initializer_range = initializer_range
         self.pooling = pooling
         self.return_attention_probs = return_attention_probs
+        self.type_vocab_size = 0  # no segment table (as DistilBERT's): `input_type_ids` are ignored
         self.embeddings = embeddings
         self.transformer_layers = blocks
         self.final_layer_norm = final_norm

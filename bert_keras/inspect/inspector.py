@@ -13,6 +13,7 @@ import tensorflow as tf
 
 from bert_keras.checkpoints import load_pretrained
 from bert_keras.encoder import INPUT_KEYS, BertEncoder
+from bert_keras.modernbert import ModernBertEncoder
 from bert_keras.text import BertPreprocessor, load_vocabulary
 
 logger = logging.getLogger(__name__)
@@ -86,7 +87,7 @@ class Inspector:
     """
 
     def __init__(self, encoder, vocab_file=None, do_lower_case=True, seq_length=None, preprocessor=None):
-        if not isinstance(encoder, BertEncoder):
+        if not isinstance(encoder, (BertEncoder, ModernBertEncoder)):
             raise TypeError(
                 "Cannot read attention probabilities from a "
                 f"{type(encoder).__name__}: expected a bert_keras BertEncoder. Convert the "
@@ -236,7 +237,7 @@ def _with_attention_probs(encoder):
     if encoder.return_attention_probs:
         return encoder
     config = dict(encoder.get_config(), return_attention_probs=True, name=f"{encoder.name}_with_attention")
-    twin = BertEncoder.from_config(config)
+    twin = type(encoder).from_config(config)
     for theirs, ours in zip(encoder.weights, twin.weights):
         if theirs.path.split("/", 1)[-1] != ours.path.split("/", 1)[-1]:
             raise RuntimeError(f"weight order differs: {theirs.path} vs {ours.path}")
@@ -253,7 +254,9 @@ def _check_seq_length(seq_length, max_length):
 
 
 def _check_vocabulary_size(vocabulary, encoder, what):
-    if len(vocabulary) != encoder.vocab_size:
+    # ModernBERT's table has rows past its tokenizer's tokens (50,368 for 50,285: a multiple of 64).
+    padded = isinstance(encoder, ModernBertEncoder)
+    if len(vocabulary) > encoder.vocab_size or (len(vocabulary) < encoder.vocab_size and not padded):
         raise ValueError(
             f"{what} has {len(vocabulary)} tokens but the encoder's vocab_size is {encoder.vocab_size}; "
             "it belongs to another model."

@@ -338,6 +338,8 @@ class ModernBertEmbeddings(keras.layers.Layer):
 
     Call arguments:
         input_ids: int tensor `(batch, seq)`.
+        input_type_ids: ignored (ModernBERT has no segments); taken as
+            `BertEmbeddings` takes it, so that code for the family runs.
         training: bool. Whether dropout is applied.
 
     Returns:
@@ -367,12 +369,12 @@ class ModernBertEmbeddings(keras.layers.Layer):
         self.layer_norm.build((None, None, self.hidden_size))
         self.built = True
 
-    def call(self, input_ids, training=None):
+    def call(self, input_ids, input_type_ids=None, training=None):
         x = self.layer_norm(self.word_embeddings(input_ids))  # (batch, seq, hidden)
         return self.embeddings_dropout(x, training=training)
 
-    def compute_output_shape(self, input_shape):
-        return tuple(input_shape) + (self.hidden_size,)
+    def compute_output_shape(self, input_ids_shape, input_type_ids_shape=None):
+        return tuple(input_ids_shape) + (self.hidden_size,)
 
     def get_config(self):
         config = super().get_config()

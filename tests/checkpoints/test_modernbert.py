@@ -348,3 +348,16 @@ def test_the_sentence_encoder_exports_as_a_savedmodel_of_raw_strings(text_folder
     export_sentence_encoder(encoder, str(tmp_path / "export"))
     served = tf.saved_model.load(str(tmp_path / "export"))(tf.constant(TEXTS)).numpy()
     assert np.abs(served - np.asarray(encoder(np.array(TEXTS)))).max() < 1e-5
+
+
+@pytest.mark.slow
+def test_the_inspector_shows_local_layers_attending_within_their_window(text_folder):
+    from bert_keras.inspect.inspector import Inspector
+
+    folder, _ = text_folder
+    result = Inspector.from_checkpoint(str(folder), seq_length=64).inspect(TEXTS[3:])[0]
+    layers, heads, n, _ = result.attention.shape
+    assert (layers, heads) == (3, 4) and n > 10
+    distance = np.abs(np.arange(n)[:, None] - np.arange(n)[None, :])
+    assert result.attention[1:, :, distance > 4].max() == 0  # local layers (window 8: 4 on either side)
+    assert result.attention[0, :, distance > 4].min() > 0  # the global one sees every token
