@@ -2,9 +2,15 @@
 
 One writer (`_writer.write_export`: archive, variables once, endpoints,
 staging, manifest, warm-up, extra assets), one manifest read without
-TensorFlow (`manifest`: `export_kind`, `read_manifest`), one loaded-export
-base (`loaded.LoadedExport`: load, check, refuse with the right hint, warm
-up); the kinds are thin:
+TensorFlow (`manifest`: `export_kind`, `read_manifest`). Serving is kind x
+engine (`engine`): two engines run a named signature on a batch
+(`loaded.LoadedExport`, a SavedModel: load, check, refuse with the right
+hint, warm up; `litert_engine.LiteRTModel`, a `.tflite` file: interpreter,
+text kernels, XNNPACK, its record checked), and one answering class per kind
+(`kinds.classifier`, `kinds.tagger`, `kinds.reader`:
+blanks, top-k, entities, answers, batching) is mixed with either, so that
+`load_litert(path).predict` and `load_classifier(dir).predict` are the same
+code. The kinds' writers and SavedModel loaders:
 
 - `classifier`: a text classifier as a SavedModel serving raw strings
   (`export_classifier`) and its loader (`load_classifier`, an
@@ -40,6 +46,10 @@ _NAMES = {
     "export_classifier": "classifier",
     "load_classifier": "classifier",
     "LiteRTModel": "litert",
+    "LiteRTClassifier": "litert_engine",
+    "LiteRTSentenceEncoder": "litert_engine",
+    "LiteRTTagger": "litert_engine",
+    "Engine": "engine",
     "export_litert": "litert",
     "load_litert": "litert",
     "outputs_probabilities": "classifier",
@@ -71,8 +81,8 @@ _NAMES = {
 __all__ = sorted(_NAMES)
 
 
-_MODULES = ("classifier", "entity_groups", "hub_modules", "loaded", "manifest", "reader", "sentence_encoder", "tagger",
-            "to_hub", "warmup")
+_MODULES = ("classifier", "engine", "entity_groups", "hub_modules", "kinds", "loaded", "manifest", "reader",
+            "sentence_encoder", "tagger", "to_hub", "warmup")
 
 
 def __getattr__(name):

@@ -10,17 +10,15 @@ import logging
 import os
 
 import keras
-import numpy as np
 import tensorflow as tf
 
-from bert_keras._checks import check_int
 from bert_keras.dtypes import check_compute_dtype, compute_dtype
 from bert_keras.export import warmup
 from bert_keras.export._serving import XLA_LENGTHS, bucket, pad_to, trim_padding
 from bert_keras.export._writer import ids_endpoints, write_export
+from bert_keras.export.kinds.classifier import ClassifierAnswers
 from bert_keras.export.loaded import LoadedExport
 from bert_keras.export.manifest import CLASSIFIER
-from bert_keras.predictions import as_probabilities, blank_prediction, check_top_k, labelled_predictions
 
 logger = logging.getLogger(__name__)
 
@@ -237,7 +235,7 @@ def _write_export(model, export_dir, label_names, overwrite, extra_assets, dtype
     )
 
 
-class ExportedClassifier(LoadedExport):
+class ExportedClassifier(ClassifierAnswers, LoadedExport):
     """A loaded text classifier: raw strings in; per text the label and every class's score out.
 
     Reads a directory written by `export_classifier` (label names included)
@@ -361,90 +359,21 @@ class ExportedClassifier(LoadedExport):
             )
         return names
 
-    def _columns(self, texts, text_pairs):
-        """`(texts, pairs_or_None, single)` from the forms `predict` accepts."""
-        pairs_model = len(self.inputs) == 2
-        single = isinstance(texts, str) or (pairs_model and isinstance(texts, tuple) and text_pairs is None
-                                            and len(texts) == 2 and all(isinstance(t, str) for t in texts))
-        if single:
-            texts = [texts]
-            text_pairs = None if text_pairs is None else [text_pairs]
-        texts = list(texts)
-        if pairs_model and text_pairs is None and all(isinstance(t, (tuple, list)) and len(t) == 2 for t in texts):
-            texts, text_pairs = [t[0] for t in texts], [t[1] for t in texts]
-        if pairs_model and text_pairs is None:
-            raise ValueError("This classifier takes text pairs: pass (text, text_pair) tuples or `text_pairs=`.")
-        if not pairs_model and text_pairs is not None:
-            raise ValueError(f"This classifier takes single texts (its input: {self.inputs[0]!r}); "
-                             "`text_pairs` must be None.")
-        for name, column in (("texts", texts), ("text_pairs", text_pairs or [])):
-            bad = next((item for item in column if not isinstance(item, str)), None)
-            if bad is not None:
-                raise TypeError(f"Expected `{name}` to hold strings. Received an item of type "
-                                f"{type(bad).__name__}: {bad!r}")
-        if text_pairs is not None and len(text_pairs) != len(texts):
-            raise ValueError(f"Received {len(texts)} texts and {len(text_pairs)} text pairs; pass as many of each.")
-        return texts, (None if text_pairs is None else list(text_pairs)), single
-
-    def predict_proba(self, texts, text_pairs=None, batch_size=64):
-        """Class probabilities, a `(n, num_classes)` float32 array, in `label_names` order.
-
-        An output that is not a probability distribution (logits of a
-        `model.export()`) gets a softmax, row by row; a softmax keeps the
-        order of the classes either way.
-        """
-        texts, text_pairs, _ = self._columns(texts, text_pairs)
-        batch_size = check_int("batch_size", batch_size, minimum=1)
-        batches = []
-        for start in range(0, len(texts), batch_size):
-            columns = [texts[start : start + batch_size]] + ([text_pairs[start : start + batch_size]] if text_pairs else [])
-            batches.append(as_probabilities(self._serve(*(tf.constant(column, tf.string) for column in columns))))
-        return np.concatenate(batches) if batches else np.zeros((0, self.num_classes), "float32")
-
-    def _serve(self, *columns):
-        """The outputs `(batch, num_classes)` for string tensors in `inputs` order: `serving_default`, or, while a
+    def _scores(self, columns):
+        """The outputs `(batch, num_classes)` for lists of str in `inputs` order: `serving_default`, or, while a
         background warm-up compiles its length buckets, the export's `serve_plain` (the same outputs, compiled
         nothing)."""
         plain = getattr(self._saved, PLAIN_ENDPOINT, None)
-        with self.requesting():
-            if plain is not None and not self.warmed.is_set():
-                outputs = plain(*columns)["probabilities"].numpy()
-            else:
-                outputs = self._signature(**dict(zip(self.inputs, columns)))[self._output].numpy()
+        if plain is not None and not self.warmed.is_set():
+            with self.requesting():
+                outputs = plain(*(tf.constant(column, tf.string) for column in columns))["probabilities"].numpy()
+        else:
+            outputs = self.run("serving_default", **dict(zip(self.inputs, columns)))[self._output]
         self.answered()
         return outputs
 
     def _instantiate(self):
         self._signature(**{name: tf.constant(["a"]) for name in self.inputs})
-
-    def predict(self, texts, text_pairs=None, *, top_k=None, batch_size=64):
-        """Classifies one text or many, as transformers' text-classification pipeline does.
-
-        Args:
-            texts: a str (one text), or a list of str. For a classifier of
-                text pairs: a `(text, text_pair)` tuple, a list of them, or
-                a list of str with `text_pairs`.
-            text_pairs: optional list of str, the second segments.
-            top_k: optional int. Keep the `top_k` best classes in `scores`,
-                best first. By default every class, in `label_names` order.
-            batch_size: int. Texts per call of the model. Defaults to `64`.
-
-        Returns:
-            For one text, a dict `{"label": str, "score": float, "scores":
-            {label: float}}` (the most probable class, its probability, and
-            the probability of every class); for a list, a list of them. A
-            blank text (empty or whitespace) gets `{"label": None, "score":
-            None, "scores": {}}`: there is nothing to classify.
-        """
-        texts, text_pairs, single = self._columns(texts, text_pairs)
-        check_top_k(top_k, self.num_classes)
-        blank = [not (text + (text_pairs[i] if text_pairs else "")).strip() for i, text in enumerate(texts)]
-        kept = [i for i, is_blank in enumerate(blank) if not is_blank]
-        pairs = None if text_pairs is None else [text_pairs[i] for i in kept]
-        probabilities = self.predict_proba([texts[i] for i in kept], pairs, batch_size=batch_size)
-        results = iter(labelled_predictions(probabilities, self.label_names, top_k))
-        results = [blank_prediction() if is_blank else next(results) for is_blank in blank]
-        return results[0] if single else results
 
 
 def load_classifier(export_dir, label_names=None, warm_up="background"):

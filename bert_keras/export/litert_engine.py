@@ -3,6 +3,9 @@
 The interpreter is `ai-edge-litert`'s, with tensorflow-text's kernels
 registered from their shared library (`_text_kernels`); the file's record
 (`litert_record.file_record`) is checked before LiteRT reads the file.
+`LiteRTModel` is the engine (`engine.Engine`: `run` a signature); the file's
+kind answers through the same code as its SavedModel export
+(`export.kinds`): `LiteRTClassifier`, `LiteRTTagger`, `LiteRTSentenceEncoder`.
 """
 
 import ctypes
@@ -16,18 +19,20 @@ import numpy as np
 
 from bert_keras._checks import check_int
 from bert_keras._native_log import NativeLogFilter
-from bert_keras.export.entity_groups import check_aggregation, text_entities  # no TensorFlow (text.decoding)
+from bert_keras.export.engine import Engine
+from bert_keras.export.entity_groups import check_aggregation  # no TensorFlow (text.decoding)
+from bert_keras.export.kinds.classifier import ClassifierAnswers
+from bert_keras.export.kinds.tagger import OUTPUTS as TAGGER_OUTPUTS  # noqa: F401 - litert.py names it
+from bert_keras.export.kinds.tagger import TaggerAnswers, piece_rows
 from bert_keras.export.litert_record import (_expect, _ids_only, _record_tokenizer, _recorded, _recorded_names,
                                              check_carried, file_record)
 from bert_keras.export.manifest import CLASSIFIER, SENTENCE_ENCODER, TAGGER, ExportError
-from bert_keras.predictions import as_probabilities, blank_prediction, check_top_k, labelled_predictions, text_list
+from bert_keras.predictions import text_list
 
 logger = logging.getLogger(__name__)
 
 # tensorflow-text's registerers of those kernels, C symbols of its pybinds library.
 _REGISTERERS = ("AddFastBertNormalize", "AddFastWordpieceTokenize", "AddByteSplit")
-TAGGER_OUTPUTS = ("tag_ids", "scores", "char_starts", "char_ends", "tokens", "token_ids", "window", "piece_index",
-                  "primary", "lengths")
 # A tagger's windows per `serve_ids` call: one long text holds one call's activations, however many windows it makes
 # (the SavedModel tagger's `_serving.WINDOWS_PER_CALL`, which this module cannot import: it imports TensorFlow).
 WINDOWS_PER_CALL = 64
@@ -113,8 +118,13 @@ class _LockedRunner:
         return getattr(getattr(self._model, f"_{self._name}"), attribute)
 
 
-class LiteRTModel:
+class LiteRTModel(Engine):
     """A `.tflite` file of `export_litert`, loaded: `predict` / `encode` as the export's own loader answers.
+
+    `LiteRTModel(path)` (and `load_litert`) gives the class of the file's
+    kind: `LiteRTClassifier`, `LiteRTTagger` or `LiteRTSentenceEncoder`, each
+    this engine mixed with its kind's answers (`export.kinds`), the code its
+    SavedModel export answers with.
 
     A tagger's text is cut into windows by the file (its `windows`
     signature) and its windows run through `serve_ids` `windows_per_call` at
@@ -138,6 +148,14 @@ class LiteRTModel:
         windows_per_call: int. A tagger's windows per `serve_ids` call.
     """
 
+    def __new__(cls, path, *args, **kwargs):
+        if cls is LiteRTModel:  # the class of the file's kind; a file that cannot be read: `__init__` says why
+            try:
+                cls = _KINDS.get(file_record(path).get("kind"), LiteRTModel)
+            except (ExportError, OSError):
+                pass
+        return super().__new__(cls)
+
     def __init__(self, path, num_threads=None, windows_per_call=WINDOWS_PER_CALL):
         self.path = os.fspath(path)
         self._num_threads = check_num_threads(num_threads)
@@ -145,6 +163,9 @@ class LiteRTModel:
         # Held around every use of the interpreter (resize, allocate, set, invoke, get: a signature runner's call).
         self._lock = threading.RLock()
         record = file_record(self.path)  # the size and SHA-256 recorded, before LiteRT reads the file
+        if type(self).kind not in (None, record.get("kind")):
+            raise ExportError(f"{self.path!r} was replaced by a LiteRT {record.get('kind')} while it was loaded as a "
+                              f"{type(self).kind}; load it again.")
         self.record, self.kind = record, record.get("kind")
         self.serves_strings = record.get("strings") is True
         tokenizer = _record_tokenizer(self.path, record)
@@ -203,14 +224,17 @@ class LiteRTModel:
         self._windows = self._interpreter.get_signature_runner("windows") if has_windows else None
         self._prepared = set()  # the runners called once: LiteRT applies its delegate on a runner's first call
 
-    def _strings(self, texts):
+    def check_serves_text(self):
         if not self.serves_strings:
             raise ExportError(_ids_only(self.path, self.record))
-        return text_list(texts)
+
+    def run(self, signature, **inputs):
+        """The file's signature `signature` on one batch (see `Engine.run`): lists of str as UTF-8 bytes."""
+        return self._call(signature, **{name: _array(value) for name, value in inputs.items()})
 
     def _run(self, texts, signature="serve"):
         """The file's `signature` (`serve`, or a tagger's `windows`) on `texts`, a list of str."""
-        return self._call(signature, text=np.array([text.encode("utf-8") for text in texts], dtype=object))
+        return self.run(signature, text=texts)
 
     def _call(self, signature, **inputs):
         """The signature runner `signature` on `inputs`, its delegate's first-call lines kept off stderr."""
@@ -237,50 +261,50 @@ class LiteRTModel:
             self._start(xnnpack=False)
             return self._call_locked(signature, **inputs)
 
-    def _check_kind(self, *kinds):
-        if self.kind not in kinds:
-            method = {CLASSIFIER: "predict", TAGGER: "predict", SENTENCE_ENCODER: "encode"}[self.kind]
-            raise ExportError(f"{self.path!r} is a LiteRT {self.kind.replace('_', ' ')}; call its `{method}`.")
+    def _wrong_method(self, *args, **kwargs):
+        """What a method of another kind says: which method this file's kind answers with."""
+        method = {CLASSIFIER: "predict", TAGGER: "predict", SENTENCE_ENCODER: "encode"}.get(self.kind, "run")
+        raise ExportError(f"{self.path!r} is a LiteRT {str(self.kind).replace('_', ' ')}; call its `{method}`.")
 
-    def predict_proba(self, texts, batch_size=64):
-        """A classifier's probabilities, float32 `(n, num_classes)`, in `label_names` order."""
-        self._check_kind(CLASSIFIER)
-        texts, _ = self._strings(texts)
-        batch_size = check_int("batch_size", batch_size, minimum=1)
-        batches = [as_probabilities(self._run(texts[start : start + batch_size])["probabilities"])
-                   for start in range(0, len(texts), batch_size)]
-        return np.concatenate(batches) if batches else np.zeros((0, len(self.label_names)), "float32")
+    predict = predict_proba = tag_pieces = encode = _wrong_method  # the kinds' classes answer theirs
 
-    def predict(self, texts, aggregation=None, *, top_k=None, batch_size=None):
-        """A classifier's labels (`ExportedClassifier.predict`) or a tagger's entities (`ExportedTagger.predict`)."""
-        self._check_kind(CLASSIFIER, TAGGER)
-        if self.kind == TAGGER:
-            return self._entities(texts, aggregation)
-        if aggregation is not None:
-            raise TypeError("`aggregation` is a tagger's argument; this file is a classifier.")
-        texts, single = self._strings(texts)
-        check_top_k(top_k, len(self.label_names))
-        blank = [not text.strip() for text in texts]
-        kept = [text for text, is_blank in zip(texts, blank) if not is_blank]
-        results = iter(labelled_predictions(self.predict_proba(kept, batch_size or 64), self.label_names, top_k))
-        results = [blank_prediction() if is_blank else next(results) for is_blank in blank]
-        return results[0] if single else results
+    def __repr__(self):
+        return f"LiteRTModel({self.path!r}, kind={self.kind!r})"
 
-    def tag_pieces(self, texts):
-        """A tagger's per-piece outputs, one dict per text (as `ExportedTagger.tag_pieces`), one text at a time."""
-        self._check_kind(TAGGER)
-        texts, _ = self._strings(texts)
+
+def _array(value):
+    """An input of `LiteRTModel.run` as LiteRT takes it: a list of str as a numpy array of UTF-8 bytes."""
+    if isinstance(value, (list, tuple)) and all(isinstance(item, str) for item in value):
+        return np.array([item.encode("utf-8") for item in value], dtype=object)
+    return value
+
+
+class LiteRTClassifier(ClassifierAnswers, LiteRTModel):
+    """A LiteRT classifier: `predict` and `predict_proba` as `ExportedClassifier`'s (`kinds.classifier`)."""
+
+    kind = CLASSIFIER
+
+    def _scores(self, columns):
+        return self.run("serve", text=columns[0])["probabilities"]
+
+
+class LiteRTTagger(TaggerAnswers, LiteRTModel):
+    """A LiteRT tagger: `predict` and `tag_pieces` as `ExportedTagger`'s (`kinds.tagger`), one text per call."""
+
+    kind = TAGGER
+
+    def _piece_batch(self, texts):
+        """The per-piece outputs of `texts`, one text at a time: a text of more windows than one call holds runs
+        its windows through `serve_ids` `windows_per_call` at a time (`_entry_scores`)."""
         rows = []
         for text in texts:
             in_one_call = self._windows is None or len(text) <= self._one_call_characters
-            outputs = self._run([text], "serve" if in_one_call else "windows")
-            length = int(outputs.pop("lengths")[0])
+            outputs = self.run("serve" if in_one_call else "windows", text=[text])
             packed = {name: outputs.pop(name) for name in _IDS_INPUTS if name in outputs}  # (windows, width) each
-            piece = {name: np.asarray(value)[0, :length] for name, value in outputs.items()}
+            [piece] = piece_rows(outputs)
             if packed:
                 piece["scores"] = self._entry_scores(packed, piece["window"], piece.pop("column"))
                 piece["tag_ids"] = np.argmax(piece["scores"], axis=-1).astype(np.int32)
-            piece["tokens"] = [token.decode("utf-8") for token in piece["tokens"]]
             rows.append(piece)
         return rows
 
@@ -296,28 +320,27 @@ class LiteRTModel:
             scores[first:last] = chunk[window[first:last] - begin, column[first:last]]  # (chunk, width, tags) -> rows
         return scores
 
-    def _entities(self, texts, aggregation):
-        aggregation = check_aggregation(self.aggregation if aggregation is None else aggregation)
-        texts, single = self._strings(texts)
-        results = [text_entities(text, piece, self.tag_names, aggregation, self._unknown_token,
-                                 self._suffix_indicator, self.tokenizer_kind)
-                   for text, piece in zip(texts, self.tag_pieces(texts))]
-        return results[0] if single else results
+
+class LiteRTSentenceEncoder(LiteRTModel):
+    """A LiteRT sentence encoder: `encode` as `ExportedSentenceEncoder`'s."""
+
+    kind = SENTENCE_ENCODER
 
     def encode(self, texts, batch_size=32):
         """A sentence encoder's embeddings, float32 `(len(texts), dim)` in input order (`(dim,)` for a str)."""
-        self._check_kind(SENTENCE_ENCODER)
-        texts, single = self._strings(texts)
+        self.check_serves_text()
+        texts, single = text_list(texts)
         batch_size = check_int("batch_size", batch_size, minimum=1)
         output = np.zeros((len(texts), self.embedding_dim), dtype="float32")
         order = sorted(range(len(texts)), key=lambda i: -len(texts[i]))  # less padding per batch, as encode_in_batches
         for start in range(0, len(order), batch_size):
             rows = order[start : start + batch_size]
-            output[rows] = self._run([texts[i] for i in rows])["embeddings"]
+            output[rows] = self.run("serve", text=[texts[i] for i in rows])["embeddings"]
         return output[0] if single else output
 
-    def __repr__(self):
-        return f"LiteRTModel({self.path!r}, kind={self.kind!r})"
+
+# The class of each kind a LiteRT file serves (`LiteRTModel.__new__`).
+_KINDS = {CLASSIFIER: LiteRTClassifier, TAGGER: LiteRTTagger, SENTENCE_ENCODER: LiteRTSentenceEncoder}
 
 
 def load_litert(path, num_threads=None, windows_per_call=WINDOWS_PER_CALL):

@@ -1,10 +1,11 @@
-"""The one loaded-export base: read the manifest, refuse another kind, load the SavedModel, check it, warm it up.
+"""The SavedModel engine: read the manifest, refuse another kind, load the SavedModel, check it, warm it up, run it.
 
+`LoadedExport` is the engine (`engine.Engine`) of an export directory;
 `ExportedClassifier`, `ExportedTagger`, `ExportedReader` and
-`ExportedSentenceEncoder` are thin kinds of `LoadedExport`: each says what it
-serves (`kind`), which signature it calls and what that signature must look
-like (`_check_signatures`); loading, refusing with the right hint and the
-warm-up are done here, once.
+`ExportedSentenceEncoder` are it mixed with their kind's answers
+(`export.kinds`): each says what it serves (`kind`) and what its signatures
+must look like (`_check_signatures`); loading, refusing with the right hint,
+the warm-up and running a signature (`run`) are done here, once.
 """
 
 import atexit
@@ -14,8 +15,11 @@ import os
 import threading
 import time
 
+import tensorflow as tf
+
 from bert_keras._keras_compat import functions_unoptimized, saved_model_without
 from bert_keras.export import warmup
+from bert_keras.export.engine import Engine
 from bert_keras.export.manifest import ExportError, read_manifest, wrong_kind
 from bert_keras.hub.loader import load
 
@@ -71,7 +75,7 @@ def stop_warm_ups(timeout=STOP_SECONDS):
 atexit.register(stop_warm_ups)
 
 
-class LoadedExport:
+class LoadedExport(Engine):
     """A SavedModel export of this package, loaded for serving.
 
     Subclasses set `kind` (one of `manifest.KINDS`) and `expected` (what its
@@ -181,6 +185,15 @@ class LoadedExport:
         if "serving_default" not in signatures:
             raise self._refuse(f"it has no `serving_default` signature (signatures: {sorted(signatures)})")
         return signatures["serving_default"]
+
+    def run(self, signature, **inputs):
+        """The SavedModel's signature `signature` on one batch (see `Engine.run`), in the request's context
+        (`requesting`): each input converted to the dtype the signature takes, each output to numpy."""
+        function = self._saved.signatures[signature]
+        _, specs = function.structured_input_signature
+        with self.requesting():
+            outputs = function(**{name: tf.constant(value, specs[name].dtype) for name, value in inputs.items()})
+        return {name: value.numpy() for name, value in outputs.items()}
 
     def answered(self):
         """Called by the kinds after each request: starts a pending background warm-up (once)."""

@@ -12,7 +12,6 @@ never tokenizes again.
 import logging
 import os
 
-import numpy as np
 import tensorflow as tf
 
 from bert_keras._checks import check_int
@@ -20,10 +19,11 @@ from bert_keras.dtypes import check_compute_dtype, compute_dtype
 from bert_keras.export import warmup
 from bert_keras.export._serving import WINDOWS_PER_CALL, XLA_LENGTHS, bucket, in_chunks, pad_to, trim_padding
 from bert_keras.export._writer import ids_endpoints, tokenizer_kind, write_export
-from bert_keras.export.entity_groups import AGGREGATIONS, check_aggregation, text_entities
+from bert_keras.export.entity_groups import AGGREGATIONS, check_aggregation
+# OUTPUTS: what `serving_default` returns; a directory whose signature lacks one of these is not a tagger export.
+from bert_keras.export.kinds.tagger import OUTPUTS, TaggerAnswers, piece_rows
 from bert_keras.export.loaded import LoadedExport
 from bert_keras.export.manifest import TAGGER
-from bert_keras.predictions import text_list
 from bert_keras.text.alignment import join_words
 from bert_keras.text.kinds import TOKENIZER_KINDS, kind_of_pieces
 from bert_keras.text.windows import check_stride, max_context, piece_windows
@@ -31,9 +31,6 @@ from bert_keras.text.packer import pack_inputs
 
 logger = logging.getLogger(__name__)
 
-# What `serving_default` returns; a directory whose signature lacks one of these is not a tagger export.
-OUTPUTS = ("tag_ids", "scores", "char_starts", "char_ends", "tokens", "token_ids", "window", "piece_index",
-           "primary", "lengths")
 # The endpoint that returns how the pieces make words: the tokenizer's kind, its unknown token and (WordPiece) the
 # prefix of continuing pieces. An export written before it records them only in assets.extra/labels.json.
 DECODING_ENDPOINT = "tokenizer_info"
@@ -272,12 +269,8 @@ def pieces_in_batches(serve, texts, batch_size=32):
     batch_size = check_int("batch_size", batch_size, minimum=1)
     rows = []
     for begin in range(0, len(texts), batch_size):
-        outputs = {name: value.numpy() for name, value in serve(tf.constant(texts[begin : begin + batch_size],
-                                                                            tf.string)).items()}
-        for row, length in enumerate(outputs.pop("lengths")):
-            piece = {name: value[row, :length] for name, value in outputs.items()}
-            piece["tokens"] = [token.decode("utf-8") for token in piece["tokens"]]
-            rows.append(piece)
+        outputs = serve(tf.constant(texts[begin : begin + batch_size], tf.string))
+        rows.extend(piece_rows({name: value.numpy() for name, value in outputs.items()}))
     return rows
 
 
@@ -323,7 +316,7 @@ def sentence_tags(tag_pieces, sentences, tag_names, batch_size=32):
     return [word_tags(piece, starts, tag_names) for piece, (_, starts, _) in zip(pieces, joined)]
 
 
-class ExportedTagger(LoadedExport):
+class ExportedTagger(TaggerAnswers, LoadedExport):
     """A loaded tagger export: raw strings in; per text its entities, with their exact characters, out.
 
     Reads a directory written by `export_tagger`; another kind of export is
@@ -443,12 +436,8 @@ class ExportedTagger(LoadedExport):
                 found["suffix_indicator"] = prefixes.pop()
         return found
 
-    def tag_pieces(self, texts, batch_size=32):
-        """The signature's outputs for `texts` (a list of str), as numpy arrays, one dict per text, padding cut."""
-        with self.requesting():
-            pieces = pieces_in_batches(lambda batch: self._signature(text=batch), texts, batch_size)
-        self.answered()
-        return pieces
+    def _piece_batch(self, texts):
+        return piece_rows(self.run("serving_default", text=texts))
 
     def _instantiate(self):
         self._signature(text=tf.constant(["a"]))
@@ -456,39 +445,6 @@ class ExportedTagger(LoadedExport):
     def tag_words(self, sentences, batch_size=32):
         """Each word's tag (its first piece's, as the tagger is trained) for sentences of words: see `word_tags`."""
         return sentence_tags(self.tag_pieces, sentences, self.tag_names, batch_size)
-
-    def predict(self, texts, aggregation=None, batch_size=32):
-        """The entities of one text or many, as transformers' token-classification pipeline gives them.
-
-        Args:
-            texts: a str, or a list (or numpy array) of str.
-            aggregation: str. The pipeline's `aggregation_strategy`:
-                `"simple"` (adjacent pieces of one type grouped, a `B-`
-                starting a new group), `"first"`, `"max"`, `"average"` (each
-                word gets one tag: its first piece's, its most confident
-                piece's, or the best of its pieces' averaged scores, then
-                grouped), or `"none"` (one dict per piece). Defaults to the
-                export's own (`aggregation`: the strategy it was trained
-                for, `"first"` for taggers of this version; `"simple"` for
-                one written before it recorded one).
-            batch_size: int. Texts per call of the model. Defaults to `32`.
-
-        Returns:
-            Per text a list of entities `{"entity_group", "score", "word",
-            "start", "end"}` (for `"none"`: `{"entity", "score", "index",
-            "word", "start", "end"}`, `index` the piece's place after
-            `[CLS]`), tag `O` left out; `text[start:end]` is the entity's
-            characters. For one str, its list; for a list, a list of them.
-            Over-long texts: see `export_tagger` (each window aggregated,
-            overlapping entities merged, the longest kept).
-        """
-        aggregation = check_aggregation(self.aggregation if aggregation is None else aggregation)
-        texts, single = text_list(texts)
-        pieces = self.tag_pieces(texts, batch_size=batch_size)
-        results = [text_entities(text, piece, self.tag_names, aggregation, self._unknown_token,
-                                 self._suffix_indicator, self.tokenizer_kind)
-                   for text, piece in zip(texts, pieces)]
-        return results[0] if single else results
 
 
 # The name of earlier versions.

@@ -400,17 +400,17 @@ def test_best_answers_and_window_ranges_read_in_chunks_equal_all_windows_at_once
 
 @pytest.mark.slow
 def test_predict_reading_a_few_windows_at_a_time_equals_reading_all_at_once(exported, monkeypatch):
-    from bert_keras.export import reader as reader_module
+    from bert_keras.export.kinds import reader as reader_kind
 
     _, reader = exported
     assert reader._window_range is not None
-    monkeypatch.setattr(reader_module, "WINDOWS_PER_READ", 1)  # one window per call: 4 calls for the first context
+    monkeypatch.setattr(reader_kind, "WINDOWS_PER_READ", 1)  # one window per call: 4 calls for the first context
     for top_k in (1, 3):
         chunked = reader.predict(question=QUESTIONS, context=CONTEXTS, top_k=top_k, handle_impossible_answer=True)
         monkeypatch.setattr(reader, "_window_range", None)  # as an export before window_range: all windows at once
         whole = reader.predict(question=QUESTIONS, context=CONTEXTS, top_k=top_k, handle_impossible_answer=True)
         monkeypatch.undo()
-        monkeypatch.setattr(reader_module, "WINDOWS_PER_READ", 1)
+        monkeypatch.setattr(reader_kind, "WINDOWS_PER_READ", 1)
         assert len(whole) == 4
         for ours, theirs, context in zip(chunked, whole, CONTEXTS):
             # One window per call or all at once: the same spans; scores up to float rounding (other batch shapes).
