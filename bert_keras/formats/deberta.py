@@ -4,7 +4,10 @@ arguments and the encoder's weights in our layout.
 The config's names are translated here (`config_to_kwargs`); the weight names are a table of
 `(target, source, transform, shape)` (`weight_table`): absolute positions, segments, the embedding projection, the
 separate position projections (`share_att_key` false) and the relative LayerNorm only where the config has them.
-Heads (`pooler`, `classifier`, the masked LM's `lm_predictions`) are not read: the summary lists them unused.
+A task model's head is read where config.json's `architectures` names its class and it is asked for
+(`TASK_ARCHITECTURES`: one Linear layer, as BERT's); a sequence classifier's `ContextPooler` is read as the encoder's
+pooler whenever the folder holds one, since that is what the model pools with. The masked LM's `lm_predictions` is not
+read: the summary lists it unused.
 """
 
 import logging
@@ -23,7 +26,14 @@ from bert_keras.formats._common import (
     read_tensors,
     translate_activation,
 )
-from bert_keras.formats.huggingface import CONFIG_FILE, open_weights
+from bert_keras.formats._read import wanted_heads
+from bert_keras.formats.huggingface import (
+    CONFIG_FILE,
+    classifier_labels,
+    open_weights,
+    read_architectures,
+    read_id2label,
+)
 
 logger = logging.getLogger("bert_keras.checkpoints")
 
@@ -49,6 +59,13 @@ CONFIG_KEYS = {
 DEFAULTS = {"max_sequence_length": 512, "layer_norm_epsilon": 1e-7, "dropout": 0.1, "attention_dropout": 0.1,
             "initializer_range": 0.02}
 _POSITION_ATTENTION = ("c2p", "p2c")
+# transformers' DeBERTa task classes -> the head part each holds; its tensors are BERT's (`tables.HF_WEIGHTS`).
+TASK_ARCHITECTURES = {
+    "DebertaV2ForSequenceClassification": tables.CLASSIFIER,
+    "DebertaV2ForTokenClassification": tables.TOKEN_CLASSIFIER,
+    "DebertaV2ForQuestionAnswering": tables.SPAN,
+}
+POOLER_WEIGHT = "pooler.dense.weight"
 
 
 def is_deberta(path):
@@ -163,6 +180,8 @@ def weight_table(kwargs):
     if kwargs["embedding_size"]:
         entries.append((f"{ours}.projection.kernel", "embeddings.embed_proj.weight", tables.TRANSPOSE, (hidden, width)))
     entries += norm(f"{ours}.layer_norm", "embeddings.LayerNorm")
+    if kwargs.get("pooler_activation") is not None:  # a sequence classifier's ContextPooler
+        entries += dense("encoder.pooler", "pooler.dense", hidden, hidden)
     entries.append(("encoder.relative_embeddings.embeddings", "encoder.rel_embeddings.weight", None,
                     (2 * span, hidden)))
     if kwargs["relative_norm"] == "layer_norm":
@@ -197,16 +216,40 @@ def _check_stored(source, entries, config_file):
                                   "belong to these weights.")
 
 
+def _pooler_activation(config, kwargs, file):
+    """The ContextPooler's activation (`pooler_hidden_act`); its width must be the hidden size."""
+    width = config.get("pooler_hidden_size", kwargs["hidden_size"])
+    if width != kwargs["hidden_size"]:
+        raise ConfigError(file, "pooler_hidden_size", f"is {quoted(width)}; only the hidden size "
+                          f"({kwargs['hidden_size']}) is supported, as in every released DeBERTa.")
+    return translate_activation(config.get("pooler_hidden_act", "gelu"), tables.HF_ACTIVATIONS, file,
+                                "pooler_hidden_act")
+
+
+def _labels(source, heads, head_entries, config, config_file, hidden_size):
+    """`(id2label, num_labels)`: a classifier head's, checked against its outputs, else the config's where readable."""
+    if tables.CLASSIFIER in heads or tables.TOKEN_CLASSIFIER in heads:
+        id2label = classifier_labels(source, head_entries, read_id2label(config, config_file), config_file,
+                                     hidden_size)
+        return id2label, len(id2label)
+    try:
+        id2label = read_id2label(config, config_file)
+    except ConfigError:  # labels of no head read: they do not stop the encoder from loading
+        id2label = None
+    return id2label, (len(id2label) if id2label else None)
+
+
 def read_deberta(path, *, with_heads=False):
-    """Reads a DeBERTa-v2/v3 folder: `DebertaV3Encoder` arguments and its weights. Heads are not read.
+    """Reads a DeBERTa-v2/v3 folder: `DebertaV3Encoder` arguments, its weights and the task head asked for.
 
     Args:
         path: str. A folder (or a file in one) with config.json
             (`model_type: deberta-v2`) and model.safetensors (or another
             weight file transformers writes); the `deberta.` prefix of the
             task models is dropped.
-        with_heads: ignored but for the summary: no DeBERTa head is read,
-            its tensors are listed unused.
+        with_heads: bool or list of head names, as `read_huggingface` takes
+            it: the task heads asked for that `architectures` names
+            (`TASK_ARCHITECTURES`) are read; the others are listed unused.
 
     Returns:
         `CheckpointWeights` with `encoder_kind="deberta"`.
@@ -220,26 +263,39 @@ def read_deberta(path, *, with_heads=False):
     config_file = os.path.join(directory, CONFIG_FILE)
     config = read_json(config_file)
     kwargs = config_to_kwargs(config, config_file)
+    architectures = read_architectures(config, config_file)
+    named = {TASK_ARCHITECTURES[name] for name in architectures if name in TASK_ARCHITECTURES}
     source = open_weights(directory, prefix="deberta.")
+    if tables.CLASSIFIER in named and source.has(POOLER_WEIGHT):
+        kwargs["pooler_activation"] = _pooler_activation(config, kwargs, config_file)
     entries = weight_table(kwargs)
     _check_stored(source, entries, config_file)
-    stored = read_tensors(source, [name for _, name, _, _ in entries])
+    heads = [part for part in wanted_heads(with_heads) if part in named]
+    head_entries = [entry for part in heads for entry in tables.HF_WEIGHTS[part]]
+    for _, name, _ in head_entries:
+        if not source.has(name):
+            raise CheckpointError(source.file, name, f"is missing: {', '.join(architectures)} holds it.")
+    id2label, num_labels = _labels(source, heads, head_entries, config, config_file, kwargs["hidden_size"])
+    stored = read_tensors(source, [name for _, name, _, _ in entries] + [name for _, name, _ in head_entries])
     arrays, origins = {}, {}
     for target, name, transform, shape in entries:
         target_shape = tuple(reversed(shape)) if transform == tables.TRANSPOSE else shape
         arrays[target] = apply_transform(stored[name], transform, target_shape)
         origins[target] = (source.file_of(name), source.original_name(name))
+    for target, name, transform in head_entries:
+        stored_shape = stored[name].shape
+        arrays[target] = apply_transform(stored[name], transform, tuple(reversed(stored_shape))
+                                         if transform == tables.TRANSPOSE else stored_shape)
+        origins[target] = (source.file_of(name), source.original_name(name))
     summary = ConversionSummary(
         format="huggingface",
         files=list(source.files),
-        loaded=[(source.original_name(name), target) for target, name, _, _ in entries],
+        loaded=[(source.original_name(name), target) for target, name, *_ in entries + head_entries],
         unused=sorted(source.original_name(n) for n in source.names() if n not in stored),
     )
     logger.info("%s", summary)
-    architectures = config.get("architectures") or []
     return CheckpointWeights(
-        encoder_configs=[kwargs], arrays=arrays, origins=origins, heads=[], mlm_activation=kwargs["activation"],
-        vocab_file=None, do_lower_case=False, summary=summary,
-        architectures=[a for a in architectures if isinstance(a, str)] if isinstance(architectures, list) else [],
-        tokenizer_kind=TOKENIZER_KIND, tokenizer_folder=directory, encoder_kind=ENCODER_KIND,
+        encoder_configs=[kwargs], arrays=arrays, origins=origins, heads=heads, mlm_activation=kwargs["activation"],
+        vocab_file=None, do_lower_case=False, summary=summary, architectures=architectures, id2label=id2label,
+        num_labels=num_labels, tokenizer_kind=TOKENIZER_KIND, tokenizer_folder=directory, encoder_kind=ENCODER_KIND,
     )

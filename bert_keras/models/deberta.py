@@ -32,11 +32,13 @@ class DebertaV3Encoder(keras.Model):
     relative embeddings (`RelativeEmbeddings`, LayerNorm-ed), projecting it
     with its own query and key layers (`share_attention_key`).
 
-    DeBERTa has no pooler: `pooled_output` is the first token's sequence
-    output (as for DistilBERT and ELECTRA in `BertEncoder`). What
-    transformers' `DebertaV2ForSequenceClassification` adds on it (its
-    `ContextPooler`: dense + activation, then the classifier) belongs to the
-    task's head, not to the encoder.
+    DeBERTa's base model has no pooler: `pooled_output` is the first token's
+    sequence output (as for DistilBERT and ELECTRA in `BertEncoder`). A
+    `DebertaV2ForSequenceClassification` checkpoint pools with its
+    `ContextPooler`, `activation(dense(first token))`: read from such a
+    folder, the encoder holds it as its pooler (`pooler_activation`, as
+    `BertEncoder` holds BERT's and RoBERTa's), and `pooled_output` is what
+    that model's classifier reads.
 
     Args:
         vocab_size: int. Rows of the word table.
@@ -69,6 +71,10 @@ class DebertaV3Encoder(keras.Model):
         attention_dropout: float. Dropout on the attention probabilities. Defaults to `0.1`.
         initializer_range: float. Standard deviation of the truncated normal
             initializer. Defaults to `0.02`.
+        pooler_activation: optional str or callable. With it, `pooled_output`
+            is `activation(dense(first token))` (a dense layer `pooler`, as
+            DeBERTa's `ContextPooler`); None: the first token itself.
+            Defaults to `None`.
         return_attention_probs: bool. Also output `attention_probs`, one
             `(batch, num_heads, seq, seq)` per layer. Defaults to `False`.
         dtype: dtype or `keras.DTypePolicy`.
@@ -80,7 +86,7 @@ class DebertaV3Encoder(keras.Model):
 
     Returns:
         A dict: `sequence_output` `(batch, seq, hidden)`, `pooled_output`
-        `(batch, hidden)` (the first token's), `encoder_outputs` (one
+        `(batch, hidden)` (the first token's, or the pooler's), `encoder_outputs` (one
         `(batch, seq, hidden)` per block, transformers' `hidden_states[1:]`;
         the last is `sequence_output`), `default` (= `pooled_output`).
 
@@ -98,7 +104,8 @@ class DebertaV3Encoder(keras.Model):
                  max_sequence_length=512, position_biased_input=False, type_vocab_size=0, embedding_size=None,
                  position_buckets=256, max_relative_positions=512, position_attention=("p2c", "c2p"),
                  share_attention_key=True, relative_norm="layer_norm", layer_norm_epsilon=1e-7, dropout=0.1,
-                 attention_dropout=0.1, initializer_range=0.02, return_attention_probs=False, dtype=None, **kwargs):
+                 attention_dropout=0.1, initializer_range=0.02, pooler_activation=None, return_attention_probs=False,
+                 dtype=None, **kwargs):
         check_positive_int("num_layers", num_layers)
         check_positive_int("hidden_size", hidden_size)
         check_positive_int("num_heads", num_heads)
@@ -113,6 +120,8 @@ class DebertaV3Encoder(keras.Model):
         check_rate("attention_dropout", attention_dropout)
         check_positive_float("initializer_range", initializer_range)
         get_activation(activation)
+        if pooler_activation is not None:
+            get_activation(pooler_activation)
         span = position_buckets if position_buckets > 0 else max_relative_positions
 
         # === Layers ===
@@ -134,6 +143,10 @@ class DebertaV3Encoder(keras.Model):
                                layer_norm_epsilon=layer_norm_epsilon, kernel_initializer=initializer(), dtype=dtype,
                                name=f"transformer_layer_{i}")
                   for i in range(num_layers)]
+        pooler = None
+        if pooler_activation is not None:
+            pooler = keras.layers.Dense(hidden_size, activation=get_activation(pooler_activation),
+                                        kernel_initializer=initializer(), dtype=dtype, name="pooler_dense")
 
         # === Functional model ===
         inputs = {key: keras.Input(shape=(None,), dtype="int32", name=key) for key in INPUT_KEYS}
@@ -146,7 +159,9 @@ class DebertaV3Encoder(keras.Model):
             x, probs = block(x, table, buckets, attention_bias=attention_bias, return_attention_scores=True)
             encoder_outputs.append(x)
             attention_probs.append(probs)
-        pooled_output = x[:, 0, :]  # (batch, hidden): DeBERTa has no pooler
+        pooled_output = x[:, 0, :]  # (batch, hidden): the first token, or the ContextPooler's dense on it
+        if pooler is not None:
+            pooled_output = pooler(pooled_output)
         outputs = {"sequence_output": x, "pooled_output": pooled_output, "encoder_outputs": encoder_outputs,
                    "default": pooled_output}
         if return_attention_probs:
@@ -173,7 +188,9 @@ class DebertaV3Encoder(keras.Model):
         self.dropout = dropout
         self.attention_dropout = attention_dropout
         self.initializer_range = initializer_range
+        self.pooler_activation = pooler_activation
         self.return_attention_probs = return_attention_probs
+        self.pooler = pooler
         self.embeddings = embeddings
         self.relative_embeddings = relative_embeddings
         self.relative_position_buckets = relative_buckets
@@ -223,6 +240,8 @@ class DebertaV3Encoder(keras.Model):
             "dropout": self.dropout,
             "attention_dropout": self.attention_dropout,
             "initializer_range": self.initializer_range,
+            "pooler_activation": (None if self.pooler_activation is None
+                                  else serialize_activation(self.pooler_activation)),
             "return_attention_probs": self.return_attention_probs,
         }
 

@@ -80,7 +80,9 @@ class _PretrainedTask(Task):
         pretrained = _load_pretrained(path, seq_length, True, with_heads=heads)
         encoder, preprocessor, loaded = pretrained.encoder, pretrained.preprocessor, pretrained.loaded
         head = loaded.heads.get(cls._checkpoint_head) if loaded is not None else None
-        if seq_length is None and head is not None and cls._checkpoint_head in _FULL_LENGTH_HEADS:
+        # (No preprocessor where the family's tokenizer is not read yet, DeBERTa-v3's: the task then takes ids.)
+        if (seq_length is None and head is not None and cls._checkpoint_head in _FULL_LENGTH_HEADS
+                and preprocessor is not None):
             preprocessor = _full_length_preprocessor(pretrained)
         if head is None:
             _warn_unused_task_head(cls, path, loaded)

@@ -21,6 +21,7 @@ from bert_keras.layers import (
 )
 from bert_keras.layers.relative_positions import relative_position_buckets
 from bert_keras.models import DebertaV3Encoder
+from bert_keras.tasks import END_LOGITS, START_LOGITS, BertClassifier, BertSpanLabeler, BertTokenClassifier
 from tests.checkpoints._models import perturb_torch
 
 # DeBERTa-v3's kind (relative attention with log buckets, shared keys, a LayerNorm-ed relative table, no absolute
@@ -206,8 +207,9 @@ def test_reader_translates_the_config_and_lists_heads_unused(tmp_path):
             config["share_attention_key"], config["relative_norm"], config["position_biased_input"]) == (
         16, 64, ["c2p", "p2c"], True, "layer_norm", False)
     assert weights.arrays["encoder.relative_embeddings.embeddings"].shape == (32, 64)
-    assert set(weights.summary.unused) == {"pooler.dense.weight", "pooler.dense.bias", "classifier.weight",
-                                           "classifier.bias"}
+    # The ContextPooler is what the model pools with: the encoder's pooler; the classifier only where asked for.
+    assert config["pooler_activation"] == "gelu" and weights.heads == []
+    assert set(weights.summary.unused) == {"classifier.weight", "classifier.bias"}
 
 
 def test_load_checkpoint_builds_the_deberta_encoder(folder, encoder):
@@ -224,6 +226,49 @@ def test_load_pretrained_returns_the_encoder_without_a_tokenizer_yet(folder, enc
     assert isinstance(pretrained.encoder, DebertaV3Encoder) and pretrained.format == "huggingface"
     assert pretrained.tokenizer is None and pretrained.preprocessor is None
     assert pretrained.loaded.tokenizer_kind is None and pretrained.encoder.max_sequence_length == 512
+
+
+LABELS = {0: "negative", 1: "neutral", 2: "positive"}
+
+
+def test_sequence_classifier_gives_transformers_probabilities(tmp_path):
+    """DebertaV2ForSequenceClassification: the ContextPooler (dense + GELU on the first token) as the encoder's
+    pooler, the classifier as BertClassifier's head, the labels from id2label."""
+    model = save_deberta(tmp_path, model_class="DebertaV2ForSequenceClassification", num_labels=3, id2label=LABELS,
+                         label2id={name: index for index, name in LABELS.items()})
+    ids, mask, types = padded_batch()
+    with torch.no_grad():
+        logits = model(input_ids=torch.tensor(ids, dtype=torch.long), attention_mask=torch.tensor(mask)).logits
+    classifier = BertClassifier.from_checkpoint(str(tmp_path), activation="softmax")
+    assert isinstance(classifier.encoder, DebertaV3Encoder) and classifier.label_names == list(LABELS.values())
+    probabilities = np.asarray(classifier({"input_word_ids": ids, "input_mask": mask, "input_type_ids": types}))
+    np.testing.assert_allclose(probabilities, torch.softmax(logits, -1).numpy(), atol=1e-4)
+
+
+def test_token_classifier_gives_transformers_logits(tmp_path):
+    model = save_deberta(tmp_path, model_class="DebertaV2ForTokenClassification", num_labels=5)
+    ids, mask, types = padded_batch()
+    with torch.no_grad():
+        logits = model(input_ids=torch.tensor(ids, dtype=torch.long), attention_mask=torch.tensor(mask)).logits
+    tagger = BertTokenClassifier.from_checkpoint(str(tmp_path))
+    ours_logits = tagger({"input_word_ids": ids, "input_mask": mask, "input_type_ids": types})
+    assert max_difference(ours_logits, logits.numpy(), mask) < 1e-4
+
+
+def test_question_answering_head_gives_transformers_start_and_end_logits(tmp_path):
+    model = save_deberta(tmp_path, model_class="DebertaV2ForQuestionAnswering")
+    ids, mask, types = padded_batch()
+    with torch.no_grad():
+        theirs = model(input_ids=torch.tensor(ids, dtype=torch.long), attention_mask=torch.tensor(mask))
+    # The reader answers in the second segment (and [CLS]): its logits elsewhere are masked. DeBERTa-v3 has no segment
+    # table, so the segment ids change nothing else.
+    context = (np.arange(ids.shape[1])[None, :] >= 4).astype("int32") * mask
+    outputs = BertSpanLabeler.from_checkpoint(str(tmp_path))({"input_word_ids": ids, "input_mask": mask,
+                                                               "input_type_ids": context})
+    answerable = np.asarray(outputs[START_LOGITS]) > -1e8
+    assert answerable.sum() >= context.sum() - len(LENGTHS)  # the context, less each row's final [SEP]
+    assert max_difference(outputs[START_LOGITS], theirs.start_logits.numpy(), answerable) < 1e-4
+    assert max_difference(outputs[END_LOGITS], theirs.end_logits.numpy(), answerable) < 1e-4
 
 
 @pytest.mark.parametrize("field,value,wording", [

@@ -75,13 +75,15 @@ def test_relative_embeddings_refuse_bad_arguments(kwargs, pattern):
 
 def test_encoder_contract(tmp_path):
     encoder = DebertaV3Encoder(vocab_size=30, num_layers=2, hidden_size=16, num_heads=2, intermediate_size=32,
-                               position_buckets=4, max_relative_positions=16, return_attention_probs=True)
+                               position_buckets=4, max_relative_positions=16, pooler_activation="gelu",
+                               return_attention_probs=True)
     inputs = hub_inputs([7, 3], 7, 30)
     outputs, _ = run_model_test(encoder, inputs, tmp_path)
     assert [tuple(p.shape) for p in outputs["attention_probs"]] == [(2, 2, 7, 7)] * 2
-    # words 30 x 16 + LayerNorm, the relative table 8 x 16 + LayerNorm, two blocks of 4 dense 16 x 16 and the FFN
+    # words 30 x 16 + LayerNorm, the relative table 8 x 16 + LayerNorm, two blocks of 4 dense 16 x 16 and the FFN,
+    # the pooler 16 x 16
     block = 4 * (16 * 16 + 16) + (16 * 32 + 32 + 32 * 16 + 16) + 2 * 32
-    assert encoder.count_params() == 30 * 16 + 32 + 8 * 16 + 32 + 2 * block
+    assert encoder.count_params() == 30 * 16 + 32 + 8 * 16 + 32 + 2 * block + 16 * 16 + 16
 
 
 def test_encoder_refuses_heads_that_do_not_divide_the_width():
