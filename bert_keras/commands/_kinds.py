@@ -77,6 +77,12 @@ class _Kind:
         """What makes the loaded `model` refuse these arguments (a message), or None."""
         return None
 
+    # --- evaluate ---
+
+    def check_scored(self, model):
+        """What keeps the loaded `model` from being scored on these arguments (a message), or None."""
+        return None
+
 
 class Classifier(_Kind):
     """A classifier: a record is a text (or a text and its pair); an answer its label, score and scores."""
@@ -135,7 +141,6 @@ class Classifier(_Kind):
         return model.label_names
 
     def check_scored(self, model):
-        """What keeps the loaded `model` from being scored on these arguments (a message), or None."""
         if self.pairs(model) and not self.args.text_pair_column:
             return f"{self.args.model} classifies text pairs: pass --text-pair-column."
         return None
@@ -192,10 +197,6 @@ class Tagger(_Kind):
     @staticmethod
     def names(model):
         return model.tag_names
-
-    @staticmethod
-    def check_scored(model):
-        return None
 
     def score(self, model, data):
         """Entity scores of the words' tags (each word's first piece's tag, as the tagger is trained)."""
