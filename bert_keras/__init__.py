@@ -11,7 +11,7 @@ _quiet_tensorflow_import()
 
 __version__ = "0.1.0"
 
-__all__ = ["BertEncoder", "ModernBertEncoder", "PRESETS", "preset_names", "__version__"]
+__all__ = ["BertEncoder", "DebertaV3Encoder", "ModernBertEncoder", "PRESETS", "preset_names", "__version__"]
 
 
 def __getattr__(name):
@@ -20,6 +20,10 @@ def __getattr__(name):
         from bert_keras.encoder import BertEncoder
 
         return BertEncoder
+    if name == "DebertaV3Encoder":
+        from bert_keras.models import DebertaV3Encoder
+
+        return DebertaV3Encoder
     if name == "ModernBertEncoder":
         from bert_keras.modernbert import ModernBertEncoder
 

@@ -49,8 +49,8 @@ class Pretrained:
 
     @property
     def seq_length(self):
-        """The length the preprocessor packs to."""
-        return self.preprocessor.seq_length
+        """The length the preprocessor packs to; None without a preprocessor."""
+        return None if self.preprocessor is None else self.preprocessor.seq_length
 
 
 def module_pair_dirs(path):

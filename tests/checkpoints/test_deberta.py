@@ -224,7 +224,7 @@ def test_load_pretrained_returns_the_encoder_without_a_tokenizer_yet(folder, enc
     """DeBERTa-v3's tokenizer has no class here yet: the folder's encoder comes back alone, fed ids."""
     pretrained = load_pretrained(str(folder))
     assert isinstance(pretrained.encoder, DebertaV3Encoder) and pretrained.format == "huggingface"
-    assert pretrained.tokenizer is None and pretrained.preprocessor is None
+    assert pretrained.tokenizer is None and pretrained.preprocessor is None and pretrained.seq_length is None
     assert pretrained.loaded.tokenizer_kind is None and pretrained.encoder.max_sequence_length == 512
 
 
