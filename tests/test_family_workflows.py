@@ -2,10 +2,12 @@
 
 Per family a tiny random transformers model is saved with its tokenizer's files, the tokenizer trained here on
 tweets: WordPiece (`vocab.txt`) for BERT, ELECTRA and DistilBERT, SentencePiece (`spiece.model`) for ALBERT,
-byte-level BPE (`vocab.json`, `merges.txt`) for RoBERTa. The reference is transformers' model fed transformers'
-tokenizer's ids on the same strings; for ALBERT the ids are ALBERT's own definition (its text preprocessing, then
-the `sentencepiece` library, `[CLS] ... [SEP]`): transformers 5 cannot read a `spiece.model` here
-(tests/text/test_sentencepiece.py).
+byte-level BPE (`vocab.json`, `merges.txt`) for RoBERTa, a Unigram `tokenizer.json` (trained with the `tokenizers`
+library, saved by transformers' XLMRobertaTokenizerFast) for XLM-RoBERTa. The reference is transformers' model fed
+transformers' tokenizer's ids on the same strings; for ALBERT the ids are ALBERT's own definition (its text
+preprocessing, then the `sentencepiece` library, `[CLS] ... [SEP]`): transformers 5 cannot read a `spiece.model` here
+(tests/text/test_sentencepiece.py); for XLM-RoBERTa the `tokenizers` library's on its tokenizer.json (literal special
+tokens read as text), `<s> ... </s>`.
 """
 
 import io
@@ -43,6 +45,10 @@ FAMILIES = {
     "roberta": ("RobertaConfig", "RobertaModel",
                 dict(_SIZES, hidden_size=32, max_position_embeddings=SEQ + 2, type_vocab_size=1, pad_token_id=1),
                 "byte_bpe", False),
+    # As the real checkpoints: 2 padding positions, layer_norm_eps 1e-5.
+    "xlm-roberta": ("XLMRobertaConfig", "XLMRobertaModel",
+                    dict(_SIZES, hidden_size=32, max_position_embeddings=SEQ + 2, type_vocab_size=1, pad_token_id=1,
+                         layer_norm_eps=1e-5), "unigram", False),
 }
 # Tweets, and the edge cases of every tokenizer: accents, emoji, CJK, control characters, whitespace runs, empty,
 # over-long (truncated to SEQ).
@@ -91,7 +97,35 @@ def _write_byte_bpe(folder, tweets):
     return trainer.get_vocab_size()
 
 
-WRITERS = {"wordpiece": _write_wordpiece, "sentencepiece": _write_sentencepiece, "byte_bpe": _write_byte_bpe}
+# Accents (composed and combining), emoji (ZWJ sequences, flags), CJK: the XLM-RoBERTa tokenizer learns them too.
+ACCENTED = ["Héllo wörld, ça va très bien à Zürich 😀", "naïve café crème brûlée 👍🏽 🇫🇷", "Ünïcödé e\u0301te\u0300",
+            "mañana señor 👨\u200d👩\u200d👧 ok", "日本語 中文字符 한국어 😂😂", "ΟΔΟΣ İstanbul ǅ ﬁne"]
+
+
+def write_unigram_tokenizer(folder, tweets, size=600):
+    """XLM-RoBERTa's kind: a Unigram model trained by the `tokenizers` library (WhitespaceSplit + Metaspace) on tweets
+    and accented texts, saved by transformers' XLMRobertaTokenizerFast in fairseq's id layout (`<s> <pad> </s> <unk>`,
+    the pieces, `<mask>` last): tokenizer.json and tokenizer_config.json only. Returns the vocabulary size."""
+    model = tokenizers.Tokenizer(tokenizers.models.Unigram())
+    model.pre_tokenizer = tokenizers.pre_tokenizers.Sequence([tokenizers.pre_tokenizers.WhitespaceSplit(),
+                                                              tokenizers.pre_tokenizers.Metaspace()])
+    trainer = tokenizers.trainers.UnigramTrainer(vocab_size=size, special_tokens=["<s>", "<pad>", "</s>", "<unk>"],
+                                                 unk_token="<unk>", show_progress=False)
+    model.train_from_iterator(tweets[:3000] + ACCENTED * 20, trainer)
+    pieces = [tuple(entry) for entry in json.loads(model.to_str())["model"]["vocab"]] + [("<mask>", 0.0)]
+    transformers.XLMRobertaTokenizerFast(vocab=pieces).save_pretrained(str(folder))
+    return len(pieces)
+
+
+def unigram_reference(folder):
+    """The `tokenizers` library on the folder's tokenizer.json, literal special tokens read as text (as ours)."""
+    reference = tokenizers.Tokenizer.from_file(os.path.join(folder, "tokenizer.json"))
+    reference.encode_special_tokens = True
+    return reference
+
+
+WRITERS = {"wordpiece": _write_wordpiece, "sentencepiece": _write_sentencepiece, "byte_bpe": _write_byte_bpe,
+           "unigram": write_unigram_tokenizer}
 
 
 def make_family_folder(name, folder, tweets, seed=0):
@@ -113,6 +147,11 @@ def reference_ids(name, folder, texts):
         processor = spm.SentencePieceProcessor(model_file=os.path.join(folder, "spiece.model"))
         rows = [[2] + processor.encode(albert_reference_text(t), out_type=int)[: SEQ - 2] + [3] for t in texts]
         ids = np.array([row + [0] * (SEQ - len(row)) for row in rows])
+        return ids, (np.arange(SEQ)[None, :] < np.array([[len(row)] for row in rows])).astype("int64")
+    if kind == "unigram":  # XLM-RoBERTa: <s> ... </s>, padded with <pad> (1)
+        rows = [[0] + e.ids[: SEQ - 2] + [2] for e in unigram_reference(folder).encode_batch(
+            texts, add_special_tokens=False)]
+        ids = np.array([row + [1] * (SEQ - len(row)) for row in rows])
         return ids, (np.arange(SEQ)[None, :] < np.array([[len(row)] for row in rows])).astype("int64")
     if kind == "wordpiece":
         reference = transformers.BertTokenizerFast(vocab=os.path.join(folder, "vocab.txt"), do_lower_case=True)
@@ -151,6 +190,7 @@ def test_raw_strings_through_from_checkpoint_match_transformers(families, texts,
     classifier = BertClassifier.from_checkpoint(folder, num_classes=2, seq_length=SEQ)
     assert type(classifier.preprocessor.tokenizer).__name__ == {
         "wordpiece": "WordPieceTokenizer", "sentencepiece": "SentencePieceTokenizer", "byte_bpe": "BytePairTokenizer",
+        "unigram": "UnigramTokenizer",
     }[FAMILIES[name][3]]
     packed = classifier.preprocessor(np.array(texts))
     ids, mask = reference_ids(name, folder, texts)
@@ -192,7 +232,8 @@ def test_a_folder_without_its_tokenizer_files_is_refused_naming_them(families, t
 
 
 # The assets each family's modules carry (TF Hub's attribute names: `vocab_file`, ALBERT's `sp_model_file`).
-MODULE_ASSETS = {"wordpiece": ["vocab.txt"], "sentencepiece": ["spiece.model"], "byte_bpe": ["merges.txt", "vocab.json"]}
+MODULE_ASSETS = {"wordpiece": ["vocab.txt"], "sentencepiece": ["spiece.model"], "byte_bpe": ["merges.txt", "vocab.json"],
+                 "unigram": ["unigram.model"]}
 
 
 @pytest.mark.slow  # 9-14 s each: a module pair written and loaded

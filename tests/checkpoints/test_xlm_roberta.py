@@ -8,7 +8,6 @@ tokenizer_config.json, no sentencepiece.bpe.model. The references are the `token
 tokenizer.json (literal special tokens read as text, `encode_special_tokens`) and transformers' outputs on them.
 """
 
-import json
 import os
 
 import numpy as np
@@ -23,7 +22,8 @@ from bert_keras.tasks import BertClassifier, BertSpanLabeler, BertTokenClassifie
 from bert_keras.text.folders import read_folder
 from bert_keras.text.unigram_tokenizer import UnigramTokenizer
 from tests.checkpoints._models import max_diff, perturb_torch
-from tests.test_family_workflows import mean_pool, tweets  # noqa: F401 (a fixture)
+from tests.test_family_workflows import ACCENTED, mean_pool, tweets, unigram_reference  # noqa: F401 (a fixture)
+from tests.test_family_workflows import write_unigram_tokenizer
 from tests.text.test_tokenizer_json import EDGE_CASES as TOKENIZER_EDGE_CASES
 
 transformers = pytest.importorskip("transformers")
@@ -33,10 +33,8 @@ tokenizers = pytest.importorskip("tokenizers")
 SEQ = 24
 SIZES = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
              max_position_embeddings=SEQ + 2, type_vocab_size=1, pad_token_id=1, layer_norm_eps=1e-5)
-# Accents (composed and combining), emoji (ZWJ sequences, flags), CJK, whitespace of every kind, control
-# characters, empty, over-long: what the tokenizer is trained on beside the tweets, and what it is checked on.
-ACCENTED = ["Héllo wörld, ça va très bien à Zürich 😀", "naïve café crème brûlée 👍🏽 🇫🇷", "Ünïcödé e\u0301te\u0300",
-            "mañana señor 👨\u200d👩\u200d👧 ok", "日本語 中文字符 한국어 😂😂", "ΟΔΟΣ İstanbul ǅ ﬁne"]
+# What the tokenizer is trained on beside the tweets (accents, emoji, CJK), and whitespace of every kind, control
+# characters, empty, over-long: what it is checked on.
 EDGE_CASES = ACCENTED + ["", "  Héllo\t ``World''  ", "x\x01y \u200b z\u3000w", "word " * 40]
 SENTIMENTS = ["negative", "neutral", "positive"]
 TAGS = ["O", "B-PER", "I-PER", "B-LOC", "I-LOC"]
@@ -45,21 +43,6 @@ ARCHITECTURES = {tables.CLASSIFIER: "XLMRobertaForSequenceClassification",
                  tables.SPAN: "XLMRobertaForQuestionAnswering"}
 LABELS = {tables.CLASSIFIER: SENTIMENTS, tables.TOKEN_CLASSIFIER: TAGS, tables.SPAN: ["LABEL_0", "LABEL_1"]}
 TASKS = {tables.CLASSIFIER: BertClassifier, tables.TOKEN_CLASSIFIER: BertTokenClassifier, tables.SPAN: BertSpanLabeler}
-
-
-def save_xlm_roberta_tokenizer(folder, tweets, size=600):  # noqa: F811
-    """A Unigram tokenizer trained on tweets and accented texts, saved by transformers' XLMRobertaTokenizerFast."""
-    model = tokenizers.Tokenizer(tokenizers.models.Unigram())
-    model.pre_tokenizer = tokenizers.pre_tokenizers.Sequence([tokenizers.pre_tokenizers.WhitespaceSplit(),
-                                                              tokenizers.pre_tokenizers.Metaspace()])
-    trainer = tokenizers.trainers.UnigramTrainer(vocab_size=size, special_tokens=["<s>", "<pad>", "</s>", "<unk>"],
-                                                 unk_token="<unk>", show_progress=False)
-    model.train_from_iterator(tweets[:3000] + ACCENTED * 20, trainer)
-    pieces = [tuple(entry) for entry in json.loads(model.to_str())["model"]["vocab"]] + [("<mask>", 0.0)]
-    transformers.XLMRobertaTokenizerFast(vocab=pieces).save_pretrained(str(folder))
-    for file in os.listdir(folder):
-        assert file in ("tokenizer.json", "tokenizer_config.json"), file
-    return len(pieces)
 
 
 def make_model(folder, architecture, vocab_size, labels=None, seed=0, scale=0.05):
@@ -72,15 +55,10 @@ def make_model(folder, architecture, vocab_size, labels=None, seed=0, scale=0.05
     return model
 
 
-def reference(folder):
-    found = tokenizers.Tokenizer.from_file(os.path.join(folder, "tokenizer.json"))
-    found.encode_special_tokens = True  # a literal "<mask>" is text, as for ours
-    return found
-
-
 def reference_ids(folder, texts, seq_length=SEQ):
     """`<s> pieces </s>`, cut to `seq_length` and padded with `<pad>` (1): `(input_ids, attention_mask)`."""
-    rows = [[0] + e.ids[: seq_length - 2] + [2] for e in reference(folder).encode_batch(texts, add_special_tokens=False)]
+    encoded = unigram_reference(folder).encode_batch(texts, add_special_tokens=False)
+    rows = [[0] + e.ids[: seq_length - 2] + [2] for e in encoded]
     ids = np.array([row + [1] * (seq_length - len(row)) for row in rows])
     return ids, (np.arange(seq_length)[None, :] < np.array([[len(row)] for row in rows])).astype("int64")
 
@@ -93,7 +71,7 @@ def torch_run(model, ids, mask):
 @pytest.fixture(scope="module")
 def tokenizer_folder(tmp_path_factory, tweets):  # noqa: F811
     folder = tmp_path_factory.mktemp("xlmr_tokenizer")
-    return str(folder), save_xlm_roberta_tokenizer(folder, tweets)
+    return str(folder), write_unigram_tokenizer(folder, tweets)
 
 
 @pytest.fixture(scope="module")
@@ -114,7 +92,7 @@ def texts(tweets):  # noqa: F811
 def _differences(folder, texts):
     ours = read_folder(folder, "unigram").build()
     ids = [sum(row, []) for row in ours.tokenize(tf.constant(texts)).to_list()]
-    expected = [e.ids for e in reference(folder).encode_batch(texts, add_special_tokens=False)]
+    expected = [e.ids for e in unigram_reference(folder).encode_batch(texts, add_special_tokens=False)]
     return [text for text, a, b in zip(texts, ids, expected) if a != b]
 
 
@@ -189,7 +167,7 @@ def test_pairs_are_packed_roberta_s_way(base):
     _, preprocessor = load_encoder_and_preprocessor(folder, seq_length=SEQ)
     first, second = ["good morning all 😀", "a"], ["à bientôt", "b c d"]
     packed = preprocessor([np.array(first), np.array(second)])
-    pairs = reference(folder)
+    pairs = unigram_reference(folder)
     pairs.enable_padding(pad_id=1, length=SEQ)
     expected = [e.ids for e in pairs.encode_batch(list(zip(first, second)))]  # <s> A </s></s> B </s>
     np.testing.assert_array_equal(np.asarray(packed["input_word_ids"]), expected)

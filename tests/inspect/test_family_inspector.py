@@ -19,11 +19,14 @@ from bert_keras.inspect import Inspector, attention_statistics, is_punctuation, 
 from bert_keras.tasks import load_encoder_and_preprocessor
 from bert_keras.text import BertPreprocessor
 from tests.test_family_workflows import FAMILIES, SEQ, families, spm, transformers, tweets  # noqa: F401 (fixtures)
+from tests.test_family_workflows import unigram_reference
 from tests.text.test_sentencepiece import albert_reference_text
 
 # Texts that fit, and one that does not (truncated to SEQ); no empty text: an inspection needs a word.
 TEXTS = ["Good morning, the world!", "  Héllo\t ``World''  ", "😀 👨\u200d👩\u200d👧 中文字符", "word " * 40]
-HAS_TOKEN_TYPES = {"albert": True, "electra": True, "distilbert": False, "roberta": False}
+HAS_TOKEN_TYPES = {"albert": True, "electra": True, "distilbert": False, "roberta": False, "xlm-roberta": False}
+# The families packed RoBERTa's way (`<s> A </s></s> B </s>`).
+ROBERTA_PACKING = ("roberta", "xlm-roberta")
 
 
 @pytest.fixture(scope="module")
@@ -45,6 +48,10 @@ def reference_tokens(name, folder, texts, max_length=SEQ):
         processor = spm.SentencePieceProcessor(model_file=os.path.join(folder, "spiece.model"))
         rows = [processor.encode(albert_reference_text(t), out_type=int)[: max_length - 2] for t in texts]
         return [["[CLS]"] + [processor.id_to_piece(i) for i in row] + ["[SEP]"] for row in rows]  # <unk> as spelled
+    if kind == "unigram":  # XLM-RoBERTa: the tokenizers library on its tokenizer.json, <s> ... </s>
+        reference = unigram_reference(folder)
+        rows = [e.ids[: max_length - 2] for e in reference.encode_batch(texts, add_special_tokens=False)]
+        return [["<s>"] + [reference.id_to_token(i) for i in row] + ["</s>"] for row in rows]
     if kind == "wordpiece":
         reference = transformers.BertTokenizerFast(vocab=os.path.join(folder, "vocab.txt"), do_lower_case=True)
     else:
@@ -101,7 +108,7 @@ def test_pairs_pack_as_the_family_and_type_ids_follow_the_model(inspectors, prep
     first, second = ["good morning all", "a", " ".join(["a"] * 11)], ["see you", "b c d", " ".join(["a"] * 10)]
     results = inspectors[name].inspect(first, second)
     assert results[2].num_wordpieces == 21
-    assert results[2].truncated is (name == "roberta") and not results[0].truncated
+    assert results[2].truncated is (name in ROBERTA_PACKING) and not results[0].truncated
     packed = preprocessors[name]([np.array(first), np.array(second)])
     for b, result in enumerate(results):
         n = len(result.tokens)
@@ -112,7 +119,7 @@ def test_pairs_pack_as_the_family_and_type_ids_follow_the_model(inspectors, prep
             assert result.type_ids[0] == 0 and result.type_ids[-1] == 1
         else:  # no token types (DistilBERT has no table, RoBERTa one row): nothing to tell the segments apart
             assert result.type_ids == [0] * n
-    if name == "roberta":  # <s> A </s></s> B </s>
+    if name in ROBERTA_PACKING:  # <s> A </s></s> B </s>
         assert results[1].tokens[0] == "<s>" and results[1].tokens.count("</s>") == 3
         assert results[1].tokens[results[1].tokens.index("</s>") + 1] == "</s>"
     else:
@@ -159,13 +166,13 @@ def test_piece_kind_is_checked():
         is_punctuation(".", "bpe")
 
 
-@pytest.mark.parametrize("name", ["albert", "roberta"])
+@pytest.mark.parametrize("name", ["albert", "roberta", "xlm-roberta"])
 def test_statistics_use_the_family_s_special_tokens_and_pieces(inspectors, tweets, name):  # noqa: F811
     inspector = inspectors[name]
     stats = attention_statistics(inspector)
     tokenizer = inspector.tokenizer
     assert (stats.cls_id, stats.sep_id) == (tokenizer.cls_id, tokenizer.sep_id)
-    assert inspector.special_tokens == ({"cls": "<s>", "sep": "</s>"} if name == "roberta" else
+    assert inspector.special_tokens == ({"cls": "<s>", "sep": "</s>"} if name in ROBERTA_PACKING else
                                         {"cls": "[CLS]", "sep": "[SEP]"})
     punctuation = {inspector.vocabulary[i] for i in stats.punctuation_ids}
     marked = "\u0120," if name == "roberta" else "\u2581,"
@@ -183,7 +190,7 @@ def test_statistics_use_the_family_s_special_tokens_and_pieces(inspectors, tweet
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["albert", "roberta"])
+@pytest.mark.parametrize("name", ["albert", "roberta", "xlm-roberta"])
 def test_explain_writes_a_page_for_a_family_folder(families, inspectors, tmp_path, capsys, name):  # noqa: F811
     _, folder = families[name]
     out = str(tmp_path / "explained")
