@@ -361,3 +361,16 @@ def test_the_inspector_shows_local_layers_attending_within_their_window(text_fol
     distance = np.abs(np.arange(n)[:, None] - np.arange(n)[None, :])
     assert result.attention[1:, :, distance > 4].max() == 0  # local layers (window 8: 4 on either side)
     assert result.attention[0, :, distance > 4].min() > 0  # the global one sees every token
+
+
+@pytest.mark.slow
+def test_a_classifier_on_the_encoder_trains_from_raw_strings(text_folder):
+    """A new head on `pooled_output` (ModernBERT's own classification head is not read yet)."""
+    from bert_keras.tasks import BertClassifier
+
+    folder, _ = text_folder
+    classifier = BertClassifier.from_checkpoint(str(folder), num_classes=2, activation="softmax", seq_length=32)
+    assert isinstance(classifier.encoder, ModernBertEncoder)
+    classifier.compile(optimizer="adam", loss="sparse_categorical_crossentropy")
+    losses = classifier.fit(np.array(TEXTS), np.array([0, 1, 0, 1]), epochs=3, verbose=0).history["loss"]
+    assert np.all(np.isfinite(losses)) and losses[-1] < losses[0]
