@@ -10,7 +10,12 @@ import tensorflow as tf
 from bert_keras import BertEncoder
 from bert_keras.tasks import BertClassifier, BertPretrainer, BertSpanLabeler, BertTokenClassifier
 from bert_keras.text import BertPreprocessor
+from bert_keras.formats import tables
 from tests.helpers import assert_close, hub_inputs, run_model_test
+
+# The task classes of the family whose head a token classifier reads, as its warnings list them.
+TOKEN_CLASSIFIERS = ", ".join(name for name, part in tables.HF_TASK_ARCHITECTURES.items()
+                              if part == tables.TOKEN_CLASSIFIER)
 
 TINY = dict(vocab_size=40, num_layers=2, hidden_size=16, num_heads=2, intermediate_size=32, max_sequence_length=24)
 
@@ -126,8 +131,9 @@ def test_another_tasks_checkpoint_gives_the_encoder_and_a_new_head(task_checkpoi
         tagger = BertTokenClassifier.from_checkpoint(folder, seq_length=SEQ_LENGTH, num_classes=4)
     warnings = [r.getMessage() for r in caplog.records if r.name == "bert_keras.tasks"]
     assert len(warnings) == 1 and "holds a task head for BertForQuestionAnswering (qa_outputs.bias, " \
-        "qa_outputs.weight), not one of BertForTokenClassification: BertTokenClassifier.from_checkpoint loads its " \
-        "encoder only, with a new, randomly initialized head" in warnings[0]
+        f"qa_outputs.weight), not one of {TOKEN_CLASSIFIERS}: BertTokenClassifier.from_checkpoint loads its encoder " \
+        "only, with a new, randomly initialized head" in warnings[0]
+    assert TOKEN_CLASSIFIERS.startswith("BertForTokenClassification, AlbertForTokenClassification, ")  # the family's
     assert tagger.num_classes == 4 and tagger.label_names is None
     # The encoder is the checkpoint's: the same word embeddings as transformers'.
     np.testing.assert_array_equal(tagger.encoder.embeddings.word_embeddings.embeddings.numpy(),

@@ -138,7 +138,7 @@ def _warn_unused_task_head(cls, path, loaded):
         logger.warning("%s holds a task head for %s (%s), not one of %s: %s.from_checkpoint loads its encoder only, "
                        "with a new, randomly initialized head (as transformers does); train it before use.",
                        path, ", ".join(loaded.architectures) or "an unnamed model class (config.json lists no architectures)",
-                       ", ".join(loaded.unused_task_head), ours[0], cls.__name__)
+                       ", ".join(loaded.unused_task_head), ", ".join(ours), cls.__name__)  # the family's, every one
 
 
 def _check_label_names(label_names, num_classes):

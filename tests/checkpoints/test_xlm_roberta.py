@@ -222,6 +222,19 @@ def test_task_head_gives_transformers_logits(task_folders, texts, head):
     assert loaded.summary.heads == [head] and loaded.summary.unused == []
 
 
+def test_another_task_s_head_is_left_unread_naming_the_family_s_classes(task_folders, caplog):
+    _, folder = task_folders[tables.TOKEN_CLASSIFIER]
+    with caplog.at_level("WARNING", logger="bert_keras.tasks"):
+        classifier = BertClassifier.from_checkpoint(folder, num_classes=2, seq_length=SEQ)
+    warnings = [r.getMessage() for r in caplog.records if r.name == "bert_keras.tasks"]
+    assert len(warnings) == 1, warnings
+    # Every class whose head BertClassifier reads, not the first alone (which read "not one of" one BERT class).
+    assert ("holds a task head for XLMRobertaForTokenClassification (classifier.bias, classifier.weight), not one of "
+            "BertForSequenceClassification, AlbertForSequenceClassification, ") in warnings[0]
+    assert "RobertaForSequenceClassification, XLMRobertaForSequenceClassification" in warnings[0]
+    assert classifier.num_classes == 2
+
+
 def test_masked_lm_head_gives_transformers_logits(tmp_path, tokenizer_folder, texts):
     source, vocab_size = tokenizer_folder
     for file in os.listdir(source):
