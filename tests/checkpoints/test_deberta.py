@@ -286,3 +286,32 @@ def test_configs_it_cannot_follow_are_refused_by_field(tmp_path, field, value, w
     with pytest.raises(ConfigError, match=wording) as error:
         read_checkpoint(str(tmp_path))
     assert field in str(error.value)
+
+
+@pytest.mark.slow
+def test_encoder_serves_from_a_saved_model_and_converts_to_litert_builtins(encoder, tmp_path):
+    """Every op of the disentangled attention and the log buckets (dynamic batch and length) is a LiteRT builtin."""
+    import tensorflow as tf
+
+    interpreter = pytest.importorskip("ai_edge_litert.interpreter")
+    from bert_keras.export.litert import op_names
+
+    spec = {key: tf.TensorSpec([None, None], tf.int32, name=key)
+            for key in ("input_word_ids", "input_mask", "input_type_ids")}
+    module = tf.Module()
+    module.encoder = encoder
+    module.serve = tf.function(lambda x: {"sequence_output": encoder(x)["sequence_output"]}, input_signature=[spec])
+    tf.saved_model.save(module, str(tmp_path), signatures={"serving_default": module.serve})
+    loaded = tf.saved_model.load(str(tmp_path))
+    converter = tf.lite.TFLiteConverter.from_concrete_functions([loaded.signatures["serving_default"]], loaded)
+    converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS]
+    data = converter.convert()
+    assert not {"VAR_HANDLE", "READ_VARIABLE", "CUSTOM"} & op_names(data)
+    runner = interpreter.Interpreter(model_content=data).get_signature_runner()
+    for lengths in (LENGTHS, (5, 3)):
+        ids, mask, types = padded_batch(lengths)
+        inputs = {"input_word_ids": ids, "input_mask": mask, "input_type_ids": types}
+        expected = np.asarray(ours(encoder, ids, mask, types)["sequence_output"])
+        assert max_difference(runner(**inputs)["sequence_output"], expected, mask) < 1e-5
+        served = loaded.signatures["serving_default"](**inputs)["sequence_output"]
+        assert max_difference(served, expected, mask) < 1e-5
