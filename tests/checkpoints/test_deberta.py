@@ -183,6 +183,22 @@ def test_sequence_output_and_every_layer_equal_transformers(folder, encoder):
     np.testing.assert_array_equal(np.asarray(outputs["default"]), sequence[:, 0])
 
 
+def test_attention_maps_equal_transformers_attentions(folder, encoder):
+    """The maps a user inspects (`return_attention_probs`) are transformers' `attentions` at every real query."""
+    twin = DebertaV3Encoder.from_config(dict(encoder.get_config(), return_attention_probs=True))
+    twin.set_weights(encoder.get_weights())
+    ids, mask, types = padded_batch()
+    model = transformers.DebertaV2Model.from_pretrained(str(folder), attn_implementation="eager").eval()
+    with torch.no_grad():
+        theirs = model(input_ids=torch.tensor(ids, dtype=torch.long), attention_mask=torch.tensor(mask),
+                       output_attentions=True).attentions
+    probs = ours(twin, ids, mask, types)["attention_probs"]
+    rows = np.broadcast_to(mask[:, None, :, None].astype(bool), (3, 4) + ids.shape[1:] * 2)
+    for layer in range(2):
+        difference = np.abs(np.asarray(probs[layer]) - theirs[layer].numpy())[rows]
+        assert difference.max() < 1e-6
+
+
 @pytest.mark.parametrize("overrides", [
     dict(share_att_key=False),
     dict(pos_att_type=["c2p"], norm_rel_ebd="none"),
