@@ -81,6 +81,14 @@ class ModernBertEncoder(keras.Model):
         initializer_range: float. Standard deviation of the truncated normal
             initializer. Defaults to `0.02`.
         pooling: str. `"cls"` or `"mean"`: what `pooled_output` is. Defaults to `"cls"`.
+        use_pooler: bool. Whether `pooled_output` then goes through
+            `ModernBertForSequenceClassification`'s `head` (`pooler_dense`,
+            its activation, `pooler_layer_norm`), as a sequence classifier
+            fine-tuned with transformers reads it. Defaults to `False`.
+        pooler_activation: str or callable. That head's activation (the
+            config's `classifier_activation`). Defaults to `"gelu"`.
+        pooler_bias: bool. Whether `pooler_dense` has a bias (`classifier_bias`).
+            Defaults to `False`.
         return_attention_probs: bool. Also output `attention_probs`, a list
             of `(batch, num_heads, seq, seq)` per layer. Defaults to `False`.
         dtype: dtype or `keras.DTypePolicy`.
@@ -111,8 +119,8 @@ class ModernBertEncoder(keras.Model):
                  max_sequence_length=8192, global_attention_every=3, layer_types=None, local_attention=128,
                  global_rope_theta=160000.0, local_rope_theta=10000.0, layer_norm_epsilon=1e-5,
                  use_attention_bias=False, use_mlp_bias=False, use_norm_bias=False, embedding_dropout=0.0,
-                 attention_dropout=0.0, mlp_dropout=0.0, initializer_range=0.02, pooling="cls",
-                 return_attention_probs=False, dtype=None, **kwargs):
+                 attention_dropout=0.0, mlp_dropout=0.0, initializer_range=0.02, pooling="cls", use_pooler=False,
+                 pooler_activation="gelu", pooler_bias=False, return_attention_probs=False, dtype=None, **kwargs):
         check_positive_int("num_layers", num_layers)
         check_positive_int("hidden_size", hidden_size)
         check_positive_int("num_heads", num_heads)
@@ -126,7 +134,11 @@ class ModernBertEncoder(keras.Model):
                            ("mlp_dropout", mlp_dropout)):
             check_rate(name, rate)
         check_choice("pooling", pooling, POOLINGS)
+        if not isinstance(use_pooler, bool) or not isinstance(pooler_bias, bool):
+            raise ValueError(f"Received an invalid value for argument `use_pooler` or `pooler_bias`, expected a bool. "
+                             f"Received: use_pooler={use_pooler!r}, pooler_bias={pooler_bias!r}")
         get_activation(activation)
+        get_activation(pooler_activation)
         if layer_types is None:
             layer_types = layer_types_every(num_layers, global_attention_every)
         layer_types = _check_layer_types(layer_types, num_layers)
@@ -149,6 +161,13 @@ class ModernBertEncoder(keras.Model):
                 dtype=dtype, name=f"transformer_layer_{i}"))
         final_norm = keras.layers.LayerNormalization(epsilon=layer_norm_epsilon, center=use_norm_bias, dtype=dtype,
                                                      name="final_layer_norm")
+        pooler_dense = pooler_norm = None
+        if use_pooler:  # ModernBertPredictionHead of the sequence classifier: dense, activation, LayerNorm
+            pooler_dense = keras.layers.Dense(hidden_size, activation=get_activation(pooler_activation),
+                                              use_bias=pooler_bias, kernel_initializer=initializer, dtype=dtype,
+                                              name="pooler_dense")
+            pooler_norm = keras.layers.LayerNormalization(epsilon=layer_norm_epsilon, center=use_norm_bias,
+                                                          dtype=dtype, name="pooler_layer_norm")
 
         # === Functional model ===
         inputs = {key: keras.Input(shape=(None,), dtype="int32", name=key) for key in INPUT_KEYS}
@@ -169,6 +188,8 @@ class ModernBertEncoder(keras.Model):
             pooled_output = sequence_output[:, 0, :]
         else:
             pooled_output = masked_mean(sequence_output, inputs["input_mask"])
+        if use_pooler:
+            pooled_output = pooler_norm(pooler_dense(pooled_output))  # (batch, hidden)
         outputs = {"sequence_output": sequence_output, "pooled_output": pooled_output,
                    "encoder_outputs": encoder_outputs, "default": pooled_output}
         if return_attention_probs:
@@ -197,6 +218,11 @@ class ModernBertEncoder(keras.Model):
         self.mlp_dropout = mlp_dropout
         self.initializer_range = initializer_range
         self.pooling = pooling
+        self.use_pooler = use_pooler
+        self.pooler_activation = pooler_activation
+        self.pooler_bias = pooler_bias
+        self.pooler_dense = pooler_dense
+        self.pooler_layer_norm = pooler_norm
         self.return_attention_probs = return_attention_probs
         self.type_vocab_size = 0  # no segment table (as DistilBERT's): `input_type_ids` are ignored
         self.embeddings = embeddings
@@ -249,6 +275,9 @@ class ModernBertEncoder(keras.Model):
             "mlp_dropout": self.mlp_dropout,
             "initializer_range": self.initializer_range,
             "pooling": self.pooling,
+            "use_pooler": self.use_pooler,
+            "pooler_activation": serialize_activation(self.pooler_activation),
+            "pooler_bias": self.pooler_bias,
             "return_attention_probs": self.return_attention_probs,
         }
 

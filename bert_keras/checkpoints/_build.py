@@ -127,8 +127,9 @@ def _task_heads(encoder, heads, num_labels):
     kwargs = dict(kernel_initializer=keras.initializers.TruncatedNormal(stddev=encoder.initializer_range),
                   dtype=encoder.dtype_policy)
     built = {}
+    dropout = getattr(encoder, "dropout", 0.0)  # ModernBERT's dropouts are per part; its classifier's is 0
     if tables.CLASSIFIER in heads:
-        built[tables.CLASSIFIER] = ClassificationHead(num_labels, dropout=encoder.dropout, name="classifier", **kwargs)
+        built[tables.CLASSIFIER] = ClassificationHead(num_labels, dropout=dropout, name="classifier", **kwargs)
         built[tables.CLASSIFIER].build((None, encoder.hidden_size))
     if tables.TOKEN_CLASSIFIER in heads:
         built[tables.TOKEN_CLASSIFIER] = TokenClassificationHead(num_labels, dropout=encoder.dropout,

@@ -3,8 +3,11 @@
 
 The config's names are translated here (`config_to_kwargs`); the weight names are a table of
 `(target, source, transform)` per block (`weight_table`): the first block has no `attn_norm`, and the biases are
-there only where the config's `attention_bias`, `mlp_bias` and `norm_bias` say so. Heads (the masked LM's
-`head`/`decoder`, a task's `classifier`) are not read: the summary lists them unused.
+there only where the config's `attention_bias`, `mlp_bias` and `norm_bias` say so. A sequence classifier's head
+(`ModernBertForSequenceClassification`: `head` = dense, activation, LayerNorm on the pooled token(s), then
+`classifier`) is read where asked for (`with_heads=["classifier"]`): its `head` as the encoder's pooler
+(`use_pooler`), its `classifier` as our classification head. Other heads (the masked LM's `head`/`decoder`, token
+classification, QA) are not read: the summary lists them unused.
 """
 
 import logging
@@ -25,7 +28,8 @@ from bert_keras.formats._common import (
     read_tensors,
     translate_activation,
 )
-from bert_keras.formats.huggingface import CONFIG_FILE, open_weights
+from bert_keras.formats._read import wanted_heads
+from bert_keras.formats.huggingface import CONFIG_FILE, classifier_labels, open_weights, read_id2label
 
 logger = logging.getLogger("bert_keras.checkpoints")
 
@@ -53,6 +57,7 @@ _RATES = {"embedding_dropout": "embedding_dropout", "mlp_dropout": "mlp_dropout"
 _THETAS = {"global_rope_theta": ("full_attention", "global_rope_theta", 160000.0),
            "local_rope_theta": ("sliding_attention", "local_rope_theta", 10000.0)}
 _LAYER_TYPES = ("full_attention", "sliding_attention")
+SEQUENCE_CLASSIFIER = "ModernBertForSequenceClassification"
 
 
 def is_modernbert(path):
@@ -165,7 +170,11 @@ def weight_table(kwargs):
         entries += norm(f"{ours}.feed_forward_layer_norm", f"{theirs}.mlp_norm")
         entries += dense(f"{ours}.feed_forward.intermediate_dense", f"{theirs}.mlp.Wi", 2 * inner, hidden, mlp_bias)
         entries += dense(f"{ours}.feed_forward.output_dense", f"{theirs}.mlp.Wo", hidden, inner, mlp_bias)
-    return entries + norm("encoder.final_layer_norm", "final_norm")
+    entries += norm("encoder.final_layer_norm", "final_norm")
+    if kwargs.get("use_pooler"):  # the sequence classifier's `head`, read as the encoder's pooler
+        entries += dense("encoder.pooler_dense", "head.dense", hidden, hidden, kwargs["pooler_bias"])
+        entries += norm("encoder.pooler_layer_norm", "head.norm")
+    return entries
 
 
 def _check_stored(source, entries, config_file):
@@ -196,8 +205,10 @@ def read_modernbert(path, *, with_heads=False):
             (`model_type: modernbert`) and model.safetensors (or another
             weight file transformers writes); the `model.` prefix of
             `ModernBertForMaskedLM` and the task models is dropped.
-        with_heads: ignored but for the summary: no ModernBERT head is read,
-            its tensors are listed unused.
+        with_heads: bool or list of head names (`read_checkpoint`'s). With
+            `"classifier"` and a config naming
+            `ModernBertForSequenceClassification`, its head is read (see the
+            module's docstring); every other head is listed unused.
 
     Returns:
         `CheckpointWeights` with `encoder_kind="modernbert"`.
@@ -212,9 +223,26 @@ def read_modernbert(path, *, with_heads=False):
     config = read_json(config_file)
     kwargs = config_to_kwargs(config, config_file)
     source = open_weights(directory, prefix="model.")
+    architectures = config.get("architectures") or []
+    architectures = [a for a in architectures if isinstance(a, str)] if isinstance(architectures, list) else []
+    classifier = tables.CLASSIFIER in wanted_heads(with_heads) and SEQUENCE_CLASSIFIER in architectures
+    if classifier:
+        kwargs.update(use_pooler=True, pooler_bias=_flag(config, "classifier_bias", config_file),
+                      pooler_activation=translate_activation(config.get("classifier_activation", "gelu"),
+                                                             tables.HF_ACTIVATIONS, config_file, "classifier_activation"))
     entries = weight_table(kwargs)
     _check_stored(source, entries, config_file)
     _check_tokenizer(directory, source)
+    id2label = num_labels = None
+    if classifier:
+        head = [("classifier.dense.kernel", "classifier.weight", tables.TRANSPOSE),
+                ("classifier.dense.bias", "classifier.bias", None)]
+        id2label = classifier_labels(source, head, read_id2label(config, config_file), config_file,
+                                     kwargs["hidden_size"])
+        num_labels = len(id2label)
+        stored = {"classifier.weight": (num_labels, kwargs["hidden_size"]), "classifier.bias": (num_labels,)}
+        entries += [(target, name, transform, stored[name]) for target, name, transform in head]
+        _check_stored(source, entries[-2:], config_file)
     stored = read_tensors(source, [name for _, name, _, _ in entries])
     arrays, origins = {}, {}
     for target, name, transform, shape in entries:
@@ -229,10 +257,9 @@ def read_modernbert(path, *, with_heads=False):
         unused=sorted(source.original_name(n) for n in source.names() if n not in used),
     )
     logger.info("%s", summary)
-    architectures = config.get("architectures") or []
     return CheckpointWeights(
-        encoder_configs=[kwargs], arrays=arrays, origins=origins, heads=[], mlm_activation=kwargs["activation"],
-        vocab_file=None, do_lower_case=False, summary=summary,
-        architectures=[a for a in architectures if isinstance(a, str)] if isinstance(architectures, list) else [],
+        encoder_configs=[kwargs], arrays=arrays, origins=origins, heads=[tables.CLASSIFIER] if classifier else [],
+        mlm_activation=kwargs["activation"], vocab_file=None, do_lower_case=False, summary=summary,
+        architectures=architectures, id2label=id2label, num_labels=num_labels,
         tokenizer_kind=TOKENIZER_KIND, tokenizer_folder=directory, encoder_kind=ENCODER_KIND,
     )

@@ -374,3 +374,24 @@ def test_a_classifier_on_the_encoder_trains_from_raw_strings(text_folder):
     classifier.compile(optimizer="adam", loss="sparse_categorical_crossentropy")
     losses = classifier.fit(np.array(TEXTS), np.array([0, 1, 0, 1]), epochs=3, verbose=0).history["loss"]
     assert np.all(np.isfinite(losses)) and losses[-1] < losses[0]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("pooling", ["cls", "mean"])
+def test_a_sequence_classifier_answers_as_transformers(tmp_path, pooling):
+    """`ModernBertForSequenceClassification`: its `head` read as the encoder's pooler, its `classifier` as ours."""
+    from bert_keras.tasks import BertClassifier
+
+    size, vocab = save_modernbert_tokenizer(tmp_path)
+    labels = {0: "negative", 1: "neutral", 2: "positive"}
+    model = save_modernbert(tmp_path, model_class="ModernBertForSequenceClassification", vocab_size=size,
+                            pad_token_id=vocab["[PAD]"], cls_token_id=vocab["[CLS]"], sep_token_id=vocab["[SEP]"],
+                            classifier_pooling=pooling, id2label=labels, label2id={v: k for k, v in labels.items()})
+    classifier = BertClassifier.from_checkpoint(str(tmp_path), activation="softmax", seq_length=64)
+    assert classifier.encoder.use_pooler and classifier.encoder.pooling == pooling
+    assert classifier.label_names == ["negative", "neutral", "positive"]
+    got = np.asarray(classifier(np.array(TEXTS)))
+    batch = transformers.AutoTokenizer.from_pretrained(str(tmp_path))(TEXTS, padding=True, return_tensors="pt")
+    with torch.no_grad():
+        expected = torch.softmax(model(**batch).logits, -1).numpy()
+    assert np.abs(got - expected).max() < 1e-4
