@@ -11,7 +11,7 @@ import transformers
 from transformers.models.deberta_v2.modeling_deberta_v2 import make_log_bucket_position
 
 from bert_keras.checkpoints import load_checkpoint, load_pretrained
-from bert_keras.formats import ConfigError, read_checkpoint
+from bert_keras.formats import CheckpointError, ConfigError, read_checkpoint
 from bert_keras.layers import (
     DebertaBlock,
     DisentangledSelfAttention,
@@ -331,3 +331,49 @@ def test_encoder_serves_from_a_saved_model_and_converts_to_litert_builtins(encod
         assert max_difference(runner(**inputs)["sequence_output"], expected, mask) < 1e-5
         served = loaded.signatures["serving_default"](**inputs)["sequence_output"]
         assert max_difference(served, expected, mask) < 1e-5
+
+
+# microsoft/deberta-v3-base's config.json, as published (the weights are not installable offline).
+DEBERTA_V3_BASE = {
+    "model_type": "deberta-v2", "attention_probs_dropout_prob": 0.1, "hidden_act": "gelu", "hidden_dropout_prob": 0.1,
+    "hidden_size": 768, "initializer_range": 0.02, "intermediate_size": 3072, "max_position_embeddings": 512,
+    "relative_attention": True, "position_buckets": 256, "norm_rel_ebd": "layer_norm", "share_att_key": True,
+    "pos_att_type": "p2c|c2p", "layer_norm_eps": 1e-7, "max_relative_positions": -1, "position_biased_input": False,
+    "num_attention_heads": 12, "num_hidden_layers": 12, "type_vocab_size": 0, "vocab_size": 128100,
+}
+
+
+def test_deberta_v3_base_config_translates_to_the_encoder_arguments():
+    from bert_keras.formats.deberta import config_to_kwargs
+
+    kwargs = config_to_kwargs(DEBERTA_V3_BASE, "config.json")
+    assert kwargs == dict(
+        vocab_size=128100, num_layers=12, hidden_size=768, num_heads=12, intermediate_size=3072, activation="gelu",
+        max_sequence_length=512, layer_norm_epsilon=1e-7, dropout=0.1, attention_dropout=0.1, initializer_range=0.02,
+        position_biased_input=False, type_vocab_size=0, embedding_size=None, position_buckets=256,
+        max_relative_positions=512, position_attention=["c2p", "p2c"], share_attention_key=True,
+        relative_norm="layer_norm")
+
+
+def test_a_tensor_missing_or_of_another_shape_is_named(tmp_path):
+    from safetensors.numpy import load_file, save_file
+
+    save_deberta(tmp_path)
+    weights = load_file(str(tmp_path / "model.safetensors"))
+    save_file({k: v for k, v in weights.items() if k != "encoder.rel_embeddings.weight"},
+              str(tmp_path / "model.safetensors"))
+    with pytest.raises(CheckpointError, match="encoder.rel_embeddings.weight.*is missing"):
+        read_checkpoint(str(tmp_path))
+    weights["encoder.rel_embeddings.weight"] = weights["encoder.rel_embeddings.weight"][:20]
+    save_file(weights, str(tmp_path / "model.safetensors"))
+    with pytest.raises(CheckpointError, match=r"\(20, 64\).*\(32, 64\)"):
+        read_checkpoint(str(tmp_path))
+
+
+def test_mixed_bfloat16_stays_close(encoder):
+    ids, mask, types = padded_batch()
+    twin = DebertaV3Encoder.from_config(dict(encoder.get_config(), dtype="mixed_bfloat16"))
+    twin.set_weights(encoder.get_weights())
+    expected = np.asarray(ours(encoder, ids, mask, types)["sequence_output"])
+    low = np.asarray(ours(twin, ids, mask, types)["sequence_output"]).astype("float32")
+    assert max_difference(low, expected, mask) < 0.05 * np.abs(expected).max()
