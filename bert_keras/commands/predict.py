@@ -17,6 +17,7 @@ from bert_keras.commands._common import at_least, fail, served_kind
 from bert_keras.commands._io import InputError, Output, argument_texts, prompt, standard_input
 from bert_keras.commands._kinds import KINDS
 from bert_keras.commands._kinds import marked_text  # noqa: F401 - the tagger's tsv line, named here as before
+from bert_keras.commands._prepared import PreparedFolder, is_transformers_folder
 from bert_keras.datasets import DataError
 from bert_keras.export.litert import is_litert, litert_kind  # no TensorFlow
 from bert_keras.export.manifest import ExportError
@@ -37,8 +38,13 @@ def register(commands, common):
     )
     predict.add_argument("--model", required=True, help="a classifier exported by bert-keras finetune or demo, "
                          "by export_classifier, or by model.export() of a classifier built with bert_keras; a "
-                         "tagger exported by export_tagger; a reader exported by export_reader; or a .tflite file "
-                         "of a classifier or tagger (bert-keras litert)")
+                         "tagger exported by export_tagger; a reader exported by export_reader; a .tflite file "
+                         "of a classifier or tagger (bert-keras litert); or a fine-tuned transformers folder "
+                         "(config.json naming a *ForSequenceClassification, *ForTokenClassification or "
+                         "*ForQuestionAnswering class the package reads, its weights and tokenizer files), answered "
+                         "as transformers' pipeline(model=FOLDER) answers: exported once into "
+                         "$XDG_CACHE_HOME/bert_keras/prepared (~/.cache/bert_keras/prepared), reused while its files "
+                         "are unchanged")
     predict.add_argument("texts", nargs="*", metavar="TEXT", help="texts to classify (default: --input, else standard input)")
     predict.add_argument("--input", help="a file of texts: .csv, .tsv, .jsonl or .json (one object per line, or an "
                          "array, read whole) with --text-column; any other file: one text per line")
@@ -56,7 +62,8 @@ def register(commands, common):
     predict.add_argument("--aggregation", choices=AGGREGATIONS,
                          help="taggers: how word pieces make entities, as transformers' token-classification "
                          "pipeline's aggregation_strategy (default: the export's own, the strategy it was trained for: "
-                         "first, each word tagged by its first piece). tsv prints each text with its entities "
+                         "first, each word tagged by its first piece, for bert-keras finetune's; for a transformers "
+                         "folder, none, one entity per piece, as its pipeline answers). tsv prints each text with its entities "
                          "marked, [characters](TYPE SCORE); json / jsonl: {text, entities}, the entities as "
                          "load_tagger(...).predict gives them")
     predict.set_defaults(func=run)
@@ -71,7 +78,9 @@ def run(args):
         return fail("predict", f"--top-k must be at least 1. Received: {args.top_k}")
     try:
         texts = list(argument_texts(args.texts))  # checked before the model loads
-        kind = KINDS[litert_kind(args.model) if is_litert(args.model) else served_kind(args.model, "predict")](args)
+        folder = PreparedFolder(args.model) if is_transformers_folder(args.model) else None
+        kind = KINDS[folder.kind if folder else litert_kind(args.model) if is_litert(args.model)
+                     else served_kind(args.model, "predict")](args)
         kind.check_arguments(texts)
         if args.input and not texts:  # so is the file's start: its columns and a first record (no TensorFlow yet)
             if next(kind.records(), None) is None:
@@ -80,6 +89,8 @@ def run(args):
         if from_standard_input:
             standard_input()  # closed: no text can come
         kind.check_before_loading()
+        if folder is not None:  # a transformers folder: served from its export, prepared now or found prepared
+            args.model = folder.path()
         # After the checks: they must not wait for TensorFlow. As the loaders' default: the first requests run the
         # graph as loaded, without waiting for TensorFlow's rewrites; after them a background warm-up builds the
         # rewritten graph for the rest of an input file. The scores agree to float rounding (~1e-6), below what is

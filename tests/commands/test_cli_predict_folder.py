@@ -1,0 +1,117 @@
+"""`bert-keras predict --model FOLDER` on fine-tuned transformers folders: prepared once, cached, and answering as
+`transformers.pipeline(model=FOLDER)` answers (its default settings).
+
+The folders are tiny seeded random transformers task models (every weight perturbed, the head's too) with a WordPiece
+tokenizer written here and saved by transformers (tokenizer.json, tokenizer_config.json). transformers 5 asks the Hub
+for the task of a model named without one, even for a local folder (offline: an error), so the reference names it:
+`pipeline("text-classification", model=FOLDER)`, every other setting its default.
+"""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tests.checkpoints._models import perturb_torch
+
+transformers = pytest.importorskip("transformers")
+torch = pytest.importorskip("torch")
+
+pytestmark = pytest.mark.slow
+
+WORDS = ["ada", "alan", "grace", "met", "in", "new", "york", "paris", "the", "and", "lives", "good", "bad", "film",
+         "was", "a", "not", "at", "all", "rome"]
+VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", ".", ",", "!"] + WORDS + ["##s", "##es", "##a", "##n", "##y"]
+SENTIMENTS = ["negative", "neutral", "positive"]
+TAGS = ["O", "B-PER", "I-PER", "B-LOC", "I-LOC"]
+TEXTS = ["Ada met Alan in New York.", "the film was not good at all!", "Grace lives in Romes and Paris"]
+LENGTH = 48
+
+
+def make_folder(folder, architecture, labels, seed=0):
+    """A folder of a tiny random transformers `architecture` (BERT) and its tokenizer, as save_pretrained writes it."""
+    folder.mkdir(parents=True)
+    tokenizer = transformers.BertTokenizerFast(vocab={token: i for i, token in enumerate(VOCAB)}, do_lower_case=True,
+                                               model_max_length=LENGTH)
+    tokenizer.save_pretrained(str(folder))
+    config = transformers.BertConfig(vocab_size=len(VOCAB), hidden_size=16, num_hidden_layers=2, num_attention_heads=2,
+                                     intermediate_size=32, max_position_embeddings=64,
+                                     id2label=dict(enumerate(labels)))
+    torch.manual_seed(seed)
+    model = perturb_torch(getattr(transformers, architecture)(config), seed=seed, scale=0.5)
+    model.save_pretrained(str(folder))
+    return str(folder)
+
+
+def _cli(*argv, cache):
+    env = dict(os.environ, XDG_CACHE_HOME=str(cache))
+    return subprocess.run([sys.executable, "-m", "bert_keras.cli", "predict", *argv], capture_output=True, text=True,
+                          env=env, timeout=600)
+
+
+def test_classifier_folder_answers_as_the_pipeline_prepared_once(tmp_path):
+    folder = make_folder(tmp_path / "classifier", "BertForSequenceClassification", SENTIMENTS)
+    cache = tmp_path / "cache"
+    first = _cli("--model", folder, "--format", "jsonl", *TEXTS, cache=cache)
+    assert first.returncode == 0, first.stderr[-3000:]
+    assert f"bert-keras predict: preparing {folder} (BertForSequenceClassification) once" in first.stderr
+    pipe = transformers.pipeline("text-classification", model=folder)
+    answers = [json.loads(line) for line in first.stdout.splitlines()]
+    assert len(answers) == len(TEXTS)
+    for text, answer in zip(TEXTS, answers):
+        (expected,) = pipe(text)
+        assert answer["label"] == expected["label"], (text, answer, expected)
+        assert abs(answer["score"] - expected["score"]) <= 1e-4, (text, answer, expected)
+        every = {item["label"]: item["score"] for item in pipe(text, top_k=None)}
+        assert max(abs(answer["scores"][name] - every[name]) for name in SENTIMENTS) <= 1e-4
+    (entry,) = os.listdir(cache / "bert_keras" / "prepared")
+    entry = cache / "bert_keras" / "prepared" / entry
+    assert oct((cache / "bert_keras" / "prepared").stat().st_mode & 0o777) == "0o700"
+
+    # A second run serves the cache entry: it says so, and exports nothing again.
+    written = (entry / "saved_model.pb").stat().st_mtime_ns
+    second = _cli("--model", folder, "--format", "jsonl", *TEXTS, cache=cache)
+    assert second.returncode == 0, second.stderr[-3000:]
+    assert f"bert-keras predict: serving {folder} as prepared earlier, from {entry}" in second.stderr
+    assert "preparing" not in second.stderr
+    assert (entry / "saved_model.pb").stat().st_mtime_ns == written
+    assert second.stdout == first.stdout
+
+    # New weights in the folder: prepared again, into a new entry, answering as the new model.
+    make_folder(tmp_path / "retrained", "BertForSequenceClassification", SENTIMENTS, seed=1)
+    os.replace(tmp_path / "retrained" / "model.safetensors", os.path.join(folder, "model.safetensors"))
+    third = _cli("--model", folder, "--format", "jsonl", TEXTS[0], cache=cache)
+    assert third.returncode == 0, third.stderr[-3000:]
+    assert "preparing" in third.stderr and len(os.listdir(cache / "bert_keras" / "prepared")) == 2
+    (expected,) = transformers.pipeline("text-classification", model=folder)(TEXTS[0])
+    assert abs(json.loads(third.stdout)["score"] - expected["score"]) <= 1e-4
+
+
+def test_token_classification_folder_gives_the_pipeline_entities(tmp_path):
+    folder = make_folder(tmp_path / "tagger", "BertForTokenClassification", TAGS)
+    done = _cli("--model", folder, "--format", "jsonl", *TEXTS, cache=tmp_path / "cache")
+    assert done.returncode == 0, done.stderr[-3000:]
+    pipe = transformers.pipeline("token-classification", model=folder)  # its default: aggregation_strategy "none", one entity per piece
+    compared = 0
+    for text, line in zip(TEXTS, done.stdout.splitlines()):
+        ours, expected = json.loads(line)["entities"], pipe(text)
+        assert len(ours) == len(expected), (text, ours, expected)
+        for mine, theirs in zip(ours, expected):
+            assert (mine["word"], mine["entity"], mine["start"], mine["end"], mine["index"]) == (
+                theirs["word"], theirs["entity"], theirs["start"], theirs["end"], theirs["index"]), (mine, theirs)
+            assert abs(mine["score"] - float(theirs["score"])) <= 1e-4
+            compared += 1
+    assert compared >= 5
+
+
+@pytest.mark.parametrize("architecture", ["BertForMaskedLM", "BertForMultipleChoice"])
+def test_folder_of_another_model_class_is_refused_naming_what_is_served(tmp_path, architecture):
+    folder = make_folder(tmp_path / "other", architecture, ["a", "b"])
+    done = _cli("--model", folder, "a text", cache=tmp_path / "cache")
+    assert done.returncode == 2, done.stderr[-3000:]
+    assert (f"bert-keras predict: {folder}: config.json names {architecture}, which bert-keras predict does not "
+            "serve. It serves a fine-tuned transformers folder whose task head the package reads: "
+            "BertForSequenceClassification, BertForTokenClassification, BertForQuestionAnswering,") in done.stderr
+    assert "Traceback" not in done.stderr and not (tmp_path / "cache").exists()
