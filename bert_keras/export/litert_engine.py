@@ -22,11 +22,12 @@ from bert_keras._native_log import NativeLogFilter
 from bert_keras.export.engine import Engine
 from bert_keras.export.entity_groups import check_aggregation  # no TensorFlow (text.decoding)
 from bert_keras.export.kinds.classifier import ClassifierAnswers
+from bert_keras.export.kinds.reader import RANGE_ENDPOINT, ReaderAnswers
 from bert_keras.export.kinds.tagger import OUTPUTS as TAGGER_OUTPUTS  # noqa: F401 - litert.py names it
 from bert_keras.export.kinds.tagger import TaggerAnswers, piece_rows
 from bert_keras.export.litert_record import (_expect, _ids_only, _record_tokenizer, _recorded, _recorded_names,
                                              check_carried, file_record)
-from bert_keras.export.manifest import CLASSIFIER, SENTENCE_ENCODER, TAGGER, ExportError
+from bert_keras.export.manifest import CLASSIFIER, READER, SENTENCE_ENCODER, TAGGER, ExportError
 from bert_keras.predictions import text_list
 
 logger = logging.getLogger(__name__)
@@ -217,12 +218,19 @@ class LiteRTModel(Engine):
     def _start(self, xnnpack):
         self._interpreter = _interpreter(self.path, self.serves_strings, self._num_threads, xnnpack=xnnpack)
         self.xnnpack = xnnpack
-        self._serve_ids = self._interpreter.get_signature_runner("serve_ids")
-        self._serve = self._interpreter.get_signature_runner("serve") if self.serves_strings else None
+        self._runners = {}  # signature -> its runner, made once per interpreter
+        self._serve_ids = self._runner("serve_ids")
+        self._serve = self._runner("serve") if self.serves_strings else None
         # A tagger file's `windows` (`_litert_graph.TAGGER_SIGNATURES`); None in a file converted before it.
-        has_windows = self.serves_strings and "windows" in self._interpreter.get_signature_list()
-        self._windows = self._interpreter.get_signature_runner("windows") if has_windows else None
+        self._windows = self._runner("windows") if self.serves_strings else None
         self._prepared = set()  # the runners called once: LiteRT applies its delegate on a runner's first call
+
+    def _runner(self, signature):
+        """The interpreter's runner of `signature`, or None where the file has no such signature."""
+        if signature not in self._runners:
+            found = signature in self._interpreter.get_signature_list()
+            self._runners[signature] = self._interpreter.get_signature_runner(signature) if found else None
+        return self._runners[signature]
 
     def check_serves_text(self):
         if not self.serves_strings:
@@ -242,7 +250,10 @@ class LiteRTModel(Engine):
             return self._call_locked(signature, **inputs)
 
     def _call_locked(self, signature, **inputs):
-        runner = {"serve": self._serve, "windows": self._windows, "serve_ids": self._serve_ids}[signature]
+        runner = self._runner(signature)
+        if runner is None:
+            raise ExportError(f"{self.path!r} has no signature {signature!r} (its signatures: "
+                              f"{sorted(self._interpreter.get_signature_list())}).")
         if signature in self._prepared:
             return runner(**inputs)
         try:
@@ -263,7 +274,8 @@ class LiteRTModel(Engine):
 
     def _wrong_method(self, *args, **kwargs):
         """What a method of another kind says: which method this file's kind answers with."""
-        method = {CLASSIFIER: "predict", TAGGER: "predict", SENTENCE_ENCODER: "encode"}.get(self.kind, "run")
+        method = {CLASSIFIER: "predict", TAGGER: "predict", READER: "predict", SENTENCE_ENCODER: "encode"}.get(self.kind,
+                                                                                                        "run")
         raise ExportError(f"{self.path!r} is a LiteRT {str(self.kind).replace('_', ' ')}; call its `{method}`.")
 
     predict = predict_proba = tag_pieces = encode = _wrong_method  # the kinds' classes answer theirs
@@ -339,8 +351,20 @@ class LiteRTSentenceEncoder(LiteRTModel):
         return output[0] if single else output
 
 
+class LiteRTReader(ReaderAnswers, LiteRTModel):
+    """A LiteRT reader: `predict` as `ExportedReader`'s (`kinds.reader`) on the file's `windows` and `window_range`
+    signatures. No conversion writes a reader yet (`export_litert` refuses one): the engine's part is all it lacks."""
+
+    kind = READER
+
+    @property
+    def _window_range(self):
+        return self._runner(RANGE_ENDPOINT) is not None
+
+
 # The class of each kind a LiteRT file serves (`LiteRTModel.__new__`).
-_KINDS = {CLASSIFIER: LiteRTClassifier, TAGGER: LiteRTTagger, SENTENCE_ENCODER: LiteRTSentenceEncoder}
+_KINDS = {CLASSIFIER: LiteRTClassifier, TAGGER: LiteRTTagger, READER: LiteRTReader,
+          SENTENCE_ENCODER: LiteRTSentenceEncoder}
 
 
 def load_litert(path, num_threads=None, windows_per_call=WINDOWS_PER_CALL):
