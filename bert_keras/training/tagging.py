@@ -15,8 +15,10 @@ copy with the most context, each word's first piece), so the F1 in the
 export's `metrics.json` is the F1 `bert-keras evaluate` gets from the export.
 """
 
+import dataclasses
 import logging
 import math
+import os
 
 import keras
 import numpy as np
@@ -25,7 +27,8 @@ import tensorflow as tf
 from bert_keras.entities import entity_scores, format_entity_report
 from bert_keras.export import export_tagger
 from bert_keras.export.tagger import sentence_tags, serving_pieces
-from bert_keras.tasks import BertTokenClassifier
+from bert_keras.formats import read_checkpoint, tables
+from bert_keras.tasks import BertTokenClassifier, load_encoder_and_preprocessor
 from bert_keras.text.alignment import IGNORE_LABEL, join_words
 from bert_keras.text.windows import INPUT_KEYS, check_stride, tagging_windows
 from bert_keras.training.backup import fingerprint
@@ -86,9 +89,10 @@ class TaggerRecipe(Recipe):
     unit = "sentences"
     token_level = True
 
-    def __init__(self, config, stride=None):
+    def __init__(self, config, stride=None, new_head=False):
         super().__init__(config)
         self.stride = check_stride(stride, config.seq_length)
+        self.new_head = new_head  # a checkpoint's own head of other tags is left unread (`checkpoint_head_plan`)
 
     def fingerprint(self, data):
         if data is None:
@@ -104,9 +108,14 @@ class TaggerRecipe(Recipe):
     def build(self, harness, source, train):
         tag_names = list(train.tag_names)
         with harness.building(self.config.dtype):
-            model = BertTokenClassifier.from_checkpoint(source, seq_length=self.config.seq_length,
-                                                        num_classes=len(tag_names), label_names=tag_names,
-                                                        dropout=self.config.dropout)
+            if self.new_head:
+                encoder, preprocessor = load_encoder_and_preprocessor(source, seq_length=self.config.seq_length)
+                model = BertTokenClassifier(encoder, num_classes=len(tag_names), preprocessor=preprocessor,
+                                            label_names=tag_names, dropout=self.config.dropout)
+            else:
+                model = BertTokenClassifier.from_checkpoint(source, seq_length=self.config.seq_length,
+                                                            num_classes=len(tag_names), label_names=tag_names,
+                                                            dropout=self.config.dropout)
             offsets_tokenizer(model, "tagger")
             trainer = BertTokenClassifier(model.encoder, num_classes=len(tag_names), dropout=self.config.dropout,
                                           name="tagger_on_windows")
@@ -153,7 +162,10 @@ def finetune_tagger(source, train, validation=None, test=None, export_dir=None, 
     Args:
         source: a checkpoint folder `BertTokenClassifier.from_checkpoint` reads
             (the tagger keeps each piece's characters through the package's own
-            tokenizer, so Hub module pairs are not taken).
+            tokenizer, so Hub module pairs are not taken). A folder with its
+            own token-classification head of the data's tags, in any order,
+            is fine-tuned from that head in its order; one of other tags gets
+            a new head (`checkpoint_head_plan`, said by `report`).
         train: `bert_keras.tagged_data.TaggedText`, with at least one entity tag.
         validation: optional `TaggedText` with train's tag names; by default a
             random `validation_fraction` of `train`'s sentences.
@@ -182,5 +194,50 @@ def finetune_tagger(source, train, validation=None, test=None, export_dir=None, 
         if part is not None and list(part.tag_names) != list(train.tag_names):
             raise ValueError(f"The {name} data's tags {part.tag_names} are not the training data's {train.tag_names}: "
                              f"read it with `tag_names=train.tag_names`.")
-    return run_recipe(TaggerRecipe(config, stride), source, train, validation, test, export_dir, backup_dir=backup_dir,
-                      strategy=strategy, overwrite=overwrite, verbose=verbose, report=report)
+    head_tags, new_head = checkpoint_head_plan(source, train.tag_names, report)
+    if head_tags is not None:  # the head's own order: the data's tags name its outputs
+        train, validation, test = (None if part is None else dataclasses.replace(part, tag_names=list(head_tags))
+                                   for part in (train, validation, test))
+    return run_recipe(TaggerRecipe(config, stride, new_head), source, train, validation, test, export_dir,
+                      backup_dir=backup_dir, strategy=strategy, overwrite=overwrite, verbose=verbose, report=report)
+
+
+def checkpoint_head_plan(source, tag_names, report=logger.info):
+    """What becomes of a token-classification head that `source` holds (a fine-tuned tagger), said by `report`.
+
+    The head's tags (config.json's `id2label`, in the order of its outputs)
+    are the data's `tag_names` in another order, or the same: the head is
+    reused in its own order, the data's tags mapped to its outputs. Other
+    tags: a new head of the data's tags replaces it (its encoder is read alone).
+
+    Returns:
+        `(head_tags, new_head)`: the head's tags where it is reused (else
+        None), and whether a new head replaces one of other tags.
+    """
+    head_tags = _head_tags(source)
+    if head_tags is None:
+        return None, False
+    if sorted(head_tags) == sorted(tag_names):
+        report(f"Reusing the checkpoint's token-classification head in its own order of tags {list(head_tags)}: the "
+               "data's tags are mapped to its outputs")
+        return list(head_tags), False
+    only_data = [tag for tag in tag_names if tag not in head_tags]
+    only_head = [tag for tag in head_tags if tag not in tag_names]
+    report(f"Replacing the checkpoint's token-classification head (tags {list(head_tags)}) with a new head of the "
+           f"data's tags {list(tag_names)}: " + "; ".join(
+               part for part in (f"{only_data} only in the data" if only_data else "",
+                                 f"{only_head} only in the head" if only_head else "") if part))
+    return None, True
+
+
+def _head_tags(source):
+    """The tags of the token-classification head `source` holds (with `id2label`), or None: no such head read."""
+    if not isinstance(source, (str, os.PathLike)):
+        return None
+    try:  # read as data: weights, no graph; a source that cannot be read is reported by the model's builder
+        weights = read_checkpoint(source, with_heads=[tables.TOKEN_CLASSIFIER], allow_modules=False)
+    except (OSError, ValueError):
+        return None
+    if tables.TOKEN_CLASSIFIER not in weights.heads:
+        return None
+    return weights.label_names or [f"LABEL_{index}" for index in range(weights.num_labels or 0)] or None

@@ -113,3 +113,62 @@ def test_token_tasks_refuse_a_module_pair_naming_why(tmp_path):
         assert (f"bert-keras finetune: --task {task} takes no --modules: the {what}'s preprocessing must report where "
                 "each piece is in the text") in done.stderr
         assert not (tmp_path / f"out-{task}").exists() and not (tmp_path / f".out-{task}.backup").exists()
+
+
+def _token_head_folder(directory, tags, seed=0):
+    """A tiny transformers BertForTokenClassification (its head of `tags`, config.json's id2label) and its vocab.txt."""
+    import torch
+    import transformers
+
+    config = transformers.BertConfig(vocab_size=len(VOCAB), hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                                     intermediate_size=64, max_position_embeddings=64, hidden_dropout_prob=0.0,
+                                     attention_probs_dropout_prob=0.0, id2label=dict(enumerate(tags)))
+    torch.manual_seed(seed)
+    transformers.BertForTokenClassification(config).save_pretrained(str(directory))
+    (directory / "vocab.txt").write_text("\n".join(VOCAB) + "\n")
+    return str(directory)
+
+
+# The file's tags, as read_tagged_file orders them: O, then each type's B- and I-, types sorted.
+FILE_TAGS = ["O", "B-LOC", "I-LOC", "B-PER", "I-PER"]
+
+
+@pytest.mark.parametrize("head_tags, reused", [
+    (["O", "B-PER", "I-PER", "B-LOC", "I-LOC"], True),  # the file's tags in the head's own order: the head is reused
+    (["O", "B-PER", "I-PER", "B-MISC", "I-MISC"], False),  # other tags (as many): a new head replaces it
+], ids=["same-tags-other-order", "other-tags"])
+def test_finetune_ner_on_a_folder_with_its_own_token_head(tmp_path, head_tags, reused):
+    pytest.importorskip("transformers")
+    folder = _token_head_folder(tmp_path / "fine-tuned", head_tags)
+    out = tmp_path / "tagger"
+    done = _cli("finetune", "--task", "ner", "--checkpoint", folder, "--train", _conll(tmp_path / "train.conll", _sentences(32, 0)),
+                "--out", str(out), "--seq-length", "16", "--batch-size", "8", "--head-epochs", "0", "--epochs", "1",
+                "--learning-rate", "1e-9")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "label_names" not in done.stdout + done.stderr
+    if reused:
+        assert (f"Reusing the checkpoint's token-classification head in its own order of tags {head_tags}: the data's "
+                "tags are mapped to its outputs") in done.stdout
+        expected = head_tags
+    else:
+        assert (f"Replacing the checkpoint's token-classification head (tags {head_tags}) with a new head of the "
+                f"data's tags {FILE_TAGS}: ['B-LOC', 'I-LOC'] only in the data; ['B-MISC', 'I-MISC'] only in the head"
+                ) in done.stdout
+        expected = FILE_TAGS
+    with open(out / "assets.extra" / "metrics.json", encoding="utf-8") as f:
+        assert json.load(f)["tag_names"] == expected
+    from bert_keras.export import load_tagger
+
+    tagger = load_tagger(str(out), warm_up=False)
+    assert tagger.tag_names == expected
+    if reused:  # trained at a negligible rate, the tagger is the folder's model: its probabilities, in its order
+        import torch
+        import transformers
+
+        model = transformers.BertForTokenClassification.from_pretrained(folder).eval()
+        text = "ada met alan in new york"
+        ids = [VOCAB.index(word) for word in text.split()]
+        with torch.no_grad():
+            logits = model(input_ids=torch.tensor([[2, *ids, 3]])).logits[0, 1:-1]
+        (row,) = tagger.tag_pieces([text])
+        np.testing.assert_allclose(row["scores"], torch.softmax(logits, -1).numpy(), atol=1e-4)
