@@ -59,7 +59,8 @@ def _family(num_layers, hidden_size, num_heads, vocab_size, do_lower_case, descr
 
 
 # BERT's family, as in keras-hub's preset names; the sizes of the Hugging Face models of the same name
-# (albert-base-v2, google/electra-{base,small}-discriminator, distilbert-base-uncased, roberta-base).
+# (albert-base-v2, google/electra-{base,small}-discriminator, distilbert-base-uncased, roberta-base,
+# xlm-roberta-base).
 PRESETS.update({
     "albert_base_en_uncased": _family(
         12, 768, 12, 30000, True, "ALBERT-Base v2, English, uncased (L-12 H-768 A-12, E-128, one shared block).",
@@ -76,6 +77,10 @@ PRESETS.update({
     "roberta_base_en": _family(
         12, 768, 12, 50265, False, "RoBERTa-Base, English, cased byte-level BPE (L-12 H-768 A-12, positions from 2).",
         type_vocab_size=1, position_offset=2, layer_norm_epsilon=1e-5),
+    # FacebookAI/xlm-roberta-base: RoBERTa-Base's encoder over a 250,002-piece SentencePiece Unigram vocabulary.
+    "xlm_roberta_base_multi": _family(
+        12, 768, 12, 250002, False, "XLM-RoBERTa-Base, 100 languages, cased SentencePiece Unigram (L-12 H-768 A-12, "
+        "positions from 2).", type_vocab_size=1, position_offset=2, layer_norm_epsilon=1e-5),
 })
 
 # The 24 "small BERTs" of Turc et al. (2019): uncased, heads = hidden / 64.

@@ -36,7 +36,7 @@ def test_presets_cover_the_published_family():
     names = preset_names()
     small = [n for n in names if n.startswith("small_bert_")]
     assert len(small) == 24
-    assert len(names) == 29 + 5  # BERTs, then BERT's family: ALBERT, ELECTRA base and small, DistilBERT, RoBERTa
+    assert len(names) == 29 + 6  # BERTs, then BERT's family: ALBERT, ELECTRA base and small, DistilBERT, RoBERTa, XLM-R
     config = PRESETS["small_bert_en_uncased_L-4_H-512_A-8"]["config"]
     assert (config["num_layers"], config["hidden_size"], config["num_heads"], config["intermediate_size"]) == (4, 512, 8, 2048)
     assert PRESETS["bert_base_en_cased"]["config"]["vocab_size"] == 28996

@@ -208,10 +208,12 @@ def test_unknown_model_type_names_the_supported_ones(tmp_path):
     folder = save_folder(make_model("distilbert"), tmp_path / "m")
     config_file = os.path.join(folder, "config.json")
     config = json.load(open(config_file))
-    config["model_type"] = "deberta"
+    config["model_type"] = "xlnet"
     json.dump(config, open(config_file, "w"))
-    with pytest.raises(ConfigError, match=re.escape(config_file) + r".*'deberta' config, not BERT or a model of its "
-                       r"family \(supported model_type: 'albert', 'bert', 'distilbert', 'electra', 'roberta'\)"):
+    supported = ", ".join(repr(name) for name in tables.HF_MODEL_TYPES)
+    assert "'roberta'" in supported and "'xlm-roberta'" in supported
+    with pytest.raises(ConfigError, match=re.escape(config_file) + r".*'xlnet' config, not BERT or a model of its "
+                       r"family \(supported model_type: " + re.escape(supported) + r"\)"):
         read_checkpoint(folder)
 
 
@@ -300,6 +302,9 @@ FAMILY_PRESETS = {
     "distil_bert_base_en_uncased": ("DistilBertConfig", {}, "DistilBertModel", 66_362_880),
     "roberta_base_en": ("RobertaConfig", dict(vocab_size=50265, max_position_embeddings=514, type_vocab_size=1,
                                               layer_norm_eps=1e-5), "RobertaModel", 124_645_632),
+    "xlm_roberta_base_multi": ("XLMRobertaConfig", dict(vocab_size=250002, max_position_embeddings=514,
+                                                        type_vocab_size=1, layer_norm_eps=1e-5),
+                               "XLMRobertaModel", 278_043_648),
 }
 
 

@@ -106,4 +106,4 @@ def test_each_family_names_a_registered_tokenizer():
 
     kinds = {model_type: tokenizer_class(family["tokenizer"]).kind for model_type, family in tables.HF_FAMILIES.items()}
     assert kinds == {"albert": "sentencepiece", "bert": "wordpiece", "distilbert": "wordpiece", "electra": "wordpiece",
-                     "roberta": "byte_bpe"}
+                     "roberta": "byte_bpe", "xlm-roberta": "unigram"}
