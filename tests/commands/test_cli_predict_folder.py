@@ -30,15 +30,17 @@ TEXTS = ["Ada met Alan in New York.", "the film was not good at all!", "Grace li
 LENGTH = 48
 
 
-def make_folder(folder, architecture, labels, seed=0):
-    """A folder of a tiny random transformers `architecture` (BERT) and its tokenizer, as save_pretrained writes it."""
+def make_folder(folder, architecture, labels, seed=0, config_class="BertConfig"):
+    """A folder of a tiny random transformers `architecture` (BERT's sizes) and its WordPiece tokenizer, as
+    save_pretrained writes them."""
     folder.mkdir(parents=True)
     tokenizer = transformers.BertTokenizerFast(vocab={token: i for i, token in enumerate(VOCAB)}, do_lower_case=True,
                                                model_max_length=LENGTH)
     tokenizer.save_pretrained(str(folder))
-    config = transformers.BertConfig(vocab_size=len(VOCAB), hidden_size=16, num_hidden_layers=2, num_attention_heads=2,
-                                     intermediate_size=32, max_position_embeddings=64,
-                                     id2label=dict(enumerate(labels)))
+    sizes = (dict(dim=16, n_layers=2, n_heads=2, hidden_dim=32) if config_class == "DistilBertConfig" else
+             dict(hidden_size=16, num_hidden_layers=2, num_attention_heads=2, intermediate_size=32))
+    config = getattr(transformers, config_class)(vocab_size=len(VOCAB), max_position_embeddings=64,
+                                                 id2label=dict(enumerate(labels)), **sizes)
     torch.manual_seed(seed)
     model = perturb_torch(getattr(transformers, architecture)(config), seed=seed, scale=0.5)
     model.save_pretrained(str(folder))
@@ -115,3 +117,28 @@ def test_folder_of_another_model_class_is_refused_naming_what_is_served(tmp_path
             "serve. It serves a fine-tuned transformers folder whose task head the package reads: "
             "BertForSequenceClassification, BertForTokenClassification, BertForQuestionAnswering,") in done.stderr
     assert "Traceback" not in done.stderr and not (tmp_path / "cache").exists()
+
+
+def test_question_answering_folder_answers_from_the_context(tmp_path):
+    folder = make_folder(tmp_path / "reader", "BertForQuestionAnswering", ["LABEL_0", "LABEL_1"])
+    context = "Ada met Alan in New York and Grace lives in Paris."
+    done = _cli("--model", folder, "--format", "jsonl", "--question", "who met alan", "--context", context,
+                "--top-k", "3", cache=tmp_path / "cache")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "(BertForQuestionAnswering) once: reading it and exporting a reader to" in done.stderr
+    (answers,) = [json.loads(line)["answers"] for line in done.stdout.splitlines()]
+    assert len(answers) == 3 and all(context[a["start"]:a["end"]] == a["answer"] for a in answers)
+    assert [a["score"] for a in answers] == sorted((a["score"] for a in answers), reverse=True)
+
+
+def test_task_class_whose_head_is_not_read_is_refused_naming_what_is_served(tmp_path):
+    # DistilBertForSequenceClassification: two layers on the first token, which BertClassifier's head cannot hold.
+    folder = make_folder(tmp_path / "distilbert", "DistilBertForSequenceClassification", SENTIMENTS,
+                         config_class="DistilBertConfig")
+    done = _cli("--model", folder, "a text", cache=tmp_path / "cache")
+    assert done.returncode == 2, done.stderr[-3000:]
+    assert (f"bert-keras predict: {folder}: config.json names DistilBertForSequenceClassification, which bert-keras "
+            "predict does not serve. It serves a fine-tuned transformers folder whose task head the package reads: "
+            "BertForSequenceClassification,") in done.stderr
+    assert "DistilBertForTokenClassification" in done.stderr and "Traceback" not in done.stderr
+    assert os.listdir(tmp_path / "cache" / "bert_keras" / "prepared") == []  # nothing half-written is left
