@@ -1,4 +1,4 @@
-"""The token-level tasks on BERT's family: taggers and readers of ALBERT, RoBERTa, ELECTRA and DistilBERT.
+"""The token-level tasks on BERT's family: taggers and readers of ALBERT, RoBERTa, XLM-RoBERTa, ELECTRA and DistilBERT.
 
 Each family's folder is a tiny random transformers model with a task head and its tokenizer's files, the tokenizer
 trained here on tweets (tests/test_family_workflows.py's writers): SentencePiece for ALBERT, byte-level BPE for
@@ -45,7 +45,10 @@ READER_SEQ, READER_STRIDE, QUESTION_LENGTH = 40, 8, 20
 AGGREGATIONS = ("simple", "first", "max", "average")
 MADE_TEXTS = ["Ada Lovelace loves Paris!", "  New   York,Paris! 😀 naïve café", "x\ty\nz", "", "   ",
               "new york and paris and berlin and rome and ada and alan and grace and new york again"]
-KINDS = {"albert": "sentencepiece", "roberta": "byte_bpe", "electra": "wordpiece", "distilbert": "wordpiece"}
+KINDS = {"albert": "sentencepiece", "roberta": "byte_bpe", "electra": "wordpiece", "distilbert": "wordpiece",
+         "xlm-roberta": "unigram"}
+# The families packed RoBERTa's way (`<s> A </s></s> B </s>`, no segments), their positions after the padding index.
+ROBERTA_PACKING = ("roberta", "xlm-roberta")
 
 
 def _family_folder(name, folder, tweets, head, seq_length, **config):
@@ -53,7 +56,7 @@ def _family_folder(name, folder, tweets, head, seq_length, **config):
     config_class, model_class, sizes, kind, _ = FAMILIES[name]
     folder.mkdir(parents=True, exist_ok=True)
     vocab_size = WRITERS[kind](folder, tweets)
-    sizes = dict(sizes, max_position_embeddings=seq_length + (2 if name == "roberta" else 0))
+    sizes = dict(sizes, max_position_embeddings=seq_length + (2 if name in ROBERTA_PACKING else 0))
     torch.manual_seed(0)
     model_class = getattr(transformers, model_class.replace("Model", f"For{head}"))
     model = perturb_torch(model_class(getattr(transformers, config_class)(**sizes, vocab_size=vocab_size, **config)),
@@ -74,6 +77,8 @@ def _linear(torch_layer):
 
 
 def _reference_tokenizer(name, folder, seq_length):
+    if name == "xlm-roberta":
+        return transformers.XLMRobertaTokenizerFast.from_pretrained(folder, model_max_length=seq_length)
     if name == "roberta":
         return transformers.RobertaTokenizerFast.from_pretrained(folder, model_max_length=seq_length)
     return transformers.BertTokenizerFast(os.path.join(folder, "vocab.txt"), do_lower_case=True,
@@ -117,7 +122,7 @@ def readers(tmp_path_factory, tweets):  # noqa: F811
             # RoBERTa's packing has no segments: its labeler scores every position (context_segment_id None, whatever
             # is asked), the export masks by its windows.
             labeler = BertSpanLabeler.from_checkpoint(str(folder), seq_length=READER_SEQ)
-            assert (labeler.context_segment_id is None) == (name == "roberta")
+            assert (labeler.context_segment_id is None) == (name in ROBERTA_PACKING)
             labeler.span_head.set_weights(_linear(model.qa_outputs))
             export_dir = export_reader(labeler, str(tmp_path_factory.mktemp("exports") / name), seq_length=READER_SEQ,
                                        doc_stride=READER_STRIDE, max_question_length=QUESTION_LENGTH)
@@ -162,7 +167,7 @@ def _softmax(logits):
 # ---------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("name", [pytest.param("albert", marks=pytest.mark.slow), "roberta"])
+@pytest.mark.parametrize("name", [pytest.param("albert", marks=pytest.mark.slow), "roberta", "xlm-roberta"])
 def test_tagger_export_of_the_family_serves_raw_strings_with_offsets(taggers, texts, name):
     _, _, tagger, export_dir, loaded = taggers(name)
     metadata = read_manifest(export_dir)
@@ -363,7 +368,7 @@ def _albert_windows(folder, question, context):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["albert", "roberta"])
+@pytest.mark.parametrize("name", ["albert", "roberta", "xlm-roberta"])
 def test_reader_export_of_the_family_answers_with_offsets(readers, tweets, name):  # noqa: F811
     model, folder, labeler, reader = readers(name)
     tokenizer = labeler.preprocessor.tokenizer
@@ -371,7 +376,7 @@ def test_reader_export_of_the_family_answers_with_offsets(readers, tweets, name)
     assert len(questions) >= 12
     windows = {k: v.numpy() for k, v in qa_windows(tokenizer, tf.constant(questions), tf.constant(contexts),
                                                      READER_SEQ, READER_STRIDE, QUESTION_LENGTH).items()}
-    if name == "roberta":  # <s> q </s></s> c </s>, type ids 0: the fast tokenizer's overflowing windows
+    if name in ROBERTA_PACKING:  # <s> q </s></s> c </s>, type ids 0: the fast tokenizer's overflowing windows
         expected = _reference_tokenizer(name, folder, READER_SEQ)(
             questions, contexts, truncation="only_second", max_length=READER_SEQ, stride=READER_STRIDE,
             return_overflowing_tokens=True, padding="max_length")
