@@ -51,7 +51,11 @@ class ModernBertEncoder(keras.Model):
     `global_attention_every`-th from the first) attend over the whole
     sequence with RoPE of `global_rope_theta`; the others over a sliding
     window of `local_attention` tokens (`|i - j| <= local_attention // 2`)
-    with `local_rope_theta`. The window is a dense mask over full attention.
+    with `local_rope_theta`. On sequences of `BANDED_MIN_LENGTH` tokens or
+    more (`bert_keras.layers.modernbert_block`), a local layer attends in
+    bands of its window (`banded_attention`: cost and memory linear in the
+    length); with `return_attention_probs` its window is a dense mask over
+    full attention, so that every layer's probabilities are whole maps.
 
     ModernBERT has no pooler and no segments: `input_type_ids` is accepted
     and ignored, and `pooled_output` is what transformers'
@@ -172,16 +176,20 @@ class ModernBertEncoder(keras.Model):
         # === Functional model ===
         inputs = {key: keras.Input(shape=(None,), dtype="int32", name=key) for key in INPUT_KEYS}
         x = embeddings(inputs["input_word_ids"])  # (batch, seq, hidden)
-        # One bias per kind of layer, built once per batch and shared by the blocks of that kind.
+        # The global bias is built once per batch and shared. Local layers take the mask and attend in bands on long
+        # sequences (linear in the length); only for their probabilities is their window a shared dense bias.
         biases = {FULL_ATTENTION: SlidingWindowBias(None, name="global_attention_bias")(inputs["input_mask"])}
-        if SLIDING_ATTENTION in layer_types:
+        if SLIDING_ATTENTION in layer_types and return_attention_probs:
             biases[SLIDING_ATTENTION] = SlidingWindowBias(local_attention, name="local_attention_bias")(
                 inputs["input_mask"])  # (batch, 1, seq, seq)
         encoder_outputs, attention_probs = [], []
         for kind, block in zip(layer_types, blocks):
-            x, probs = block(x, attention_bias=biases[kind], return_attention_scores=True)
+            if kind in biases:
+                x, probs = block(x, attention_bias=biases[kind], return_attention_scores=True)
+                attention_probs.append(probs)
+            else:
+                x = block(x, attention_mask=inputs["input_mask"])  # (batch, seq, hidden)
             encoder_outputs.append(x)
-            attention_probs.append(probs)
         encoder_outputs[-1] = final_norm(encoder_outputs[-1])
         sequence_output = encoder_outputs[-1]
         if pooling == "cls":

@@ -7,11 +7,16 @@ from keras import ops
 
 from bert_keras._checks import check_positive_float, check_positive_int, check_rate
 from bert_keras.layers._utils import clone_initializer, serialize_activation
-from bert_keras.layers.attention import _softmax_dtype, attention_bias_from_mask
+from bert_keras.layers.attention import _MASK_NEGATIVE, _softmax_dtype, attention_bias_from_mask
 from bert_keras.layers.dropout import Dropout
 from bert_keras.layers.geglu import GatedFeedForward, _check_bool
 from bert_keras.layers.lora_dense import LoraDense
 from bert_keras.layers.rotary import RotaryEmbedding
+
+
+# From this many tokens on, a local layer that is not asked for its probabilities attends in bands
+# (`banded_attention`); below it the dense mask is as fast (docs/performance.md, "Long documents").
+BANDED_MIN_LENGTH = 512
 
 
 def _check_window(attention_window):
@@ -49,6 +54,78 @@ def sliding_window_bias(attention_mask, attention_window=None):
     band = ops.expand_dims(distance <= attention_window // 2, 0)  # (1, seq_q, seq_k)
     keys = ops.expand_dims(ops.cast(attention_mask, "bool"), 1)  # (batch, 1, seq_k)
     return attention_bias_from_mask(ops.logical_and(band, keys))  # (batch, 1, seq_q, seq_k)
+
+
+def _with_neighbours(blocks):
+    """`(..., num_blocks + 2, block, ...)` -> each of the middle blocks beside its two neighbours, on the block axis.
+
+    The block axis is the one after the blocks' axis: `(batch, heads, n + 2, block, d)` gives
+    `(batch, heads, n, 3 * block, d)` (keys before, own, after); `(batch, n + 2, block)` gives `(batch, n, 3 * block)`.
+    """
+    axis = 3 if len(blocks.shape) == 5 else 2
+    if axis == 3:
+        return tf.concat([blocks[:, :, :-2], blocks[:, :, 1:-1], blocks[:, :, 2:]], axis=axis)
+    return tf.concat([blocks[:, :-2], blocks[:, 1:-1], blocks[:, 2:]], axis=axis)
+
+
+def banded_attention(query, key, value, attention_mask, attention_window, scale=1.0, softmax_dtype="float32",
+                     dropout=None):
+    """Sliding-window attention computed in bands: cost and memory linear in the length.
+
+    The sequence is padded to a multiple of a block of `w = attention_window // 2`
+    tokens; each block of queries attends to its own block of keys and its two
+    neighbours (`3 * w` keys), under the exact band `|i - j| <= w` and the
+    padding mask, so a layer computes `seq * 3 * w` scores instead of
+    `seq * seq`. Equal to `sliding_window_bias`'s dense mask over full attention
+    on every real query.
+
+    Args:
+        query, key, value: float tensors `(batch, heads, seq, head_size)`,
+            positions already rotated.
+        attention_mask: 0/1 tensor `(batch, seq)` of real tokens.
+        attention_window: int. The window's width in tokens.
+        scale: float. The scores' factor (`1 / sqrt(head_size)`). Defaults to `1.0`.
+        softmax_dtype: the dtype the scores and softmax run in. Defaults to `"float32"`.
+        dropout: optional callable on the probabilities before they weigh the
+            values (a `Dropout` layer). Defaults to `None`.
+
+    Returns:
+        `(context, probs)`: context `(batch, heads, seq, head_size)` in `value`'s
+        dtype; probs `(batch, heads, num_blocks, w, 3 * w)`, the band's probabilities.
+
+    Example:
+    >>> q = np.random.default_rng(0).normal(size=(1, 1, 10, 4)).astype("float32")
+    >>> context, probs = banded_attention(q, q, q, np.ones((1, 10)), attention_window=4)
+    >>> tuple(context.shape), tuple(probs.shape)
+    ((1, 1, 10, 4), (1, 1, 5, 2, 6))
+    """
+    half = attention_window // 2
+    block = max(half, 1)
+    shape = tf.shape(query)
+    batch_size, num_heads, seq_length, head_size = shape[0], shape[1], shape[2], shape[3]
+    num_blocks = (seq_length + block - 1) // block
+    pad = num_blocks * block - seq_length
+    # Queries padded to whole blocks; keys, values and mask by one more block on either side (never attended to).
+    query = tf.pad(query, [[0, 0], [0, 0], [0, pad], [0, 0]])
+    sides = [[0, 0], [0, 0], [block, pad + block], [0, 0]]
+    key, value = tf.pad(key, sides), tf.pad(value, sides)
+    mask = tf.pad(tf.cast(attention_mask, softmax_dtype), [[0, 0], [block, pad + block]])  # (batch, (n + 2) * w)
+    query = tf.reshape(query, [batch_size, num_heads, num_blocks, block, head_size])  # (batch, heads, n, w, d)
+    blocks = [batch_size, num_heads, num_blocks + 2, block, head_size]
+    key = _with_neighbours(tf.reshape(key, blocks))  # (batch, heads, n, 3w, d)
+    value = _with_neighbours(tf.reshape(value, blocks))  # (batch, heads, n, 3w, d)
+    mask = _with_neighbours(tf.reshape(mask, [batch_size, num_blocks + 2, block]))  # (batch, n, 3w)
+    # Query `a` of block `b` sits at `b * w + a`, key `c` of its neighbourhood at `(b - 1) * w + c`.
+    offsets = tf.range(block)[:, None] + block - tf.range(3 * block)[None, :]  # (w, 3w)
+    band = tf.cast(tf.abs(offsets) <= half, softmax_dtype)  # (w, 3w)
+    allowed = band[None, None] * mask[:, :, None, :]  # (batch, n, w, 3w)
+    bias = tf.expand_dims((1.0 - allowed) * _MASK_NEGATIVE, 1)  # (batch, 1, n, w, 3w)
+    scores = tf.cast(tf.linalg.matmul(query, key, transpose_b=True), softmax_dtype)  # (batch, heads, n, w, 3w)
+    probs = tf.cast(tf.nn.softmax(scores * tf.cast(scale, softmax_dtype) + bias, axis=-1), value.dtype)
+    weights = probs if dropout is None else dropout(probs)
+    context = tf.linalg.matmul(weights, value)  # (batch, heads, n, w, d)
+    context = tf.reshape(context, [batch_size, num_heads, num_blocks * block, head_size])
+    return context[:, :, :seq_length], probs  # (batch, heads, seq, d)
 
 
 @keras.saving.register_keras_serializable(package="bert_keras")
@@ -101,6 +178,12 @@ class RotarySelfAttention(keras.layers.Layer):
     bias, and the output projection (`output`, ModernBERT's `Wo`). Both
     projections are `LoraDense` layers. The softmax runs in float32.
 
+    A sliding window given as `attention_mask` (not as a ready bias), on a
+    sequence of at least `banded_min_length` tokens and without
+    `return_attention_scores`, is computed in bands (`banded_attention`):
+    cost and memory linear in the length. Otherwise the window is a dense
+    `(seq, seq)` mask over full attention, which also gives the probabilities.
+
     Args:
         num_heads: int. Number of heads; must divide the hidden size.
         rope_theta: float. The rotary base wavelength. Defaults to `10000.0`.
@@ -113,6 +196,8 @@ class RotarySelfAttention(keras.layers.Layer):
             Defaults to `0.0`.
         kernel_initializer: str or initializer. Defaults to `"glorot_uniform"`.
         bias_initializer: str or initializer. Defaults to `"zeros"`.
+        banded_min_length: int. The shortest sequence a local layer attends
+            to in bands. Defaults to `BANDED_MIN_LENGTH`.
         **kwargs: other `keras.layers.Layer` arguments.
 
     Call arguments:
@@ -120,7 +205,7 @@ class RotarySelfAttention(keras.layers.Layer):
         attention_mask: optional 0/1 tensor `(batch, seq)` of real tokens.
         attention_bias: optional float bias broadcastable to
             `(batch, heads, seq, seq)` (`sliding_window_bias`); takes the
-            place of `attention_mask`.
+            place of `attention_mask` (and so of the bands).
         training: bool. Whether dropout is applied.
         return_attention_scores: bool. Also return the probabilities.
 
@@ -135,11 +220,13 @@ class RotarySelfAttention(keras.layers.Layer):
     """
 
     def __init__(self, num_heads, rope_theta=10000.0, attention_window=None, use_bias=False, dropout=0.0,
-                 kernel_initializer="glorot_uniform", bias_initializer="zeros", **kwargs):
+                 kernel_initializer="glorot_uniform", bias_initializer="zeros", banded_min_length=BANDED_MIN_LENGTH,
+                 **kwargs):
         super().__init__(**kwargs)
         self.num_heads = check_positive_int("num_heads", num_heads)
         self.rope_theta = check_positive_float("rope_theta", rope_theta)
         self.attention_window = _check_window(attention_window)
+        self.banded_min_length = check_positive_int("banded_min_length", banded_min_length)
         self.use_bias = _check_bool("use_bias", use_bias)
         self.dropout = check_rate("dropout", dropout)
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
@@ -172,6 +259,26 @@ class RotarySelfAttention(keras.layers.Layer):
         qkv = ops.transpose(qkv, (2, 0, 3, 1, 4))  # (3, batch, heads, seq, head_size)
         query, key, value = qkv[0], qkv[1], qkv[2]  # each (batch, heads, seq, head_size)
         query, key = self.rotary(query), self.rotary(key)
+        dense = lambda: self._dense_attention(query, key, value, attention_mask, attention_bias, training)
+        if self.attention_window is None or attention_bias is not None or attention_mask is None \
+                or return_attention_scores:
+            context, probs = dense()
+        else:  # a local layer asked for its outputs only: in bands where the sequence is long enough to gain
+            banded = lambda: self._banded_attention(query, key, value, attention_mask, training)
+            static_length = inputs.shape[1]
+            if static_length is not None:
+                context = banded() if static_length >= self.banded_min_length else dense()[0]
+            else:
+                context = tf.cond(seq_length >= self.banded_min_length, banded, lambda: dense()[0])
+            probs = None
+        context = ops.transpose(context, (0, 2, 1, 3))  # (batch, seq, heads, head_size)
+        outputs = self.output_dense(ops.reshape(context, (-1, self.hidden_size)))  # (batch * seq, hidden)
+        outputs = ops.reshape(outputs, (batch_size, seq_length, self.hidden_size))  # (batch, seq, hidden)
+        outputs = self.output_dropout(outputs, training=training)
+        return (outputs, probs) if return_attention_scores else outputs
+
+    def _dense_attention(self, query, key, value, attention_mask, attention_bias, training):
+        """Full attention under an additive bias (the window as a dense mask): context and probabilities."""
         softmax_dtype = _softmax_dtype(self.compute_dtype)
         scores = tf.linalg.matmul(query, key, transpose_b=True)  # (batch, heads, seq_q, seq_k)
         scores = ops.cast(scores, softmax_dtype) * ops.cast(1.0 / self.head_size**0.5, softmax_dtype)
@@ -181,11 +288,15 @@ class RotarySelfAttention(keras.layers.Layer):
             scores = scores + ops.cast(attention_bias, softmax_dtype)
         probs = ops.cast(ops.softmax(scores, axis=-1), self.compute_dtype)  # (batch, heads, seq_q, seq_k)
         context = ops.matmul(self.probs_dropout(probs, training=training), value)  # (batch, heads, seq, head_size)
-        context = ops.transpose(context, (0, 2, 1, 3))  # (batch, seq, heads, head_size)
-        outputs = self.output_dense(ops.reshape(context, (-1, self.hidden_size)))  # (batch * seq, hidden)
-        outputs = ops.reshape(outputs, (batch_size, seq_length, self.hidden_size))  # (batch, seq, hidden)
-        outputs = self.output_dropout(outputs, training=training)
-        return (outputs, probs) if return_attention_scores else outputs
+        return context, probs
+
+    def _banded_attention(self, query, key, value, attention_mask, training):
+        """The sliding window in bands (`banded_attention`): the context `(batch, heads, seq, head_size)`."""
+        context, _ = banded_attention(
+            query, key, value, attention_mask, self.attention_window, scale=1.0 / self.head_size**0.5,
+            softmax_dtype=_softmax_dtype(self.compute_dtype),
+            dropout=lambda probs: self.probs_dropout(probs, training=training))
+        return context
 
     def compute_output_shape(self, input_shape):
         return input_shape
@@ -200,6 +311,7 @@ class RotarySelfAttention(keras.layers.Layer):
             "dropout": self.dropout,
             "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
             "bias_initializer": keras.initializers.serialize(self.bias_initializer),
+            "banded_min_length": self.banded_min_length,
         })
         return config
 
@@ -297,8 +409,10 @@ class ModernBertBlock(keras.layers.Layer):
 
     def call(self, inputs, attention_mask=None, attention_bias=None, training=None, return_attention_scores=False):
         x = inputs if self.attention_layer_norm is None else self.attention_layer_norm(inputs)
-        x, probs = self.attention(x, attention_mask=attention_mask, attention_bias=attention_bias, training=training,
-                                  return_attention_scores=True)
+        # Asked for probabilities only where the caller wants them: without, a local layer may attend in bands.
+        x = self.attention(x, attention_mask=attention_mask, attention_bias=attention_bias, training=training,
+                           return_attention_scores=return_attention_scores)
+        x, probs = x if return_attention_scores else (x, None)
         x = inputs + x  # (batch, seq, hidden)
         x = x + self.feed_forward(self.feed_forward_layer_norm(x), training=training)
         return (x, probs) if return_attention_scores else x
