@@ -79,13 +79,16 @@ class PreparedFolder:
 
     def path(self):
         """The entry to serve: found, or prepared now (TensorFlow); says which on standard error."""
+        try:
+            root = cache_root()
+        except OSError as error:
+            raise InputError(f"cannot make the cache of prepared folders: {error}") from None
+        check_private(root, "the cache of prepared folders")
         if self.cached():
-            check_private(cache_root(), "the cache of prepared folders")
             _tell(f"serving {self.folder} as prepared earlier, from {self.entry}")
             return self.entry
         _tell(f"preparing {self.folder} ({self.architecture}) once: reading it and exporting a {self.kind} to "
               f"{self.entry}")
-        check_private(cache_root(), "the cache of prepared folders")
         with working("predict", f"preparing {self.folder}"):
             try:
                 prepare(self.folder, self.kind, self.entry)

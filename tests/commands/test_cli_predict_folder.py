@@ -197,3 +197,15 @@ def test_family_folders_answer_as_the_pipelines(tmp_path, tweets, name, prefix):
             assert lone or (mine["start"], mine["end"]) == (theirs["start"], theirs["end"]), (text, mine, theirs)
             compared += 1
     assert compared >= 30
+
+
+def test_a_cache_others_may_write_is_refused_before_anything_runs(tmp_path):
+    folder = make_folder(tmp_path / "classifier", "BertForSequenceClassification", SENTIMENTS)
+    root = tmp_path / "cache" / "bert_keras" / "prepared"
+    root.mkdir(parents=True)
+    root.chmod(0o777)
+    done = _cli("--model", folder, "a text", cache=tmp_path / "cache")
+    assert done.returncode == 2, done.stderr[-3000:]
+    assert (f"bert-keras predict: refusing the cache of prepared folders {root}: its mode drwxrwxrwx lets group or "
+            "others write to it, so someone else could put a model of their own there") in done.stderr
+    assert "preparing" not in done.stderr and os.listdir(root) == []
