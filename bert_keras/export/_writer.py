@@ -57,6 +57,17 @@ def tokenizer_settings(preprocessor):
     return settings, {VOCABULARY_FILE: "".join(token + "\n" for token in tokenizer.vocabulary).encode("utf-8")}
 
 
+def output_names(model, names, argument, what, example):
+    """The names of the model's outputs as str: `names`, or the model's own `label_names` (a task built or fine-tuned
+    with them); a `ValueError` saying what to pass where neither is given."""
+    if names is None:
+        names = getattr(model, "label_names", None)
+        if names is None:
+            raise ValueError(f"Received no `{argument}`, and the model carries none: pass {what} in the order of its "
+                             f"outputs, e.g. {example}.")
+    return [str(name) for name in names]
+
+
 def ids_endpoints(outputs, padded_outputs=None):
     """The `serve_ids` endpoint of `outputs` and the `serve_ids_padded` one of `padded_outputs` (where given), each
     a function of the packed dict: a list of `(name, function, signature)`."""

@@ -15,7 +15,7 @@ import tensorflow as tf
 from bert_keras.dtypes import check_compute_dtype, compute_dtype
 from bert_keras.export import warmup
 from bert_keras.export._serving import XLA_LENGTHS, bucket, pad_to, trim_padding
-from bert_keras.export._writer import ids_endpoints, write_export
+from bert_keras.export._writer import ids_endpoints, output_names, write_export
 from bert_keras.export.kinds.classifier import ClassifierAnswers
 from bert_keras.export.loaded import LoadedExport
 from bert_keras.export.manifest import CLASSIFIER
@@ -175,12 +175,8 @@ def export_classifier(model, export_dir, label_names=None, overwrite=False, extr
     """
     export_dir = os.fspath(export_dir)
     check_compute_dtype(dtype)
-    if label_names is None:
-        label_names = getattr(model, "label_names", None)
-        if label_names is None:
-            raise ValueError("Received no `label_names`, and the model carries none: pass the class names in the "
-                             "order of its outputs, e.g. export_classifier(model, export_dir, ['negative', 'positive']).")
-    label_names = [str(name) for name in label_names]
+    label_names = output_names(model, label_names, "label_names", "the class names",
+                               "export_classifier(model, export_dir, ['negative', 'positive'])")
     num_outputs = model.outputs[0].shape[-1]
     if num_outputs != len(label_names):
         raise ValueError(

@@ -18,7 +18,7 @@ from bert_keras._checks import check_int
 from bert_keras.dtypes import check_compute_dtype, compute_dtype
 from bert_keras.export import warmup
 from bert_keras.export._serving import WINDOWS_PER_CALL, XLA_LENGTHS, bucket, in_chunks, pad_to, trim_padding
-from bert_keras.export._writer import ids_endpoints, tokenizer_kind, write_export
+from bert_keras.export._writer import ids_endpoints, output_names, tokenizer_kind, write_export
 from bert_keras.export.entity_groups import AGGREGATIONS, check_aggregation
 # OUTPUTS: what `serving_default` returns; a directory whose signature lacks one of these is not a tagger export.
 from bert_keras.export.kinds.tagger import OUTPUTS, TaggerAnswers, piece_rows
@@ -221,12 +221,8 @@ def export_tagger(model, export_dir, tag_names=None, overwrite=False, extra_asse
     check_aggregation(aggregation)
     tokenizer = _check_tagger(model)
     stride = check_stride(stride, model.preprocessor.seq_length)
-    if tag_names is None:
-        tag_names = getattr(model, "label_names", None)
-        if tag_names is None:
-            raise ValueError("Received no `tag_names`, and the model carries none: pass the tags in the order of its "
-                             "outputs, e.g. export_tagger(model, export_dir, ['O', 'B-PER', 'I-PER']).")
-    tag_names = [str(name) for name in tag_names]
+    tag_names = output_names(model, tag_names, "tag_names", "the tags",
+                             "export_tagger(model, export_dir, ['O', 'B-PER', 'I-PER'])")
     if len(tag_names) != model.num_classes or len(set(tag_names)) != len(tag_names):
         raise ValueError(f"Received an invalid value for argument `tag_names`, expected {model.num_classes} distinct "
                          f"names (the model's outputs). Received: tag_names={tag_names!r}")
