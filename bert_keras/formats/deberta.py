@@ -39,9 +39,9 @@ logger = logging.getLogger("bert_keras.checkpoints")
 
 MODEL_TYPE = "deberta-v2"  # DeBERTa-v3 is saved as a DeBERTa-v2 model
 ENCODER_KIND = "deberta"
-# DeBERTa-v3's tokenizer (a SentencePiece Unigram with [CLS]/[SEP] and its own normalizer) has no class here yet:
-# the reader records none, and `load_pretrained` returns the encoder without a tokenizer.
-TOKENIZER_KIND = None
+# DeBERTa-v3's tokenizer.json (a SentencePiece Unigram with [CLS]/[SEP] and its own normalizer):
+# `bert_keras.text.DebertaV3Tokenizer`.
+TOKENIZER_KIND = "deberta_unigram"
 # Our argument -> DebertaV2Config's key, for the sizes and numbers `encoder_kwargs` checks.
 CONFIG_KEYS = {
     "vocab_size": "vocab_size",

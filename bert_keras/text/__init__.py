@@ -13,6 +13,7 @@ _HOMES = {
     "pack_inputs": "bert_keras.text.packer",
     "BertPreprocessor": "bert_keras.text.preprocessor",
     "BytePairTokenizer": "bert_keras.text.byte_bpe",
+    "DebertaV3Tokenizer": "bert_keras.text.deberta_tokenizer",
     "SentencePieceTokenizer": "bert_keras.text.sentencepiece",
     "TOKENIZER_KINDS": "bert_keras.text.kinds",
     "Tokenizer": "bert_keras.text.base",

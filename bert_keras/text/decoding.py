@@ -132,6 +132,8 @@ DECODINGS = {cls.kind: cls for cls in (WordPieceDecoding, SentencePieceDecoding,
 DECODINGS["unigram"] = SentencePieceDecoding
 # ModernBERT's byte-level BPE pieces spell text as RoBERTa's (tokenizers' ByteLevel decoder).
 DECODINGS["modernbert_bpe"] = BytePairDecoding
+# DeBERTa-v3's Unigram pieces spell text as ALBERT's (tokenizers' Metaspace decoder).
+DECODINGS["deberta_unigram"] = SentencePieceDecoding
 
 
 def decoding_of(kind):

@@ -2,13 +2,14 @@
 
 A kind is the name an export's manifest, a checkpoint reader and a Hub
 module's assets record (`"wordpiece"`, `"sentencepiece"`, `"byte_bpe"`,
-`"unigram"`);
+`"unigram"`, `"modernbert_bpe"`, `"deberta_unigram"`);
 `tokenizer_class(kind)` turns it back into the class, which answers
 everything else about the kind (`bert_keras.text.base.Tokenizer`). A new
 tokenizer is one class here.
 """
 
 from bert_keras.text.byte_bpe import BytePairTokenizer
+from bert_keras.text.deberta_tokenizer import DebertaV3Tokenizer
 from bert_keras.text.modernbert_tokenizer import ModernBertTokenizer
 from bert_keras.text.sentencepiece import SentencePieceTokenizer
 from bert_keras.text.tokenizer import WordPieceTokenizer
@@ -16,7 +17,7 @@ from bert_keras.text.unigram_tokenizer import UnigramTokenizer
 
 # The classes, in the order their kinds are listed (WordPiece first: the kind of a record that names none).
 TOKENIZER_CLASSES = (WordPieceTokenizer, SentencePieceTokenizer, BytePairTokenizer, UnigramTokenizer,
-                     ModernBertTokenizer)
+                     ModernBertTokenizer, DebertaV3Tokenizer)
 TOKENIZER_KINDS = tuple(cls.kind for cls in TOKENIZER_CLASSES)
 _BY_KIND = {cls.kind: cls for cls in TOKENIZER_CLASSES}
 

@@ -23,6 +23,7 @@ from bert_keras.layers.relative_positions import relative_position_buckets
 from bert_keras.models import DebertaV3Encoder
 from bert_keras.tasks import END_LOGITS, START_LOGITS, BertClassifier, BertSpanLabeler, BertTokenClassifier
 from tests.checkpoints._models import perturb_torch
+from tests.text.deberta_tokenizers import write_deberta_tokenizer
 
 # DeBERTa-v3's kind (relative attention with log buckets, shared keys, a LayerNorm-ed relative table, no absolute
 # positions, no segments), small: buckets matter from 8 tokens on, the log scale ends at 64.
@@ -33,8 +34,14 @@ CONFIG = dict(vocab_size=120, hidden_size=64, num_hidden_layers=2, num_attention
 LENGTHS = (70, 9, 33)  # 70 > max_relative_positions: the farthest buckets are clipped to the table
 
 
-def save_deberta(folder, model_class="DebertaV2Model", seed=0, **overrides):
-    """A random DeBERTa of transformers' own class (every weight perturbed: LayerNorms are not ones), saved."""
+TOKENIZER_TEXTS = ["the quick brown fox jumps over the lazy dog", "pack my box with five dozen liquor jugs"] * 30
+
+
+def save_deberta(folder, model_class="DebertaV2Model", seed=0, tokenizer=True, **overrides):
+    """A random DeBERTa of transformers' own class (every weight perturbed: LayerNorms are not ones), saved with a
+    small DeBERTa-v3 tokenizer (`tokenizer`; its ids are within the vocabulary)."""
+    if tokenizer:
+        write_deberta_tokenizer(folder, TOKENIZER_TEXTS, size=CONFIG["vocab_size"] - 1)
     torch.manual_seed(seed)
     model = getattr(transformers, model_class)(transformers.DebertaV2Config(**dict(CONFIG, **overrides)))
     perturb_torch(model, seed=seed)
@@ -45,7 +52,7 @@ def save_deberta(folder, model_class="DebertaV2Model", seed=0, **overrides):
 @pytest.fixture(scope="module")
 def folder(tmp_path_factory):
     path = tmp_path_factory.mktemp("deberta")
-    save_deberta(path)
+    save_deberta(path, tokenizer=False)
     return path
 
 
@@ -236,15 +243,24 @@ def test_load_checkpoint_builds_the_deberta_encoder(folder, encoder):
                                np.asarray(ours(encoder, ids, mask, types)["sequence_output"]), atol=1e-6)
 
 
-def test_load_pretrained_returns_the_encoder_without_a_tokenizer_yet(folder, encoder):
-    """DeBERTa-v3's tokenizer has no class here yet: the folder's encoder comes back alone, fed ids."""
-    pretrained = load_pretrained(str(folder))
-    assert isinstance(pretrained.encoder, DebertaV3Encoder) and pretrained.format == "huggingface"
-    assert pretrained.tokenizer is None and pretrained.preprocessor is None and pretrained.seq_length is None
-    assert pretrained.loaded.tokenizer_kind is None and pretrained.encoder.max_sequence_length == 512
+def test_load_pretrained_of_a_folder_without_its_tokenizer_names_what_is_missing(folder):
+    """DeBERTa-v3's tokenizer is read from the folder's tokenizer.json (tests/checkpoints/test_deberta_workflows.py):
+    a folder of weights alone is told so, as every family's."""
+    with pytest.raises(ValueError, match=r"has no deberta_unigram.model, which its deberta_unigram tokenizer is read "
+                                         r"from.*\(or its tokenizer.json\)"):
+        load_pretrained(str(folder))
+    assert load_checkpoint(str(folder)).tokenizer_kind == "deberta_unigram"
 
 
 LABELS = {0: "negative", 1: "neutral", 2: "positive"}
+
+
+def on_ids(task, bare):
+    """`bare` (the same task on `task`'s encoder, without a preprocessor: fed the Hub dict of ids) with `task`'s head."""
+    for name in ("classifier_head", "span_head"):
+        if hasattr(task, name):
+            getattr(bare, name).set_weights(getattr(task, name).get_weights())
+    return bare
 
 
 def test_sequence_classifier_gives_transformers_probabilities(tmp_path):
@@ -255,8 +271,9 @@ def test_sequence_classifier_gives_transformers_probabilities(tmp_path):
     ids, mask, types = padded_batch()
     with torch.no_grad():
         logits = model(input_ids=torch.tensor(ids, dtype=torch.long), attention_mask=torch.tensor(mask)).logits
-    classifier = BertClassifier.from_checkpoint(str(tmp_path), activation="softmax")
-    assert isinstance(classifier.encoder, DebertaV3Encoder) and classifier.label_names == list(LABELS.values())
+    read = BertClassifier.from_checkpoint(str(tmp_path), activation="softmax")
+    assert isinstance(read.encoder, DebertaV3Encoder) and read.label_names == list(LABELS.values())
+    classifier = on_ids(read, BertClassifier(read.encoder, num_classes=3, activation="softmax"))
     probabilities = np.asarray(classifier({"input_word_ids": ids, "input_mask": mask, "input_type_ids": types}))
     np.testing.assert_allclose(probabilities, torch.softmax(logits, -1).numpy(), atol=1e-4)
 
@@ -266,7 +283,8 @@ def test_token_classifier_gives_transformers_logits(tmp_path):
     ids, mask, types = padded_batch()
     with torch.no_grad():
         logits = model(input_ids=torch.tensor(ids, dtype=torch.long), attention_mask=torch.tensor(mask)).logits
-    tagger = BertTokenClassifier.from_checkpoint(str(tmp_path))
+    read = BertTokenClassifier.from_checkpoint(str(tmp_path))
+    tagger = on_ids(read, BertTokenClassifier(read.encoder, num_classes=5))
     ours_logits = tagger({"input_word_ids": ids, "input_mask": mask, "input_type_ids": types})
     assert max_difference(ours_logits, logits.numpy(), mask) < 1e-4
 
@@ -279,7 +297,8 @@ def test_question_answering_head_gives_transformers_start_and_end_logits(tmp_pat
     # The reader answers in the second segment (and [CLS]): its logits elsewhere are masked. DeBERTa-v3 has no segment
     # table, so the segment ids change nothing else.
     context = (np.arange(ids.shape[1])[None, :] >= 4).astype("int32") * mask
-    outputs = BertSpanLabeler.from_checkpoint(str(tmp_path))({"input_word_ids": ids, "input_mask": mask,
+    read = BertSpanLabeler.from_checkpoint(str(tmp_path))
+    outputs = on_ids(read, BertSpanLabeler(read.encoder))({"input_word_ids": ids, "input_mask": mask,
                                                                "input_type_ids": context})
     answerable = np.asarray(outputs[START_LOGITS]) > -1e8
     assert answerable.sum() >= context.sum() - len(LENGTHS)  # the context, less each row's final [SEP]

@@ -23,6 +23,7 @@ from bert_keras.text.folders import read_folder, tokenizer_from_folder
 from bert_keras.text.kinds import kind_of_assets, kind_of_pieces
 from bert_keras.text.modernbert_tokenizer import ModernBertTokenizer
 from bert_keras.text.unigram_tokenizer import UnigramTokenizer
+from bert_keras.text.deberta_tokenizer import DebertaV3Tokenizer
 from bert_keras.text.packer import pack_inputs
 
 SAVED_BEFORE = os.path.join(os.path.dirname(__file__), "data", "saved_before_one_base")
@@ -51,14 +52,16 @@ def tokenizers(proto):
 
 
 def test_the_registry_maps_each_kind_to_its_class_and_refuses_others():
-    assert TOKENIZER_KINDS == ("wordpiece", "sentencepiece", "byte_bpe", "unigram", "modernbert_bpe")
+    assert TOKENIZER_KINDS == ("wordpiece", "sentencepiece", "byte_bpe", "unigram", "modernbert_bpe",
+                               "deberta_unigram")
     classes = [tokenizer_class(kind) for kind in TOKENIZER_KINDS]
     assert classes == [WordPieceTokenizer, SentencePieceTokenizer, BytePairTokenizer, UnigramTokenizer,
-                       ModernBertTokenizer]
+                       ModernBertTokenizer, DebertaV3Tokenizer]
     assert [cls.kind for cls in classes] == list(TOKENIZER_KINDS)
     assert all(issubclass(cls, Tokenizer) for cls in classes)
     with pytest.raises(ValueError, match=r"argument `kind`, expected one of \['wordpiece', 'sentencepiece', "
-                                         r"'byte_bpe', 'unigram', 'modernbert_bpe'\]. Received: kind='bpe'"):
+                                         r"'byte_bpe', 'unigram', 'modernbert_bpe', 'deberta_unigram'\]. "
+                                         r"Received: kind='bpe'"):
         tokenizer_class("bpe")
 
 
@@ -78,7 +81,7 @@ def test_each_kind_names_its_files_and_options():
     assert WordPieceTokenizer.files == {"vocab_file": "vocab.txt"}
     assert SentencePieceTokenizer.files == {"sp_model_file": "spiece.model"}
     assert BytePairTokenizer.files == {"vocab_file": "vocab.json", "merges_file": "merges.txt"}
-    assert [tokenizer_class(kind).lower_cases() for kind in TOKENIZER_KINDS] == [True, True, False, False, False]
+    assert [tokenizer_class(kind).lower_cases() for kind in TOKENIZER_KINDS] == [True, True, False, False, False, False]
     # A Hub module's asset attributes name the kind: the one with the most attributes where several fit.
     assert [kind_of_assets(names) for names in (["vocab_file"], ["sp_model_file", "do_lower_case"],
                                                 ["vocab_file", "merges_file"], ["merges_file"])] == \

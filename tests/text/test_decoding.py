@@ -29,7 +29,7 @@ def test_every_tokenizer_kind_has_its_decoding_and_reads_pieces_as_its_class():
                                                                                                  end)
     assert decoding_of("byte_bpe").tokens_to_string(TOKENS["byte_bpe"][:3]) == " New Yorker"
     with pytest.raises(ValueError, match=r"expected one of \['wordpiece', 'sentencepiece', 'byte_bpe', 'unigram', "
-                                         r"'modernbert_bpe'\]. "
+                                         r"'modernbert_bpe', 'deberta_unigram'\]. "
                                          r"Received: kind='bpe'"):
         decoding_of("bpe")
 
