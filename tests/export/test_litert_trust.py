@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from bert_keras.export.manifest import ExportError
+from bert_keras.text.decoding import DECODINGS
 from tests.export.test_litert import TAGS, TEXTS, _cli, _fake_export, classifier, tagger  # noqa: F401 (fixtures)
 
 pytest.importorskip("ai_edge_litert")
@@ -236,7 +237,9 @@ def test_the_record_holds_the_files_sha256_and_a_damaged_file_of_the_same_size_i
     ("label_names", ["neg", "neu", "pos", "other"], "`label_names` holds 4 names for the file's 3 outputs"),
     ("kind", "reader", r"`kind` holds 'reader'; expected one of \['classifier', 'tagger', 'sentence_encoder'\]"),
     ("tokenizer", "wordpiece", "`tokenizer` holds 'wordpiece'; expected a JSON object"),
-    ("tokenizer", {"kind": "morse"}, "`tokenizer.kind` holds 'morse'; expected one of 'wordpiece', 'sentencepiece', 'byte_bpe'"),
+    # Every kind of text.decoding's table, as it grows (unigram, modernbert_bpe, ...).
+    ("tokenizer", {"kind": "morse"}, "`tokenizer.kind` holds 'morse'; expected one of "
+                                     + ", ".join(repr(kind) for kind in DECODINGS)),
     ("strings", "yes", r"`strings` holds 'yes'; expected one of \[True, False\]"),
 ])
 def test_every_value_of_the_record_is_checked_in_the_records_words(classifier, tmp_path, field, value, named):
