@@ -5,7 +5,7 @@ A folder transformers saved (config.json naming a `*ForSequenceClassification`, 
 (`from_checkpoint`: the head and config.json's `id2label`), exported by `export_classifier`, `export_tagger` or
 `export_reader` into a cache entry, and served from there as any export, through `predict`'s one sequence. The entry
 is keyed by the folder's files (config.json and the tokenizer's by content, the weights by size and modification
-time): a folder changed since is prepared again.
+time): a folder changed since is prepared again, and the entry of its earlier files removed.
 
 What `pipeline(model=FOLDER)` does by default, the export does: a classifier answers the softmax of its logits over
 the folder's whole length (`tokenizer_config.json`'s `model_max_length`, else the encoder's positions); a tagger's
@@ -39,6 +39,8 @@ WEIGHT_SUFFIXES = (".safetensors", ".bin", ".h5", ".msgpack", ".pt", ".pth", ".c
 _CONTENT_LIMIT = 64 << 20
 # What a cache entry is made of, besides the folder's files: a new way of preparing makes new entries.
 PREPARED_FORMAT = 1
+# In an entry's assets.extra/: the folder it was prepared from (and its labels), so that a newer entry replaces it.
+ORIGIN_FILE = "prepared_from.json"
 
 
 def is_transformers_folder(path):
@@ -98,7 +100,9 @@ class PreparedFolder:
                                      "remove it and run again.") from None
             except (OSError, ValueError) as error:
                 raise InputError(f"cannot prepare {self.folder} in {self.entry}: {error}") from None
-        _tell(f"prepared; later runs on {self.folder} reuse {self.entry} until its files change")
+        removed = remove_earlier(self.folder, self.entry)
+        _tell(f"prepared; later runs on {self.folder} reuse {self.entry} until its files change"
+              + (f" (removed {removed} entry(ies) of its earlier files)" if removed else ""))
         return self.entry
 
 
@@ -228,7 +232,7 @@ def prepare(folder, kind, entry):
     from bert_keras.export import export_classifier, export_reader, export_tagger  # TensorFlow: after the checks
 
     task = _task(folder, kind)
-    origin = {"prepared_from.json": {"folder": os.path.abspath(folder), "label_names": getattr(task, "label_names", None)}}
+    origin = {ORIGIN_FILE: {"folder": os.path.abspath(folder), "label_names": getattr(task, "label_names", None)}}
     if kind == CLASSIFIER:
         export_classifier(task, entry, extra_assets=origin)
     elif kind == TAGGER:
@@ -257,6 +261,29 @@ def _task(folder, kind):
         raise InputError(f"{folder}: bert_keras does not read this family's tokenizer yet, so it cannot serve raw "
                          "text from it. Serve it with transformers' pipeline.")
     return _full_length(task, folder) if kind == CLASSIFIER else task
+
+
+def remove_earlier(folder, entry):
+    """Removes the cache's other entries prepared from `folder` (of files since changed: never served again).
+
+    Each entry records its folder (`assets.extra/prepared_from.json`); only exports the package wrote go
+    (`_files.remove_output`). Returns how many were removed.
+    """
+    from bert_keras._files import remove_output  # TensorFlow: loaded by the preparing already
+
+    root, source, removed = os.path.dirname(entry), os.path.abspath(folder), 0
+    for name in sorted(os.listdir(root)):
+        path = os.path.join(root, name)
+        if path == entry or name.startswith(".") or not _is_finished(path):
+            continue
+        try:
+            with open(os.path.join(path, "assets.extra", ORIGIN_FILE), encoding="utf-8") as f:
+                origin = json.load(f)
+        except (OSError, ValueError, RecursionError):
+            continue
+        if isinstance(origin, dict) and origin.get("folder") == source:
+            removed += bool(remove_output(path, (CLASSIFIER, TAGGER, READER)))
+    return removed
 
 
 def _full_length(classifier, folder):
