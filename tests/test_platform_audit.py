@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from bert_keras._platform import native, tflite_file
+from bert_keras._platform import native, text_models, tflite_file
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent / "bert_keras"
 PLATFORM = ROOT / "_platform"
@@ -24,8 +24,6 @@ PLATFORM_SUFFIXES = ("schema_py_generated",)
 # Platform-specific code outside the folder, each with its reason; the list only shrinks.
 ALLOWED = {
     "_native_log.py": {"import importlib.abc", "sys.meta_path"},  # to move into _platform/native_log.py
-    "export/_litert_table.py": {"import flatbuffers"},  # its normalizer model's builder: to _platform/text_models.py
-    "export/litert_engine.py": {"import ctypes"},  # its kernel loading: to _platform.native.load_text_kernels
 }
 
 
@@ -150,3 +148,22 @@ def test_a_converted_packing_condition_takes_its_gather_branch_after_the_rewrite
     mask = np.array([[1, 1, 0], [1, 0, 0]], "int32")
     out = next(iter(runner(x=x, mask=mask).values()))
     np.testing.assert_array_equal(out, x * 2.0 * mask[..., None])
+
+
+# --- text_models: tensorflow-text's normalizer model and darts-clone's trie -------------------------------------
+
+
+def test_the_double_array_finds_every_key_and_no_other():
+    keys = sorted({chr(point).encode("utf-8") for point in (65, 66, 233, 0x2019, 0x1F600, 0x4E00, 0x4E01)})
+    array = text_models.double_array(keys, list(range(10, 10 + len(keys))))
+    assert [text_models.lookup(array, key) for key in keys] == list(range(10, 10 + len(keys)))
+    assert text_models.lookup(array, b"C") is None and text_models.lookup(array, "\u4e02".encode()) is None
+
+
+def test_a_normalizer_model_built_here_normalizes_in_tensorflow_texts_kernel():
+    import tensorflow_text as tf_text
+
+    table = {ord("A"): b"a", 0xE9: b"e", 0x2019: b"'", 0xAD: b"", 0: b""}  # upper case, accent, quote, soft hyphen
+    normalizer = tf_text.FastBertNormalizer(model_buffer=text_models.normalizer_model_buffer(table, False))
+    text = "A caf\u00e9\u2019s co\u00adop\u0000"
+    assert normalizer.normalize(tf.constant([text])).numpy().tolist() == [b"a cafe's coop"]

@@ -8,9 +8,6 @@ kind answers through the same code as its SavedModel export
 (`export.kinds`): `LiteRTClassifier`, `LiteRTTagger`, `LiteRTSentenceEncoder`.
 """
 
-import ctypes
-import importlib
-import importlib.util
 import logging
 import os
 import threading
@@ -19,6 +16,7 @@ import numpy as np
 
 from bert_keras._checks import check_int
 from bert_keras._native_log import NativeLogFilter
+from bert_keras._platform.native import load_text_kernels
 from bert_keras.export.engine import Engine
 from bert_keras.export.entity_groups import check_aggregation  # no TensorFlow (text.decoding)
 from bert_keras.export.kinds.classifier import ClassifierAnswers
@@ -32,8 +30,6 @@ from bert_keras.predictions import text_list
 
 logger = logging.getLogger(__name__)
 
-# tensorflow-text's registerers of those kernels, C symbols of its pybinds library.
-_REGISTERERS = ("AddFastBertNormalize", "AddFastWordpieceTokenize", "AddByteSplit")
 # A tagger's windows per `serve_ids` call: one long text holds one call's activations, however many windows it makes
 # (the SavedModel tagger's `_serving.WINDOWS_PER_CALL`, which this module cannot import: it imports TensorFlow).
 WINDOWS_PER_CALL = 64
@@ -45,25 +41,11 @@ _PIECES_PER_CHARACTER = 18
 
 def _text_kernels():
     """tensorflow-text's LiteRT kernels, registered by name from its shared library, without importing TensorFlow
-    (the library links TensorFlow's framework library, loaded first); the registrar module's functions otherwise."""
-    # Python's OpenSSL modules first: TensorFlow's libraries, loaded globally below, carry BoringSSL's symbols, which
-    # `_hashlib` and `_ssl` would bind to if loaded after them (a segmentation fault at `import hashlib`, which
-    # `import tensorflow` does).
-    for name in ("hashlib", "ssl"):
-        try:
-            importlib.import_module(name)
-        except ImportError:  # a Python built without OpenSSL: nothing to bind
-            pass
+    (`_platform.native.load_text_kernels`); the registrar module's functions where that library is not found."""
     try:
-        tf_spec, text_spec = importlib.util.find_spec("tensorflow"), importlib.util.find_spec("tensorflow_text")
-        framework = os.path.join(tf_spec.submodule_search_locations[0], "libtensorflow_framework.so.2")
-        kernels = os.path.join(text_spec.submodule_search_locations[0], "core", "pybinds",
-                               "libpybinds_library_common.so")
         with NativeLogFilter():  # the libraries' start-up lines in absl's format ("oneDNN custom operations are on")
-            ctypes.CDLL(framework, mode=ctypes.RTLD_GLOBAL)
-            ctypes.CDLL(kernels, mode=ctypes.RTLD_GLOBAL)
-        return list(_REGISTERERS)
-    except (AttributeError, TypeError, IndexError, OSError) as error:
+            return load_text_kernels()
+    except OSError as error:
         logger.info("Registering tensorflow-text's kernels through its module (%s)", error)
         from tensorflow_text import tflite_registrar
 
