@@ -2,7 +2,7 @@
 
 from bert_keras._backend import check_backend as _check_backend
 from bert_keras._backend import configured_backend as _configured_backend
-from bert_keras._native_log import quiet_tensorflow_import as _quiet_tensorflow_import
+from bert_keras._platform.native_log import quiet_tensorflow_import as _quiet_tensorflow_import
 
 _check_backend(_configured_backend())
 # TensorFlow's C++ start-up lines (CUDA, oneDNN, absl) stay off a Python user's terminal, as off the command

@@ -11,7 +11,7 @@ import re
 import sys
 
 from bert_keras import __version__  # bert_keras' __init__ imports no TensorFlow: --help stays fast
-from bert_keras._native_log import NativeLogFilter, freeze_tensorflow_import
+from bert_keras._platform.native_log import NativeLogFilter, freeze_tensorflow_import
 from bert_keras.commands import (convert, demo, embed, evaluate, explain, finetune, litert, predict, presets, pretrain,
                                  search)
 from bert_keras.commands._common import CommandParser, UsageError, fail, set_quiet, verbosity_arguments

@@ -61,8 +61,8 @@ def compute_dtype(model, dtype):
     if check_compute_dtype(dtype) == "float32":
         yield model
         return
-    # Imported here: _keras_compat loads TensorFlow, which importing this module must not (see the docstring).
-    from bert_keras._keras_compat import all_layers
+    # Imported here: _platform.keras_private loads TensorFlow, which importing this module must not (see the docstring).
+    from bert_keras._platform.keras_private import all_layers
 
     layers = all_layers(model)
     policies = [layer.dtype_policy for layer in layers]

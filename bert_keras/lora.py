@@ -5,7 +5,7 @@ adapters. Each projection is a `bert_keras.layers.LoraDense` (a Keras
 `Dense` with Keras' own `enable_lora`), which then computes
 `x @ (kernel + alpha / rank * A @ B)` with `A` `(in, rank)` (He-uniform)
 and `B` `(rank, out)` (zeros, so the encoder starts out unchanged). Every
-other encoder variable is frozen for good (`_keras_compat.freeze_for_good`:
+other encoder variable is frozen for good (`keras_private.freeze_for_good`:
 Keras has no public freeze that outlasts `layer.trainable = True`), so that
 fine-tuning's phase 2 (`encoder.trainable = True`) trains the adapters (and
 the head) only, and phase 1 (`encoder.trainable = False`) the head alone.
@@ -39,7 +39,7 @@ from safetensors.numpy import load_file, save_file
 from bert_keras import hub
 from bert_keras._checks import check_choice, check_int, check_positive_float, check_positive_int
 from bert_keras._files import read_marker, staged_directory
-from bert_keras._keras_compat import freeze_for_good, thaw
+from bert_keras._platform.keras_private import freeze_for_good, thaw
 from bert_keras.formats.sources import read_safetensors_header
 from bert_keras.encoder import BertEncoder
 

@@ -13,7 +13,7 @@ import math
 import keras
 import tensorflow as tf
 
-from bert_keras._keras_compat import GlobalClipAdamW
+from bert_keras._platform.keras_private import GlobalClipAdamW
 from bert_keras._checks import check_choice, check_float, check_int, check_positive_float, check_positive_int
 
 DECAYS = ("linear", "cosine")
@@ -82,7 +82,7 @@ class BertAdamW(GlobalClipAdamW):
     Names excluded with `exclude_from_weight_decay` are excluded as well.
     Under several replicas, `global_clipnorm` clips the norm of the whole
     batch's gradient, as on one replica (the overrides that do both are in
-    `bert_keras._keras_compat.GlobalClipAdamW`: Keras has no public hook).
+    `bert_keras._platform.keras_private.GlobalClipAdamW`: Keras has no public hook).
     """
 
 

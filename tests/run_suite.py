@@ -88,7 +88,7 @@ DEFAULT_PEAK_GB = 2.0
 BUNDLES = [
     ["tests/test_datasets.py", "tests/test_datasets_hostile.py", "tests/test_datasets_readers.py",
      "tests/export/test_export.py", "tests/test_files.py", "tests/test_fuzz_readers.py", "tests/test_heads.py",
-     "tests/test_keras_compat.py", "tests/test_layering.py", "tests/test_lora_hostile.py",
+     "tests/test_platform.py", "tests/test_layering.py", "tests/test_lora_hostile.py",
      "tests/commands/test_quiet_commands.py", "tests/test_run_suite.py", "tests/test_soak.py"],
 ]
 # Directories whose files are groups of their own, as the top-level files are: they mirror a package

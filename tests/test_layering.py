@@ -10,7 +10,7 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent / "bert_keras"
 
 # The layers, first to last (README, "API map"). A module may import its own layer's and earlier layers' modules.
 LAYERS = [
-    ["_backend", "_platform", "_checks", "_contract", "_keras_compat", "_faults", "_files", "_locks", "_native_log", "dtypes", "cluster"],
+    ["_backend", "_platform", "_checks", "_contract", "_faults", "_files", "_locks", "dtypes", "cluster"],
     ["layers"],
     ["presets"],
     ["text"],

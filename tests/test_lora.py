@@ -394,7 +394,7 @@ def _private_uses(source):
 
 @pytest.mark.parametrize("module", [lora, lora_dense])
 def test_lora_uses_public_keras_api_only(module):
-    """The private API LoRA needs (a freeze `trainable = True` cannot undo) lives in `_keras_compat`, nowhere else."""
+    """The private API LoRA needs (a freeze `trainable = True` cannot undo) lives in `_platform.keras_private`, nowhere else."""
     assert _private_uses(inspect.getsource(module)) == []
 
 

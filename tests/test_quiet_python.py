@@ -9,7 +9,7 @@ import pytest
 from tensorflow.core.protobuf import saved_model_pb2
 
 from bert_keras import BertEncoder
-from bert_keras._native_log import is_native_log_line
+from bert_keras._platform.native_log import is_native_log_line
 from bert_keras.export import export_classifier
 from bert_keras.tasks import BertClassifier
 from bert_keras.text import BertPreprocessor
@@ -109,7 +109,7 @@ def test_the_first_import_of_tensorflow_is_quiet_and_leaves_everything_else_as_i
 
 FROZEN_USER = """
 import gc, os, sys
-from bert_keras._native_log import freeze_tensorflow_import
+from bert_keras._platform.native_log import freeze_tensorflow_import
 if sys.argv[1] == "cli":
     freeze_tensorflow_import()
 import keras  # as `bert-keras embed` does: Keras first, which imports TensorFlow, then its own optional parts

@@ -13,7 +13,7 @@ import tensorflow as tf
 
 from bert_keras._contract import INPUT_KEYS
 from bert_keras._files import directory_under, staged_directory
-from bert_keras._keras_compat import variables_once, write_archive
+from bert_keras._platform.keras_private import variables_once, write_archive
 from bert_keras.export import warmup
 from bert_keras.export.manifest import ASSETS_EXTRA, manifest, write_manifest
 from bert_keras.text.base import Tokenizer

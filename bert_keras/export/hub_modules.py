@@ -14,7 +14,7 @@ import tensorflow as tf
 from bert_keras._contract import ARCHITECTURE_FILE
 from bert_keras._faults import fault_point
 from bert_keras._files import directory_under, staged_directory
-from bert_keras._keras_compat import traced_as_saved
+from bert_keras._platform.keras_private import traced_as_saved
 from bert_keras.dtypes import check_compute_dtype, compute_dtype
 from bert_keras.encoder import INPUT_KEYS
 from bert_keras.formats.hub_module import (ENCODER_DIR, PREPROCESS_DIR, TOKENIZER_CONFIG_FILE,  # noqa: F401
@@ -76,7 +76,7 @@ def _mlm_outputs(pretrainer, inputs, training):
 
 
 def _trace(module, spec):
-    # As the save traces them, so that it reuses these traces (see `_keras_compat.traced_as_saved`).
+    # As the save traces them, so that it reuses these traces (see `keras_private.traced_as_saved`).
     with traced_as_saved():
         for training in (False, True):
             module.__call__.get_concrete_function(spec, training=training)

@@ -15,7 +15,7 @@ import threading
 import numpy as np
 
 from bert_keras._checks import check_int
-from bert_keras._native_log import NativeLogFilter
+from bert_keras._platform.native_log import NativeLogFilter
 from bert_keras._platform.native import load_text_kernels
 from bert_keras.export.engine import Engine
 from bert_keras.export.entity_groups import check_aggregation  # no TensorFlow (text.decoding)

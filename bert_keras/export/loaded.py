@@ -17,7 +17,7 @@ import time
 
 import tensorflow as tf
 
-from bert_keras._keras_compat import functions_unoptimized, saved_model_without
+from bert_keras._platform.keras_private import functions_unoptimized, saved_model_without
 from bert_keras.export import warmup
 from bert_keras.export.engine import Engine
 from bert_keras.export.manifest import ExportError, read_manifest, wrong_kind

@@ -6,7 +6,7 @@ import re
 import keras
 import tensorflow as tf
 
-from bert_keras._keras_compat import ExistingVariable, track_variable
+from bert_keras._platform.keras_private import ExistingVariable, track_variable
 from bert_keras.hub.loader import check_safe_mode, describe, load
 
 

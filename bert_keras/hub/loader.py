@@ -39,7 +39,7 @@ import zlib
 import tensorflow as tf
 
 from bert_keras._checks import check_regular_file
-from bert_keras._keras_compat import in_safe_mode
+from bert_keras._platform.keras_private import in_safe_mode
 from bert_keras._files import MARKER, OutputLockedError, read_marker, staged_directory
 
 logger = logging.getLogger(__name__)

@@ -5,7 +5,7 @@ import tensorflow as tf
 from keras import ops
 
 from bert_keras._checks import check_positive_int, check_rate
-from bert_keras._keras_compat import onednn_enabled
+from bert_keras._platform.keras_private import onednn_enabled
 from bert_keras.layers._utils import clone_initializer
 from bert_keras.layers.dropout import Dropout, dropout_keep_mask, next_seed
 from bert_keras.layers.lora_dense import LoraDense

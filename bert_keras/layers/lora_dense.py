@@ -7,7 +7,7 @@ import keras
 import numpy as np
 from keras import ops
 
-from bert_keras._keras_compat import freeze_for_good, thaw
+from bert_keras._platform.keras_private import freeze_for_good, thaw
 
 
 @keras.saving.register_keras_serializable(package="bert_keras")

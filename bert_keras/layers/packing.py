@@ -22,7 +22,7 @@ are then reshapes (one `tf.cond` each).
 import keras
 import tensorflow as tf
 
-from bert_keras._keras_compat import in_xla_context
+from bert_keras._platform.keras_private import in_xla_context
 
 
 def packed_token_index(input_mask):

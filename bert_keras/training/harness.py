@@ -9,7 +9,7 @@ model inside `harness.building(dtype)`, compile with `harness.compile` and
 train each phase with `harness.fit`.
 
 Models are plain Keras models. What Keras 3's `fit` lacks under a strategy of
-several replicas (keras#20585: `_keras_compat.strategy_fit`) is applied here,
+several replicas (keras#20585: `keras_private.strategy_fit`) is applied here,
 to the model being fitted, for that `fit` alone, as Model Garden's trainer
 owns its strategy rather than its models: the same model (its variables, its
 compiled optimizer) is trained and handed back.
@@ -23,7 +23,7 @@ import time
 import keras
 import tensorflow as tf
 
-from bert_keras._keras_compat import strategy_fit
+from bert_keras._platform.keras_private import strategy_fit
 from bert_keras.training.backup import EpochBackup, agree_on_epoch, read_state
 from bert_keras.training.feeding import check_global_batch, distribute_batches
 from bert_keras.training.strategy import is_chief

@@ -8,7 +8,7 @@
 - Who is who: `is_multi_worker`, `is_chief` (only the chief writes results),
   `task_name`; `all_gather_ints`, the one collective the backups need.
 - What makes Keras 3's own `fit`/`evaluate` work under
-  `MultiWorkerMirroredStrategy` (`_keras_compat.strategy_fit`, which the
+  `MultiWorkerMirroredStrategy` (`keras_private.strategy_fit`, which the
   training harness applies to every model it fits). Keras 3.15 fails
   there on the first step (keras-team/keras#20585) in two places: before
   training it averages a whole data batch across the workers to learn its
@@ -35,7 +35,7 @@ import keras
 import tensorflow as tf
 
 from bert_keras._checks import check_choice, check_positive_int
-from bert_keras._keras_compat import configure_coordination_service, is_functional, strategy_fit
+from bert_keras._platform.keras_private import configure_coordination_service, is_functional, strategy_fit
 from bert_keras.cluster import CONNECT_TIMEOUT, read_tf_config, rendezvous
 
 logger = logging.getLogger(__name__)
@@ -169,7 +169,7 @@ class DistributedTrainer:
     """Mixed into a `keras.Model` class (before it): its own `fit`/`evaluate` work under a strategy of several replicas.
 
     For a `fit` outside `training.Harness` (which applies the same workaround,
-    `_keras_compat.strategy_fit`, to whatever model it fits); bert_keras
+    `keras_private.strategy_fit`, to whatever model it fits); bert_keras
     models are plain Keras models and carry no such mixin.
     """
 

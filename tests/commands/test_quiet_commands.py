@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from bert_keras._native_log import is_native_log_line
+from bert_keras._platform.native_log import is_native_log_line
 from tests import sentence_models
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -40,7 +40,7 @@ os.write(2, NATIVE[2] + b"\\nfrom a child\\n")
 """
 PARENT = """
 import os, subprocess, sys
-from bert_keras._native_log import NativeLogFilter
+from bert_keras._platform.native_log import NativeLogFilter
 with NativeLogFilter():
     os.write(2, NATIVE[0] + b"\\n" + NATIVE[1] + b"\\n")
     print("kept 1", file=sys.stderr, flush=True)

@@ -180,7 +180,7 @@ def test_weights_and_sublayers_keep_their_names_and_shapes():
 
 def test_bfloat16_softmax_runs_in_bfloat16_only_where_as_exact_as_float32():
     import tensorflow as tf
-    from bert_keras._keras_compat import onednn_enabled
+    from bert_keras._platform.keras_private import onednn_enabled
     from bert_keras.layers.attention import _softmax_dtype
 
     assert _softmax_dtype("float32") == "float32"

@@ -54,7 +54,7 @@ def test_computes_kernel_plus_scaled_adapters():
 
 
 def test_keras_lora_dense_trains_its_kernel_again_when_set_trainable():
-    """The gap `_keras_compat.freeze_for_good` fills: if Keras keeps its LoRA kernel frozen one day, this fails."""
+    """The gap `keras_private.freeze_for_good` fills: if Keras keeps its LoRA kernel frozen one day, this fails."""
     keras_layer = keras.layers.Dense(5)
     keras_layer.build((None, 6))
     keras_layer.enable_lora(2)

@@ -6,7 +6,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from bert_keras import _keras_compat
+from bert_keras._platform import keras_private
 from bert_keras.training import Harness
 
 
@@ -44,9 +44,9 @@ def test_the_harness_fits_the_users_model_with_the_workaround_for_that_fit_only(
     weights = list(model.weights)
     assert len(weights) == 2
     history, whole = harness.fit(model, data, epochs=2, steps_per_epoch=2, validation_data=data)
-    # Built from the element spec before the trace (`_keras_compat.strategy_fit`): each step traced once, not twice.
+    # Built from the element spec before the trace (`keras_private.strategy_fit`): each step traced once, not twice.
     assert dict(TRACES) == {"train": 1, "test": 1}
-    assert not set(_keras_compat._FIT_METHODS) & set(vars(model))  # a plain model again after the run
+    assert not set(keras_private._FIT_METHODS) & set(vars(model))  # a plain model again after the run
     assert [id(w) for w in model.weights] == [id(w) for w in weights]  # the user's variables were trained
     assert int(model.optimizer.iterations.numpy()) == 4
     assert history.model is model and len(whole["loss"]) == 2 and len(whole["val_loss"]) == 2

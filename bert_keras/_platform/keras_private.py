@@ -1,6 +1,6 @@
 """Every use of private Keras and TensorFlow API in the package, each with what it works around.
 
-The rest of the package uses public API only (`tests/test_keras_compat.py`
+The rest of the package uses public API only (`tests/test_platform.py`
 audits the sources and pins each dependency below to the Keras / TensorFlow
 that it was written against, so an upgrade that changes one fails there,
 with its name, rather than somewhere else).

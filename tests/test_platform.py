@@ -1,9 +1,11 @@
-"""Private Keras / TensorFlow API: only in `bert_keras/_keras_compat.py`, and each use pinned to what it relies on.
+"""Platform-specific code only in `bert_keras/_platform/`, and each of its dependencies pinned to what it relies on.
 
-The audit reads every module of the package: an import of `keras.src` or `tensorflow.python`, an attribute
-`obj._name` that the package does not define itself, or a method `_name` overriding a private method of a
-Keras base class is private API, allowed only in the compat module. The other tests here fail, by name,
-when the Keras or TensorFlow installed stops providing what the compat module uses.
+Two audits read every module of the package. Private Keras / TensorFlow API (an import of `keras.src` or
+`tensorflow.python`, an attribute `obj._name` that the package does not define itself, or a method `_name` overriding
+a private method of a Keras base class) is allowed only in `_platform/keras_private.py`. Native and format-level code
+(an import of `ctypes`, of the import system's machinery, of a flatbuffer library or schema, a use of
+`sys.meta_path`) is allowed only in `_platform/`. The other tests here fail, by name, when the Keras, TensorFlow,
+tensorflow-text or C library installed stops providing what a `_platform` module uses.
 """
 
 import ast
@@ -20,11 +22,12 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from bert_keras import _keras_compat, pretrainer, sentence_encoder, tasks
+from bert_keras import pretrainer, sentence_encoder, tasks
+from bert_keras._platform import keras_private, native, text_models, tflite_file
 from bert_keras._task import Task
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent / "bert_keras"
-COMPAT = ROOT / "_keras_compat.py"
+COMPAT = ROOT / "_platform" / "keras_private.py"
 KERAS_BASES = (keras.Model, keras.layers.Layer, keras.optimizers.Optimizer, keras.callbacks.Callback, keras.Variable,
                keras.losses.Loss, keras.metrics.Metric)
 # Private API outside the compat module, each with its reason; the list only shrinks.
@@ -91,7 +94,7 @@ def test_private_api_only_in_the_compat_module():
         uses = [use for use in private_uses(path, own, keras_private) if use[1] not in ALLOWED.get(relative, {})]
         if uses:
             offenders[relative] = uses
-    assert offenders == {}, f"private Keras/TensorFlow API outside bert_keras/_keras_compat.py: {offenders}"
+    assert offenders == {}, f"private Keras/TensorFlow API outside bert_keras/_platform/keras_private.py: {offenders}"
 
 
 def test_the_audit_finds_what_it_looks_for(tmp_path):
@@ -120,7 +123,7 @@ class _SafeModeProbe(keras.layers.Layer):
 
     @classmethod
     def from_config(cls, config):
-        cls.seen.append(_keras_compat.in_safe_mode())
+        cls.seen.append(keras_private.in_safe_mode())
         return cls(**config)
 
 
@@ -132,7 +135,7 @@ def test_in_safe_mode_follows_load_models_safe_mode(tmp_path):
     keras.saving.load_model(path)
     keras.saving.load_model(path, safe_mode=False)
     assert _SafeModeProbe.seen == [True, False]
-    assert _keras_compat.in_safe_mode() is False  # no load in progress
+    assert keras_private.in_safe_mode() is False  # no load in progress
 
 
 def test_in_xla_context_is_true_only_when_traced_for_xla():
@@ -140,7 +143,7 @@ def test_in_xla_context_is_true_only_when_traced_for_xla():
 
     def probe(name):
         def function(x):
-            seen[name] = _keras_compat.in_xla_context()
+            seen[name] = keras_private.in_xla_context()
             return x + 1
 
         return function
@@ -153,8 +156,8 @@ def test_in_xla_context_is_true_only_when_traced_for_xla():
 
 @pytest.mark.slow
 def test_onednn_enabled_reads_tensorflows_switch():
-    assert _keras_compat._is_mkl_enabled is not None  # this TensorFlow build has the switch
-    script = "import os; from bert_keras._keras_compat import onednn_enabled; print(onednn_enabled())"
+    assert keras_private._is_mkl_enabled is not None  # this TensorFlow build has the switch
+    script = "import os; from bert_keras._platform.keras_private import onednn_enabled; print(onednn_enabled())"
     outputs = []
     for value in ("0", "1"):
         env = dict(os.environ, TF_ENABLE_ONEDNN_OPTS=value, TF_CPP_MIN_LOG_LEVEL="3")
@@ -164,7 +167,7 @@ def test_onednn_enabled_reads_tensorflows_switch():
 
 def test_existing_variable_trains_the_original_in_place():
     original = tf.Variable([1.0, 2.0], name="module_weight")
-    wrapped = _keras_compat.ExistingVariable(original, trainable=True, name="module_weight")
+    wrapped = keras_private.ExistingVariable(original, trainable=True, name="module_weight")
     wrapped.assign([3.0, 4.0])
     np.testing.assert_array_equal(original.numpy(), [3.0, 4.0])  # one storage, not a copy
     assert wrapped.trainable and tuple(wrapped.shape) == (2,)
@@ -186,7 +189,7 @@ def test_adamw_has_the_private_steps_the_global_clip_relies_on():
 
 def test_weight_decay_by_rank():
     matrix, vector = keras.Variable(np.ones((2, 2), "float32")), keras.Variable(np.ones(2, "float32"))
-    optimizer = _keras_compat.GlobalClipAdamW(learning_rate=0.1, weight_decay=0.5)
+    optimizer = keras_private.GlobalClipAdamW(learning_rate=0.1, weight_decay=0.5)
     optimizer.apply([tf.zeros((2, 2)), tf.zeros(2)], [matrix, vector])
     assert float(matrix.numpy()[0, 0]) < 1.0  # decayed
     assert float(vector.numpy()[0]) == 1.0  # never decayed: rank 1
@@ -205,13 +208,13 @@ def test_the_trainer_methods_multi_worker_fit_overrides():
 
 def test_is_functional():
     inputs = keras.Input((2,))
-    assert _keras_compat.is_functional(keras.Model(inputs, keras.layers.Dense(1)(inputs)))
+    assert keras_private.is_functional(keras.Model(inputs, keras.layers.Dense(1)(inputs)))
 
     class Subclassed(keras.Model):
         def call(self, x):
             return x
 
-    assert not _keras_compat.is_functional(Subclassed())
+    assert not keras_private.is_functional(Subclassed())
 
 
 def test_the_coordination_service_settings_exist():
@@ -225,15 +228,15 @@ def test_all_layers_walks_every_nested_layer():
     inner = keras.Sequential([keras.layers.Dense(2, name="inner_dense")], name="inner")
     inputs = keras.Input((2,))
     model = keras.Model(inputs, inner(inputs), name="outer")
-    assert [layer.name for layer in _keras_compat.all_layers(model)][:1] == ["outer"]
-    assert {"inner", "inner_dense"} <= {layer.name for layer in _keras_compat.all_layers(model)}
+    assert [layer.name for layer in keras_private.all_layers(model)][:1] == ["outer"]
+    assert {"inner", "inner_dense"} <= {layer.name for layer in keras_private.all_layers(model)}
 
 
 def test_the_shuffle_warning_keras_gives_every_dataset_fit_is_the_one_silenced():
     import re
     import warnings
 
-    from bert_keras import _keras_compat
+    from bert_keras._platform import keras_private, native, text_models, tflite_file
 
     model = keras.Sequential([keras.layers.Dense(1)])
     model.compile(optimizer="sgd", loss="mse")
@@ -241,15 +244,15 @@ def test_the_shuffle_warning_keras_gives_every_dataset_fit_is_the_one_silenced()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")  # the filters as they were before the package's
         model.fit(data, epochs=1, verbose=0)
-    assert any(re.match(_keras_compat.SHUFFLE_WARNING, str(w.message)) for w in caught), [str(w.message) for w in caught]
+    assert any(re.match(keras_private.SHUFFLE_WARNING, str(w.message)) for w in caught), [str(w.message) for w in caught]
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        warnings.filterwarnings("ignore", message=_keras_compat.SHUFFLE_WARNING, category=UserWarning)
+        warnings.filterwarnings("ignore", message=keras_private.SHUFFLE_WARNING, category=UserWarning)
         model.fit(data, epochs=1, verbose=0)
         model.fit(np.ones((4, 2)), np.ones((4, 1)), epochs=1, verbose=0)  # arrays: shuffled, nothing said
     assert not [str(w.message) for w in caught if "shuffle" in str(w.message)]
     # Installed at import (pytest restores the warning filters around each test: a fresh process shows it).
-    script = ("import warnings, bert_keras.hub; from bert_keras import _keras_compat as c; "
+    script = ("import warnings, bert_keras.hub; from bert_keras._platform import keras_private as c; "
               "print(any(f[1] is not None and f[1].pattern == c.SHUFFLE_WARNING for f in warnings.filters))")
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300,
                           env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
@@ -268,7 +271,7 @@ def test_a_function_traced_as_saved_is_traced_once_by_the_save(tmp_path):
         traces.clear()
         function = tf.function(double, input_signature=[tf.TensorSpec([None], tf.float32)])
         if traced_first_as_saved:
-            with _keras_compat.traced_as_saved():
+            with keras_private.traced_as_saved():
                 function.get_concrete_function()
         else:
             function.get_concrete_function()  # the save traces it again: TensorFlow's behaviour worked around
@@ -303,7 +306,7 @@ def test_write_archive_writes_what_write_out_writes_tracing_each_endpoint_once(t
     archive_of(model).write_out(str(tmp_path / "keras"), verbose=False)
     assert traces == {"serve": 2, "call": 2}  # Keras' own: traced before the save and again inside it
     traces.clear()
-    _keras_compat.write_archive(archive_of(model), str(tmp_path / "ours"))
+    keras_private.write_archive(archive_of(model), str(tmp_path / "ours"))
     assert traces == {"serve": 1, "call": 1}
     x = tf.constant(np.arange(6, dtype="float32").reshape(2, 3))
     theirs, ours = (tf.saved_model.load(str(tmp_path / name)) for name in ("keras", "ours"))
@@ -339,7 +342,7 @@ def test_write_archive_records_the_variables_and_resources_keras_records(tmp_pat
     theirs = archive_of(model)
     theirs._filter_and_track_resources()  # what Keras' write_out records
     ours = archive_of(model)
-    _keras_compat.write_archive(ours, str(tmp_path / "ours"))
+    keras_private.write_archive(ours, str(tmp_path / "ours"))
     for name in ("_all_variables", "_misc_assets"):
         recorded = [getattr(archive._tf_trackable, name) for archive in (theirs, ours)]
         assert [id(x) for x in recorded[0]] == [id(x) for x in recorded[1]], name
@@ -377,10 +380,10 @@ def test_fit_without_a_strategy_builds_first_and_traces_each_step_once():
         traces[name] = collections.Counter()
         model = counted()
         model.compile(optimizer="adam", loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True), metrics=["accuracy"])
-        with _keras_compat.strategy_fit(model) if name == "ours" else contextlib.nullcontext():
+        with keras_private.strategy_fit(model) if name == "ours" else contextlib.nullcontext():
             history = model.fit(data, validation_data=data, epochs=2, verbose=0)
         trained[name] = (model, history.history)
-    assert not set(_keras_compat._FIT_METHODS) & set(vars(trained["ours"][0]))  # patched for that fit only
+    assert not set(keras_private._FIT_METHODS) & set(vars(trained["ours"][0]))  # patched for that fit only
     # Keras builds the optimizer and metrics inside the first trace, and TensorFlow traces a function that made
     # variables a second time; built from the element spec first, each step is traced once.
     assert traces == {"keras": {"train": 2, "test": 1}, "ours": {"train": 1, "test": 1}}
@@ -395,8 +398,8 @@ def _all_subclasses(cls):
 
 def test_models_inherit_no_training_workaround():
     """A task model is a plain Keras model: the strategy workaround is the harness's, for one run."""
-    compat_classes = {value for value in vars(_keras_compat).values()
-                      if isinstance(value, type) and value.__module__ == _keras_compat.__name__}
+    compat_classes = {value for value in vars(keras_private).values()
+                      if isinstance(value, type) and value.__module__ == keras_private.__name__}
     models = _all_subclasses(Task)
     assert {tasks.BertClassifier, tasks.BertTokenClassifier, tasks.BertSpanLabeler, pretrainer.BertPretrainer,
             sentence_encoder.SentenceEncoder} <= models
@@ -416,7 +419,7 @@ def test_functions_unoptimized_sets_this_threads_call_options_and_gives_them_bac
     before = context.context().function_call_options.config_proto_serialized
     function = tf.function(lambda x: tf.nn.gelu(tf.matmul(x, x) + 1.0))
     x = tf.constant([[1.0, 2.0], [3.0, 4.0]])
-    with _keras_compat.functions_unoptimized():
+    with keras_private.functions_unoptimized():
         config = config_pb2.ConfigProto.FromString(context.context().function_call_options.config_proto_serialized)
         assert config.graph_options.rewrite_options.disable_meta_optimizer
         inside = function(x).numpy()
@@ -455,7 +458,7 @@ def test_saved_model_without_loads_the_rest_as_it_was(tmp_path):
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(function_deserialization, "load_function_def_library", counting)
         whole = tf.saved_model.load(directory)
-        with _keras_compat.saved_model_without({"dropped"}):
+        with keras_private.saved_model_without({"dropped"}):
             pruned = tf.saved_model.load(directory)
         after = tf.saved_model.load(directory)  # outside: the whole file again
     assert sorted(whole.signatures) == ["dropped", "serving_default"]
@@ -475,7 +478,7 @@ def test_saved_model_without_leaves_other_threads_loading_the_whole_file(tmp_pat
     directory = str(tmp_path / "module")
     _module_with_two_endpoints(directory)
     other = {}
-    with _keras_compat.saved_model_without({"dropped"}):
+    with keras_private.saved_model_without({"dropped"}):
         thread = threading.Thread(target=lambda: other.setdefault("loaded", tf.saved_model.load(directory)))
         thread.start()
         thread.join(timeout=60)
@@ -487,9 +490,161 @@ def test_saved_model_without_leaves_other_threads_loading_the_whole_file(tmp_pat
 def test_saved_model_without_nested_gives_the_outer_endpoints_back(tmp_path):
     directory = str(tmp_path / "module")
     _module_with_two_endpoints(directory)
-    with _keras_compat.saved_model_without({"dropped"}):
-        with _keras_compat.saved_model_without({"other"}):
+    with keras_private.saved_model_without({"dropped"}):
+        with keras_private.saved_model_without({"other"}):
             inner = tf.saved_model.load(directory)
         outer = tf.saved_model.load(directory)
     assert not hasattr(inner, "dropped") and not hasattr(outer, "dropped")
     assert hasattr(tf.saved_model.load(directory), "dropped")
+
+
+# --- native code, import hooks and file formats: only in _platform/ ---------------------------------------------
+
+
+PLATFORM = ROOT / "_platform"
+PLATFORM_MODULES = ("ctypes", "importlib.abc", "importlib.machinery", "flatbuffers")
+PLATFORM_SUFFIXES = ("schema_py_generated",)
+# Platform-specific code outside the folder, each with its reason; the list only shrinks.
+PLATFORM_ALLOWED = {}
+
+
+def _is_platform_module(name):
+    return name.startswith(PLATFORM_MODULES) or name.split(".")[-1] in PLATFORM_SUFFIXES
+
+
+def platform_uses(source):
+    """`(line, what)` of every platform-specific import or use in the module's `source`."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, f"import {a.name}") for a in node.names if _is_platform_module(a.name)]
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+            if any(_is_platform_module(name) for name in names):
+                found.append((node.lineno, f"from {node.module} import"))
+        elif isinstance(node, ast.Attribute) and node.attr == "meta_path":
+            found.append((node.lineno, "sys.meta_path"))
+    return found
+
+
+def test_platform_code_only_in_the_platform_folder():
+    offenders = {}
+    for path in sorted(ROOT.rglob("*.py")):
+        if PLATFORM in path.parents:
+            continue
+        relative = str(path.relative_to(ROOT))
+        uses = [use for use in platform_uses(path.read_text()) if use[1] not in PLATFORM_ALLOWED.get(relative, {})]
+        if uses:
+            offenders[relative] = uses
+    assert offenders == {}, f"platform-specific code outside bert_keras/_platform/: {offenders}"
+
+
+def test_the_audit_finds_what_it_looks_for():
+    source = ("import ctypes\nimport importlib.abc\nfrom ai_edge_litert import schema_py_generated\n"
+              "import flatbuffers\nsys.meta_path.insert(0, finder)\nimport os\n")
+    assert [what for _, what in platform_uses(source)] == [
+        "import ctypes", "import importlib.abc", "from ai_edge_litert import", "import flatbuffers", "sys.meta_path"]
+
+
+def test_every_platform_module_names_what_it_depends_on():
+    index = (PLATFORM / "__init__.py").read_text()
+    for path in sorted(PLATFORM.glob("*.py")):
+        if path.name == "__init__.py":
+            continue
+        assert f"`{path.stem}`" in index, f"{path.name} is missing from bert_keras/_platform/__init__.py's table"
+        assert "Depends on" in ast.get_docstring(ast.parse(path.read_text())) or "|" in path.read_text()[:4000], path.name
+
+
+# --- native: glibc's renameat2, tensorflow-text's kernel library ------------------------------------------------
+
+
+def test_rename_exchange_swaps_two_directories_in_one_step(tmp_path):
+    a, b = tmp_path / "a", tmp_path / "b"
+    a.mkdir(), b.mkdir()
+    (a / "mark").write_text("a")
+    (b / "mark").write_text("b")
+    assert native._renameat2 is not None  # glibc >= 2.28: the swap this package's writers rely on
+    assert native.rename_exchange(str(a), str(b)) is True
+    assert (a / "mark").read_text() == "b" and (b / "mark").read_text() == "a"
+    with pytest.raises(OSError, match="Could not swap"):
+        native.rename_exchange(str(a), str(tmp_path / "missing"))
+
+
+def test_tensorflow_text_holds_its_kernel_registerers_where_the_loader_looks():
+    import ctypes
+
+    framework, kernels = native.text_kernel_libraries()
+    assert os.path.isfile(framework) and os.path.isfile(kernels)
+    library = ctypes.CDLL(kernels, mode=ctypes.RTLD_GLOBAL)  # TensorFlow is imported: its framework library is loaded
+    for name in native.TEXT_KERNEL_REGISTERERS:
+        assert getattr(library, name), name
+
+
+# --- tflite_file: the schema's IfOptions, and the names of a converted tf.cond's branches ------------------------
+
+
+def test_a_converted_packing_condition_takes_its_gather_branch_after_the_rewrite():
+    from bert_keras.layers import PackedTokenIndex, PackTokens, UnpackTokens
+
+    index, pack, unpack = PackedTokenIndex(), PackTokens(), UnpackTokens()
+
+    @tf.function(input_signature=[tf.TensorSpec([None, None, 4], tf.float32), tf.TensorSpec([None, None], tf.int32)])
+    def packed_twice(x, mask):
+        with tf.name_scope("encoder"):  # inside a model, as an export converts them
+            packing = index(mask)
+            return unpack(pack(x, packing) * 2.0, packing)
+
+    module = tf.Module()
+    module.packed_twice = packed_twice
+    converter = tf.lite.TFLiteConverter.from_concrete_functions([packed_twice.get_concrete_function()], module)
+    data = converter.convert()
+    schema = tflite_file._schema()
+
+    def branches(data):
+        model = schema.Model.GetRootAs(data, 0)
+        names = [model.Subgraphs(i).Name().decode() for i in range(model.SubgraphsLength())]
+        codes = [max(model.OperatorCodes(i).BuiltinCode(), model.OperatorCodes(i).DeprecatedBuiltinCode())
+                 for i in range(model.OperatorCodesLength())]
+        found = []
+        for graph in range(model.SubgraphsLength()):
+            subgraph = model.Subgraphs(graph)
+            for i in range(subgraph.OperatorsLength()):
+                operator = subgraph.Operators(i)
+                if codes[operator.OpcodeIndex()] == schema.BuiltinOperator.IF:
+                    options = schema.IfOptions()
+                    table = operator.BuiltinOptions()
+                    options.Init(table.Bytes, table.Pos)
+                    found.append((names[options.ThenSubgraphIndex()], names[options.ElseSubgraphIndex()]))
+        return found
+
+    before = branches(data)
+    assert before and all(tflite_file._PACKING_BRANCH.search(then) and tflite_file._PACKING_BRANCH.search(other)
+                          for then, other in before), before  # the converter's names the rewrite matches
+    rewritten = tflite_file.gathered_branches(data)
+    assert len(rewritten) == len(data)
+    assert all(then == other and "_cond_false_" in then for then, other in branches(rewritten))
+    interpreter = tf.lite.Interpreter(model_content=rewritten)
+    runner = interpreter.get_signature_runner()
+    x = np.arange(24, dtype="float32").reshape(2, 3, 4)
+    mask = np.array([[1, 1, 0], [1, 0, 0]], "int32")
+    out = next(iter(runner(x=x, mask=mask).values()))
+    np.testing.assert_array_equal(out, x * 2.0 * mask[..., None])
+
+
+# --- text_models: tensorflow-text's normalizer model and darts-clone's trie -------------------------------------
+
+
+def test_the_double_array_finds_every_key_and_no_other():
+    keys = sorted({chr(point).encode("utf-8") for point in (65, 66, 233, 0x2019, 0x1F600, 0x4E00, 0x4E01)})
+    array = text_models.double_array(keys, list(range(10, 10 + len(keys))))
+    assert [text_models.lookup(array, key) for key in keys] == list(range(10, 10 + len(keys)))
+    assert text_models.lookup(array, b"C") is None and text_models.lookup(array, "\u4e02".encode()) is None
+
+
+def test_a_normalizer_model_built_here_normalizes_in_tensorflow_texts_kernel():
+    import tensorflow_text as tf_text
+
+    table = {ord("A"): b"a", 0xE9: b"e", 0x2019: b"'", 0xAD: b"", 0: b""}  # upper case, accent, quote, soft hyphen
+    normalizer = tf_text.FastBertNormalizer(model_buffer=text_models.normalizer_model_buffer(table, False))
+    text = "A caf\u00e9\u2019s co\u00adop\u0000"
+    assert normalizer.normalize(tf.constant([text])).numpy().tolist() == [b"a cafe's coop"]
