@@ -70,7 +70,10 @@ class PreparedFolder:
         self.architecture, self.kind = found[0]
         if self.kind == CLASSIFIER:
             _check_single_label(folder, config, self.architecture)
-        self.entry = os.path.join(cache_root(create=False), folder_key(folder))
+        try:
+            self.entry = os.path.join(cache_root(create=False), folder_key(folder))
+        except OSError as error:
+            raise InputError(f"cannot read {folder}: {error}") from None
 
     def cached(self):
         """Whether the entry holds a finished export of this folder's kind."""
