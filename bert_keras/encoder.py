@@ -320,7 +320,7 @@ class BertEncoder(keras.Model):
         one row per sequence instead of all of them (for a 6-block encoder
         at 32 tokens, ~14% of the matrix products). Runs the padded layout
         (no token packing): meant for small batches, e.g. under XLA
-        (`bert_keras.saved_model.export_classifier` serves single texts so).
+        (`bert_keras.export.export_classifier` serves single texts so).
 
         Args:
             inputs: the Hub input dict (`input_word_ids`, `input_mask`,

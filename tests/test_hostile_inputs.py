@@ -13,7 +13,7 @@ import pytest
 
 from bert_keras import BertEncoder, cli
 from bert_keras.export.manifest import manifest_path
-from bert_keras.saved_model import LABELS_FILE, export_classifier, load_classifier
+from bert_keras.export import LABELS_FILE, export_classifier, load_classifier
 from tests.helpers import as_written_before_the_manifest
 from bert_keras.tasks import BertClassifier
 from bert_keras.text import BertPreprocessor, WordPieceTokenizer, load_vocabulary

@@ -25,7 +25,6 @@ LAYERS = [
     ["export"],
     ["embedding_files", "search"],
     ["lora"],
-    ["saved_model"],
     ["_records", "entities", "tagged_data", "squad", "datasets", "optimization", "evaluate"],
     ["training"],
     ["inspect", "beam"],

@@ -14,7 +14,7 @@ import tensorflow as tf
 from bert_keras import BertEncoder, hub, lora
 from bert_keras.export import export_encoder
 from bert_keras.layers import lora_dense
-from bert_keras.saved_model import export_classifier, load_classifier
+from bert_keras.export import export_classifier, load_classifier
 from bert_keras.tasks import BertClassifier
 from bert_keras.text import BertPreprocessor
 from tests.helpers import assert_close, hub_inputs

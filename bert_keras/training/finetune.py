@@ -93,7 +93,7 @@ def finetune(model, train_data, validation_data=None, config=None, *, encoder=No
         encoder: the layer to freeze in phase 1; defaults to `model.encoder`.
         loss: passed to `compile` in both phases. Defaults to sparse
             categorical cross-entropy, from logits unless the model outputs
-            probabilities (`bert_keras.saved_model.outputs_probabilities`).
+            probabilities (`bert_keras.export.outputs_probabilities`).
         metrics: passed to `compile` in both phases.
         steps_per_epoch: int, optional. Needed when `train_data` has unknown size.
         validation_steps: int, optional. Batches per validation pass; needed

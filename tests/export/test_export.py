@@ -13,13 +13,6 @@ from bert_keras.tasks import BertClassifier
 TINY = dict(vocab_size=40, num_layers=1, hidden_size=8, num_heads=2, intermediate_size=16, max_sequence_length=16)
 
 
-def test_the_names_the_readme_shows_in_saved_model_are_those_of_bert_keras_export():
-    from bert_keras import saved_model
-
-    for name in ("export_classifier", "load_classifier", "outputs_probabilities", "TextClassifier", "LABELS_FILE"):
-        assert getattr(saved_model, name) is getattr(export, name), name
-
-
 def test_dtype_helpers_import_no_tensorflow():
     code = "import sys, bert_keras.dtypes as d; d.check_compute_dtype('float32'); print('tensorflow' in sys.modules)"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)

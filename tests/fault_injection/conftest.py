@@ -58,7 +58,7 @@ import sys
 import keras
 
 from bert_keras import BertEncoder
-from bert_keras.saved_model import export_classifier
+from bert_keras.export import export_classifier
 from bert_keras.tasks import BertClassifier
 from bert_keras.text import BertPreprocessor
 

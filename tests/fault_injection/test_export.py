@@ -1,4 +1,4 @@
-"""`bert_keras.saved_model.export_classifier` (a Python driver) killed before its swap, over an earlier export."""
+"""`bert_keras.export.export_classifier` (a Python driver) killed before its swap, over an earlier export."""
 
 import os
 
