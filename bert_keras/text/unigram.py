@@ -85,7 +85,9 @@ class UnigramSegmenter(tf.Module):
         self.unk_id = kinds.index(_UNKNOWN)
         check_scores(pieces)
         normal_scores = [score for _, score, kind in pieces if kind == _NORMAL]
-        self.unk_score = self._dtype(min(normal_scores) - _UNK_PENALTY)
+        # In the search's own precision: with float64 scores (tokenizers') the penalty is not rounded to float32, which
+        # NumPy's promotion of a float minus a float32 penalty would do.
+        self.unk_score = self._dtype(self._dtype(min(normal_scores)) - self._dtype(_UNK_PENALTY))
         in_trie = [(i, piece, kind) for i, (piece, _, kind) in enumerate(pieces) if kind in (_NORMAL, _USER_DEFINED, _UNUSED)]
         # The longest piece, in characters: how far candidates are looked for back from an end position.
         self.max_chars = max(len(piece) for _, piece, _ in in_trie)
