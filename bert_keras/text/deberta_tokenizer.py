@@ -67,6 +67,8 @@ _SMALL_MARK_RANGES = merge_ranges(c for c in range(0x300, 0x800) if unicodedata.
 _SMALL_MARK = to_regex_class(_SMALL_MARK_RANGES)
 # What extends a grapheme (approximately Unicode's Extend and SpacingMark): marks, ZWJ, emoji skin tones.
 _EXTENDER = "[\\p{M}\\x{200D}\\x{1F3FB}-\\x{1F3FF}]"
+# What nmt_nfkc's charsmap makes a space besides White_Space: U+FFFD, zero-width space and non-joiner, BOM.
+_SPACED = ((0x200B, 0x200C), (0xFEFF, 0xFEFF), (0xFFFD, 0xFFFD))
 _EXPECTED_NORMALIZER = "Precompiled, Strip (right), Replace ' {2,}' by ' '"
 
 
@@ -209,6 +211,33 @@ class DebertaV3Tokenizer(UnigramTokenizer):
     def preprocess(self, inputs):
         """The text SentencePiece encodes (`preprocess_deberta_text`); byte offsets refer to it."""
         return preprocess_deberta_text(inputs)
+
+    def _tokenize_rows_with_char_offsets(self, strings):
+        """As `UnigramTokenizer`'s, with the `tokenizers` library's offsets: a piece starting a word after spaces (a
+        "▁" the text's space became) starts at the last character of the run that became that space (what
+        transformers' pipelines give as an entity's start), and a "▁" alone put before a text spans its first
+        character."""
+        ids, starts, ends = super()._tokenize_rows_with_char_offsets(strings)
+        chars = tf.strings.unicode_decode(strings, "UTF-8", errors="replace", replacement_char=0xFFFD)
+        flat = chars.flat_values
+        spaced = in_ranges(flat, tables.WHITE_SPACE_RANGES) | in_ranges(flat, _SPACED)
+        solid_at = tf.where(~spaced)[:, 0]  # flat positions of the characters that do not become a space
+        rows = tf.gather(row_ids(ids), row_ids(ids.values))
+        row_start, row_end = tf.gather(chars.row_starts(), rows), tf.gather(chars.row_limits(), rows)
+        first, end = starts.flat_values + row_start, ends.flat_values + row_start
+        # The piece's first character that is not a space (its end where it has none), and the one before it.
+        solid = tf.gather(tf.concat([solid_at, [tf.size(flat, tf.int64)]], 0),
+                          tf.searchsorted(solid_at, first, side="left", out_type=tf.int64))
+        solid = tf.minimum(solid, end)
+        before = solid - 1
+        is_space = (before >= row_start) & tf.gather(tf.concat([spaced, [False]], 0),
+                                                     tf.clip_by_value(before, 0, tf.size(flat, tf.int64)))
+        word = tf.gather(self._starts_word, ids.flat_values)
+        moved = tf.where(word & is_space, before, first)
+        # A "▁" alone before the text: the reference gives it the first character's span.
+        alone = word & tf.equal(tf.gather(tf.constant(self.vocabulary), ids.flat_values), "\u2581") & (end == first)
+        end = tf.where(alone & ~is_space, tf.minimum(end + 1, row_end), end)
+        return ids, starts.with_flat_values(moved - row_start), ends.with_flat_values(end - row_start)
 
     def _char_output_bytes(self, chars):
         """Bytes of `preprocess`'s output that each raw code point gives: whitespace at a text's end none, NUL its
