@@ -256,7 +256,7 @@ LABELS = {0: "negative", 1: "neutral", 2: "positive"}
 
 
 def on_ids(task, bare):
-    """`bare` (the same task on `task`'s encoder, without a preprocessor: fed the Hub dict of ids) with `task`'s head."""
+    """`bare` (the same task on `task`'s encoder, no preprocessor: fed the Hub dict of ids) with `task`'s head."""
     for name in ("classifier_head", "span_head"):
         if hasattr(task, name):
             getattr(bare, name).set_weights(getattr(task, name).get_weights())
