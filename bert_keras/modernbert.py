@@ -54,8 +54,10 @@ class ModernBertEncoder(keras.Model):
     with `local_rope_theta`. On sequences of `BANDED_MIN_LENGTH` tokens or
     more (`bert_keras.layers.modernbert_block`), a local layer attends in
     bands of its window (`banded_attention`: cost and memory linear in the
-    length); with `return_attention_probs` its window is a dense mask over
-    full attention, so that every layer's probabilities are whole maps.
+    length), and a global layer attends `QUERY_CHUNK` queries at a time
+    (memory linear in the length, cost still quadratic); with
+    `return_attention_probs` every layer computes its whole `(seq, seq)`
+    probabilities, a local layer's window a dense mask over full attention.
 
     ModernBERT has no pooler and no segments: `input_type_ids` is accepted
     and ignored, and `pooled_output` is what transformers'
@@ -184,10 +186,12 @@ class ModernBertEncoder(keras.Model):
                 inputs["input_mask"])  # (batch, 1, seq, seq)
         encoder_outputs, attention_probs = [], []
         for kind, block in zip(layer_types, blocks):
-            if kind in biases:
+            if return_attention_probs:
                 x, probs = block(x, attention_bias=biases[kind], return_attention_scores=True)
                 attention_probs.append(probs)
-            else:
+            elif kind == FULL_ATTENTION:  # by chunks of queries on long sequences
+                x = block(x, attention_bias=biases[kind])  # (batch, seq, hidden)
+            else:  # in bands on long sequences
                 x = block(x, attention_mask=inputs["input_mask"])  # (batch, seq, hidden)
             encoder_outputs.append(x)
         encoder_outputs[-1] = final_norm(encoder_outputs[-1])

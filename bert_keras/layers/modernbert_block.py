@@ -17,6 +17,8 @@ from bert_keras.layers.rotary import RotaryEmbedding
 # From this many tokens on, a local layer that is not asked for its probabilities attends in bands
 # (`banded_attention`); below it the dense mask is as fast (docs/performance.md, "Long documents").
 BANDED_MIN_LENGTH = 512
+# A global layer not asked for its probabilities attends this many queries at a time, from twice as many tokens on.
+QUERY_CHUNK = 512
 
 
 def _check_window(attention_window):
@@ -128,6 +130,49 @@ def banded_attention(query, key, value, attention_mask, attention_window, scale=
     return context[:, :, :seq_length], probs  # (batch, heads, seq, d)
 
 
+def _keys_only(attention_bias):
+    """Whether a bias is None or of the keys only, `(batch, 1, 1, seq)`: the same for every query."""
+    return attention_bias is None or (len(attention_bias.shape) == 4 and attention_bias.shape[2] == 1)
+
+
+def chunked_attention(query, key, value, attention_bias=None, scale=1.0, softmax_dtype="float32"):
+    """Full attention computed `QUERY_CHUNK` queries at a time: the same context, the scores never all at once.
+
+    Args:
+        query, key, value: float tensors `(batch, heads, seq, head_size)`.
+        attention_bias: optional float bias of the keys, `(batch, 1, 1, seq)`.
+        scale: float. The scores' factor. Defaults to `1.0`.
+        softmax_dtype: the dtype the scores and softmax run in. Defaults to `"float32"`.
+
+    Returns:
+        The context `(batch, heads, seq, head_size)`; at most `(batch, heads,
+        QUERY_CHUNK, seq)` scores exist at once.
+
+    Example:
+    >>> q = np.random.default_rng(0).normal(size=(1, 2, 1100, 4)).astype("float32")
+    >>> tuple(chunked_attention(q, q, q).shape)
+    (1, 2, 1100, 4)
+    """
+    shape = tf.shape(query)
+    batch_size, num_heads, seq_length, head_size = shape[0], shape[1], shape[2], shape[3]
+    num_chunks = (seq_length + QUERY_CHUNK - 1) // QUERY_CHUNK
+    query = tf.pad(query, [[0, 0], [0, 0], [0, num_chunks * QUERY_CHUNK - seq_length], [0, 0]])
+    query = tf.reshape(query, [batch_size, num_heads, num_chunks, QUERY_CHUNK, head_size])
+    query = tf.transpose(query, [2, 0, 1, 3, 4])  # (chunks, batch, heads, chunk, d)
+
+    def attend(chunk):  # (batch, heads, chunk, d)
+        # The queries scaled, not the scores: one (chunk, seq) tensor fewer.
+        scores = tf.linalg.matmul(chunk * tf.cast(scale, chunk.dtype), key, transpose_b=True)
+        scores = tf.cast(scores, softmax_dtype)  # (batch, heads, chunk, seq)
+        if attention_bias is not None:
+            scores = scores + tf.cast(attention_bias, softmax_dtype)
+        return tf.linalg.matmul(tf.cast(tf.nn.softmax(scores, axis=-1), value.dtype), value)  # (batch, heads, chunk, d)
+
+    context = tf.map_fn(attend, query, parallel_iterations=1, fn_output_signature=value.dtype)
+    context = tf.reshape(tf.transpose(context, [1, 2, 0, 3, 4]), [batch_size, num_heads, -1, head_size])
+    return context[:, :, :seq_length]  # (batch, heads, seq, d)
+
+
 @keras.saving.register_keras_serializable(package="bert_keras")
 class SlidingWindowBias(keras.layers.Layer):
     """`sliding_window_bias` as a layer: one bias per batch, shared by every layer of its kind.
@@ -181,8 +226,11 @@ class RotarySelfAttention(keras.layers.Layer):
     A sliding window given as `attention_mask` (not as a ready bias), on a
     sequence of at least `banded_min_length` tokens and without
     `return_attention_scores`, is computed in bands (`banded_attention`):
-    cost and memory linear in the length. Otherwise the window is a dense
-    `(seq, seq)` mask over full attention, which also gives the probabilities.
+    cost and memory linear in the length. Full attention under a bias of the
+    keys only, from `2 * QUERY_CHUNK` tokens on and without probabilities or
+    dropout, is computed `QUERY_CHUNK` queries at a time (`chunked_attention`:
+    memory linear in the length). Otherwise the window is a dense `(seq, seq)`
+    mask over full attention, which also gives the probabilities.
 
     Args:
         num_heads: int. Number of heads; must divide the hidden size.
@@ -260,22 +308,34 @@ class RotarySelfAttention(keras.layers.Layer):
         query, key, value = qkv[0], qkv[1], qkv[2]  # each (batch, heads, seq, head_size)
         query, key = self.rotary(query), self.rotary(key)
         dense = lambda: self._dense_attention(query, key, value, attention_mask, attention_bias, training)
-        if self.attention_window is None or attention_bias is not None or attention_mask is None \
-                or return_attention_scores:
+        if return_attention_scores:
             context, probs = dense()
-        else:  # a local layer asked for its outputs only: in bands where the sequence is long enough to gain
-            banded = lambda: self._banded_attention(query, key, value, attention_mask, training)
-            static_length = inputs.shape[1]
-            if static_length is not None:
-                context = banded() if static_length >= self.banded_min_length else dense()[0]
-            else:
-                context = tf.cond(seq_length >= self.banded_min_length, banded, lambda: dense()[0])
+        elif self.attention_window is not None and attention_bias is None and attention_mask is not None:
+            # A local layer asked for its outputs only: in bands where the sequence is long enough to gain.
+            context = self._by_length(inputs, self.banded_min_length, dense, lambda: self._banded_attention(
+                query, key, value, attention_mask, training))
             probs = None
+        elif self.attention_window is None and _keys_only(attention_bias) and not (self.dropout and training):
+            # A global layer: full attention, a block of queries at a time, so that a long sequence's scores are
+            # never whole (memory linear in the length; the cost stays quadratic).
+            context = self._by_length(inputs, 2 * QUERY_CHUNK, dense, lambda: chunked_attention(
+                query, key, value, attention_bias, scale=1.0 / self.head_size**0.5,
+                softmax_dtype=_softmax_dtype(self.compute_dtype)))
+            probs = None
+        else:
+            context, probs = dense()
         context = ops.transpose(context, (0, 2, 1, 3))  # (batch, seq, heads, head_size)
         outputs = self.output_dense(ops.reshape(context, (-1, self.hidden_size)))  # (batch * seq, hidden)
         outputs = ops.reshape(outputs, (batch_size, seq_length, self.hidden_size))  # (batch, seq, hidden)
         outputs = self.output_dropout(outputs, training=training)
         return (outputs, probs) if return_attention_scores else outputs
+
+    def _by_length(self, inputs, min_length, dense, other):
+        """`other()` from `min_length` tokens on, else the dense context; decided in the graph for an unknown length."""
+        static_length = inputs.shape[1]
+        if static_length is not None:
+            return other() if static_length >= min_length else dense()[0]
+        return tf.cond(ops.shape(inputs)[1] >= min_length, other, lambda: dense()[0])
 
     def _dense_attention(self, query, key, value, attention_mask, attention_bias, training):
         """Full attention under an additive bias (the window as a dense mask): context and probabilities."""

@@ -8,7 +8,7 @@ import torch
 import transformers
 
 from bert_keras.layers import RotarySelfAttention
-from bert_keras.layers.modernbert_block import BANDED_MIN_LENGTH, banded_attention
+from bert_keras.layers.modernbert_block import BANDED_MIN_LENGTH, QUERY_CHUNK, banded_attention, sliding_window_bias
 from bert_keras.modernbert import ModernBertEncoder
 from tests.checkpoints.test_modernbert import ours, padded_batch, save_modernbert
 
@@ -34,6 +34,19 @@ def test_bands_equal_the_dense_window_on_every_real_token(window, lengths):
     traced = tf.function(lambda x, m: layer(x, attention_mask=m), input_signature=[
         tf.TensorSpec((None, None, 32), tf.float32), tf.TensorSpec((None, None), tf.int32)])
     assert np.abs(np.asarray(traced(x, mask)) - np.asarray(dense))[real].max() < 1e-5
+
+
+def test_a_global_layer_by_chunks_of_queries_equals_full_attention():
+    lengths = [2 * QUERY_CHUNK + 37, 1500]  # chunks from 2 * QUERY_CHUNK tokens on; the last chunk padded
+    x, mask = _inputs(lengths, 16)
+    layer = RotarySelfAttention(2)
+    dense, _ = layer(x, attention_mask=mask, return_attention_scores=True)
+    chunked = layer(x, attention_bias=sliding_window_bias(mask))
+    real = mask.astype(bool)
+    assert np.abs(np.asarray(chunked) - np.asarray(dense))[real].max() < 1e-5
+    traced = tf.function(lambda x, b: layer(x, attention_bias=b), input_signature=[
+        tf.TensorSpec((None, None, 16), tf.float32), tf.TensorSpec((None, 1, 1, None), tf.float32)])
+    assert np.abs(np.asarray(traced(x, sliding_window_bias(mask))) - np.asarray(dense))[real].max() < 1e-5
 
 
 def test_a_short_sequence_keeps_the_dense_window_and_a_long_one_uses_bands():
