@@ -28,6 +28,7 @@ rule for other mapped characters (fullwidth forms, ligatures followed by a
 combining mark) is not reproduced.
 """
 
+import struct
 import unicodedata
 
 
@@ -39,8 +40,9 @@ from bert_keras.text._model_proto import _CONTROL, read_pieces
 from bert_keras.text._subword import in_ranges, next_in_row, previous_in_row, row_ids
 from bert_keras.text._unicode_tables import to_regex_class
 from bert_keras.text.sentencepiece import _NUL_STAND_IN
+from bert_keras.text.base import read_file_bytes
 from bert_keras.text.tokenizer_json import (
-    _object, _precompiled, _refuse, _type, _unigram_model, as_serde_json_reads, write_model_proto)
+    _bytes_field, _object, _varint, _precompiled, _refuse, _type, _unigram_model, as_serde_json_reads, write_model_proto)
 from bert_keras.text.unigram_tokenizer import UnigramTokenizer
 
 _do_not_convert = tf.autograph.experimental.do_not_convert
@@ -70,6 +72,22 @@ _EXTENDER = "[\\p{M}\\x{200D}\\x{1F3FB}-\\x{1F3FF}]"
 # What nmt_nfkc's charsmap makes a space besides White_Space: U+FFFD, zero-width space and non-joiner, BOM.
 _SPACED = ((0x200B, 0x200C), (0xFEFF, 0xFEFF), (0xFFFD, 0xFFFD))
 _EXPECTED_NORMALIZER = "Precompiled, Strip (right), Replace ' {2,}' by ' '"
+
+
+def _with_mask(proto, mask_token):
+    """`proto` (bytes, or the path of `spm.model`) with `mask_token` as a control piece after its pieces where it has
+    none, as transformers adds `[MASK]` to DeBERTa-v3's model (id 128000); as given where it cannot be read (the
+    tokenizer refuses it, naming the file)."""
+    try:
+        data = bytes(proto) if isinstance(proto, (bytes, bytearray)) else read_file_bytes(proto)
+        pieces = read_pieces(data)
+    except (ValueError, TypeError, OSError, tf.errors.OpError):
+        return proto
+    if any(piece == mask_token for piece, _, _ in pieces):
+        return data
+    # A repeated field's entries may follow the message's other fields: one more `pieces` entry appended.
+    body = _bytes_field(1, mask_token.encode("utf-8")) + _varint(2 << 3 | 5) + struct.pack("<f", 0.0)
+    return data + _bytes_field(1, body + _varint(3 << 3) + _varint(_CONTROL))
 
 
 def preprocess_deberta_text(inputs):
@@ -193,14 +211,21 @@ class DebertaV3Tokenizer(UnigramTokenizer):
     """
 
     kind = "deberta_unigram"
-    files = {"deberta_model_file": "deberta_unigram.model"}
-    file_arguments = {"deberta_model_file": "proto"}
+    # The checkpoint's own SentencePiece model (read where the folder has no tokenizer.json's source before it).
+    files = {"spm_model_file": "spm.model"}
+    file_arguments = {"spm_model_file": "proto"}
     packing = "bert"
 
     def __init__(self, proto, unknown_token="[UNK]", cls_token="[CLS]", sep_token="[SEP]", pad_token="[PAD]",
                  mask_token="[MASK]", **kwargs):
-        super().__init__(proto, unknown_token=unknown_token, cls_token=cls_token, sep_token=sep_token,
-                         pad_token=pad_token, mask_token=mask_token, **kwargs)
+        super().__init__(_with_mask(proto, mask_token), unknown_token=unknown_token, cls_token=cls_token,
+                         sep_token=sep_token, pad_token=pad_token, mask_token=mask_token, **kwargs)
+
+    @classmethod
+    def read_tokens(cls, files):
+        """The pieces of `spm.model`, and `[MASK]` after them where it lacks one (as transformers adds it)."""
+        tokens = super().read_tokens(files)
+        return tokens if "[MASK]" in tokens else tokens + ["[MASK]"]
 
     @classmethod
     def arguments_from_tokenizer_json(cls, tokenizer, path):

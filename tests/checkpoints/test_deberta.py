@@ -246,8 +246,8 @@ def test_load_checkpoint_builds_the_deberta_encoder(folder, encoder):
 def test_load_pretrained_of_a_folder_without_its_tokenizer_names_what_is_missing(folder):
     """DeBERTa-v3's tokenizer is read from the folder's tokenizer.json (tests/checkpoints/test_deberta_workflows.py):
     a folder of weights alone is told so, as every family's."""
-    with pytest.raises(ValueError, match=r"has no deberta_unigram.model, which its deberta_unigram tokenizer is read "
-                                         r"from.*\(or its tokenizer.json\)"):
+    with pytest.raises(ValueError, match=r"has no spm.model, which its deberta_unigram tokenizer is read from.*"
+                                         r"\(or its tokenizer.json\)"):
         load_pretrained(str(folder))
     assert load_checkpoint(str(folder)).tokenizer_kind == "deberta_unigram"
 

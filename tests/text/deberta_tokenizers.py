@@ -24,9 +24,9 @@ def _sentencepiece_pb2():
     return sentencepiece_model_pb2_new
 
 
-def write_deberta_tokenizer(folder, texts, size=600):
-    """DeBERTa-v3's tokenizer trained on `texts` with `size` pieces, saved into `folder` as transformers 5 saves it.
-    Returns the vocabulary size (the pieces and `[MASK]`; fewer pieces than `size` where the texts hold fewer)."""
+def write_deberta_tokenizer(folder, texts, size=600, spm_model=False):
+    """DeBERTa-v3's tokenizer trained on `texts` with `size` pieces, saved into `folder` as transformers 5 saves it
+    (with `spm_model`: the SentencePiece model alone, as the real checkpoints are downloaded). Returns the vocabulary size (the pieces and `[MASK]`; fewer pieces than `size` where the texts hold fewer)."""
     model = io.BytesIO()
     spm.SentencePieceTrainer.train(
         sentence_iterator=iter([t for t in texts if t.strip()]), model_writer=model, vocab_size=size,
@@ -43,5 +43,9 @@ def write_deberta_tokenizer(folder, texts, size=600):
             tokenizer = transformers.DebertaV2Tokenizer.from_pretrained(source)
         finally:
             converter.import_protobuf = original
-    tokenizer.save_pretrained(str(folder))
+    if spm_model:
+        with open(os.path.join(folder, "spm.model"), "wb") as f:
+            f.write(model.getvalue())
+    else:
+        tokenizer.save_pretrained(str(folder))
     return len(tokenizer)

@@ -110,6 +110,20 @@ def test_offsets_equal_the_tokenizers_library_s(folder, tweets):  # noqa: F811
     assert [text for text, a, b in zip(texts, ours, expected) if a != b] == []
 
 
+def test_a_folder_of_spm_model_alone_gives_the_same_ids(tmp_path, folder, tweets):  # noqa: F811
+    """The real checkpoints as downloaded: `spm.model`, no tokenizer.json; `[MASK]` added after its pieces."""
+    write_deberta_tokenizer(tmp_path, tweets[:3000] + ACCENTED * 20, spm_model=True)
+    assert sorted(os.listdir(tmp_path)) == ["spm.model"]
+    found = read_folder(str(tmp_path), "deberta_unigram")
+    assert found.file.endswith("spm.model") and found.tokens()[-1] == "[MASK]"
+    tokenizer = found.build()
+    assert (tokenizer.vocabulary_size(), tokenizer.mask_id, tokenizer.cls_id) == (601, 600, 1)
+    texts = tweets[-300:] + [text for text in EDGE_CASES if "[" not in text]
+    ids = [sum(row, []) for row in tokenizer.tokenize(tf.constant(texts)).to_list()]
+    expected = [e.ids for e in reference(folder).encode_batch(texts, add_special_tokens=False)]
+    assert [text for text, a, b in zip(texts, ids, expected) if a != b] == []
+
+
 def test_the_tokenizer_round_trips_through_its_config(folder):
     tokenizer = read_folder(folder, "deberta_unigram").build()
     again = DebertaV3Tokenizer.from_config(tokenizer.get_config())
