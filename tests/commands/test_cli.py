@@ -10,7 +10,7 @@ def test_presets_lists_every_configuration(capsys):
     assert cli.main(["presets"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].split()[:5] == ["name", "L", "H", "A", "vocab"]
-    assert len(lines) == 1 + 29 + 5 + 2  # BERTs, then ALBERT, ELECTRA (2), DistilBERT, RoBERTa
+    assert len(lines) == 1 + 29 + 6 + 2  # BERTs, then ALBERT, ELECTRA (2), DistilBERT, RoBERTa, XLM-RoBERTa
     base = next(line for line in lines if line.startswith("bert_base_en_uncased "))
     assert base.split()[1:5] == ["12", "768", "12", "30522"]
     small = [line.split()[0] for line in lines if line.startswith("small_bert_en_uncased_L-")]
