@@ -166,11 +166,42 @@ def measure(folder, lengths, runs, rounds, scratch):
         yield results
 
 
+def layer_kinds(lengths, runs):
+    """One attention layer of each kind at the model's width, in one process, alternated: median seconds."""
+    import time
+
+    import tensorflow as tf
+
+    from bert_keras.layers import RotarySelfAttention
+
+    layers = {"local, in bands": (RotarySelfAttention(6, attention_window=128), True),
+              "global, by chunks of queries": (RotarySelfAttention(6, rope_theta=160000.0), False)}
+    spec = [tf.TensorSpec((None, None, 384), tf.float32), tf.TensorSpec((None, None), tf.int32)]
+    calls = {name: tf.function(lambda x, m, layer=layer, local=local: layer(x, attention_mask=m) if local
+                               else layer(x, attention_bias=tf.zeros_like(tf.cast(m, tf.float32))[:, None, None]),
+                               input_signature=spec, autograph=False) for name, (layer, local) in layers.items()}
+    rows = {}
+    for length in lengths:
+        x = tf.random.stateless_normal((1, length, 384), seed=(0, length))
+        mask = tf.ones((1, length), tf.int32)
+        times = {name: [] for name in calls}
+        for name in calls:
+            calls[name](x, mask)  # warm-up
+        for _ in range(runs):
+            for name, call in calls.items():
+                start = time.perf_counter()
+                call(x, mask).numpy()
+                times[name].append(time.perf_counter() - start)
+        rows[length] = {name: statistics.median(t) for name, t in times.items()}
+        print(f"layers at {length}: {rows[length]}", flush=True)
+    return rows
+
+
 def _load_average():
     return " ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
-def write_table(results, args, load_before, path):
+def write_table(results, args, load_before, path, kinds=None):
     import tensorflow as tf
     import torch
     import transformers
@@ -207,6 +238,15 @@ def write_table(results, args, load_before, path):
         ratio = {c: results[8192]["time"][c] / results[2048]["time"][c] for c in CONTENDERS}
         lines += ["", f"time(8192) / time(2048): ours {ratio['ours']:.1f}x, transformers {ratio['transformers']:.1f}x "
                   f"(2 threads) / {ratio['transformers, 1 thread']:.1f}x (1 thread); linear: 4x, quadratic: 16x."]
+    if kinds:
+        names = list(next(iter(kinds.values())))
+        lines += ["", f"One attention layer of each kind alone (`--layer-runs {args.layer_runs}`: a `tf.function`, one "
+                  "process, alternated, median), seconds:", "",
+                  "| tokens | " + " | ".join(names) + " |", "|---:|" + "---:|" * len(names)]
+        lines += [f"| {length} | " + " | ".join(f"{row[n]:.4f}" for n in names) + " |" for length, row in kinds.items()]
+        first, last = min(kinds), max(kinds)
+        lines += ["", f"time({last}) / time({first}): " + ", ".join(
+            f"{n} {kinds[last][n] / kinds[first][n]:.1f}x" for n in names) + f" (linear: {last / first:.0f}x)."]
     with open(path, "w", encoding="utf-8") as f:
         f.write("\n".join(lines) + "\n")
 
@@ -216,6 +256,8 @@ def main():
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--lengths", type=int, nargs="+", default=list(LENGTHS))
+    parser.add_argument("--layer-runs", type=int, default=5, help="timed calls of each layer kind alone (0: none)")
+    parser.add_argument("--only-layers", action="store_true", help="time the layer kinds only (no table written)")
     parser.add_argument("--results", default=os.path.join(HERE, "results", "long_documents.md"))
     parser.add_argument("--worker", choices=CONTENDERS)  # internal: one contender's process
     parser.add_argument("--length", type=int)
@@ -224,12 +266,16 @@ def main():
     args = parser.parse_args()
     if args.worker:
         return worker(args)
+    if args.only_layers:
+        return layer_kinds((2048, 8192), args.layer_runs)
     load_before = _load_average()
     with tempfile.TemporaryDirectory() as scratch:
         folder = os.path.join(scratch, "modernbert")
         save_model(folder)
         for results in measure(folder, args.lengths, args.runs, args.rounds, scratch):
             write_table(results, args, load_before, args.results)
+    if args.layer_runs:
+        write_table(results, args, load_before, args.results, layer_kinds((2048, 8192), args.layer_runs))
     print(open(args.results, encoding="utf-8").read())
 
 
