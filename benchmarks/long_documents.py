@@ -84,7 +84,7 @@ def _reset_peak():
 def _ours(folder):
     import tensorflow as tf
 
-    from bert_keras.modernbert import ModernBertEncoder
+    from bert_keras.models.modernbert import ModernBertEncoder
 
     encoder = ModernBertEncoder.from_checkpoint(folder)
     spec = tf.TensorSpec((None, None), tf.int32)

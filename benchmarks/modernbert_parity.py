@@ -21,7 +21,7 @@ import numpy as np
 import torch
 import transformers
 
-from bert_keras.modernbert import ModernBertEncoder
+from bert_keras.models.modernbert import ModernBertEncoder
 from bert_keras.sentence_encoder import SentenceEncoder
 from bert_keras.text.corpora import load_tweets
 from tests.checkpoints.test_modernbert import ours, padded_batch, reference, save_modernbert, save_modernbert_tokenizer

@@ -25,7 +25,7 @@ def __getattr__(name):
 
         return DebertaV3Encoder
     if name == "ModernBertEncoder":
-        from bert_keras.modernbert import ModernBertEncoder
+        from bert_keras.models.modernbert import ModernBertEncoder
 
         return ModernBertEncoder
     if name in ("PRESETS", "preset_names"):

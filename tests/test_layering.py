@@ -16,7 +16,7 @@ LAYERS = [
     ["text"],
     ["hub"],
     ["formats"],
-    ["encoder", "modernbert", "models"],
+    ["encoder", "models"],
     ["heads"],
     ["embedder"],
     ["_task", "pretrainer", "predictions"],

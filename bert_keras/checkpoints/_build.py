@@ -7,7 +7,7 @@ import keras
 from bert_keras.encoder import BertEncoder
 from bert_keras.formats import Candidates, ConversionSummary, assign_arrays, tables
 from bert_keras.models import DebertaV3Encoder
-from bert_keras.modernbert import ModernBertEncoder
+from bert_keras.models.modernbert import ModernBertEncoder
 from bert_keras.heads import (
     ClassificationHead,
     DiscriminatorHead,

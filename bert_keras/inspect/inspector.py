@@ -13,7 +13,7 @@ import tensorflow as tf
 
 from bert_keras.checkpoints import load_pretrained
 from bert_keras.encoder import INPUT_KEYS, BertEncoder
-from bert_keras.modernbert import ModernBertEncoder
+from bert_keras.models.modernbert import ModernBertEncoder
 from bert_keras.text import BertPreprocessor, load_vocabulary
 
 logger = logging.getLogger(__name__)

@@ -9,7 +9,7 @@ import transformers
 
 from bert_keras.layers import RotarySelfAttention
 from bert_keras.layers.modernbert_block import BANDED_MIN_LENGTH, QUERY_CHUNK, banded_attention, sliding_window_bias
-from bert_keras.modernbert import ModernBertEncoder
+from bert_keras.models.modernbert import ModernBertEncoder
 from tests.checkpoints.test_modernbert import ours, padded_batch, save_modernbert
 
 

@@ -17,7 +17,7 @@ from bert_keras.layers import (
     RotarySelfAttention,
     sliding_window_bias,
 )
-from bert_keras.modernbert import ModernBertEncoder, layer_types_every
+from bert_keras.models.modernbert import ModernBertEncoder, layer_types_every
 from tests.checkpoints._models import perturb_torch
 
 # 3 layers (global, local, local), local windows of 8 tokens (4 on either side): windows matter from 6 tokens on.
