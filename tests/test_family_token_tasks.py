@@ -307,8 +307,12 @@ def test_tagger_exports_before_the_family_read_as_wordpiece(taggers, tmp_path):
     reloaded = load_tagger(str(old), warm_up=False)
     assert reloaded.tokenizer_kind == "wordpiece"
     assert reloaded.predict(MADE_TEXTS, aggregation="first") == expected
-    open(labels, "w").write(json.dumps({**metadata, "tokenizer": "unigram"}))
-    with pytest.raises(ValueError, match="records a tokenizer of kind 'unigram'"):
+    open(labels, "w").write(json.dumps({**metadata, "tokenizer": "bpe"}))  # a kind no version wrote
+    with pytest.raises(ValueError, match="records a tokenizer of kind 'bpe'"):
+        load_tagger(str(old), warm_up=False)
+    open(labels, "w").write(json.dumps({**metadata, "tokenizer": "unigram"}))  # a kind that exists, not this graph's
+    with pytest.raises(ValueError, match="records tokenizer='unigram', but the SavedModel was exported with "
+                                         "tokenizer='wordpiece'"):
         load_tagger(str(old), warm_up=False)
 
 
