@@ -83,7 +83,7 @@ DEFAULT_PEAK_GB = 2.0
 # Test files that share a process: a process start costs ~10 s of CPU before the first test (TensorFlow's import
 # and the collection; `pytest --collect-only tests/layers`: 9.9 s on a 2-core Intel Xeon, 2026-12-02), which a
 # bundle pays once. A bundle is named in PEAK_GB by its first entry. What a process builds stays until it ends, so a
-# bundle peaks above its parts: tests/inspect, tests/checkpoints, test_hostile_files.py and test_docstrings.py
+# bundle peaks above its parts: tests/inspection, tests/checkpoints, test_hostile_files.py and test_docstrings.py
 # peaked at 1.7-2.0 GB each alone and at 5.20 GB as one bundle (2026-12-02); the groups stay apart.
 BUNDLES = [
     ["tests/test_datasets.py", "tests/test_datasets_hostile.py", "tests/test_datasets_readers.py",

@@ -27,7 +27,7 @@ LAYERS = [
     ["lora"],
     ["_records", "entities", "tagged_data", "squad", "datasets", "optimization", "evaluate"],
     ["training"],
-    ["inspect", "beam"],
+    ["inspection", "beam"],
     ["demo"],
     ["commands"],
     ["cli"],

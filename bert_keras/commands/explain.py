@@ -43,7 +43,7 @@ def register(commands, common):
 
 
 def _inspector(args):
-    from bert_keras.inspect import Inspector
+    from bert_keras.inspection import Inspector
 
     for module in ("matplotlib", "sklearn"):  # the inspect extra; checked before a model is loaded
         try:
@@ -58,7 +58,7 @@ def run_explain(args):
         if text is not None and not text.strip():
             return fail("explain", f"{name} is empty; give a text with at least one word.")
     from bert_keras._files import OutputLockedError, check_target  # after the checks: they must not wait for TensorFlow
-    from bert_keras.inspect.outputs import write_explanation
+    from bert_keras.inspection.outputs import write_explanation
 
     try:
         check_target(args.out, args.force, argument="--out", kind="explain")
@@ -98,7 +98,7 @@ def run_probe(args):
     import keras  # after the checks: they must not wait for TensorFlow
 
     from bert_keras._files import OutputLockedError, check_target
-    from bert_keras.inspect.outputs import write_probe
+    from bert_keras.inspection.outputs import write_probe
 
     try:
         check_target(args.out, args.force, argument="--out", kind="probe")

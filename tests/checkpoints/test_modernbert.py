@@ -352,7 +352,7 @@ def test_the_sentence_encoder_exports_as_a_savedmodel_of_raw_strings(text_folder
 
 @pytest.mark.slow
 def test_the_inspector_shows_local_layers_attending_within_their_window(text_folder):
-    from bert_keras.inspect.inspector import Inspector
+    from bert_keras.inspection.inspector import Inspector
 
     folder, _ = text_folder
     result = Inspector.from_checkpoint(str(folder), seq_length=64).inspect(TEXTS[3:])[0]

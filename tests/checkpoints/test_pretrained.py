@@ -13,7 +13,7 @@ import pytest
 from bert_keras import formats
 from bert_keras.checkpoints import load_pretrained, pretrained
 from bert_keras.formats import CheckpointError
-from bert_keras.inspect import Inspector
+from bert_keras.inspection import Inspector
 from bert_keras.sentence_encoder import SentenceEncoder
 from bert_keras.tasks import BertClassifier
 from bert_keras.text import SentencePieceTokenizer, WordPieceTokenizer

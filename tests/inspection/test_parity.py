@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from bert_keras.inspect import Inspector
+from bert_keras.inspection import Inspector
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")

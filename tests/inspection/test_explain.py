@@ -7,10 +7,10 @@ import re
 import numpy as np
 import pytest
 
-from bert_keras.inspect import Inspector
-from bert_keras.inspect.outputs import write_explanation
-from bert_keras.inspect.plots import heatmap_size
-from tests.inspect.conftest import VOCAB, run_chromium, tiny_encoder
+from bert_keras.inspection import Inspector
+from bert_keras.inspection.outputs import write_explanation
+from bert_keras.inspection.plots import heatmap_size
+from tests.inspection.conftest import VOCAB, run_chromium, tiny_encoder
 
 TEXT = "Hello world, the cat sat on the mat!"
 

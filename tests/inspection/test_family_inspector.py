@@ -15,7 +15,7 @@ import pytest
 
 from bert_keras.checkpoints import load_checkpoint
 from bert_keras.cli import main
-from bert_keras.inspect import Inspector, attention_statistics, is_punctuation, piece_text, probe
+from bert_keras.inspection import Inspector, attention_statistics, is_punctuation, piece_text, probe
 from bert_keras.tasks import load_encoder_and_preprocessor
 from bert_keras.text import BertPreprocessor
 from tests.test_family_workflows import FAMILIES, SEQ, families, spm, transformers, tweets  # noqa: F401 (fixtures)

@@ -13,7 +13,7 @@ import time
 import numpy as np
 
 from bert_keras.datasets import stratified_split
-from bert_keras.inspect.statistics import AttentionStatistics, is_punctuation
+from bert_keras.inspection.statistics import AttentionStatistics, is_punctuation
 
 logger = logging.getLogger(__name__)
 
@@ -109,7 +109,7 @@ def probe(inspector, texts, labels, label_names, text_pairs=None, batch_size=32,
     """Attention statistics and linear probes of every layer over a labelled text set.
 
     Args:
-        inspector: `bert_keras.inspect.Inspector`.
+        inspector: `bert_keras.inspection.Inspector`.
         texts: list of str.
         labels: int array of label indices.
         label_names: list of str.

@@ -10,14 +10,14 @@ import tensorflow as tf
 
 from bert_keras.checkpoints import CheckpointError, detect_format, load_checkpoint
 from bert_keras.hub import load
-from tests.inspect.conftest import MODEL_GARDEN_MODULE, VOCAB
+from tests.inspection.conftest import MODEL_GARDEN_MODULE, VOCAB
 
 
 @pytest.fixture(scope="module")
 def model_garden_module(tmp_path_factory):
     """Written by Model Garden's own exporter: fresh where tf-models-official imports, else the committed copy."""
     try:
-        from tests.inspect.make_model_garden_module import write_module
+        from tests.inspection.make_model_garden_module import write_module
 
         import official.nlp.tools.export_tfhub_lib  # noqa: F401
     except ImportError:
@@ -89,7 +89,7 @@ def test_our_module_of_small_weights_is_read_with_exact_gelu(tmp_path):
     tolerance too: the activation must come from the graph (Keras writes exact GELU with `Erfc`), not be
     the first candidate that passes."""
     from bert_keras.export import export_encoder
-    from tests.inspect.conftest import tiny_encoder
+    from tests.inspection.conftest import tiny_encoder
 
     vocab = tmp_path / "vocab.txt"
     vocab.write_text("\n".join(VOCAB) + "\n", encoding="utf-8")

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from bert_keras.encoder import BertEncoder
-from bert_keras.inspect import AttentionStatistics, Inspector, inspector, is_punctuation, statistics
-from tests.inspect.conftest import VOCAB, tiny_encoder
+from bert_keras.inspection import AttentionStatistics, Inspector, inspector, is_punctuation, statistics
+from tests.inspection.conftest import VOCAB, tiny_encoder
 
 
 @pytest.mark.parametrize("module", [inspector, statistics], ids=lambda m: m.__name__)

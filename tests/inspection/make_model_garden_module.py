@@ -3,12 +3,12 @@
 Run where tf-models-official imports (it needs tf-keras and gin-config; it is
 not a dependency of bert_keras):
 
-    PYTHONPATH=<site with official/> python tests/inspect/make_model_garden_module.py OUT_DIR
+    PYTHONPATH=<site with official/> python tests/inspection/make_model_garden_module.py OUT_DIR
 
 `OUT_DIR/encoder` is written by `official.nlp.tools.export_tfhub_lib.export_model`
 (the exporter of the published `bert_en_uncased_L-*_H-*_A-*` modules), with
 random weights, and `OUT_DIR/preprocess` by its `export_preprocessing`.
-`tests/inspect/data/model_garden_tiny` holds the committed output, so that
+`tests/inspection/data/model_garden_tiny` holds the committed output, so that
 the import test runs where tf-models-official does not install.
 """
 

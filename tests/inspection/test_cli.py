@@ -9,8 +9,8 @@ import pytest
 import tensorflow as tf
 
 from bert_keras.cli import main
-from bert_keras.inspect.probing import held_out_warning
-from tests.inspect.conftest import MODEL_GARDEN_MODULE
+from bert_keras.inspection.probing import held_out_warning
+from tests.inspection.conftest import MODEL_GARDEN_MODULE
 
 
 def _run(capsys, *argv):

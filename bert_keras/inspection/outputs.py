@@ -4,8 +4,8 @@ import json
 import os
 
 from bert_keras._files import staged_directory
-from bert_keras.inspect import page, plots
-from bert_keras.inspect.probing import probe
+from bert_keras.inspection import page, plots
+from bert_keras.inspection.probing import probe
 
 ATTENTION_JSON = "attention.json"
 ATTENTION_HTML = "attention.html"
@@ -27,7 +27,7 @@ def write_explanation(inspector, text, out_dir, text_pair=None, overwrite=False,
     """Runs one text (or pair) and writes `attention.json`, `attention.html` and a PNG per layer.
 
     Args:
-        inspector: `bert_keras.inspect.Inspector`.
+        inspector: `bert_keras.inspection.Inspector`.
         text: str. A non-empty text.
         out_dir: str. The output directory (written whole, in one step).
         text_pair: optional str. A second segment.

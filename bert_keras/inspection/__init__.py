@@ -5,14 +5,14 @@ module `load_checkpoint` reads) and returns the attention probabilities of
 every head and the hidden states of every layer, with the model's tokens
 (WordPiece, ALBERT's SentencePiece or RoBERTa's byte-level BPE pieces).
 `AttentionStatistics` and `probe` measure where attention goes and what each
-layer encodes; `bert_keras.inspect.page` and `bert_keras.inspect.plots` write
+layer encodes; `bert_keras.inspection.page` and `bert_keras.inspection.plots` write
 the HTML page and the PNGs (matplotlib and scikit-learn: the `inspect` extra,
 imported only where used).
 """
 
-from bert_keras.inspect.inspector import Inspection, Inspector
-from bert_keras.inspect.probing import attention_statistics, linear_probes, pooled_features, probe
-from bert_keras.inspect.statistics import STATISTICS, AttentionStatistics, is_punctuation, piece_text
+from bert_keras.inspection.inspector import Inspection, Inspector
+from bert_keras.inspection.probing import attention_statistics, linear_probes, pooled_features, probe
+from bert_keras.inspection.statistics import STATISTICS, AttentionStatistics, is_punctuation, piece_text
 
 __all__ = [
     "STATISTICS",
