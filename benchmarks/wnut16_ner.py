@@ -1,6 +1,6 @@
 """Named entities in tweets: `finetune_tagger` against transformers fine-tuned the same way on torch, in one run.
 
-Data: the WNUT-2016 training tweets (`bert_keras.tagged_data.load_wnut16`: 2,394
+Data: the WNUT-2016 training tweets (`bert_keras.data.tagged.load_wnut16`: 2,394
 tweets, ten entity types, BIO), split by a seeded shuffle into 80% train, 10%
 validation and 10% test (the same split for both). Checkpoint: the installed
 all-MiniLM-L6-v2 (6 layers, hidden 384). Recipe for both, step for step:
@@ -33,7 +33,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import numpy as np  # noqa: E402
 
 from bert_keras.entities import entity_scores  # noqa: E402
-from bert_keras.tagged_data import load_wnut16  # noqa: E402
+from bert_keras.data.tagged import load_wnut16  # noqa: E402
 from bert_keras.text.corpora import minilm_vocab_path  # noqa: E402
 
 HEAD_EPOCHS, EPOCHS, BATCH, RATE, HEAD_RATE, SEQ_LENGTH = 1, 3, 16, 5e-5, 1e-3, 128

@@ -19,7 +19,7 @@ import numpy as np
 
 from bert_keras._files import check_target, read_marker
 from bert_keras.export import convert_to_hub
-from bert_keras.datasets import LabelledText, stratified_split
+from bert_keras.data.texts import LabelledText, stratified_split
 from bert_keras.evaluate import classification_scores
 from bert_keras.export import load_classifier
 from bert_keras.formats.hub_module import read_module_pair

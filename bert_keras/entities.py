@@ -9,7 +9,7 @@ are those of its Python ports (seqeval's default mode, which the tests check
 these scores against), under which a chunk ends after `E-` or `S-` and `S-`
 begins one. `entity_spans` finds a sentence's entities, `entity_scores`
 scores predictions and `format_entity_report` prints the scores.
-`bert_keras.tagged_data` reads tagged files, strictly, in these schemes.
+`bert_keras.data.tagged` reads tagged files, strictly, in these schemes.
 Neither module imports TensorFlow.
 """
 

@@ -86,16 +86,17 @@ DEFAULT_PEAK_GB = 2.0
 # bundle peaks above its parts: tests/inspection, tests/checkpoints, test_hostile_files.py and test_docstrings.py
 # peaked at 1.7-2.0 GB each alone and at 5.20 GB as one bundle (2026-12-02); the groups stay apart.
 BUNDLES = [
-    ["tests/test_datasets.py", "tests/test_datasets_hostile.py", "tests/test_datasets_readers.py",
-     "tests/export/test_export.py", "tests/test_files.py", "tests/test_fuzz_readers.py", "tests/test_heads.py",
+    ["tests/data/test_texts.py", "tests/data/test_texts_hostile.py", "tests/data/test_texts_readers.py",
+     "tests/export/test_export.py", "tests/test_files.py", "tests/data/test_fuzz_readers.py", "tests/test_heads.py",
      "tests/test_platform.py", "tests/test_layering.py", "tests/test_lora_hostile.py",
      "tests/commands/test_quiet_commands.py", "tests/test_run_suite.py", "tests/test_soak.py"],
 ]
 # Directories whose files are groups of their own, as the top-level files are: they mirror a package
-# (bert_keras.commands, bert_keras.export, bert_keras.checkpoints) but share no session fixture, and one process over
-# all of them would hold what every file builds (the commands' tests each build and export models; tests/checkpoints
-# as one process peaked at 8.18 GB once the ModernBERT, DeBERTa-v3 and XLM-RoBERTa files joined it, 2026-12-07).
-FILE_GROUPS = ("commands", "export", "checkpoints")
+# (bert_keras.commands, bert_keras.export, bert_keras.checkpoints, bert_keras.data) but share no session fixture, and
+# one process over all of them would hold what every file builds (the commands' tests each build and export models;
+# tests/checkpoints as one process peaked at 8.18 GB once the ModernBERT, DeBERTa-v3 and XLM-RoBERTa files joined it,
+# 2026-12-07); tests/data's readers' files join BUNDLES' first bundle or run alone, as when they were top-level files.
+FILE_GROUPS = ("commands", "export", "checkpoints", "data")
 MEMORY_BUDGET_GB = 6.0
 # What the runner and the server the groups are forked from hold beside the groups: the peaks of two groups planned
 # to 6.0 GB together peaked at 6.40 GB with them (CI, 2026-12-04); planned within 5.5 GB by the profile they reached

@@ -6,7 +6,7 @@ import os
 import numpy as np
 import pytest
 
-from bert_keras.datasets import LabelledText
+from bert_keras.data.texts import LabelledText
 
 
 def test_baselines_on_a_separable_toy_set():
@@ -21,7 +21,7 @@ def test_baselines_on_a_separable_toy_set():
 
 
 def test_subsample_gives_exactly_the_size_asked_with_each_class_share():
-    from bert_keras.datasets import stratified_split
+    from bert_keras.data.texts import stratified_split
     from bert_keras.demo import _subsample
 
     labels = np.array([0] * 1017 + [1] * 943 + [2] * 437)

@@ -20,7 +20,7 @@ import pytest
 import tensorflow as tf
 
 from bert_keras import cli, hub
-from bert_keras.datasets import LabelledText
+from bert_keras.data.texts import LabelledText
 from bert_keras.export import load_classifier
 from bert_keras.sentence_encoder import SentenceEncoder
 from bert_keras.tasks import BertClassifier, load_encoder_and_preprocessor

@@ -17,7 +17,7 @@ import tensorflow as tf
 
 from bert_keras import _files, cli
 from bert_keras._files import MARKER, OutputLockedError, claim_directory, remove_output, staged_directory
-from bert_keras.datasets import LabelledText
+from bert_keras.data.texts import LabelledText
 from bert_keras.training import claim_backup, finetune_classifier
 from bert_keras.training.backup import BACKUP_KIND
 

@@ -25,7 +25,7 @@ LAYERS = [
     ["export"],
     ["embedding_files", "search"],
     ["lora"],
-    ["_records", "entities", "tagged_data", "squad", "datasets", "optimization", "evaluate"],
+    ["data", "entities", "optimization", "evaluate"],
     ["training"],
     ["inspection", "beam"],
     ["demo"],

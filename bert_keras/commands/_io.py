@@ -1,21 +1,21 @@
 """The commands' input and output: texts from TEXT arguments, --input or standard input; tsv fields and JSON text;
 `Output`, the one writer of answers as tsv, JSON lines or one JSON array.
 
-Files and standard input are read by `bert_keras.datasets.read_texts` (no TensorFlow), the reader of every command.
+Files and standard input are read by `bert_keras.data.texts.read_texts` (no TensorFlow), the reader of every command.
 """
 
 import json
 import sys
 
 from bert_keras._checks import NotRegularFileError
-from bert_keras.datasets import read_texts, split_pair
+from bert_keras.data.texts import read_texts, split_pair
 
 
 class InputError(Exception):
     """Input (or a model) that a command refuses, found before or while streaming: the message for the user (exit 2)."""
 
 
-# How the readers of bert_keras.datasets name our arguments in their messages.
+# How the readers of bert_keras.data.texts name our arguments in their messages.
 READER_ARGUMENTS = {"delimiter": "--delimiter", "text_column": "--text-column", "text_pair_column": "--text-pair-column"}
 
 

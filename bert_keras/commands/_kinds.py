@@ -15,11 +15,11 @@ import os
 
 from bert_keras.commands._common import working
 from bert_keras.commands._io import READER_ARGUMENTS, InputError, input_records, tsv_field
-from bert_keras.datasets import read_labelled_file
+from bert_keras.data.texts import read_labelled_file
 from bert_keras.entities import entity_scores, format_entity_report
 from bert_keras.export.litert import is_litert  # no TensorFlow
 from bert_keras.export.manifest import CLASSIFIER, READER, TAGGER
-from bert_keras.tagged_data import read_tagged_file
+from bert_keras.data.tagged import read_tagged_file
 
 ENTITY_REPORT_FILE = "evaluation.json"
 

@@ -11,7 +11,7 @@ import os
 from bert_keras.commands._common import (embedding_model, fail, progress, say,
                                          sentence_model_arguments)
 from bert_keras.commands._io import InputError, input_records, prompt
-from bert_keras.datasets import DataError
+from bert_keras.data.texts import DataError
 
 
 def register(commands, common):

@@ -14,7 +14,7 @@ from bert_keras._checks import NotRegularFileError
 from bert_keras.commands._common import at_least, fail, say, served_kind
 from bert_keras.commands._io import InputError
 from bert_keras.commands._kinds import KINDS
-from bert_keras.datasets import DataError
+from bert_keras.data.texts import DataError
 from bert_keras.export.manifest import ExportError
 
 

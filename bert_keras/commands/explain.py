@@ -11,7 +11,7 @@ import numpy as np
 
 from bert_keras.commands._common import at_least, fail, fit_verbosity, say
 from bert_keras.commands._io import READER_ARGUMENTS
-from bert_keras.datasets import DataError, read_labelled_file, stratified_split
+from bert_keras.data.texts import DataError, read_labelled_file, stratified_split
 
 
 def register(commands, common):

@@ -13,10 +13,10 @@ from bert_keras.commands._common import (at_least, default_backup_dir, distribut
                                          positive_float, refused_output, say, strategy, warn_emulated_bfloat16, watching,
                                          working)
 from bert_keras.commands._io import READER_ARGUMENTS
-from bert_keras.datasets import FORMATS as LABELLED_FORMATS
-from bert_keras.datasets import DataError, read_labelled_file
-from bert_keras.squad import read_squad
-from bert_keras.tagged_data import read_tagged_file
+from bert_keras.data.texts import FORMATS as LABELLED_FORMATS
+from bert_keras.data.texts import DataError, read_labelled_file
+from bert_keras.data.squad import read_squad
+from bert_keras.data.tagged import read_tagged_file
 from bert_keras.text.corpora import minilm_vocab_path
 
 

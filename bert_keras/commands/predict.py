@@ -18,7 +18,7 @@ from bert_keras.commands._io import InputError, Output, argument_texts, prompt, 
 from bert_keras.commands._kinds import KINDS
 from bert_keras.commands._kinds import marked_text  # noqa: F401 - the tagger's tsv line, named here as before
 from bert_keras.commands._prepared import PreparedFolder, is_transformers_folder
-from bert_keras.datasets import DataError
+from bert_keras.data.texts import DataError
 from bert_keras.export.litert import is_litert, litert_kind  # no TensorFlow
 from bert_keras.export.manifest import ExportError
 

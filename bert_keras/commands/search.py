@@ -8,7 +8,7 @@ import os
 
 from bert_keras.commands._common import at_least, embedding_model, fail, sentence_model_arguments
 from bert_keras.commands._io import InputError, argument_texts, json_text, prompt, standard_input, tsv_field
-from bert_keras.datasets import DataError, read_texts
+from bert_keras.data.texts import DataError, read_texts
 
 
 def register(commands, common):

@@ -12,7 +12,7 @@ import time
 
 import numpy as np
 
-from bert_keras.datasets import stratified_split
+from bert_keras.data.texts import stratified_split
 from bert_keras.inspection.statistics import AttentionStatistics, is_punctuation
 
 logger = logging.getLogger(__name__)

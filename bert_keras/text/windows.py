@@ -388,7 +388,7 @@ def qa_features(tokenizer, examples, seq_length=384, doc_stride=128, max_questio
     Args:
         tokenizer: the tokenizer of a `BertPreprocessor` (`.tokenizer`):
             WordPiece, SentencePiece or byte-level BPE.
-        examples: `bert_keras.squad.SquadExamples` (or any object with
+        examples: `bert_keras.data.squad.SquadExamples` (or any object with
             `questions`, `contexts` and `answers` lists); the first answer of
             each is the label, none for an unanswerable question.
         seq_length: int. Pieces per window. Defaults to `384`.

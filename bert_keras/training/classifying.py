@@ -13,7 +13,7 @@ import math
 import keras
 import numpy as np
 
-from bert_keras.datasets import stratified_split
+from bert_keras.data.texts import stratified_split
 from bert_keras.evaluate import classification_report, format_report, report_files
 from bert_keras.export import export_classifier
 from bert_keras.tasks import BertClassifier
@@ -101,7 +101,7 @@ def finetune_classifier(source, train, validation=None, test=None, export_dir=No
         source: where the pretrained model comes from: a checkpoint folder or
             a Hub module pair directory (`BertClassifier.from_checkpoint`), or
             a pair of Hub handles `(encoder, preprocess)`.
-        train: `bert_keras.datasets.LabelledText` (texts, or text pairs).
+        train: `bert_keras.data.texts.LabelledText` (texts, or text pairs).
         validation: optional `LabelledText`; by default a stratified
             `validation_fraction` of `train`.
         test: optional `LabelledText`, scored after training.

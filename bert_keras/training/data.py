@@ -15,7 +15,7 @@ def text_dataset(data, batch_size, shuffle_seed=None, class_weight=None):
     `steps_per_epoch=math.ceil(len(data) / batch_size)` to `fit`.
 
     Args:
-        data: a `bert_keras.datasets.LabelledText`.
+        data: a `bert_keras.data.texts.LabelledText`.
         batch_size: int.
         shuffle_seed: optional int.
         class_weight: optional dict of class id -> weight: then the batches

@@ -21,7 +21,7 @@ import tensorflow as tf
 
 from bert_keras.export import export_reader
 from bert_keras.export.reader import best_answers, window_probabilities
-from bert_keras.squad import squad_scores
+from bert_keras.data.squad import squad_scores
 from bert_keras.tasks import BertSpanLabeler
 from bert_keras.text.windows import INPUT_KEYS, check_window_arguments, qa_features
 from bert_keras.training.backup import fingerprint
@@ -163,7 +163,7 @@ def finetune_reader(source, train, validation=None, test=None, export_dir=None, 
     Args:
         source: a checkpoint folder `BertSpanLabeler.from_checkpoint` reads (a
             `BertForQuestionAnswering` brings its head).
-        train: `bert_keras.squad.SquadExamples`.
+        train: `bert_keras.data.squad.SquadExamples`.
         validation: optional `SquadExamples`; by default a random
             `validation_fraction` of `train`'s questions.
         test: optional `SquadExamples`, scored after training (SQuAD's exact match and F1, in percent).

@@ -166,7 +166,7 @@ def finetune_tagger(source, train, validation=None, test=None, export_dir=None, 
             own token-classification head of the data's tags, in any order,
             is fine-tuned from that head in its order; one of other tags gets
             a new head (`checkpoint_head_plan`, said by `report`).
-        train: `bert_keras.tagged_data.TaggedText`, with at least one entity tag.
+        train: `bert_keras.data.tagged.TaggedText`, with at least one entity tag.
         validation: optional `TaggedText` with train's tag names; by default a
             random `validation_fraction` of `train`'s sentences.
         test: optional `TaggedText` with train's tag names, scored after

@@ -17,9 +17,9 @@ import pytest
 from bert_keras import _checks, cli
 from bert_keras.commands import search as search_command
 from bert_keras.export.manifest import ExportError, export_kind
-from bert_keras.datasets import read_labelled_file, read_texts
-from bert_keras.squad import read_squad
-from bert_keras.tagged_data import read_tagged_file
+from bert_keras.data.texts import read_labelled_file, read_texts
+from bert_keras.data.squad import read_squad
+from bert_keras.data.tagged import read_tagged_file
 
 FIFO_MESSAGE = "cannot be read: it is a FIFO (named pipe), not a regular file (reading one may never end)"
 

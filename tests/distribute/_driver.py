@@ -40,7 +40,7 @@ def main():
     name = {"single": "default", "mirrored": "mirrored", "multi-worker": "multi-worker"}[args.mode]
     strategy = make_strategy(name, cpu_replicas=2 if name == "mirrored" else None, connect_timeout=60)
 
-    from bert_keras.datasets import read_labelled_file
+    from bert_keras.data.texts import read_labelled_file
     from bert_keras.training import finetune_classifier
     from bert_keras.training import run_pretraining
 
@@ -64,7 +64,7 @@ def main():
 
 def _record_seen(strategy, path):
     """The examples (`ex0`...`ex26`) each local replica is given in two epochs of a fine-tune's training stream."""
-    from bert_keras.datasets import LabelledText
+    from bert_keras.data.texts import LabelledText
     from bert_keras.training import text_dataset
 
     data = LabelledText([f"ex{i}" for i in range(27)], np.zeros(27, dtype=np.int32), ["a"])

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from bert_keras.squad import SquadExamples
+from bert_keras.data.squad import SquadExamples
 from bert_keras.text.windows import (answer_positions, check_window_arguments, max_context, piece_windows, qa_features,
                                      qa_windows)
 

@@ -20,7 +20,7 @@ import tensorflow as tf
 
 from bert_keras import cli
 from bert_keras._files import OutputLockedError, directory_under, staged_directory
-from bert_keras.datasets import LabelledText
+from bert_keras.data.texts import LabelledText
 from bert_keras.formats import CheckpointError
 from bert_keras.training import claim_backup, finetune, finetune_classifier, finetune_reader, finetune_tagger
 from bert_keras.training.backup import PHASE_KIND, RUN_FILE, SNAPSHOT_KIND, STATE_FILE, held_backup, read_state, resumed_epoch

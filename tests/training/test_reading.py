@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from bert_keras.export import load_reader
-from bert_keras.squad import SquadExamples
+from bert_keras.data.squad import SquadExamples
 from bert_keras.training.reading import finetune_reader, reader_config, window_dataset
 from tests.helpers import save_tiny_bert
 

@@ -6,7 +6,7 @@ import os
 import numpy as np
 import pytest
 
-from bert_keras.tagged_data import TaggedText
+from bert_keras.data.tagged import TaggedText
 from bert_keras.text import WordPieceTokenizer
 from bert_keras.text.alignment import IGNORE_LABEL
 from bert_keras.entities import entity_scores

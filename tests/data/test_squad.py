@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from bert_keras.squad import DataError, SquadExamples, read_squad, squad_scores
+from bert_keras.data.squad import DataError, SquadExamples, read_squad, squad_scores
 
 CONTEXT = "Ada Lovelace wrote the first program in 1843. Café 🙂 naïve."
 

@@ -4,7 +4,7 @@ One reader serves every command that reads users' files: `read_texts`
 streams the texts of a file or of standard input (`bert-keras predict`), and
 `read_labelled_file` reads labelled examples (fine-tuning, `bert-keras
 evaluate` and `probe`) through the same record reader
-(`bert_keras._records`), so the same files are accepted and bad ones are
+(`bert_keras.data._records`), so the same files are accepted and bad ones are
 refused with the same messages, each naming the file (or standard input) and
 the line where the record starts. The caller names its own arguments in
 those messages (`arguments=`, e.g. the command line's `--delimiter`).
@@ -24,7 +24,7 @@ import re
 import numpy as np
 
 from bert_keras._checks import check_regular_file
-from bert_keras._records import (
+from bert_keras.data._records import (
     DELIMITERS,
     FIELD_SIZE_LIMIT,
     STANDARD_INPUT,

@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from bert_keras.datasets import DataError, read_labelled_file, stratified_split
+from bert_keras.data.texts import DataError, read_labelled_file, stratified_split
 
 
 def test_reads_csv_tsv_and_jsonl(tmp_path):

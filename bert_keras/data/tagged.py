@@ -8,7 +8,7 @@ conlleval does): a tag outside the scheme, or one that continues no chunk
 (BIO's `I-PER` after `O`), is a `DataError` naming the file and the line.
 IOB1 is read as BIO and BILOU as BIOES.
 
-Like `bert_keras.datasets`, this module imports no TensorFlow, so the
+Like `bert_keras.data.texts`, this module imports no TensorFlow, so the
 command line checks tagged files before TensorFlow loads.
 """
 
@@ -16,7 +16,7 @@ import dataclasses
 import itertools
 import os
 
-from bert_keras._records import (
+from bert_keras.data._records import (
     DataError,
     _check_no_surrogate,
     _json_array,

@@ -10,7 +10,7 @@ an error is a `DataError` naming the file, the line and the example.
 `squad_scores` is the official evaluation script's exact match and F1 (v2.0's,
 which reads v1.1 the same way).
 
-Like `bert_keras.datasets`, this module imports no TensorFlow, so the command
+Like `bert_keras.data.texts`, this module imports no TensorFlow, so the command
 line checks a file before TensorFlow loads.
 """
 
@@ -21,7 +21,7 @@ import os
 import re
 import string
 
-from bert_keras._records import DataError, _check_no_surrogate, _json_array, _json_kind, decoded_lines, open_file, place
+from bert_keras.data._records import DataError, _check_no_surrogate, _json_array, _json_kind, decoded_lines, open_file, place
 
 __all__ = ["DataError", "SquadExamples", "read_squad", "squad_scores"]
 

@@ -14,7 +14,7 @@ import pytest
 from hypothesis import assume, event, given
 from hypothesis import strategies as st
 
-from bert_keras.datasets import DataError, LabelledText, read_labelled_file
+from bert_keras.data.texts import DataError, LabelledText, read_labelled_file
 from tests.helpers import fuzz_settings
 
 pytestmark = pytest.mark.fuzz

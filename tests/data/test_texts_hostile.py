@@ -6,7 +6,7 @@ import re
 import numpy as np
 import pytest
 
-from bert_keras.datasets import DataError, read_labelled_file, read_texts, stratified_split
+from bert_keras.data.texts import DataError, read_labelled_file, read_texts, stratified_split
 
 
 def _write(tmp_path, name, text):

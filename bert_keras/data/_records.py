@@ -4,7 +4,7 @@
 of the wanted columns; `decoded_lines` the lines of any binary stream. Every
 error is a `DataError` naming the file (or standard input) and the line
 where the record starts (`place`). The public readers, `read_texts` and
-`read_labelled_file`, are in `bert_keras.datasets`; like them, this module
+`read_labelled_file`, are in `bert_keras.data.texts`; like them, this module
 imports no TensorFlow.
 """
 

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from bert_keras.datasets import STANDARD_INPUT, DataError, read_labelled_file, read_texts, split_pair
+from bert_keras.data.texts import STANDARD_INPUT, DataError, read_labelled_file, read_texts, split_pair
 
 
 def _write(tmp_path, name, content):
@@ -143,7 +143,7 @@ def test_streaming_reads_as_it_goes_and_closes_the_file(tmp_path):
 
 
 def test_the_reader_imports_no_tensorflow():
-    code = ("import io, sys\nfrom bert_keras.datasets import read_texts\nlist(read_texts(io.BytesIO(b'a')))\n"
+    code = ("import io, sys\nfrom bert_keras.data.texts import read_texts\nlist(read_texts(io.BytesIO(b'a')))\n"
             "print('tensorflow' in sys.modules)")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0 and done.stdout.strip() == "False", done.stderr

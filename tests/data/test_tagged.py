@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from bert_keras.entities import entity_scores, entity_spans, format_entity_report
-from bert_keras.tagged_data import DataError, TaggedText, load_wnut16, read_tagged_file
+from bert_keras.data.tagged import DataError, TaggedText, load_wnut16, read_tagged_file
 
 
 def _write(tmp_path, text, name="data.conll"):
@@ -179,7 +179,7 @@ def test_python_lists_are_checked_as_a_file_is():
 
 def test_the_reader_imports_no_tensorflow(tmp_path):
     path = _write(tmp_path, "a B-X\n")
-    code = (f"import sys\nfrom bert_keras.tagged_data import read_tagged_file\nimport bert_keras.entities\n"
+    code = (f"import sys\nfrom bert_keras.data.tagged import read_tagged_file\nimport bert_keras.entities\n"
             f"read_tagged_file({path!r})\nprint('tensorflow' in sys.modules)")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0 and done.stdout.strip() == "False", done.stderr
@@ -315,7 +315,7 @@ def test_the_docs_blocks_print_what_they_say():
         load_wnut16()
     except FileNotFoundError as error:
         pytest.skip(f"the docs read WNUT-2016, which comes with the test extra: {error}")
-    text = (pathlib.Path(__file__).resolve().parent.parent / "docs" / "token_tasks.md").read_text()
+    text = (pathlib.Path(__file__).resolve().parents[2] / "docs" / "token_tasks.md").read_text()
     blocks = re.findall(r"```python\n(.*?)```", text, re.S)
     assert len(blocks) == 2
     namespace = {}
