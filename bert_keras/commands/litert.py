@@ -1,4 +1,4 @@
-"""`bert-keras litert`: an export (classifier, tagger, sentence encoder) into one LiteRT `.tflite` file of raw strings.
+"""`bert-keras litert`: an export (classifier, tagger, reader, sentence encoder) into one LiteRT `.tflite` file.
 
 Everything that can be checked without TensorFlow is checked before it loads (the export's kind and every manifest
 value the conversion reads, --out); the conversion (TensorFlow) is imported in `run` after them, and checks the
@@ -16,14 +16,15 @@ from bert_keras.export.manifest import ExportError
 def register(commands, common):
     litert = commands.add_parser(
         "litert", parents=[common],
-        help="convert an exported classifier, tagger or sentence encoder into a LiteRT .tflite file from raw strings",
+        help="convert an exported classifier, tagger, reader or sentence encoder into a LiteRT .tflite file from raw "
+        "strings",
         description="Writes --out, a .tflite file whose `serve` signature takes raw strings (Hugging Face's BERT "
         "normalisation and WordPiece in tensorflow-text's LiteRT kernels) and gives what the export serves, with "
         "`serve_ids` (token ids, builtin ops only) and `preprocess`; --out.json beside it records what it is. "
         "Serve it with bert-keras predict --model FILE.tflite, or bert_keras.export.load_litert(FILE).",
     )
-    litert.add_argument("--model", required=True, help="an export of export_classifier, export_tagger or "
-                        "export_sentence_encoder (bert-keras finetune and demo write them)")
+    litert.add_argument("--model", required=True, help="an export of export_classifier, export_tagger, "
+                        "export_reader or export_sentence_encoder (bert-keras finetune and demo write them)")
     litert.add_argument("--out", required=True, help="the .tflite file to write")
     litert.add_argument("--quantize", choices=("int8",), help="dynamic-range int8 weights (about a quarter of the "
                         "size, faster on CPUs; check the accuracy on your data)")

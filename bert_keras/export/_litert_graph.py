@@ -9,13 +9,15 @@ import tensorflow_text as tf_text
 
 from bert_keras.export._litert_table import normalizer_model
 from bert_keras.export._writer import IDS_SIGNATURE, PADDED_IDS_ENDPOINT
-from bert_keras.export.manifest import TAGGER, ExportError
+from bert_keras.export.litert_windows import reader_settings, window_reads
+from bert_keras.export.manifest import READER, TAGGER, ExportError
 from bert_keras.text.tokenizer import wordpiece_vocabulary
 
 logger = logging.getLogger(__name__)
 
 # What `serve` and `serve_ids` return of the export's `serve_ids`, per kind.
-OUTPUTS = {"classifier": ("probabilities",), "sentence_encoder": ("embeddings",), TAGGER: ("scores",)}
+OUTPUTS = {"classifier": ("probabilities",), "sentence_encoder": ("embeddings",), TAGGER: ("scores",),
+           READER: ("start_logits", "end_logits")}
 # The signatures of a file, in the converter's order (`version`: a second one beside `serve_ids`, which alone would
 # be converted without its name). A tagger's `windows` lets its caller run `serve_ids` a few windows at a time, so
 # that one long text holds one chunk's activations (files converted before it run every window in one call).
@@ -24,6 +26,9 @@ OUTPUTS = {"classifier": ("probabilities",), "sentence_encoder": ("embeddings",)
 IDS_SIGNATURES = ("serve_ids", "version", "record")
 STRING_SIGNATURES = ("serve", "serve_ids", "preprocess", "record")
 TAGGER_SIGNATURES = STRING_SIGNATURES + ("windows",)
+# A reader's file tokenizes (`pieces`: a batch of texts -> their flat pieces, offsets and word starts) and runs the
+# model on packed windows (`serve_ids`); its caller cuts the windows between the two (`litert_windows`).
+READER_SIGNATURES = ("pieces", "serve_ids", "record")
 
 
 def litert_module(saved, manifest, vocabulary, carried):
@@ -90,7 +95,20 @@ def litert_module(saved, manifest, vocabulary, carried):
         def windows(self, text):  # `serve` without its model, which the caller runs a few windows at a time
             return _windows_of_one_text(self.pieces, text, tokenizer["seq_length"], manifest["stride"])
 
-    return IdsModule() if vocabulary is None else TaggerModule() if kind == TAGGER else StringsModule()
+    class ReaderModule(IdsModule):
+        signature_names = READER_SIGNATURES
+
+        def __init__(self):
+            super().__init__()
+            self.pieces_of = _Pieces(tokenizer, vocabulary, offsets=True)
+
+        @tf.function(input_signature=text_spec)
+        def pieces(self, text):  # questions or contexts -> their pieces, which the caller cuts into windows
+            return self.pieces_of.flat_pieces(text)
+
+    if vocabulary is None:
+        return IdsModule()
+    return {TAGGER: TaggerModule, READER: ReaderModule}.get(kind, StringsModule)()
 
 
 class _Pieces:
@@ -141,6 +159,15 @@ class _Pieces:
         char_starts = tf.gather(count, raw_base + raw_first) - tf.gather(count, raw_base)
         char_ends = tf.gather(count, raw_base + raw_last + 1) - tf.gather(count, raw_base)
         return ids, ids.with_flat_values(char_starts), ids.with_flat_values(char_ends)
+
+    def flat_pieces(self, text):
+        """A batch's pieces, flat: `ids`, `char_starts`, `char_ends`, `word_start` (1 where a piece starts its word:
+        no suffix indicator), int32 `(pieces,)` each, and `lengths` int32 `(batch,)`: the pieces per text."""
+        ids, starts, ends = self.tokenize(text)
+        splits = tf.cast(ids.row_splits, tf.int32)
+        return {"ids": ids.flat_values, "char_starts": starts.flat_values, "char_ends": ends.flat_values,
+                "word_start": tf.cast(tf.gather(self.word_start, ids.flat_values), tf.int32),
+                "lengths": splits[1:] - splits[:-1]}
 
     def _long_words_unknown(self, ids, starts, ends, normalized):
         """Hugging Face's rule: a word of more than `max_chars` characters is one unknown token spanning it
@@ -303,6 +330,25 @@ def probe_texts(vocabulary, tokenizer):
     return [long, long.upper(), " ".join(words[:3])]
 
 
+def _reader_pairs(module, loaded, manifest, texts):
+    """A reader's probe: the windows of questions and contexts (long ones: several windows each) through the file's
+    `pieces` and `serve_ids` and the caller's windowing (`litert_windows`), against the export's `windows`."""
+    questions, contexts = [texts[2], texts[1], texts[2]], [texts[0], texts[0], texts[1]]
+
+    def pieces(batch):
+        return {name: value.numpy() for name, value in module.pieces(tf.constant(batch)).items()}
+
+    def serve_ids(**packed):
+        return {name: value.numpy() for name, value in module.serve_ids(**packed).items()}
+
+    [ours] = window_reads(pieces, serve_ids, questions, contexts, reader_settings(manifest), 1 << 30)
+    theirs = loaded.run("windows", question=questions, context=contexts)
+    same = all(np.array_equal(ours[name], theirs[name][:, : ours[name].shape[1]] if np.ndim(ours[name]) == 2 else
+                              theirs[name]) for name in ("example_index", "char_starts", "word_ends", "context_mask"))
+    return [(same, ours[name], theirs[name][:, : ours[name].shape[1]]) for name in
+            ("start_probabilities", "end_probabilities")]
+
+
 def check_tokenizes_as_export(module, loaded, manifest, vocabulary):
     """Refuses (an `ExportError`) a file graph that answers probe texts otherwise than the export's own graph.
 
@@ -312,7 +358,9 @@ def check_tokenizes_as_export(module, loaded, manifest, vocabulary):
     """
     kind, texts = manifest["kind"], probe_texts(vocabulary, manifest["tokenizer"])
     try:
-        if kind == TAGGER:
+        if kind == READER:
+            pairs = _reader_pairs(module, loaded, manifest, texts)
+        elif kind == TAGGER:
             expected = loaded.tag_pieces(texts)
             got = [{name: value.numpy()[0] for name, value in module.serve(tf.constant([text])).items()}
                    for text in texts]

@@ -1,7 +1,7 @@
 """LiteRT (TensorFlow Lite) from an export of this package: raw strings in, what the export serves out.
 
-`export_litert(export_dir, path)` converts a classifier, tagger or sentence
-encoder export into one `.tflite` file with these signatures:
+`export_litert(export_dir, path)` converts a classifier, tagger, reader or
+sentence encoder export into one `.tflite` file with these signatures:
 
 - `serve`: `(batch,)` strings -> what the export serves (a classifier's
   `probabilities`, a sentence encoder's `embeddings`; a tagger's per-piece
@@ -20,6 +20,11 @@ encoder export into one `.tflite` file with these signatures:
   `serve_ids`' output), so that a caller runs `serve_ids` a few windows at a
   time and one long text holds one call's activations (`LiteRTModel`).
 
+- A reader's file has `pieces` (`(batch,)` strings -> their flat pieces,
+  character offsets and word starts) and `serve_ids` (packed windows -> start
+  and end logits) instead: `LiteRTReader` cuts the windows between the two as
+  the export's graph cuts them (`litert_windows`).
+
 - `record` (every file's): the canonical JSON of what `PATH.json` says the
   file serves (`litert_record.carried_values`), compared with `PATH.json` at
   load, so that a record edited after conversion is refused.
@@ -32,7 +37,7 @@ What the file is (the export's kind and settings) is recorded beside it, in
 `PATH.json`; a file is replaced only when that record says this package
 wrote it. `load_litert(path)` reads both and answers as the matching loader
 does (`ExportedClassifier.predict`, `ExportedTagger.predict`,
-`ExportedSentenceEncoder.encode`) without importing TensorFlow: the
+`ExportedReader.predict`, `ExportedSentenceEncoder.encode`) without importing TensorFlow: the
 interpreter is `ai-edge-litert`'s, with tensorflow-text's kernels
 registered from their shared library.
 
@@ -57,6 +62,7 @@ from bert_keras.export.litert_record import (FORMAT, SERVED_KINDS, SIDECAR_SUFFI
                                              _check_names, _expect, _remove_leftovers, carried_values, _tokenizer_kind, _write_pair,
                                              check_litert_target, file_record, file_sha256, is_litert, litert_kind,
                                              read_sidecar, sidecar_path)
+from bert_keras.export.litert_windows import reader_settings  # no TensorFlow
 from bert_keras.export.manifest import (ASSETS_EXTRA, CLASSIFIER, READER, SENTENCE_ENCODER, TAGGER, ExportError,
                                         manifest_path, read_manifest)
 
@@ -98,12 +104,9 @@ def served_manifest(export_dir):
     export_dir = os.fspath(export_dir)
     if not os.path.isfile(os.path.join(export_dir, "saved_model.pb")):
         raise ExportError(f"{export_dir!r} is not an export: it holds no saved_model.pb. Expected a directory written "
-                          "by bert_keras' export_classifier, export_tagger or export_sentence_encoder.")
+                          "by bert_keras' export_classifier, export_tagger, export_reader or export_sentence_encoder.")
     manifest = read_manifest(export_dir)
     kind = None if manifest is None else manifest["kind"]
-    if kind == READER:
-        raise ExportError(f"{export_dir!r} is a reader export; LiteRT serves classifier, tagger and sentence encoder "
-                          "exports. Serve a reader with bert_keras.export.load_reader or bert-keras predict.")
     if kind not in SERVED_KINDS:
         raise ExportError(f"{export_dir!r} records no kind of export (a `model.export()` directory?); LiteRT converts "
                           "the exports of bert_keras' export_classifier, export_tagger or export_sentence_encoder.")
@@ -130,7 +133,12 @@ def check_manifest(export_dir, manifest):
     kind, tokenizer = manifest["kind"], manifest["tokenizer"]
     try:
         inputs = manifest.get("inputs", ["text"])
-        if inputs != ["text"] and kind != CLASSIFIER or kind == CLASSIFIER and (
+        if kind == READER:
+            if inputs != ["question", "context"]:
+                raise ValueError(f"Received an invalid value for argument `inputs`, expected [\"question\", "
+                                 f"\"context\"]. Received: inputs={inputs!r}")
+            reader_settings(manifest)
+        elif inputs != ["text"] and kind != CLASSIFIER or kind == CLASSIFIER and (
                 not isinstance(inputs, list) or len(inputs) != 1 or not isinstance(inputs[0], str)):
             raise ValueError(f"Received an invalid value for argument `inputs`, expected one text input "
                              f"([\"text\"]). Received: inputs={inputs!r}")
@@ -188,7 +196,7 @@ def export_litert(export_dir, path, quantize=None, overwrite=False):
 
     Args:
         export_dir: str. A directory written by `export_classifier` (single
-            texts), `export_tagger` or `export_sentence_encoder` of this
+            texts), `export_tagger`, `export_reader` or `export_sentence_encoder` of this
             version (its manifest records how it tokenizes).
         path: str. The `.tflite` file, written whole or not at all, with
             `PATH.json` beside it (the export's kind and settings, the file's
@@ -204,7 +212,7 @@ def export_litert(export_dir, path, quantize=None, overwrite=False):
         `path`.
 
     Raises:
-        ExportError: not an export, a reader, an export that records no
+        ExportError: not an export, an export that records no
             tokenizer, or a manifest edited after the export was written.
             FileExistsError: `path` exists (see `overwrite`), or is not this
             package's. OutputLockedError: another process writes `path`.
@@ -225,7 +233,8 @@ def export_litert(export_dir, path, quantize=None, overwrite=False):
         from bert_keras.hub.loader import load  # TensorFlow: this module serves files without it
 
         saved = load(export_dir)
-        _check_positions(export_dir, saved, tokenizer["seq_length"])
+        _check_positions(export_dir, saved, max(tokenizer["seq_length"], manifest["seq_length"]) if
+                         manifest["kind"] == READER else tokenizer["seq_length"])  # a reader's windows: its own
         from bert_keras.export._litert_graph import litert_module, check_tokenizes_as_export
 
         settings = {key: value for key, value in manifest.items() if key not in ("format", "version")}
@@ -248,7 +257,7 @@ def _checked_by_loader(export_dir, manifest):
     label table, other tag names, another decoding), and the names its graph serves, for the record."""
     import bert_keras.export as exports  # TensorFlow: the loaders
 
-    loader = {CLASSIFIER: exports.load_classifier, TAGGER: exports.load_tagger,
+    loader = {CLASSIFIER: exports.load_classifier, TAGGER: exports.load_tagger, READER: exports.load_reader,
               SENTENCE_ENCODER: exports.load_sentence_encoder}[manifest["kind"]]
     try:
         # No warm-up where the loader has one (the classifier's and tagger's): the probe texts are all it serves.
@@ -259,6 +268,8 @@ def _checked_by_loader(export_dir, manifest):
         return loaded, {"label_names": list(loaded.label_names)}
     if manifest["kind"] == TAGGER:
         return loaded, {"tag_names": list(loaded.tag_names)}
+    if manifest["kind"] == READER:
+        return loaded, {}
     return loaded, {"dimension": int(loaded.embedding_dim)}
 
 

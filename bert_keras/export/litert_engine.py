@@ -20,11 +20,12 @@ from bert_keras._platform.native import load_text_kernels
 from bert_keras.export.engine import Engine
 from bert_keras.export.entity_groups import check_aggregation  # no TensorFlow (text.decoding)
 from bert_keras.export.kinds.classifier import ClassifierAnswers
-from bert_keras.export.kinds.reader import RANGE_ENDPOINT, ReaderAnswers
+from bert_keras.export.kinds.reader import ReaderAnswers
 from bert_keras.export.kinds.tagger import OUTPUTS as TAGGER_OUTPUTS  # noqa: F401 - litert.py names it
 from bert_keras.export.kinds.tagger import TaggerAnswers, piece_rows
-from bert_keras.export.litert_record import (_expect, _ids_only, _record_tokenizer, _recorded, _recorded_names,
-                                             check_carried, file_record)
+from bert_keras.export.litert_record import (_RecordValueError, _expect, _ids_only, _record_tokenizer, _recorded,
+                                             _recorded_names, check_carried, file_record)
+from bert_keras.export.litert_windows import reader_settings, window_reads
 from bert_keras.export.manifest import CLASSIFIER, READER, SENTENCE_ENCODER, TAGGER, ExportError
 from bert_keras.predictions import text_list
 
@@ -157,7 +158,7 @@ class LiteRTModel(Engine):
         width = _output_width(self._serve_ids, _OUTPUT_OF.get(self.kind))
         self.label_names = _recorded_names(self.path, record, "label_names", width) if self.kind == CLASSIFIER else None
         self.num_classes = len(self.label_names or ())
-        self.inputs = ["text"]
+        self.inputs = ["question", "context"] if self.kind == READER else ["text"]
         self.tag_names = _recorded_names(self.path, record, "tag_names", width) if self.kind == TAGGER else None
         self.aggregation = _recorded(self.path, "aggregation", record.get("aggregation", "simple"), lambda value: (
             check_aggregation(_expect("aggregation", value, isinstance(value, str), "a str"))))
@@ -170,6 +171,7 @@ class LiteRTModel(Engine):
         self.tokenizer_kind = tokenizer["kind"]
         self._one_call_characters = (self._tagger_one_call_characters(tokenizer)
                                       if self.kind == TAGGER and self.serves_strings else 0)
+        self._reader_settings = _recorded(self.path, "windows", record, _reader_record) if self.kind == READER else None
         self._check_carried()
         if self.kind == TAGGER and self.serves_strings and self._windows is None:
             logger.warning("%s was converted before LiteRT taggers served a text's windows a few at a time: each text "
@@ -266,6 +268,14 @@ class LiteRTModel(Engine):
         return f"LiteRTModel({self.path!r}, kind={self.kind!r})"
 
 
+def _reader_record(record):
+    """A reader record's window settings (`litert_windows.reader_settings`), a `ValueError` in its own words."""
+    try:
+        return reader_settings(record)
+    except ValueError as error:
+        raise _RecordValueError(str(error)) from None
+
+
 def _array(value):
     """An input of `LiteRTModel.run` as LiteRT takes it: a list of str as a numpy array of UTF-8 bytes."""
     if isinstance(value, (list, tuple)) and all(isinstance(item, str) for item in value):
@@ -334,14 +344,28 @@ class LiteRTSentenceEncoder(LiteRTModel):
 
 
 class LiteRTReader(ReaderAnswers, LiteRTModel):
-    """A LiteRT reader: `predict` as `ExportedReader`'s (`kinds.reader`) on the file's `windows` and `window_range`
-    signatures. No conversion writes a reader yet (`export_litert` refuses one): the engine's part is all it lacks."""
+    """A LiteRT reader: `predict` as `ExportedReader`'s (`kinds.reader`).
+
+    The file tokenizes questions and contexts (its `pieces` signature, with
+    character offsets) and runs the model on packed windows (`serve_ids`);
+    the windows between the two are cut as the export's graph cuts them
+    (`litert_windows`), `windows_per_call` at a time: a long context holds
+    one call's activations.
+    """
 
     kind = READER
 
-    @property
-    def _window_range(self):
-        return self._runner(RANGE_ENDPOINT) is not None
+    def _window_reads(self, questions, contexts):
+        self.check_serves_text()
+        settings = self._reader_settings
+
+        def pieces(texts):
+            return self.run("pieces", text=texts)
+
+        def serve_ids(**packed):
+            return self._call("serve_ids", **packed)
+
+        yield from window_reads(pieces, serve_ids, questions, contexts, settings, self.windows_per_call)
 
 
 # The class of each kind a LiteRT file serves (`LiteRTModel.__new__`).

@@ -20,11 +20,11 @@ import tempfile
 from bert_keras._checks import NotRegularFileError, check_choice, open_regular_file, replace_hint
 from bert_keras._faults import fault_point
 from bert_keras.export.entity_groups import check_tokenizer_kind  # no TensorFlow (text.decoding)
-from bert_keras.export.manifest import CLASSIFIER, SENTENCE_ENCODER, TAGGER, ExportError
+from bert_keras.export.manifest import CLASSIFIER, READER, SENTENCE_ENCODER, TAGGER, ExportError
 
 logger = logging.getLogger(__name__)
 
-SERVED_KINDS = (CLASSIFIER, TAGGER, SENTENCE_ENCODER)
+SERVED_KINDS = (CLASSIFIER, TAGGER, READER, SENTENCE_ENCODER)
 FORMAT = "bert_keras litert"
 # 2: the record holds the file's SHA-256 (`sha256`), checked before LiteRT reads a byte of the file.
 # 3: the file carries what its record serves (`carried_values`, in its `record` signature), compared at load: an

@@ -32,6 +32,7 @@ from bert_keras.export._writer import ids_endpoints, write_export
 from bert_keras.export.kinds.reader import RANGE_ENDPOINT, AnswerPool, ReaderAnswers, decode_answers  # noqa: F401
 from bert_keras.export.loaded import LoadedExport
 from bert_keras.export.manifest import READER
+from bert_keras.tasks.reader import END_LOGITS, START_LOGITS, answer_mask
 from bert_keras.text.windows import check_window_arguments, pack_qa_windows, qa_layout
 
 logger = logging.getLogger(__name__)
@@ -304,13 +305,32 @@ def export_reader(model, export_dir, overwrite=False, extra_assets=None, dtype="
         def logits_of_ids(packed):  # the model on packed windows: (windows, seq) start and end logits
             return {key: tf.cast(value, tf.float32) for key, value in model.serving_outputs(packed).items()}
 
+        padded = padded_logits(model) if isinstance(getattr(model, "encoder", None), BertEncoder) else None
+
         write_export(model, export_dir, kind=READER, overwrite=overwrite, extra_assets=extra_assets,
                      endpoints=[("serve", serve, signature), ("windows", run, signature),
                                 (RANGE_ENDPOINT, window_range, signature + RANGE_SIGNATURE),
-                                *ids_endpoints(logits_of_ids)],
+                                *ids_endpoints(logits_of_ids, padded)],
                      settings=info, warmup_requests=warmup_requests(seq_length), preprocessor=model.preprocessor)
     logger.info("Exported the reader to %s", export_dir)
     return export_dir
+
+
+def padded_logits(model):
+    """The model on packed windows in the padded layout (`BertEncoder.padded_outputs`: no token packing, the layout
+    LiteRT converts, `serve_ids_padded`): float32 `start_logits`, `end_logits` `(windows, seq)`, as `serving_outputs`
+    up to float rounding. The answer mask is applied to the `(windows, seq)` logits, not inside the head: a slice
+    adding an axis to a bool tensor is no LiteRT builtin."""
+    def logits(packed):
+        sequence = model.encoder.padded_outputs(packed)["sequence_output"]  # (windows, seq, hidden)
+        start, end = model.span_head(sequence)  # (windows, seq) each
+        allowed = answer_mask(packed, model.context_segment_id)
+        outputs = {START_LOGITS: tf.cast(start, tf.float32), END_LOGITS: tf.cast(end, tf.float32)}
+        if allowed is None:
+            return outputs
+        return {name: tf.where(allowed, value, -1e9) for name, value in outputs.items()}
+
+    return logits
 
 
 def warmup_requests(seq_length):
