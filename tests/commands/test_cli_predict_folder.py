@@ -9,11 +9,11 @@ for the task of a model named without one, even for a local folder (offline: an 
 
 import json
 import os
-import subprocess
 import sys
 
 import pytest
 
+from tests import forked
 from tests.checkpoints._models import perturb_torch
 
 transformers = pytest.importorskip("transformers")
@@ -48,9 +48,10 @@ def make_folder(folder, architecture, labels, seed=0, config_class="BertConfig")
 
 
 def _cli(*argv, cache):
+    """`bert-keras predict ARGV` in a process of its own (its exit status, output and cache are what is read), forked
+    from one that has TensorFlow imported (tests/forked.py) rather than a fresh interpreter that imports it again."""
     env = dict(os.environ, XDG_CACHE_HOME=str(cache))
-    return subprocess.run([sys.executable, "-m", "bert_keras.cli", "predict", *argv], capture_output=True, text=True,
-                          env=env, timeout=600)
+    return forked.run([sys.executable, "-m", "bert_keras.cli", "predict", *argv], env=env, timeout=600)
 
 
 def test_classifier_folder_answers_as_the_pipeline_prepared_once(tmp_path):
