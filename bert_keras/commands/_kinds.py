@@ -200,7 +200,10 @@ class Tagger(_Kind):
 
     def score(self, model, data):
         """Entity scores of the words' tags (each word's first piece's tag, as the tagger is trained)."""
-        predicted = model.tag_words(data.words, batch_size=self.args.batch_size)
+        from bert_keras.export.tagger import sentence_tags  # TensorFlow: loaded with the commands' reports
+
+        # The export's or the .tflite file's `tag_pieces`: each engine's tagger is read one way.
+        predicted = sentence_tags(model.tag_pieces, data.words, model.tag_names, batch_size=self.args.batch_size)
         try:
             return entity_scores(data.tags, predicted, scheme=data.scheme)
         except ValueError as error:  # a tag of the model's outside B-, I-, E-, S-

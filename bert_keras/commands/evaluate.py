@@ -1,5 +1,6 @@
 """`bert-keras evaluate`: an exported classifier scored on a labelled file (report, confusion matrix), or an
-exported tagger on a tagged file (entity-level precision, recall and F1, as conlleval counts them).
+exported tagger on a tagged file (entity-level precision, recall and F1, as conlleval counts them); the export's
+directory or its LiteRT file (`.tflite`), answered by the same kind's code.
 
 One flow for both kinds (`run`): the data's own errors before TensorFlow loads, the output checked before any
 work, the model loaded, the data read against its names, scored, the report printed and written. How a kind
@@ -15,6 +16,7 @@ from bert_keras.commands._common import at_least, fail, say, served_kind
 from bert_keras.commands._io import InputError
 from bert_keras.commands._kinds import KINDS
 from bert_keras.data.texts import DataError
+from bert_keras.export.litert import is_litert, litert_kind  # no TensorFlow
 from bert_keras.export.manifest import ExportError
 
 
@@ -27,7 +29,8 @@ def register(commands, common):
         "its first word piece, and entity-level precision / recall / F1 (micro and per type, conlleval's counts) "
         "are printed, and with --out written to evaluation.json.",
     )
-    evaluate.add_argument("--model", required=True, help="an exported classifier or tagger (as for predict)")
+    evaluate.add_argument("--model", required=True, help="an exported classifier or tagger (as for predict), or a "
+                          ".tflite file of one (bert-keras litert)")
     evaluate.add_argument("--data", required=True, help="labelled examples (.csv, .tsv, .json or .jsonl); for a "
                           "tagger, tagged sentences (CoNLL, or .jsonl with tokens and tags)")
     evaluate.add_argument("--text-column", default="text")
@@ -42,7 +45,7 @@ def register(commands, common):
 
 def run(args):
     try:
-        kind = KINDS[served_kind(args.model, "evaluate")](args)
+        kind = KINDS[litert_kind(args.model) if is_litert(args.model) else served_kind(args.model, "evaluate")](args)
     except (NotRegularFileError, ExportError) as error:  # a manifest that is a FIFO, damaged, or another kind's
         return fail("evaluate", str(error))
     try:  # the data's own errors first: they must not wait for TensorFlow and the model (its names are checked after)
@@ -57,7 +60,7 @@ def run(args):
     except (OSError, ValueError) as error:
         return fail("evaluate", str(error))
     try:
-        model = kind.load("evaluate", warm_up=False)  # one run of the command: nothing compiles
+        model = kind.load("evaluate", warm_up=False, litert=True)  # one run of the command: nothing compiles
     except InputError as error:
         return fail("evaluate", str(error))
     refusal = kind.check_scored(model)

@@ -20,7 +20,7 @@ from bert_keras.commands._kinds import marked_text  # noqa: F401 - the tagger's 
 from bert_keras.commands._prepared import PreparedFolder, is_transformers_folder
 from bert_keras.data.texts import DataError
 from bert_keras.export.litert import is_litert, litert_kind  # no TensorFlow
-from bert_keras.export.manifest import ExportError
+from bert_keras.export.manifest import CLASSIFIER, READER, TAGGER, ExportError
 
 
 def register(commands, common):
@@ -39,7 +39,7 @@ def register(commands, common):
     predict.add_argument("--model", required=True, help="a classifier exported by bert-keras finetune or demo, "
                          "by export_classifier, or by model.export() of a classifier built with bert_keras; a "
                          "tagger exported by export_tagger; a reader exported by export_reader; a .tflite file "
-                         "of a classifier or tagger (bert-keras litert); or a fine-tuned transformers folder "
+                         "of a classifier, tagger or reader (bert-keras litert); or a fine-tuned transformers folder "
                          "(config.json naming a *ForSequenceClassification, *ForTokenClassification or "
                          "*ForQuestionAnswering class the package reads, its weights and tokenizer files), answered "
                          "as transformers' pipeline(model=FOLDER) answers: exported once into "
@@ -69,6 +69,8 @@ def register(commands, common):
     predict.set_defaults(func=run)
 
 
+# The kinds of .tflite file predict answers (a sentence encoder's: in Python, load_litert(FILE).encode).
+LITERT_KINDS = (CLASSIFIER, TAGGER, READER)
 # bert_keras.export.entity_groups.AGGREGATIONS, named here so that --help does not import TensorFlow.
 AGGREGATIONS = ("simple", "first", "max", "average", "none")
 
@@ -79,7 +81,7 @@ def run(args):
     try:
         texts = list(argument_texts(args.texts))  # checked before the model loads
         folder = PreparedFolder(args.model) if is_transformers_folder(args.model) else None
-        kind = KINDS[folder.kind if folder else litert_kind(args.model) if is_litert(args.model)
+        kind = KINDS[folder.kind if folder else litert_kind(args.model, LITERT_KINDS) if is_litert(args.model)
                      else served_kind(args.model, "predict")](args)
         kind.check_arguments(texts)
         if args.input and not texts:  # so is the file's start: its columns and a first record (no TensorFlow yet)

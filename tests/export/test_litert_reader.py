@@ -123,3 +123,22 @@ def test_a_reader_manifest_with_unusable_windows_is_refused_before_tensorflow_lo
         (directory / "assets.extra" / "export.json").write_text(json.dumps(manifest))
         with pytest.raises(ExportError, match=message):
             served_manifest(str(directory))
+
+
+@pytest.mark.slow
+def test_predict_answers_from_a_reader_file_as_from_its_export(reader, capsys):
+    from bert_keras.cli import main
+
+    export, path = reader
+    answers = {}
+    for model in (export.export_dir, path):
+        status = main(["predict", "--model", model, "--question", QUESTIONS[1], "--context", LONG, "--top-k", "2",
+                       "--format", "json"])
+        out = capsys.readouterr()
+        assert status == 0, out.err
+        [record] = json.loads(out.out)
+        answers[model] = record["answers"]
+    expected = [(a["start"], a["end"], a["answer"]) for a in export.predict(QUESTIONS[1], LONG, top_k=2)]
+    assert [(a["start"], a["end"], a["answer"]) for a in answers[path]] == expected
+    np.testing.assert_allclose([a["score"] for a in answers[path]], [a["score"] for a in answers[export.export_dir]],
+                               atol=1e-4)
