@@ -159,7 +159,7 @@ def scann_rows(python, vectors, queries, label, directory):
 
 def tweet_rows(faiss, directory, scann_python=None):
     from bert_keras.search import build_index, load_index
-    from bert_keras.sentence_encoder import SentenceEncoder
+    from bert_keras.tasks.sentence_encoder import SentenceEncoder
     from bert_keras.text.corpora import load_tweets, minilm_vocab_path
 
     model = SentenceEncoder.from_checkpoint(os.path.dirname(minilm_vocab_path()))

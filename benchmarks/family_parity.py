@@ -18,7 +18,7 @@ import numpy as np
 
 from tests import test_family_workflows as t
 from bert_keras.tasks import BertClassifier
-from bert_keras.sentence_encoder import SentenceEncoder
+from bert_keras.tasks.sentence_encoder import SentenceEncoder
 from bert_keras.text.corpora import load_tweets
 
 tweets = [x.decode("utf-8", errors="replace") for x in load_tweets(raw=True)[0]]

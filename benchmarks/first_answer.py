@@ -118,7 +118,7 @@ def contenders(work, folders):
         ],
         "sentence encoder": [
             ("ours: SentenceEncoder.from_checkpoint(MINILM).encode([text])", [python, "-c", (
-                "from bert_keras.sentence_encoder import SentenceEncoder\n"
+                "from bert_keras.tasks.sentence_encoder import SentenceEncoder\n"
                 f"print(SentenceEncoder.from_checkpoint({minilm!r}).encode([{TEXT!r}])[0][:3])")]),
             ("ours: bert-keras embed --checkpoint MINILM TEXT --out F.npy",
              [cli, "embed", "--checkpoint", minilm, "--out", os.path.join(work, "embedding-{run}.npy"), TEXT]),

@@ -22,7 +22,7 @@ import torch
 import transformers
 
 from bert_keras.models.modernbert import ModernBertEncoder
-from bert_keras.sentence_encoder import SentenceEncoder
+from bert_keras.tasks.sentence_encoder import SentenceEncoder
 from bert_keras.text.corpora import load_tweets
 from tests.checkpoints.test_modernbert import ours, padded_batch, reference, save_modernbert, save_modernbert_tokenizer
 from tests.text.test_modernbert_tokenizer import EDGE_CASES

@@ -52,7 +52,7 @@ def _peers(folder, batch_size):
 
     def ours(dtype):
         def load():
-            from bert_keras.sentence_encoder import SentenceEncoder
+            from bert_keras.tasks.sentence_encoder import SentenceEncoder
 
             return SentenceEncoder.from_checkpoint(folder, dtype=dtype)
 

@@ -119,7 +119,7 @@ def main():
     parser.add_argument("--output", default="benchmarks/results/sentence_search.md")
     args = parser.parse_args()
 
-    from bert_keras.sentence_encoder import SentenceEncoder
+    from bert_keras.tasks.sentence_encoder import SentenceEncoder
     from bert_keras.text.corpora import load_tweets, minilm_vocab_path
 
     folder = os.path.dirname(minilm_vocab_path())

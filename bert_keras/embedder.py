@@ -1,7 +1,7 @@
 """What every sentence-embedding model does with texts: batch them, embed them, compare the vectors.
 
 `EmbeddingMethods` (`encode_query`, `encode_documents`, `similarity` over a
-model's `encode`) is shared by the `bert_keras.sentence_encoder.SentenceEncoder`
+model's `encode`) is shared by the `bert_keras.tasks.sentence_encoder.SentenceEncoder`
 task and the export it is loaded back as
 (`bert_keras.export.sentence_encoder.ExportedSentenceEncoder`); both `encode`
 through `encode_in_batches` with a `BatchEmbedder`, so a text gives the same

@@ -19,7 +19,7 @@ from bert_keras._files import staged_directory
 from bert_keras.checkpoints import ModuleRefusedError
 from bert_keras.embedding_files import ROWS_PER_CHUNK, stream_embeddings
 from bert_keras.export.sentence_encoder import ExportedSentenceEncoder, describe_model
-from bert_keras.sentence_encoder import SentenceEncoder
+from bert_keras.tasks.sentence_encoder import SentenceEncoder
 
 __all__ = ["SentenceIndex", "build_index", "load_embedding_model", "load_index", "model_identity"]
 

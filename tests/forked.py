@@ -37,7 +37,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # What the commands under test import; the forked processes start with these done.
 PRELOAD = ("tensorflow", "keras", "tensorflow_text", "bert_keras.cli", "bert_keras.training.finetune",
            "bert_keras.training.pretrain", "bert_keras.hub", "bert_keras.export", "bert_keras.formats",
-           "bert_keras.training.strategy", "bert_keras.sentence_encoder", "bert_keras.search", "tests.forked")
+           "bert_keras.training.strategy", "bert_keras.tasks.sentence_encoder", "bert_keras.search", "tests.forked")
 
 _lock = threading.Lock()
 _context = None

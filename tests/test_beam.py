@@ -15,7 +15,7 @@ pytest.importorskip("apache_beam", reason="Apache Beam comes with the beam and t
 from bert_keras import beam  # noqa: E402
 from bert_keras.export import export_sentence_encoder, load_sentence_encoder  # noqa: E402
 from bert_keras.search import build_index  # noqa: E402
-from bert_keras.sentence_encoder import SentenceEncoder  # noqa: E402
+from bert_keras.tasks.sentence_encoder import SentenceEncoder  # noqa: E402
 from tests import sentence_models  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

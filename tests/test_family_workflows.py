@@ -22,7 +22,7 @@ import tensorflow as tf
 from bert_keras import cli, hub
 from bert_keras.data.texts import LabelledText
 from bert_keras.export import load_classifier
-from bert_keras.sentence_encoder import SentenceEncoder
+from bert_keras.tasks.sentence_encoder import SentenceEncoder
 from bert_keras.tasks import BertClassifier, load_encoder_and_preprocessor
 from bert_keras.text.corpora import load_tweets
 from bert_keras.training import finetune_classifier

@@ -13,7 +13,7 @@ from bert_keras.heads import (
     SpanHead,
     TokenClassificationHead,
 )
-from bert_keras.pretrainer import BertPretrainer
+from bert_keras.tasks.pretrainer import BertPretrainer
 from tests.helpers import assert_close, run_layer_test
 
 TINY = dict(vocab_size=30, num_layers=2, hidden_size=16, num_heads=2, intermediate_size=32, max_sequence_length=16)

@@ -19,9 +19,9 @@ LAYERS = [
     ["encoder", "models"],
     ["heads"],
     ["embedder"],
-    ["_task", "pretrainer", "predictions"],
+    ["predictions"],
     ["checkpoints"],
-    ["tasks", "sentence_encoder"],
+    ["tasks"],
     ["export"],
     ["embedding_files", "search"],
     ["lora"],
@@ -156,7 +156,7 @@ def test_the_sentence_encoder_jobs_live_on_their_own_floors():
     export (`EmbeddingMethods`) sit at or below the task's floor, not in the export above it."""
     defined = {node.name: module for module, path in PATHS.items() for node in ast.parse(path.read_text()).body
                if isinstance(node, (ast.ClassDef, ast.FunctionDef))}
-    assert RANK[_layer(defined["EmbeddingMethods"])] <= RANK["_task"] < RANK["export"]
+    assert RANK[_layer(defined["EmbeddingMethods"])] <= RANK["tasks"] < RANK["export"]
     assert _layer(defined["read_sentence_transformers_folder"]) == "formats"
     jobs = ["SentenceEncoder", "write_embeddings", "SentenceIndex", "read_sentence_transformers_folder"]
     assert len({defined[name] for name in jobs}) == len(jobs), {name: defined[name] for name in jobs}

@@ -22,9 +22,10 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from bert_keras import pretrainer, sentence_encoder, tasks
+from bert_keras import tasks
 from bert_keras._platform import keras_private, native, text_models, tflite_file
-from bert_keras._task import Task
+from bert_keras.tasks._task import Task
+from bert_keras.tasks import pretrainer, sentence_encoder
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent / "bert_keras"
 COMPAT = ROOT / "_platform" / "keras_private.py"

@@ -53,7 +53,7 @@ def test_import_load_classifier_and_encode_print_no_tensorflow_line(folders):
         "import": "import bert_keras, bert_keras.encoder",
         "load_classifier": "from bert_keras.export import load_classifier\n"
                            f"print(load_classifier({str(folders / 'clf')!r}).predict(['good movie'])[0]['label'])",
-        "encode": "from bert_keras.sentence_encoder import SentenceEncoder\n"
+        "encode": "from bert_keras.tasks.sentence_encoder import SentenceEncoder\n"
                   f"print(SentenceEncoder.from_checkpoint({str(folders / 'st')!r}).encode(['the good day', 'bad']).shape)",
     }
     running = {name: _python(code) for name, code in sessions.items()}

@@ -16,7 +16,7 @@ from bert_keras.heads import SentencePooling
 from bert_keras.export import export_sentence_encoder, load_sentence_encoder
 from bert_keras.formats import CheckpointError
 from bert_keras.formats.sentence_transformers import read_sentence_transformers_folder
-from bert_keras.sentence_encoder import SentenceEncoder
+from bert_keras.tasks.sentence_encoder import SentenceEncoder
 from bert_keras.text import BertPreprocessor
 from tests import sentence_models
 from tests.helpers import assert_close, run_model_test

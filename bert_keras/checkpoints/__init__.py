@@ -43,7 +43,7 @@ def load_checkpoint(path, *, format=None, with_heads=True, do_lower_case=None, d
             path that came from data, not from the user. Defaults to `True`.
 
     Returns:
-        `LoadedCheckpoint` with `encoder`, `heads`, `pretrainer`, `vocab_file`,
+        `LoadedCheckpoint` with `encoder`, `heads`, `vocab_file`,
         `do_lower_case`, `summary`, and the config's `architectures` and
         `label_names` (a classifier head's classes, from `id2label`).
 

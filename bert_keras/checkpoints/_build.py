@@ -1,11 +1,15 @@
-"""Our models, built from what a reader returns: the encoder, the heads, the pretrainer."""
+"""Our models, built from what a reader returns: the encoder and its heads.
+
+The heads come built and assigned, not put together into a task: the tasks sit above the checkpoints
+(a checkpoint's `BertPretrainer`: `bert_keras.tasks.checkpoint_pretrainer`).
+"""
 
 import dataclasses
 
 import keras
 
 from bert_keras.encoder import BertEncoder
-from bert_keras.formats import Candidates, ConversionSummary, assign_arrays, tables
+from bert_keras.formats import ConversionSummary, build_and_load, tables
 from bert_keras.models import DebertaV3Encoder
 from bert_keras.models.modernbert import ModernBertEncoder
 from bert_keras.heads import (
@@ -16,7 +20,6 @@ from bert_keras.heads import (
     SpanHead,
     TokenClassificationHead,
 )
-from bert_keras.pretrainer import BertPretrainer
 from bert_keras.text.folders import tokenizer_assets, tokenizer_from_folder
 
 
@@ -34,8 +37,6 @@ class LoadedCheckpoint:
             `"classifier"` (`ClassificationHead`), `"token_classifier"`
             (`TokenClassificationHead`), `"span"` (`SpanHead`); ELECTRA's
             `"discriminator"` (`DiscriminatorHead`, with the encoder's activation).
-        pretrainer: `BertPretrainer` or None. Built when both heads are present;
-            its `.encoder`, `.mlm_head` and `.nsp_head` are the objects above.
         vocab_file: str or None. Path of the WordPiece vocabulary.
         do_lower_case: bool. Whether the vocabulary expects lower-cased text.
         summary: `ConversionSummary`.
@@ -51,7 +52,6 @@ class LoadedCheckpoint:
 
     encoder: object
     heads: dict
-    pretrainer: object
     vocab_file: object
     do_lower_case: bool
     summary: ConversionSummary
@@ -91,14 +91,10 @@ ENCODER_CLASSES = {"bert": BertEncoder, "modernbert": ModernBertEncoder, "debert
 
 
 def build_models(encoder_config, heads, mlm_activation, dtype=None, num_labels=None, encoder_class=BertEncoder):
-    """Builds the encoder and the requested heads (`num_labels`: a classifier head's outputs). Returns `(roots, pretrainer)`."""
+    """Builds the encoder and the requested heads (`num_labels`: a classifier head's outputs). Returns them by root name."""
     encoder = encoder_class(**encoder_config, dtype=dtype)
     roots = {"encoder": encoder}
-    pretrainer = None
-    if tables.MLM in heads and tables.NSP in heads:
-        pretrainer = BertPretrainer(encoder, mlm_activation=mlm_activation)
-        roots["mlm"], roots["nsp"] = pretrainer.mlm_head, pretrainer.nsp_head
-    elif tables.MLM in heads:
+    if tables.MLM in heads:
         head = MaskedLMHead(
             vocab_size=encoder.vocab_size,
             embedding=encoder.embeddings.word_embeddings,
@@ -110,7 +106,7 @@ def build_models(encoder_config, heads, mlm_activation, dtype=None, num_labels=N
         )
         head.build((None, None, encoder.hidden_size))
         roots["mlm"] = head
-    elif tables.NSP in heads:
+    if tables.NSP in heads:
         head = NextSentenceHead(
             kernel_initializer=keras.initializers.TruncatedNormal(stddev=encoder.initializer_range),
             dtype=encoder.dtype_policy,
@@ -119,7 +115,7 @@ def build_models(encoder_config, heads, mlm_activation, dtype=None, num_labels=N
         head.build((None, encoder.hidden_size))
         roots["nsp"] = head
     roots.update(_task_heads(encoder, heads, num_labels))
-    return roots, pretrainer
+    return roots
 
 
 def _task_heads(encoder, heads, num_labels):
@@ -147,21 +143,16 @@ def _task_heads(encoder, heads, num_labels):
 def load(weights, dtype=None):
     """Builds our models for `weights` (`CheckpointWeights`) and assigns them. Returns `LoadedCheckpoint`.
 
-    Built here, each candidate in turn (`formats.Candidates`: one, unless a Hub module leaves its architecture
-    open), so that the readers, below the models, never call back up into what builds them.
+    Built here, each candidate in turn (`formats.build_and_load`, the one candidate loop: one candidate, unless a
+    Hub module leaves its architecture open), so that the readers, below the models, never call back up into what
+    builds them.
     """
-    candidates = Candidates(weights)
-    for config in candidates:
-        roots, pretrainer = build_models(config, weights.heads, weights.mlm_activation, dtype=dtype,
-                                         num_labels=weights.num_labels,
-                                         encoder_class=ENCODER_CLASSES[weights.encoder_kind])
-        assign_arrays(weights, roots)
-        if candidates.fits(roots["encoder"]):
-            break
+    roots = build_and_load(weights, lambda config: build_models(
+        config, weights.heads, weights.mlm_activation, dtype=dtype, num_labels=weights.num_labels,
+        encoder_class=ENCODER_CLASSES[weights.encoder_kind]))
     return LoadedCheckpoint(
         encoder=roots["encoder"],
         heads={key: roots[key] for key in tables.HEADS if key in roots},
-        pretrainer=pretrainer,
         vocab_file=weights.vocab_file,
         do_lower_case=weights.do_lower_case,
         summary=weights.summary,

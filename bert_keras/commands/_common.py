@@ -455,7 +455,7 @@ def embedding_model(args, command):
         raise UsageError(command, "--pooling, --normalize and --max-seq-length go with --checkpoint; an export keeps its own")
     from bert_keras.export import load_sentence_encoder  # after the check: it must not wait for TensorFlow
     from bert_keras.heads import POOLING_MODES
-    from bert_keras.sentence_encoder import SentenceEncoder
+    from bert_keras.tasks.sentence_encoder import SentenceEncoder
 
     pooling = args.pooling.split(",") if args.pooling else None
     unknown = [mode for mode in pooling or [] if mode not in POOLING_MODES]

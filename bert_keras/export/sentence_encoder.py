@@ -1,7 +1,7 @@
 """The sentence-encoder export: a SavedModel from raw strings to embeddings (as the Universal Sentence Encoder).
 
 `export_sentence_encoder` writes the model's own graph (for a
-`bert_keras.sentence_encoder.SentenceEncoder`: preprocessor, padding cut,
+`bert_keras.tasks.sentence_encoder.SentenceEncoder`: preprocessor, padding cut,
 encoder, pooling) behind `__call__` and `serving_default`;
 `load_sentence_encoder` reads it back as an `ExportedSentenceEncoder`, whose
 `encode` is `SentenceEncoder.encode`'s: both batch their texts through

@@ -12,6 +12,7 @@ from bert_keras._files import check_target
 from bert_keras.checkpoints import load_checkpoint
 from bert_keras.dtypes import check_compute_dtype
 from bert_keras.export.hub_modules import export_module_pair
+from bert_keras.tasks.pretrainer import checkpoint_pretrainer
 from bert_keras.text.folders import write_tokenizer_files
 from bert_keras.text.tokenizer import WordPieceTokenizer
 
@@ -72,7 +73,7 @@ def convert_to_hub(source, out_dir, seq_length=None, overwrite=False, progress=N
             files["vocab_file"] if wordpiece else files,
             loaded.do_lower_case,
             seq_length=seq_length,
-            pretrainer=loaded.pretrainer,
+            pretrainer=checkpoint_pretrainer(loaded),
             overwrite=overwrite,
             info={"source": os.path.abspath(os.fspath(source))},
             progress=lambda text: report(next(steps), len(STEPS), text),

@@ -2,7 +2,7 @@
 
 `read_sentence_transformers_folder` says how a folder embeds a text (its
 pooling modes, normalisation and maximum length) without importing or
-running anything of it; `bert_keras.sentence_encoder.SentenceEncoder.from_checkpoint`
+running anything of it; `bert_keras.tasks.sentence_encoder.SentenceEncoder.from_checkpoint`
 builds the model it describes. `tokenizer_max_length` reads what a Hugging
 Face folder's tokenizer says when it has no `max_seq_length` (its vocabulary,
 from `vocab.txt` or `tokenizer.json`, is read where every reader reads it:

@@ -10,11 +10,19 @@ vocabulary and casing: any checkpoint `bert_keras.checkpoints.load_checkpoint`
 reads, or a Hub module pair written by `bert-keras convert` (loaded as Hub
 layers).
 
-One module per task (`classifier`, `tagger`, `reader`), each owning its
-serving computation; `_pretrained` loads what every task starts from.
+One module per task (`classifier`, `tagger`, `reader`, `sentence_encoder`,
+`pretrainer`), each owning its serving computation; `_task` holds what every
+task model shares, `_pretrained` loads what every task starts from.
 """
 
-from bert_keras.pretrainer import MLM_LOGITS, NSP_LOGITS, BertPretrainer, pretraining_losses, pretraining_metrics
+from bert_keras.tasks.pretrainer import (
+    MLM_LOGITS,
+    NSP_LOGITS,
+    BertPretrainer,
+    checkpoint_pretrainer,
+    pretraining_losses,
+    pretraining_metrics,
+)
 from bert_keras.tasks._pretrained import load_encoder_and_preprocessor
 from bert_keras.tasks.classifier import BertClassifier
 from bert_keras.tasks.reader import END_LOGITS, START_LOGITS, BertSpanLabeler
@@ -29,6 +37,7 @@ __all__ = [
     "MLM_LOGITS",
     "NSP_LOGITS",
     "START_LOGITS",
+    "checkpoint_pretrainer",
     "load_encoder_and_preprocessor",
     "pretraining_losses",
     "pretraining_metrics",

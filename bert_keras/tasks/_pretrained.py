@@ -3,7 +3,7 @@
 import collections.abc
 import logging
 
-from bert_keras._task import Task
+from bert_keras.tasks._task import Task
 from bert_keras.checkpoints import load_pretrained
 from bert_keras.formats import tables
 from bert_keras.heads import ClassificationHead

@@ -9,7 +9,7 @@ from keras import ops
 
 from bert_keras import hub
 from bert_keras._checks import check_choice, check_positive_int, check_rate
-from bert_keras._task import call_encoder, check_encoder, head_dtype, head_initializer, model_inputs
+from bert_keras.tasks._task import call_encoder, check_encoder, head_dtype, head_initializer, model_inputs
 from bert_keras.checkpoints import load
 from bert_keras.encoder import BertEncoder
 from bert_keras.predictions import blank_prediction, check_top_k, labelled_predictions

@@ -6,7 +6,7 @@ import keras
 from keras import ops
 
 from bert_keras._checks import check_positive_int, check_rate
-from bert_keras._task import call_encoder, check_encoder, head_dtype, head_initializer, model_inputs
+from bert_keras.tasks._task import call_encoder, check_encoder, head_dtype, head_initializer, model_inputs
 from bert_keras.encoder import BertEncoder
 from bert_keras.formats import tables
 from bert_keras.heads import TokenClassificationHead

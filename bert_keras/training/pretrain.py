@@ -34,7 +34,7 @@ from bert_keras.export import export_module_pair
 from bert_keras.formats.hub_module import ENCODER_DIR, PREPROCESS_DIR
 from bert_keras.optimization import bert_optimizer
 from bert_keras.presets import get_preset
-from bert_keras.pretrainer import MLM_LOGITS, BertPretrainer, pretraining_losses, pretraining_metrics
+from bert_keras.tasks.pretrainer import MLM_LOGITS, BertPretrainer, pretraining_losses, pretraining_metrics
 from bert_keras.text.pretraining import pretraining_dataset
 from bert_keras.text.tokenizer import WordPieceTokenizer
 from bert_keras.training.config import PretrainConfig

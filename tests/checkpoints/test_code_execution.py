@@ -138,7 +138,7 @@ def test_weights_without_a_config_never_load_the_saved_model_beside_them(hf_fold
 
 
 def test_a_sentence_transformers_folder_never_loads_a_saved_model(tmp_path):
-    from bert_keras.sentence_encoder import SentenceEncoder
+    from bert_keras.tasks.sentence_encoder import SentenceEncoder
 
     flag = tmp_path / "ran.txt"
     folder = tmp_path / "st"

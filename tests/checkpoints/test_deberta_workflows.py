@@ -13,7 +13,7 @@ import tensorflow as tf
 from bert_keras.checkpoints import load_pretrained
 from bert_keras.export import export_classifier, load_classifier
 from bert_keras.models import DebertaV3Encoder
-from bert_keras.sentence_encoder import SentenceEncoder
+from bert_keras.tasks.sentence_encoder import SentenceEncoder
 from bert_keras.tasks import BertClassifier, load_encoder_and_preprocessor
 from tests.checkpoints._models import max_diff, perturb_torch
 from tests.checkpoints.test_deberta import CONFIG

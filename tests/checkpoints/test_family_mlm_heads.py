@@ -236,7 +236,7 @@ def test_expected_shapes_of_a_narrow_head_are_the_built_shapes():
     """`expected_shape` of the masked LM, where the embeddings are narrower than the hidden size (ALBERT)."""
     config = dict(vocab_size=40, num_layers=2, hidden_size=16, num_heads=4, intermediate_size=24,
                   max_sequence_length=20, type_vocab_size=2, embedding_size=8, shared_layers=True)
-    roots, _ = _build.build_models(config, [tables.MLM], "gelu")
+    roots = _build.build_models(config, [tables.MLM], "gelu")
     for target, _, _ in expand_table(tables.HF_ALBERT_WEIGHTS, [tables.MLM], config["num_layers"]):
         assert expected_shape(target, config) == tuple(resolve_target(roots, target).shape), target
     assert tuple(roots["mlm"].transform_dense.kernel.shape) == (16, 8)

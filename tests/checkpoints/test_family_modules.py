@@ -167,7 +167,7 @@ def test_discriminator_head_config_round_trip_and_shape():
 
 def test_discriminator_head_built_with_the_shapes_the_reader_checks():
     config = dict(_BASE, embedding_size=8, use_pooler=False, activation="relu")
-    roots, _ = _build.build_models(config, [tables.DISCRIMINATOR], mlm_activation="gelu")
+    roots = _build.build_models(config, [tables.DISCRIMINATOR], mlm_activation="gelu")
     head = roots[tables.DISCRIMINATOR]
     assert head.activation == "relu"  # the encoder's, as ElectraDiscriminatorPredictions applies hidden_act
     for target, _, _ in tables.HF_ELECTRA_WEIGHTS[tables.DISCRIMINATOR]:

@@ -7,6 +7,7 @@ import tensorflow as tf
 
 from bert_keras.checkpoints import CheckpointError, detect_format, load_checkpoint
 from bert_keras.formats._common import resolve_target
+from bert_keras.tasks import checkpoint_pretrainer
 from tests.checkpoints._models import TINY_HF, hf_pretraining_model, max_diff, random_inputs, torch_outputs, write_vocab
 
 pytest.importorskip("torch")
@@ -131,7 +132,7 @@ def test_tf1_checkpoint_converts_exactly(tmp_path, google_model):
 
     # And the outputs are those of the same network in transformers.
     inputs, positions = random_inputs()
-    outputs = loaded.pretrainer({**inputs, "masked_lm_positions": positions})
+    outputs = checkpoint_pretrainer(loaded)({**inputs, "masked_lm_positions": positions})
     expected = torch_outputs(google_model, inputs)
     expected_mlm = np.take_along_axis(expected.prediction_logits.numpy(), positions[:, :, None], axis=1)
     assert max_diff(outputs["mlm_logits"], expected_mlm) <= 1e-4

@@ -13,6 +13,7 @@ from safetensors.numpy import load_file, save_file
 
 from bert_keras.checkpoints import CheckpointError, load_checkpoint
 from bert_keras.checkpoints import _build
+from bert_keras.tasks import checkpoint_pretrainer
 from tests.checkpoints._models import hf_pretraining_model, save_hf_directory
 
 transformers = pytest.importorskip("transformers")
@@ -158,7 +159,7 @@ def test_sharded_pytorch_checkpoint_inside_its_folder(hf_dir, tmp_path):
     os.rename(tmp_path / "outside.bin", os.path.join(hf_dir, "pytorch_model-00002.bin"))
     loaded = load_checkpoint(hf_dir)
     assert loaded.summary.files == [os.path.join(hf_dir, f"pytorch_model-0000{i}.bin") for i in (1, 2)]
-    for a, b in zip(whole.pretrainer.weights, loaded.pretrainer.weights):
+    for a, b in zip(checkpoint_pretrainer(whole).weights, checkpoint_pretrainer(loaded).weights):
         np.testing.assert_array_equal(a.numpy(), b.numpy())
 
 

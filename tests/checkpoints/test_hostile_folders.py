@@ -17,7 +17,7 @@ import pytest
 
 from bert_keras import cli
 from bert_keras.checkpoints import CheckpointError, load_checkpoint
-from bert_keras.sentence_encoder import SentenceEncoder
+from bert_keras.tasks.sentence_encoder import SentenceEncoder
 from bert_keras.tasks import BertClassifier
 from bert_keras.text.tokenizer import MAX_TOKEN_BYTES, load_vocabulary
 from tests import sentence_models

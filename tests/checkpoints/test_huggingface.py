@@ -9,6 +9,7 @@ from safetensors.numpy import load_file, save_file
 
 from bert_keras.checkpoints import CheckpointError, ConfigError, load_checkpoint
 from bert_keras.formats.huggingface import normalize_name
+from bert_keras.tasks import checkpoint_pretrainer
 from tests.checkpoints._models import (
     TINY_HF,
     hf_pretraining_model,
@@ -89,7 +90,7 @@ def test_pretraining_heads_match_transformers(tmp_path, hidden_act, ours):
     assert loaded.summary.heads == ["mlm", "nsp"]
     assert loaded.summary.unused == []
     assert loaded.encoder.activation == ours
-    pretrainer = loaded.pretrainer
+    pretrainer = checkpoint_pretrainer(loaded)
     assert pretrainer.encoder is loaded.encoder and pretrainer.mlm_head is loaded.heads["mlm"]
 
     inputs, positions = random_inputs(vocab=TINY_HF["vocab_size"])
@@ -132,7 +133,7 @@ def test_names_without_prefix_and_legacy_layer_norm_names(tmp_path):
 
     modern, old = load_checkpoint(directory), load_checkpoint(str(legacy_dir))
     assert "encoder.layer.0.output.LayerNorm.gamma" in [name for name, _ in old.summary.loaded]
-    for a, b in zip(modern.pretrainer.weights, old.pretrainer.weights):
+    for a, b in zip(checkpoint_pretrainer(modern).weights, checkpoint_pretrainer(old).weights):
         np.testing.assert_array_equal(a.numpy(), b.numpy())
 
 
@@ -153,7 +154,7 @@ def test_pytorch_model_bin(tmp_path):
     assert "cls.predictions.decoder.bias" in loaded.summary.ignored
     assert loaded.vocab_file is None
     inputs, positions = random_inputs()
-    outputs = loaded.pretrainer({**inputs, "masked_lm_positions": positions})
+    outputs = checkpoint_pretrainer(loaded)({**inputs, "masked_lm_positions": positions})
     expected = torch_outputs(model, inputs)
     assert max_diff(outputs["nsp_logits"], expected.seq_relationship_logits.numpy()) <= 1e-4
 
@@ -168,7 +169,7 @@ def test_masked_lm_model_without_pooler_and_unused_tensors(tmp_path):
 
     loaded = load_checkpoint(directory)
     assert loaded.summary.heads == ["mlm"]
-    assert loaded.pretrainer is None and set(loaded.heads) == {"mlm"}
+    assert checkpoint_pretrainer(loaded) is None and set(loaded.heads) == {"mlm"}
     assert loaded.summary.not_in_checkpoint == ["pooler"]
     assert loaded.summary.unused == ["classifier.weight"]
     assert "classifier.weight" in str(loaded.summary)
@@ -185,7 +186,7 @@ def test_without_heads_and_do_lower_case_from_tokenizer_config(tmp_path):
     with open(os.path.join(directory, "tokenizer_config.json"), "w") as f:
         json.dump({"do_lower_case": False}, f)
     loaded = load_checkpoint(directory, with_heads=False)
-    assert loaded.heads == {} and loaded.pretrainer is None
+    assert loaded.heads == {} and checkpoint_pretrainer(loaded) is None
     assert loaded.do_lower_case is False
     assert len(loaded.summary.unused) == 7  # the 5 MLM and 2 NSP tensors
 
@@ -210,7 +211,7 @@ def test_sharded_safetensors(tmp_path):
     loaded = load_checkpoint(str(sharded))
     assert sorted(loaded.summary.files) == sorted(str(sharded / file) for file in shards)
     whole = load_checkpoint(directory)
-    for a, b in zip(whole.pretrainer.weights, loaded.pretrainer.weights):
+    for a, b in zip(checkpoint_pretrainer(whole).weights, checkpoint_pretrainer(loaded).weights):
         np.testing.assert_array_equal(a.numpy(), b.numpy())
 
 

@@ -104,7 +104,7 @@ def test_the_encoder_reads_8192_tokens(tmp_path):
 
 @pytest.mark.slow
 def test_the_sentence_encoder_takes_8192_tokens_and_no_more(tmp_path):
-    from bert_keras.sentence_encoder import SentenceEncoder
+    from bert_keras.tasks.sentence_encoder import SentenceEncoder
     from tests.checkpoints.test_modernbert import save_modernbert_tokenizer
 
     size, vocab = save_modernbert_tokenizer(tmp_path)

@@ -297,7 +297,7 @@ def test_load_pretrained_gives_the_encoder_and_ids_of_the_tokenizers_library(tex
 
 @pytest.mark.slow
 def test_sentence_encoder_from_checkpoint_embeds_as_transformers(text_folder):
-    from bert_keras.sentence_encoder import SentenceEncoder
+    from bert_keras.tasks.sentence_encoder import SentenceEncoder
 
     folder, model = text_folder
     encoder = SentenceEncoder.from_checkpoint(str(folder), pooling="mean", max_seq_length=64)
@@ -313,7 +313,7 @@ def test_sentence_encoder_from_checkpoint_embeds_as_transformers(text_folder):
 @pytest.mark.slow
 def test_a_text_of_1500_tokens_with_real_windows_embeds_as_transformers(tmp_path):
     """ModernBERT's own window (128 tokens) and thetas, a text 12 windows long, from raw string to embedding."""
-    from bert_keras.sentence_encoder import SentenceEncoder
+    from bert_keras.tasks.sentence_encoder import SentenceEncoder
     from bert_keras.text.corpora import load_tweets
 
     size, vocab = save_modernbert_tokenizer(tmp_path)
@@ -341,7 +341,7 @@ def test_the_sentence_encoder_exports_as_a_savedmodel_of_raw_strings(text_folder
     import tensorflow as tf
 
     from bert_keras.export import export_sentence_encoder
-    from bert_keras.sentence_encoder import SentenceEncoder
+    from bert_keras.tasks.sentence_encoder import SentenceEncoder
 
     folder, _ = text_folder
     encoder = SentenceEncoder.from_checkpoint(str(folder), pooling="mean", max_seq_length=64)

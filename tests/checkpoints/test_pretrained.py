@@ -14,7 +14,7 @@ from bert_keras import formats
 from bert_keras.checkpoints import load_pretrained, pretrained
 from bert_keras.formats import CheckpointError
 from bert_keras.inspection import Inspector
-from bert_keras.sentence_encoder import SentenceEncoder
+from bert_keras.tasks.sentence_encoder import SentenceEncoder
 from bert_keras.tasks import BertClassifier
 from bert_keras.text import SentencePieceTokenizer, WordPieceTokenizer
 from tests import sentence_models
@@ -72,7 +72,7 @@ def detections(monkeypatch):
         calls.append(path)
         return original(path)
 
-    for module in (formats, pretrained, sys.modules["bert_keras.sentence_encoder"]):
+    for module in (formats, pretrained, sys.modules["bert_keras.tasks.sentence_encoder"]):
         monkeypatch.setattr(module, "detect_format", spy)
     return calls
 

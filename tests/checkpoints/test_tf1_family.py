@@ -18,7 +18,7 @@ import tensorflow as tf
 from bert_keras import cli
 from bert_keras.checkpoints import CheckpointError, ConfigError, detect_format, load_checkpoint
 from bert_keras.formats.google import find_checkpoint_prefix
-from bert_keras.sentence_encoder import SentenceEncoder
+from bert_keras.tasks.sentence_encoder import SentenceEncoder
 from bert_keras.tasks import BertClassifier
 from tests.checkpoints._models import max_diff, perturb_torch, random_inputs, write_vocab
 from tests.checkpoints.test_google import write_tf1_checkpoint

@@ -17,7 +17,7 @@ import tensorflow as tf
 from bert_keras.checkpoints import load_checkpoint, load_pretrained
 from bert_keras.export import export_classifier, load_classifier
 from bert_keras.formats import tables
-from bert_keras.sentence_encoder import SentenceEncoder
+from bert_keras.tasks.sentence_encoder import SentenceEncoder
 from bert_keras.tasks import BertClassifier, BertSpanLabeler, BertTokenClassifier, load_encoder_and_preprocessor
 from bert_keras.text.folders import read_folder
 from bert_keras.text.unigram_tokenizer import UnigramTokenizer

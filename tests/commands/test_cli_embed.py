@@ -16,7 +16,7 @@ import tensorflow as tf
 from bert_keras import cli
 from bert_keras.export import export_sentence_encoder
 from bert_keras.search import build_index, load_embedding_model, load_index
-from bert_keras.sentence_encoder import SentenceEncoder
+from bert_keras.tasks.sentence_encoder import SentenceEncoder
 from tests import sentence_models
 from tests.helpers import assert_close, planted_module
 

@@ -42,7 +42,7 @@ def main():
 
     import keras
 
-    from bert_keras.sentence_encoder import SentenceEncoder
+    from bert_keras.tasks.sentence_encoder import SentenceEncoder
     from bert_keras.training import finetune_sentence_encoder
 
     inputs = json.load(open(os.path.join(args.inputs, "inputs.json")))

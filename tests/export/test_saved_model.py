@@ -156,7 +156,7 @@ def _stored_values(export_dir):
 @pytest.mark.slow  # over 3 s: the whole suite runs it, the fast loop does not
 def test_exports_hold_each_weight_once(tmp_path):
     from bert_keras.export import export_sentence_encoder
-    from bert_keras.sentence_encoder import SentenceEncoder
+    from bert_keras.tasks.sentence_encoder import SentenceEncoder
 
     vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + [f"w{i}" for i in range(95)]
     encoder = BertEncoder(vocab_size=100, num_layers=2, hidden_size=32, num_heads=2, intermediate_size=64)

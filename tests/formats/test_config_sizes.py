@@ -205,7 +205,7 @@ def test_expected_shapes_are_the_built_shapes():
     """`expected_shape` (what the config implies, before building) equals every built variable's shape."""
     config = dict(vocab_size=40, num_layers=2, hidden_size=16, num_heads=4, intermediate_size=24,
                   max_sequence_length=20, type_vocab_size=3)
-    roots, _ = _build.build_models(config, [tables.MLM, tables.NSP], "gelu")
+    roots = _build.build_models(config, [tables.MLM, tables.NSP], "gelu")
     parts = (tables.EMBEDDINGS, tables.LAYER, tables.POOLER, tables.MLM, tables.NSP)
     for weights in (tables.HF_WEIGHTS, tables.GOOGLE_WEIGHTS, tables.KERAS_NLP_WEIGHTS):
         for target, _, _ in expand_table(weights, [p for p in parts if p in weights], config["num_layers"]):

@@ -74,7 +74,7 @@ def test_failed_export_leaves_nothing(tmp_path, tiny_encoder):
 @pytest.mark.slow
 def test_encoder_module_with_mlm_sub_object(tmp_path, vocab_file):
     from bert_keras import BertEncoder
-    from bert_keras.pretrainer import BertPretrainer
+    from bert_keras.tasks.pretrainer import BertPretrainer
     from tests.hub.conftest import TINY
 
     encoder = BertEncoder(**TINY)

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from bert_keras.sentence_encoder import SentenceEncoder
+from bert_keras.tasks.sentence_encoder import SentenceEncoder
 from bert_keras.training import ContrastiveConfig, InBatchNegatives, finetune_sentence_encoder
 from bert_keras.training.contrastive import contrastive_model, pair_dataset
 from tests import sentence_models

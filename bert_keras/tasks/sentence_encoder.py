@@ -26,7 +26,7 @@ import numpy as np
 import tensorflow as tf
 from keras import ops
 
-from bert_keras._task import Task, call_encoder, check_encoder, model_inputs
+from bert_keras.tasks._task import Task, call_encoder, check_encoder, model_inputs
 from bert_keras.checkpoints import load_pretrained
 from bert_keras.embedder import BatchEmbedder, EmbeddingMethods, encode_in_batches
 from bert_keras.formats import detect_format

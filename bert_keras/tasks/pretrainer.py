@@ -1,13 +1,14 @@
 """BERT's pre-training model: masked LM (tied to the word embeddings) and next-sentence prediction.
 
-Kept apart from `bert_keras.tasks` because the checkpoint readers build it
-(they sit between the two in the package's layers).
+A checkpoint's pre-training heads come built and assigned
+(`load_checkpoint(path).heads`, below the tasks in the package's layers);
+`checkpoint_pretrainer` puts them together with the encoder.
 """
 
 import keras
 
 from bert_keras._checks import check_positive_int
-from bert_keras._task import Task, call_encoder, check_encoder, encoder_inputs, head_dtype, head_initializer
+from bert_keras.tasks._task import Task, call_encoder, check_encoder, encoder_inputs, head_dtype, head_initializer
 from bert_keras.encoder import BertEncoder
 from bert_keras.heads import MaskedLMHead, NextSentenceHead
 
@@ -37,6 +38,9 @@ class BertPretrainer(Task):
         layer_norm_epsilon: float. Of the masked-LM transform. Defaults to the
             encoder's `layer_norm_epsilon` (`1e-12` for other encoders).
         vocab_size: int. Only for encoders that are not a `BertEncoder`.
+        mlm_head: optional `MaskedLMHead`, built already (a checkpoint's):
+            used in place of a new one.
+        nsp_head: optional `NextSentenceHead`, built already (a checkpoint's).
         **kwargs: other `keras.Model` arguments (`name`, ...).
 
     Call arguments:
@@ -63,7 +67,8 @@ class BertPretrainer(Task):
 
     _own_args = ("mlm_activation", "layer_norm_epsilon")
 
-    def __init__(self, encoder, mlm_activation=None, layer_norm_epsilon=None, vocab_size=None, **kwargs):
+    def __init__(self, encoder, mlm_activation=None, layer_norm_epsilon=None, vocab_size=None, mlm_head=None,
+                 nsp_head=None, **kwargs):
         if not isinstance(encoder, BertEncoder):
             check_encoder(encoder)
             if vocab_size is None:
@@ -81,7 +86,7 @@ class BertPretrainer(Task):
                 )
         tied = isinstance(encoder, BertEncoder)
         # === Layers ===
-        mlm_head = MaskedLMHead(
+        mlm_head = mlm_head or MaskedLMHead(
             vocab_size=encoder.vocab_size if tied else vocab_size,
             embedding=encoder.embeddings.word_embeddings if tied else None,
             activation=mlm_activation if mlm_activation is not None else getattr(encoder, "activation", "gelu"),
@@ -94,7 +99,7 @@ class BertPretrainer(Task):
             dtype=head_dtype(encoder),
             name="mlm",
         )
-        nsp_head = NextSentenceHead(
+        nsp_head = nsp_head or NextSentenceHead(
             num_classes=2, kernel_initializer=head_initializer(encoder), dtype=head_dtype(encoder), name="nsp"
         )
 
@@ -150,6 +155,15 @@ class BertPretrainer(Task):
         if self.vocab_size is not None:
             config["vocab_size"] = self.vocab_size
         return config
+
+
+def checkpoint_pretrainer(loaded):
+    """The `BertPretrainer` of a `LoadedCheckpoint` (`bert_keras.checkpoints.load_checkpoint`) on its encoder and
+    its converted heads, or None where the checkpoint lacks the masked-LM or the next-sentence head."""
+    if not {"mlm", "nsp"} <= set(loaded.heads):
+        return None
+    return BertPretrainer(loaded.encoder, mlm_activation=loaded.heads["mlm"].activation,
+                          mlm_head=loaded.heads["mlm"], nsp_head=loaded.heads["nsp"])
 
 
 def pretraining_losses(mlm_reduction="mean_with_sample_weight"):
