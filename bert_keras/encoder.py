@@ -326,11 +326,28 @@ class BertEncoder(keras.Model):
         if not self.pack_tokens or training:
             return packed()
         inputs = _check_inputs(inputs)
-        padded = lambda: self._padded_graph_outputs(inputs)
-        choice = prefers_padded(inputs["input_mask"])
-        if tf.executing_eagerly() or tf.get_static_value(choice) is not None:
-            return padded() if bool(tf.get_static_value(choice)) else packed()
-        return tf.cond(choice, padded, packed)
+        return _by_layout(inputs["input_mask"], lambda: self._padded_graph_outputs(inputs), packed)
+
+    def served_pooled_output(self, inputs):
+        """The `pooled_output` at inference, in the layout that serves `inputs` fastest.
+
+        `pooled_output(inputs)` (padded, the last block for the first token
+        only) where `bert_keras.layers.packing.prefers_padded` picks the
+        padded layout, else the packed graph's. Equal to
+        `self(inputs)["pooled_output"]` up to float rounding.
+        `BertClassifier.serving_outputs` serves through it.
+
+        Args:
+            inputs: the Hub input dict, each `(batch, seq)`.
+
+        Returns:
+            `(batch, hidden)`.
+        """
+        inputs = _check_inputs(inputs)
+        packed = lambda: super(BertEncoder, self).call(inputs, training=False)["pooled_output"]
+        if not self.pack_tokens:
+            return self.pooled_output(inputs)
+        return _by_layout(inputs["input_mask"], lambda: self.pooled_output(inputs), packed)
 
     def _padded_graph_outputs(self, inputs):
         """The functional graph's outputs (inference), computed in the padded layout.
@@ -449,6 +466,15 @@ class BertEncoder(keras.Model):
         if isinstance(config.get("dtype"), dict):
             config["dtype"] = keras.dtype_policies.deserialize(config["dtype"])
         return cls(**config)
+
+
+def _by_layout(input_mask, padded, packed):
+    """`padded()` or `packed()`, as `prefers_padded(input_mask)` picks: a `tf.cond` in a graph, a branch when eager."""
+    choice = prefers_padded(input_mask)
+    static = tf.get_static_value(choice)
+    if static is not None:
+        return padded() if bool(static) else packed()
+    return tf.cond(choice, padded, packed)
 
 
 def _make_blocks(count, initializer_range, **kwargs):

@@ -111,3 +111,11 @@ def test_a_tagger_gives_the_same_logits_in_both_layouts(monkeypatch):
         logits[name] = tf.function(lambda texts: tagger(texts, training=False))(tf.constant(TEXTS)).numpy()
     mask = _inputs(TEXTS)["input_mask"].numpy() > 0
     np.testing.assert_allclose(logits["padded"][mask], logits["packed"][mask], atol=1e-5)
+
+
+@pytest.mark.parametrize("thresholds", [ALWAYS_PADDED, ALWAYS_PACKED], ids=["padded", "packed"])
+def test_the_served_pooled_output_is_the_encoders(encoder, monkeypatch, thresholds):
+    force(monkeypatch, thresholds)
+    inputs = _inputs(TEXTS)
+    served = tf.function(encoder.served_pooled_output)(inputs)  # padded: the last block for [CLS] only
+    np.testing.assert_allclose(served, encoder(inputs, training=False)["pooled_output"], atol=1e-5)
