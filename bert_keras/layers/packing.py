@@ -65,7 +65,7 @@ def packed_token_index(input_mask):
 # A batch runs in the padded layout when it has at most PADDED_MAX_POSITIONS positions (batch * seq), or when
 # at most PADDED_MAX_PADDING_SHARE of them would not be packed: the gathers then cost more than the padding's GEMMs.
 # MiniLM-L6 classifier on tweets (2-core AMD EPYC, loaded machine): packed took 0.68x the padded time for batches of
-# 8 (a third of their positions padding on average) and 0.49x for batches of 32, and the same CPU time for one text.
+# 8 (0.34 of their positions padding on average) and 0.49x for batches of 32 (0.43), the same CPU time for one text.
 PADDED_MAX_POSITIONS = 256
 PADDED_MAX_PADDING_SHARE = 0.25
 
