@@ -108,12 +108,19 @@ def served_manifest(export_dir):
     manifest = read_manifest(export_dir)
     kind = None if manifest is None else manifest["kind"]
     if kind not in SERVED_KINDS:
-        raise ExportError(f"{export_dir!r} records no kind of export (a `model.export()` directory?); LiteRT converts "
-                          "the exports of bert_keras' export_classifier, export_tagger or export_sentence_encoder.")
+        raise ExportError(f"{export_dir!r} records no kind of export: it is a SavedModel such as Keras' "
+                          "`model.export()` writes, with neither the tokenizer's settings nor a token-ids endpoint, "
+                          "which LiteRT needs. Export the model with bert_keras.export.export_classifier(model, DIR, "
+                          "label_names) (export_tagger, export_reader, export_sentence_encoder for the other kinds; "
+                          "bert-keras finetune and demo write such exports), then run bert-keras litert --model DIR.")
     if not isinstance(manifest.get("tokenizer"), dict):
-        raise ExportError(f"{export_dir!r} records no tokenizer (an export written by an earlier version of "
-                          "bert_keras, or of a model on a Hub preprocess module): export the model again with this "
-                          "version to convert it to LiteRT.")
+        raise ExportError(f"{export_dir!r} records no tokenizer: its model tokenizes inside a Hub preprocess layer of "
+                          "its own graph (a keras.Model of bert_keras.hub layers), or it was exported by an earlier "
+                          "version of bert_keras. LiteRT needs the tokenizer's settings: build the classifier with "
+                          "BertClassifier.from_checkpoint(MODULES_DIR, num_classes=N) (or a tuple (ENCODER, "
+                          "PREPROCESS) of a module pair bert_keras wrote: bert-keras convert), fine-tune it, export "
+                          "it with export_classifier (bert-keras finetune does all of this), then run bert-keras "
+                          "litert on that export.")
     inputs = manifest.get("inputs", ["text"])
     if kind == CLASSIFIER and isinstance(inputs, list) and len(inputs) == 2:
         raise ExportError(f"{export_dir!r} is a classifier of text pairs; LiteRT serves classifiers of single texts.")
