@@ -92,11 +92,12 @@ BUNDLES = [
      "tests/commands/test_quiet_commands.py", "tests/test_run_suite.py", "tests/test_soak.py"],
 ]
 # Directories whose files are groups of their own, as the top-level files are: they mirror a package
-# (bert_keras.commands, bert_keras.export, bert_keras.checkpoints, bert_keras.data) but share no session fixture, and
+# (bert_keras.commands, bert_keras.export, bert_keras.checkpoints, bert_keras.data, bert_keras.tasks) but share no
+# session fixture, and
 # one process over all of them would hold what every file builds (the commands' tests each build and export models;
 # tests/checkpoints as one process peaked at 8.18 GB once the ModernBERT, DeBERTa-v3 and XLM-RoBERTa files joined it,
 # 2026-12-07); tests/data's readers' files join BUNDLES' first bundle or run alone, as when they were top-level files.
-FILE_GROUPS = ("commands", "export", "checkpoints", "data")
+FILE_GROUPS = ("commands", "export", "checkpoints", "data", "tasks")
 MEMORY_BUDGET_GB = 6.0
 # What the runner and the server the groups are forked from hold beside the groups: the peaks of two groups planned
 # to 6.0 GB together peaked at 6.40 GB with them (CI, 2026-12-04); planned within 5.5 GB by the profile they reached
