@@ -5,11 +5,15 @@ from keras import ops
 
 from bert_keras._checks import check_positive_int, check_rate
 from bert_keras.layers._utils import get_activation, serialize_activation
+from bert_keras.layers.prediction_transform import PredictionTransform
 
 
 def _default_initializer():
     return keras.initializers.TruncatedNormal(stddev=0.02)
 
+
+def _clone(initializer):
+    return keras.initializers.get(keras.initializers.serialize(initializer))
 
 @keras.saving.register_keras_serializable(package="bert_keras")
 class MaskedLMHead(keras.layers.Layer):
@@ -36,6 +40,12 @@ class MaskedLMHead(keras.layers.Layer):
         layer_norm_epsilon: float. Defaults to `1e-12`.
         kernel_initializer: str or initializer. Defaults to
             `TruncatedNormal(stddev=0.02)`.
+        use_transform_bias: bool. Whether the transform's dense layer has a
+            bias. Defaults to `True` (ModernBERT's: `classifier_bias`, false).
+        use_norm_bias: bool. Whether its LayerNorm has a bias. Defaults to
+            `True` (ModernBERT's: `norm_bias`, false).
+        use_output_bias: bool. Whether the logits get `output_bias`. Defaults
+            to `True` (ModernBERT's: `decoder_bias`).
         **kwargs: other `keras.layers.Layer` arguments (`name`, `dtype`, ...).
 
     Call arguments:
@@ -64,10 +74,20 @@ class MaskedLMHead(keras.layers.Layer):
         activation="gelu",
         layer_norm_epsilon=1e-12,
         kernel_initializer=None,
+        use_transform_bias=True,
+        use_norm_bias=True,
+        use_output_bias=True,
         **kwargs,
     ):
         super().__init__(**kwargs)
         self.vocab_size = check_positive_int("vocab_size", vocab_size)
+        flags = {"use_transform_bias": use_transform_bias, "use_norm_bias": use_norm_bias,
+                 "use_output_bias": use_output_bias}
+        for key, value in flags.items():
+            if not isinstance(value, bool):
+                raise ValueError(f"Received an invalid value for argument `{key}`, expected a bool. "
+                                 f"Received: {key}={value!r}")
+        self.use_transform_bias, self.use_norm_bias, self.use_output_bias = flags.values()
         if embedding is not None:
             input_dim = getattr(embedding, "input_dim", None)
             if input_dim is None:
@@ -101,13 +121,14 @@ class MaskedLMHead(keras.layers.Layer):
         width = self.embedding.output_dim if self.embedding is not None else hidden_size
         self.transform_dense = keras.layers.Dense(
             width,
+            use_bias=self.use_transform_bias,
             kernel_initializer=keras.initializers.get(keras.initializers.serialize(self.kernel_initializer)),
             dtype=self.dtype_policy,
             name="transform",
         )
         self.transform_dense.build((None, None, hidden_size))
         self.layer_norm = keras.layers.LayerNormalization(
-            epsilon=self.layer_norm_epsilon, dtype=self.dtype_policy, name="layer_norm"
+            epsilon=self.layer_norm_epsilon, center=self.use_norm_bias, dtype=self.dtype_policy, name="layer_norm"
         )
         self.layer_norm.build((None, None, width))
         if self.embedding is None:
@@ -116,7 +137,9 @@ class MaskedLMHead(keras.layers.Layer):
                 initializer=keras.initializers.get(keras.initializers.serialize(self.kernel_initializer)),
                 name="decoder_embeddings",
             )
-        self.output_bias = self.add_weight(shape=(self.vocab_size,), initializer="zeros", name="output_bias")
+        self.output_bias = None
+        if self.use_output_bias:
+            self.output_bias = self.add_weight(shape=(self.vocab_size,), initializer="zeros", name="output_bias")
         self.built = True
 
     def _output_table(self):
@@ -135,7 +158,9 @@ class MaskedLMHead(keras.layers.Layer):
         # One 2-D matmul is several times faster on CPU than a batched 3-D one.
         shape = ops.shape(x)
         flat = ops.reshape(x, (-1, shape[-1]))  # (batch * predictions, width)
-        logits = ops.matmul(flat, ops.transpose(table)) + ops.cast(self.output_bias, x.dtype)  # (batch * predictions, vocab)
+        logits = ops.matmul(flat, ops.transpose(table))  # (batch * predictions, vocab)
+        if self.output_bias is not None:
+            logits = logits + ops.cast(self.output_bias, x.dtype)
         return ops.reshape(logits, (shape[0], shape[1], self.vocab_size))  # (batch, predictions, vocab)
 
     def compute_output_shape(self, sequence_output_shape, masked_lm_positions_shape=None):
@@ -150,6 +175,9 @@ class MaskedLMHead(keras.layers.Layer):
                 "activation": serialize_activation(self.activation),
                 "layer_norm_epsilon": self.layer_norm_epsilon,
                 "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
+                "use_transform_bias": self.use_transform_bias,
+                "use_norm_bias": self.use_norm_bias,
+                "use_output_bias": self.use_output_bias,
             }
         )
         return config
@@ -213,10 +241,6 @@ class NextSentenceHead(keras.layers.Layer):
         return config
 
 
-def _clone(initializer):
-    return keras.initializers.get(keras.initializers.serialize(initializer))
-
-
 @keras.saving.register_keras_serializable(package="bert_keras")
 class ClassificationHead(keras.layers.Layer):
     """Sentence classification on the pooled output: dropout, then a dense layer.
@@ -229,6 +253,10 @@ class ClassificationHead(keras.layers.Layer):
         dropout: float. Dropout rate on the pooled output. Defaults to `0.1`.
         kernel_initializer: str or initializer. Defaults to
             `TruncatedNormal(stddev=0.02)`.
+        transform: optional dict of `PredictionTransform` arguments
+            (`activation`, `use_bias`, `use_norm_bias`, `layer_norm_epsilon`):
+            a dense layer, activation and LayerNorm before the dropout, as
+            ModernBERT's task models have (`head`). Defaults to `None` (none).
         **kwargs: other `keras.layers.Layer` arguments (`name`, `dtype`, ...).
 
     Call arguments:
@@ -243,15 +271,18 @@ class ClassificationHead(keras.layers.Layer):
     (2, 3)
     """
 
-    def __init__(self, num_classes, dropout=0.1, kernel_initializer=None, **kwargs):
+    def __init__(self, num_classes, dropout=0.1, kernel_initializer=None, transform=None, **kwargs):
         super().__init__(**kwargs)
         self.num_classes = check_positive_int("num_classes", num_classes)
         self.dropout = check_rate("dropout", dropout)
         self.kernel_initializer = keras.initializers.get(
             kernel_initializer if kernel_initializer is not None else _default_initializer()
         )
+        self.transform = PredictionTransform.from_options(transform, _clone(self.kernel_initializer), self.dtype_policy)
 
     def build(self, pooled_output_shape):
+        if self.transform is not None:
+            self.transform.build(pooled_output_shape)
         self.dropout_layer = keras.layers.Dropout(self.dropout, dtype=self.dtype_policy, name="dropout")
         self.dense = keras.layers.Dense(
             self.num_classes,
@@ -263,7 +294,8 @@ class ClassificationHead(keras.layers.Layer):
         self.built = True
 
     def call(self, pooled_output, training=None):
-        x = self.dropout_layer(pooled_output, training=training)  # (batch, hidden)
+        x = pooled_output if self.transform is None else self.transform(pooled_output)  # (batch, hidden)
+        x = self.dropout_layer(x, training=training)  # (batch, hidden)
         return self.dense(x)  # (batch, num_classes)
 
     def compute_output_shape(self, pooled_output_shape):
@@ -276,6 +308,7 @@ class ClassificationHead(keras.layers.Layer):
                 "num_classes": self.num_classes,
                 "dropout": self.dropout,
                 "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
+                "transform": None if self.transform is None else self.transform.options(),
             }
         )
         return config
@@ -285,13 +318,18 @@ class ClassificationHead(keras.layers.Layer):
 class TokenClassificationHead(ClassificationHead):
     """Token classification (e.g. NER tags) on the sequence output: dropout, then dense.
 
-    The head of `BertForTokenClassification`: one set of logits per token.
+    The head of `BertForTokenClassification`: one set of logits per token;
+    with `transform`, `ModernBertForTokenClassification`'s (`head`, then
+    `classifier`).
 
     Args:
         num_classes: int. Number of tags.
         dropout: float. Dropout rate on the sequence output. Defaults to `0.1`.
         kernel_initializer: str or initializer. Defaults to
             `TruncatedNormal(stddev=0.02)`.
+        transform: optional dict of `PredictionTransform` arguments: every
+            token's dense layer, activation and LayerNorm before the dropout.
+            Defaults to `None` (none).
         **kwargs: other `keras.layers.Layer` arguments.
 
     Call arguments:
@@ -307,7 +345,8 @@ class TokenClassificationHead(ClassificationHead):
     """
 
     def call(self, sequence_output, training=None):
-        x = self.dropout_layer(sequence_output, training=training)  # (batch, seq, hidden)
+        x = sequence_output if self.transform is None else self.transform(sequence_output)  # (batch, seq, hidden)
+        x = self.dropout_layer(x, training=training)  # (batch, seq, hidden)
         return self.dense(x)  # (batch, seq, num_classes)
 
 
@@ -322,6 +361,9 @@ class SpanHead(keras.layers.Layer):
     Args:
         kernel_initializer: str or initializer. Defaults to
             `TruncatedNormal(stddev=0.02)`.
+        transform: optional dict of `PredictionTransform` arguments: every
+            token's dense layer, activation and LayerNorm first, as
+            `ModernBertForQuestionAnswering`'s `head`. Defaults to `None`.
         **kwargs: other `keras.layers.Layer` arguments.
 
     Call arguments:
@@ -338,13 +380,16 @@ class SpanHead(keras.layers.Layer):
     ((2, 7), (2, 7))
     """
 
-    def __init__(self, kernel_initializer=None, **kwargs):
+    def __init__(self, kernel_initializer=None, transform=None, **kwargs):
         super().__init__(**kwargs)
         self.kernel_initializer = keras.initializers.get(
             kernel_initializer if kernel_initializer is not None else _default_initializer()
         )
+        self.transform = PredictionTransform.from_options(transform, _clone(self.kernel_initializer), self.dtype_policy)
 
     def build(self, sequence_output_shape, context_mask_shape=None):
+        if self.transform is not None:
+            self.transform.build(sequence_output_shape)
         self.dense = keras.layers.Dense(
             2, kernel_initializer=_clone(self.kernel_initializer), dtype=self.dtype_policy, name="dense"
         )
@@ -352,7 +397,8 @@ class SpanHead(keras.layers.Layer):
         self.built = True
 
     def call(self, sequence_output, context_mask=None):
-        logits = self.dense(sequence_output)  # (batch, seq, 2)
+        x = sequence_output if self.transform is None else self.transform(sequence_output)  # (batch, seq, hidden)
+        logits = self.dense(x)  # (batch, seq, 2)
         if context_mask is not None:
             # float16 cannot hold -1e9; -3e4 is still far below any real logit.
             low = -3e4 if keras.backend.standardize_dtype(logits.dtype) == "float16" else -1e9
@@ -366,7 +412,8 @@ class SpanHead(keras.layers.Layer):
 
     def get_config(self):
         config = super().get_config()
-        config.update({"kernel_initializer": keras.initializers.serialize(self.kernel_initializer)})
+        config.update({"kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
+                       "transform": None if self.transform is None else self.transform.options()})
         return config
 
 

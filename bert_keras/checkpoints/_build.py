@@ -90,8 +90,11 @@ class LoadedCheckpoint:
 ENCODER_CLASSES = {"bert": BertEncoder, "modernbert": ModernBertEncoder, "deberta": DebertaV3Encoder}
 
 
-def build_models(encoder_config, heads, mlm_activation, dtype=None, num_labels=None, encoder_class=BertEncoder):
-    """Builds the encoder and the requested heads (`num_labels`: a classifier head's outputs). Returns them by root name."""
+def build_models(encoder_config, heads, mlm_activation, dtype=None, num_labels=None, encoder_class=BertEncoder,
+                 head_options=None):
+    """Builds the encoder and the requested heads (`num_labels`: a classifier head's outputs; `head_options`: head name
+    -> its class's further arguments). Returns them by root name."""
+    head_options = head_options or {}
     encoder = encoder_class(**encoder_config, dtype=dtype)
     roots = {"encoder": encoder}
     if tables.MLM in heads:
@@ -103,6 +106,7 @@ def build_models(encoder_config, heads, mlm_activation, dtype=None, num_labels=N
             kernel_initializer=keras.initializers.TruncatedNormal(stddev=encoder.initializer_range),
             dtype=encoder.dtype_policy,
             name="mlm",
+            **head_options.get(tables.MLM, {}),
         )
         head.build((None, None, encoder.hidden_size))
         roots["mlm"] = head
@@ -114,25 +118,26 @@ def build_models(encoder_config, heads, mlm_activation, dtype=None, num_labels=N
         )
         head.build((None, encoder.hidden_size))
         roots["nsp"] = head
-    roots.update(_task_heads(encoder, heads, num_labels))
+    roots.update(_task_heads(encoder, heads, num_labels, head_options))
     return roots
 
 
-def _task_heads(encoder, heads, num_labels):
+def _task_heads(encoder, heads, num_labels, head_options):
     """The task heads and ELECTRA's discriminator among `heads`, built on the hidden size, named as their roots."""
     kwargs = dict(kernel_initializer=keras.initializers.TruncatedNormal(stddev=encoder.initializer_range),
                   dtype=encoder.dtype_policy)
     built = {}
     dropout = getattr(encoder, "dropout", 0.0)  # ModernBERT's dropouts are per part; its classifier's is 0
     if tables.CLASSIFIER in heads:
-        built[tables.CLASSIFIER] = ClassificationHead(num_labels, dropout=dropout, name="classifier", **kwargs)
+        built[tables.CLASSIFIER] = ClassificationHead(num_labels, dropout=dropout, name="classifier", **kwargs,
+                                                      **head_options.get(tables.CLASSIFIER, {}))
         built[tables.CLASSIFIER].build((None, encoder.hidden_size))
     if tables.TOKEN_CLASSIFIER in heads:
-        built[tables.TOKEN_CLASSIFIER] = TokenClassificationHead(num_labels, dropout=encoder.dropout,
-                                                                 name="classifier", **kwargs)
+        options = dict(dict(dropout=dropout), **head_options.get(tables.TOKEN_CLASSIFIER, {}))
+        built[tables.TOKEN_CLASSIFIER] = TokenClassificationHead(num_labels, name="classifier", **kwargs, **options)
         built[tables.TOKEN_CLASSIFIER].build((None, None, encoder.hidden_size))
     if tables.SPAN in heads:
-        built[tables.SPAN] = SpanHead(name="span", **kwargs)
+        built[tables.SPAN] = SpanHead(name="span", **kwargs, **head_options.get(tables.SPAN, {}))
         built[tables.SPAN].build((None, None, encoder.hidden_size))
     if tables.DISCRIMINATOR in heads:  # ElectraDiscriminatorPredictions applies the config's hidden_act, as the encoder
         built[tables.DISCRIMINATOR] = DiscriminatorHead(activation=encoder.activation, name="discriminator", **kwargs)
@@ -149,7 +154,7 @@ def load(weights, dtype=None):
     """
     roots = build_and_load(weights, lambda config: build_models(
         config, weights.heads, weights.mlm_activation, dtype=dtype, num_labels=weights.num_labels,
-        encoder_class=ENCODER_CLASSES[weights.encoder_kind]))
+        encoder_class=ENCODER_CLASSES[weights.encoder_kind], head_options=weights.head_options))
     return LoadedCheckpoint(
         encoder=roots["encoder"],
         heads={key: roots[key] for key in tables.HEADS if key in roots},

@@ -137,6 +137,8 @@ class CheckpointWeights:
         encoder_kind: str. The encoder class the config is for: `"bert"`
             (`BertEncoder`, the family with options) or `"modernbert"`
             (`ModernBertEncoder`).
+        head_options: dict. Head name -> arguments its head class takes
+            beyond the defaults (ModernBERT's: `transform`, bias flags).
     """
 
     encoder_configs: list
@@ -155,6 +157,7 @@ class CheckpointWeights:
     tokenizer_kind: str = "wordpiece"
     tokenizer_folder: object = None
     encoder_kind: str = "bert"
+    head_options: dict = dataclasses.field(default_factory=dict)
 
     @property
     def encoder_config(self):

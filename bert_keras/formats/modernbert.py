@@ -3,15 +3,25 @@
 
 The config's names are translated here (`config_to_kwargs`); the weight names are a table of
 `(target, source, transform)` per block (`weight_table`): the first block has no `attn_norm`, and the biases are
-there only where the config's `attention_bias`, `mlp_bias` and `norm_bias` say so. A sequence classifier's head
-(`ModernBertForSequenceClassification`: `head` = dense, activation, LayerNorm on the pooled token(s), then
-`classifier`) is read where asked for (`with_heads=["classifier"]`): its `head` as the encoder's pooler
-(`use_pooler`), its `classifier` as our classification head. Other heads (the masked LM's `head`/`decoder`, token
-classification, QA) are not read: the summary lists them unused.
+there only where the config's `attention_bias`, `mlp_bias` and `norm_bias` say so.
+
+Every task model of ModernBERT puts the same `head` (transformers' `ModernBertPredictionHead`: dense with
+`classifier_bias`, `classifier_activation`, LayerNorm with `norm_bias`) before its output layer; each is read where
+config.json's `architectures` names its class and the head is asked for (`with_heads`, `TASK_ARCHITECTURES`):
+- `ModernBertForSequenceClassification` (`"classifier"`): `head` on the pooled token(s) as the encoder's pooler
+  (`use_pooler`), `classifier` as our `ClassificationHead`;
+- `ModernBertForTokenClassification` (`"token_classifier"`) and `ModernBertForQuestionAnswering` (`"span"`: its
+  `classifier` of 2 outputs, start and end): `head` on every token as the head's `PredictionTransform`
+  (`transform=`), `classifier` as its dense layer;
+- `ModernBertForMaskedLM` (`"mlm"`): `head` as `MaskedLMHead`'s transform, `decoder.bias` as its output bias, the
+  decoder's matrix tied to the word embeddings (a folder that unties them keeps its head unread, saying so).
+The options each head needs beyond its defaults travel in `CheckpointWeights.head_options`.
 """
 
 import logging
 import os
+
+import numpy as np
 
 from bert_keras._checks import quoted
 from bert_keras.formats import tables
@@ -58,6 +68,13 @@ _THETAS = {"global_rope_theta": ("full_attention", "global_rope_theta", 160000.0
            "local_rope_theta": ("sliding_attention", "local_rope_theta", 10000.0)}
 _LAYER_TYPES = ("full_attention", "sliding_attention")
 SEQUENCE_CLASSIFIER = "ModernBertForSequenceClassification"
+# transformers' ModernBERT classes -> the head each holds.
+TASK_ARCHITECTURES = {
+    SEQUENCE_CLASSIFIER: tables.CLASSIFIER,
+    "ModernBertForTokenClassification": tables.TOKEN_CLASSIFIER,
+    "ModernBertForQuestionAnswering": tables.SPAN,
+    "ModernBertForMaskedLM": tables.MLM,
+}
 
 
 def is_modernbert(path):
@@ -69,8 +86,8 @@ def is_modernbert(path):
     return read_json(config_file).get("model_type") == MODEL_TYPE
 
 
-def _flag(config, key, file):
-    value = config.get(key, False)
+def _flag(config, key, file, default=False):
+    value = config.get(key, default)
     if not isinstance(value, bool):
         raise ConfigError(file, key, f"expected true or false, found {quoted(value)}.")
     return value
@@ -148,7 +165,8 @@ def config_to_kwargs(config, file):
 def weight_table(kwargs):
     """`(target, source, transform, shape)` of every tensor the encoder reads; `shape` is the stored one."""
     hidden, inner, vocab = kwargs["hidden_size"], kwargs["intermediate_size"], kwargs["vocab_size"]
-    norm_bias, attention_bias, mlp_bias = (kwargs[flag] for flag in BIAS_FLAGS)
+    norm_bias, attention_bias, mlp_bias = (kwargs[flag] for flag in ("use_norm_bias", "use_attention_bias",
+                                                                     "use_mlp_bias"))
 
     def norm(target, source):
         entries = [(f"{target}.gamma", f"{source}.weight", None, (hidden,))]
@@ -197,18 +215,80 @@ def _check_tokenizer(directory, source):
         check_vocabulary(found.file, tokens, source.file_of(name), source.original_name(name), source.shape(name)[0])
 
 
+def _prediction_head(target, kwargs, transform_names):
+    """`(target, source, transform, shape)` of `ModernBertPredictionHead` (`head.`) under our `target`'s names."""
+    hidden = kwargs["hidden_size"]
+    dense, norm = transform_names
+    entries = [(f"{target}.{dense}.kernel", "head.dense.weight", tables.TRANSPOSE, (hidden, hidden))]
+    if kwargs["classifier_bias"]:
+        entries.append((f"{target}.{dense}.bias", "head.dense.bias", None, (hidden,)))
+    entries.append((f"{target}.{norm}.gamma", "head.norm.weight", None, (hidden,)))
+    if kwargs["use_norm_bias"]:
+        entries.append((f"{target}.{norm}.beta", "head.norm.bias", None, (hidden,)))
+    return entries
+
+
+def _head_settings(config, config_file, kwargs):
+    """The prediction head's `classifier_bias`, `classifier_activation` and `classifier_dropout`."""
+    return dict(classifier_bias=_flag(config, "classifier_bias", config_file),
+                classifier_activation=translate_activation(config.get("classifier_activation", "gelu"),
+                                                           tables.HF_ACTIVATIONS, config_file, "classifier_activation"),
+                classifier_dropout=_rate(config, "classifier_dropout", config_file))
+
+
+def _task_head(part, source, config, config_file, kwargs, settings):
+    """`(entries, options, id2label)` of a token classifier's or a QA model's head: `head` then `classifier`."""
+    hidden = kwargs["hidden_size"]
+    options = {"transform": {"activation": settings["classifier_activation"],
+                             "use_bias": settings["classifier_bias"], "use_norm_bias": kwargs["use_norm_bias"],
+                             "layer_norm_epsilon": kwargs["layer_norm_epsilon"]}}
+    entries = _prediction_head(part, dict(kwargs, **settings), ("transform.dense", "transform.layer_norm"))
+    head = [(f"{part}.dense.kernel", "classifier.weight", tables.TRANSPOSE),
+            (f"{part}.dense.bias", "classifier.bias", None)]
+    if part == tables.SPAN:
+        outputs, id2label = 2, None
+    else:
+        options["dropout"] = settings["classifier_dropout"]
+        id2label = classifier_labels(source, head, read_id2label(config, config_file), config_file, hidden)
+        outputs = len(id2label)
+    stored = {"classifier.weight": (outputs, hidden), "classifier.bias": (outputs,)}
+    return entries + [(target, name, transform, stored[name]) for target, name, transform in head], options, id2label
+
+
+def _masked_lm_head(source, config, config_file, kwargs, settings):
+    """`(entries, options)` of `ModernBertForMaskedLM`'s head, or None where its decoder is not the embeddings."""
+    if not _flag(config, "tie_word_embeddings", config_file, default=True) or (
+            source.has("decoder.weight") and not _same_tensor(source, "decoder.weight")):
+        logger.warning("%s: its masked-LM decoder is not tied to the word embeddings (tie_word_embeddings is false); "
+                       "MaskedLMHead scores against the embeddings, so the head is left unread.", config_file)
+        return None
+    entries = _prediction_head(tables.MLM, dict(kwargs, **settings), ("transform_dense", "layer_norm"))
+    decoder_bias = _flag(config, "decoder_bias", config_file, default=True)
+    if decoder_bias:
+        entries.append(("mlm.output_bias", "decoder.bias", None, (kwargs["vocab_size"],)))
+    options = {"use_transform_bias": settings["classifier_bias"], "use_norm_bias": kwargs["use_norm_bias"],
+               "use_output_bias": decoder_bias}
+    return entries, options
+
+
+def _same_tensor(source, name):
+    """Whether the stored `name` equals the word embeddings (a tied decoder written twice)."""
+    stored = read_tensors(source, [name, "embeddings.tok_embeddings.weight"])
+    first, second = stored[name], stored["embeddings.tok_embeddings.weight"]
+    return first.shape == second.shape and bool(np.array_equal(first, second))
+
+
 def read_modernbert(path, *, with_heads=False):
-    """Reads a ModernBERT folder: `ModernBertEncoder` arguments and its weights. Heads are not read.
+    """Reads a ModernBERT folder: `ModernBertEncoder` arguments, its weights and the task head asked for.
 
     Args:
         path: str. A folder (or a file in one) with config.json
             (`model_type: modernbert`) and model.safetensors (or another
             weight file transformers writes); the `model.` prefix of
             `ModernBertForMaskedLM` and the task models is dropped.
-        with_heads: bool or list of head names (`read_checkpoint`'s). With
-            `"classifier"` and a config naming
-            `ModernBertForSequenceClassification`, its head is read (see the
-            module's docstring); every other head is listed unused.
+        with_heads: bool or list of head names (`read_checkpoint`'s): the
+            head asked for that `architectures` names (`TASK_ARCHITECTURES`)
+            is read (see the module's docstring); the others are listed unused.
 
     Returns:
         `CheckpointWeights` with `encoder_kind="modernbert"`.
@@ -225,15 +305,33 @@ def read_modernbert(path, *, with_heads=False):
     source = open_weights(directory, prefix="model.")
     architectures = config.get("architectures") or []
     architectures = [a for a in architectures if isinstance(a, str)] if isinstance(architectures, list) else []
-    classifier = tables.CLASSIFIER in wanted_heads(with_heads) and SEQUENCE_CLASSIFIER in architectures
+    named = {TASK_ARCHITECTURES[name] for name in architectures if name in TASK_ARCHITECTURES}
+    wanted = [part for part in wanted_heads(with_heads) if part in named]
+    settings = _head_settings(config, config_file, kwargs) if wanted else None
+    classifier = tables.CLASSIFIER in wanted
     if classifier:
-        kwargs.update(use_pooler=True, pooler_bias=_flag(config, "classifier_bias", config_file),
-                      pooler_activation=translate_activation(config.get("classifier_activation", "gelu"),
-                                                             tables.HF_ACTIVATIONS, config_file, "classifier_activation"))
+        kwargs.update(use_pooler=True, pooler_bias=settings["classifier_bias"],
+                      pooler_activation=settings["classifier_activation"])
     entries = weight_table(kwargs)
     _check_stored(source, entries, config_file)
     _check_tokenizer(directory, source)
     id2label = num_labels = None
+    heads, head_options = [tables.CLASSIFIER] if classifier else [], {}
+    for part in (tables.TOKEN_CLASSIFIER, tables.SPAN):
+        if part in wanted:
+            head_entries, head_options[part], labels = _task_head(part, source, config, config_file, kwargs, settings)
+            _check_stored(source, head_entries, config_file)
+            entries += head_entries
+            heads.append(part)
+            if labels is not None:
+                id2label, num_labels = labels, len(labels)
+    if tables.MLM in wanted:
+        masked_lm = _masked_lm_head(source, config, config_file, kwargs, settings)
+        if masked_lm is not None:
+            _check_stored(source, masked_lm[0], config_file)
+            entries += masked_lm[0]
+            head_options[tables.MLM] = masked_lm[1]
+            heads.append(tables.MLM)
     if classifier:
         head = [("classifier.dense.kernel", "classifier.weight", tables.TRANSPOSE),
                 ("classifier.dense.bias", "classifier.bias", None)]
@@ -258,8 +356,9 @@ def read_modernbert(path, *, with_heads=False):
     )
     logger.info("%s", summary)
     return CheckpointWeights(
-        encoder_configs=[kwargs], arrays=arrays, origins=origins, heads=[tables.CLASSIFIER] if classifier else [],
-        mlm_activation=kwargs["activation"], vocab_file=None, do_lower_case=False, summary=summary,
+        encoder_configs=[kwargs], arrays=arrays, origins=origins, heads=heads,
+        mlm_activation=settings["classifier_activation"] if settings else kwargs["activation"], vocab_file=None, do_lower_case=False, summary=summary,
         architectures=architectures, id2label=id2label, num_labels=num_labels,
         tokenizer_kind=TOKENIZER_KIND, tokenizer_folder=directory, encoder_kind=ENCODER_KIND,
+        head_options=head_options,
     )

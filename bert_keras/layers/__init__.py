@@ -16,6 +16,7 @@ from bert_keras.layers.modernbert_block import (
     sliding_window_bias,
 )
 from bert_keras.layers.packing import PackedTokenIndex, PackTokens, UnpackTokens
+from bert_keras.layers.prediction_transform import PredictionTransform
 from bert_keras.layers.relative_positions import RelativeEmbeddings, RelativePositionBuckets, log_bucket_positions
 from bert_keras.layers.rotary import RotaryEmbedding
 
@@ -31,6 +32,7 @@ __all__ = [
     "MultiHeadSelfAttention",
     "PackTokens",
     "PackedTokenIndex",
+    "PredictionTransform",
     "RotaryEmbedding",
     "RotarySelfAttention",
     "SinusoidalPositionEncoding",

@@ -89,6 +89,8 @@ class _PretrainedTask(Task):
             return cls(encoder, preprocessor=preprocessor, **kwargs)
         if isinstance(head, ClassificationHead):
             kwargs = _classifier_kwargs(cls, path, head.num_classes, loaded.label_names, kwargs)
+        if getattr(head, "transform", None) is not None:  # ModernBERT's `head` before its output layer
+            kwargs["head_transform"] = head.transform.options()
         task = cls(encoder, preprocessor=preprocessor, **kwargs)
         getattr(task, cls._head_attribute).set_weights(head.get_weights())
         return task

@@ -35,6 +35,11 @@ class BertSpanLabeler(_PretrainedTask):
             `BertForQuestionAnswering` does). Defaults to `1`; with a
             preprocessor that packs RoBERTa's way (type ids all 0, so no
             segment tells the context) it is `None`.
+        head_transform: optional dict of `bert_keras.heads.PredictionTransform`
+            arguments: a dense layer, activation and LayerNorm on every token
+            before the start and end logits (`SpanHead`'s `transform`), as
+            ModernBERT's question answering has; `from_checkpoint` sets it
+            from such a checkpoint. Defaults to `None`.
         **kwargs: other `keras.Model` arguments.
 
     Call arguments:
@@ -57,17 +62,18 @@ class BertSpanLabeler(_PretrainedTask):
     (1, 6)
     """
 
-    _own_args = ("context_segment_id",)
+    _own_args = ("context_segment_id", "head_transform")
     _checkpoint_head, _head_attribute = tables.SPAN, "span_head"
 
-    def __init__(self, encoder, preprocessor=None, context_segment_id=1, **kwargs):
+    def __init__(self, encoder, preprocessor=None, context_segment_id=1, head_transform=None, **kwargs):
         check_encoder(encoder)
         if getattr(getattr(preprocessor, "tokenizer", None), "packing", None) == "roberta":
             context_segment_id = None
         if context_segment_id is not None:
             check_int("context_segment_id", context_segment_id, minimum=0)
         # === Layers ===
-        head = SpanHead(kernel_initializer=head_initializer(encoder), dtype=head_dtype(encoder), name="span")
+        head = SpanHead(kernel_initializer=head_initializer(encoder), transform=head_transform,
+                        dtype=head_dtype(encoder), name="span")
         # === Functional model ===
         inputs, packed = model_inputs(preprocessor, 2 if preprocessor is not None else 1)
         encoder_outputs = call_encoder(encoder, packed, "sequence_output")
@@ -80,6 +86,7 @@ class BertSpanLabeler(_PretrainedTask):
         self.preprocessor = preprocessor
         self.span_head = head
         self.context_segment_id = context_segment_id
+        self.head_transform = head.transform.options() if head.transform is not None else None
 
     def serving_outputs(self, inputs):
         """The start and end logits as served, on the Hub input dict (e.g. packed windows).

@@ -28,6 +28,11 @@ class BertTokenClassifier(_PretrainedTask):
         label_names: optional list of `num_classes` str, the tags in the order
             of the outputs (e.g. `["O", "B-PER", "I-PER"]`; `from_checkpoint`
             takes a Hugging Face checkpoint's `id2label`). Saved with the model.
+        head_transform: optional dict of `bert_keras.heads.PredictionTransform`
+            arguments: a dense layer, activation and LayerNorm on every token
+            before the dropout (`TokenClassificationHead`'s `transform`), as
+            ModernBERT's token classifier has; `from_checkpoint` sets it from
+            such a checkpoint. Defaults to `None`.
         **kwargs: other `keras.Model` arguments.
 
     Call arguments:
@@ -47,11 +52,11 @@ class BertTokenClassifier(_PretrainedTask):
     (1, 4, 5)
     """
 
-    _own_args = ("num_classes", "dropout", "text_pairs", "label_names")
+    _own_args = ("num_classes", "dropout", "text_pairs", "label_names", "head_transform")
     _checkpoint_head, _head_attribute = tables.TOKEN_CLASSIFIER, "classifier_head"
 
     def __init__(self, encoder, num_classes, preprocessor=None, dropout=0.1, text_pairs=False, label_names=None,
-                 **kwargs):
+                 head_transform=None, **kwargs):
         check_encoder(encoder)
         check_positive_int("num_classes", num_classes)
         label_names = _check_label_names(label_names, num_classes)
@@ -60,6 +65,7 @@ class BertTokenClassifier(_PretrainedTask):
             num_classes=num_classes,
             dropout=check_rate("dropout", dropout),
             kernel_initializer=head_initializer(encoder),
+            transform=head_transform,
             dtype=head_dtype(encoder),
             name="classifier",
         )
@@ -75,6 +81,7 @@ class BertTokenClassifier(_PretrainedTask):
         self.dropout = dropout
         self.text_pairs = bool(text_pairs)
         self.label_names = label_names
+        self.head_transform = head.transform.options() if head.transform is not None else None
 
     def serving_outputs(self, inputs, padded=False):
         """The model's outputs as served: the packed pieces through the encoder and the head, as float32 logits.

@@ -347,6 +347,9 @@ class BytePairTokenizer(Tokenizer):
     options = {"add_prefix_space": "add_prefix_space"}
     packing = "roberta"
     word_start_mark = _BYTE_CHARS[ord(" ")]  # "Ġ": a space's byte
+    # RoBERTa's post-processor (`ByteLevel`, trim_offsets) leaves spaces out of a piece's span; a family whose
+    # tokenizer.json has another post-processor (ModernBERT's TemplateProcessing) keeps them.
+    trim_offsets = True
     tokenizer_json_model = "BPE"
 
     def __init__(
@@ -541,7 +544,7 @@ class BytePairTokenizer(Tokenizer):
             cp = chars.flat_values
         first, end = byte_to_char_spans(
             _utf8_lengths(cp), row_ids(chars), chars.nrows(), piece_rows,
-            starts.flat_values, ends.flat_values, blank=cp == ord(" "),
+            starts.flat_values, ends.flat_values, blank=(cp == ord(" ")) if self.trim_offsets else None,
         )
         if self.add_prefix_space:
             shift = tf.cast(tf.gather(added, piece_rows), tf.int64)

@@ -18,7 +18,8 @@ class ModernBertTokenizer(BytePairTokenizer):
     prefix space), with what ModernBERT's file adds: the text normalized to
     NFC first (its `normalizer`), BERT's special tokens (`[CLS]`, `[SEP]`,
     `[PAD]`, `[MASK]`, `[UNK]`) and BERT's packing (`[CLS] A [SEP] B [SEP]`,
-    its `TemplateProcessing`). Character offsets count code points of the
+    its `TemplateProcessing`, which trims no offsets: a piece "Ġword" spans its
+    space, as the tokenizers library gives it). Character offsets count code points of the
     normalized text (the raw text's wherever it is NFC already, as nearly
     all text is).
 
@@ -49,6 +50,8 @@ class ModernBertTokenizer(BytePairTokenizer):
     """
 
     kind = "modernbert_bpe"
+    # Its tokenizer.json's post-processor is a TemplateProcessing, which trims no offsets: "Ġword" spans its space.
+    trim_offsets = False
     packing = "bert"
 
     def __init__(self, vocabulary, merges, normalization="NFC", add_prefix_space=False, unknown_token="[UNK]",

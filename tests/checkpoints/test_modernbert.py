@@ -188,7 +188,7 @@ def test_mean_pooling_is_the_mean_over_real_tokens(tmp_path):
 
 def test_masked_lm_folder_loads_the_encoder_and_lists_the_head_unused(tmp_path):
     model = save_modernbert(tmp_path, model_class="ModernBertForMaskedLM")
-    loaded = load_checkpoint(str(tmp_path))
+    loaded = load_checkpoint(str(tmp_path), with_heads=False)  # (its head: tests/checkpoints/test_modernbert_heads.py)
     assert isinstance(loaded.encoder, ModernBertEncoder)
     assert {"head.dense.weight", "head.norm.weight", "decoder.bias"} <= set(loaded.summary.unused)
     ids, mask = padded_batch([9, 4])
