@@ -10,9 +10,9 @@ the line where the record starts. The caller names its own arguments in
 those messages (`arguments=`, e.g. the command line's `--delimiter`).
 `stratified_split` splits labelled examples.
 
-Departure from the layout in DESIGN.md (text/: readers of users' files):
-this module imports no TensorFlow, so the command line reads and checks its
-input before TensorFlow loads.
+It sits in `bert_keras.data` with the other readers of users' files, not in
+`bert_keras.text`: it imports no TensorFlow, so the command line reads and
+checks its input before TensorFlow loads.
 """
 
 import contextlib

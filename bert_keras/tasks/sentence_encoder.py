@@ -14,9 +14,6 @@ streams the embeddings of a stream of texts into a `.npy` or `.jsonl` file,
 `bert_keras.search.build_index` into an index directory, and
 `bert_keras.search.load_index(...).search` finds the nearest texts of queries
 by exact cosine similarity.
-
-Departure from DESIGN.md's layout (tasks/): the tasks module is being
-reorganised, so the task lives here for now.
 """
 
 import os
