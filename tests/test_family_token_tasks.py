@@ -26,14 +26,11 @@ from bert_keras.export.entity_groups import text_entities, tokens_to_string
 from bert_keras.tasks import BertSpanLabeler, BertTokenClassifier
 from bert_keras.text.alignment import join_words
 from bert_keras.text.windows import qa_windows, tagging_windows
-from bert_keras.training import finetune_reader, finetune_tagger
 from tests.checkpoints._models import perturb_torch
 from tests.helpers import as_written_before_the_manifest
 from tests.export.test_export_reader import reference_answers
-from tests.test_family_workflows import FAMILIES, WRITERS, make_family_folder, tweets  # noqa: F401 (a fixture)
+from tests.test_family_workflows import FAMILIES, WRITERS, tweets  # noqa: F401 (a fixture)
 from tests.text.test_sentencepiece import albert_reference_text
-from tests.training.test_reading import _examples
-from tests.training.test_tagging import _sentences
 
 transformers = pytest.importorskip("transformers")
 torch = pytest.importorskip("torch")
@@ -442,55 +439,3 @@ def test_roberta_reader_needs_a_labeler_without_segments(readers, tmp_path):
         export_reader(labeler, str(tmp_path / "reader"), seq_length=READER_SEQ, doc_stride=16,
                       max_question_length=QUESTION_LENGTH)
 
-
-# ---------------------------------------------------------------------------
-# Fine-tuning, exported, loaded
-# ---------------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def base_folders(tmp_path_factory, tweets):  # noqa: F811
-    """name -> a folder of the family's base model (tests/test_family_workflows.py's, 24 positions)."""
-    built = {}
-
-    def build(name):
-        if name not in built:
-            folder = tmp_path_factory.mktemp(f"{name}_base")
-            make_family_folder(name, folder, tweets)
-            built[name] = str(folder)
-        return built[name]
-
-    return build
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("name,min_f1", [("albert", 0.6), ("roberta", 0.9), ("electra", 0.9), ("distilbert", 0.9)])
-def test_finetune_tagger_on_the_family_exports_a_tagger(base_folders, tmp_path, name, min_f1):
-    export_dir = str(tmp_path / "tagger")
-    result = finetune_tagger(base_folders(name), _sentences(96, 0), test=_sentences(24, 1), export_dir=export_dir,
-                             seq_length=24, head_epochs=1, epochs=4, batch_size=8, head_learning_rate=1e-2,
-                             learning_rate=5e-3, verbose=0)
-    assert result.scores["f1"] >= min_f1, result.evaluation
-    tagger = load_tagger(export_dir, warm_up=False)
-    assert tagger.tokenizer_kind == KINDS[name]
-    text = "ada lives in new york and paris"
-    found = tagger.predict(text, aggregation="first")
-    assert {"ada", "paris"} <= {text[e["start"]:e["end"]] for e in found}, found
-    assert {e["entity_group"] for e in found} <= {"PER", "LOC"}
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("name", ["albert", "roberta"])
-def test_finetune_reader_on_the_family_answers(base_folders, tmp_path, name):
-    train, test = _examples(160, 0), _examples(30, 1)
-    export_dir = str(tmp_path / "reader")
-    result = finetune_reader(base_folders(name), train, test=test, export_dir=export_dir, seq_length=24,
-                             doc_stride=4, max_question_length=4, batch_size=16, head_epochs=1, epochs=6,
-                             head_learning_rate=1e-2, learning_rate=5e-3, verbose=0)
-    assert result.scores["exact_match"] >= 30, result.evaluation  # measured 46.7 (ALBERT and RoBERTa): tiny models
-    reader = load_reader(export_dir, warm_up=False)
-    answers = reader.predict(question=test.questions, context=test.contexts)
-    for answer, context in zip(answers, test.contexts):
-        assert context[answer["start"]:answer["end"]] == answer["answer"]
-    exact = np.mean([a["answer"] == truth[0]["text"] for a, truth in zip(answers, test.answers)])
-    assert 100 * exact == pytest.approx(result.scores["exact_match"])  # the export answers as the scores were made
