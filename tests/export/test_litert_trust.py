@@ -13,6 +13,7 @@ import pytest
 
 from bert_keras.export.manifest import ExportError
 from bert_keras.text.decoding import DECODINGS
+from tests import forked
 from tests.export.test_litert import TAGS, TEXTS, _cli, _fake_export, classifier, tagger  # noqa: F401 (fixtures)
 
 pytest.importorskip("ai_edge_litert")
@@ -375,10 +376,11 @@ def test_a_token_ids_file_given_text_exits_2_before_reading_input(tmp_path):
 
 
 def _kill_at(point, export_dir, path, quantize):
+    """The conversion in a process of its own, killed at `point`: forked from one with TensorFlow imported
+    (tests/forked.py), which the killed write does not depend on."""
     code = ("from bert_keras.export import export_litert\n"
             f"export_litert({export_dir!r}, {path!r}, quantize={quantize!r}, overwrite=True)")
-    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600,
-                          env={**os.environ, "BERT_KERAS_FAULT_POINT": point})
+    return forked.run([sys.executable, "-c", code], timeout=600, env={**os.environ, "BERT_KERAS_FAULT_POINT": point})
 
 
 @pytest.mark.slow
