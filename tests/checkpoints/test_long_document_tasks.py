@@ -80,3 +80,13 @@ def test_a_seq_length_past_the_model_s_positions_is_refused(classifier_folder):
     _, folder = classifier_folder
     with pytest.raises(ValueError, match=str(POSITIONS)):
         BertClassifier.from_checkpoint(str(folder), seq_length=POSITIONS + 1)
+
+
+def test_predict_proba_batches_texts_of_similar_lengths_and_keeps_their_order():
+    from bert_keras.export.kinds.classifier import length_batches
+
+    # Texts past SHORT characters, longest first, each padded to less than twice its length; short ones in order.
+    assert length_batches([40, 32000, 16000, 10000, 30, 35], 64) == [[1], [2, 3], [0, 4, 5]]
+    assert length_batches([3000, 10, 2500, 10], 2) == [[0, 2], [1, 3]]
+    assert length_batches([10, 10, 10], 2) == [[0, 1], [2]]
+    assert length_batches([], 8) == []
