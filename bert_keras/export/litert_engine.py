@@ -21,6 +21,7 @@ from bert_keras.export.engine import Engine
 from bert_keras.export.entity_groups import check_aggregation  # no TensorFlow (text.decoding)
 from bert_keras.export.kinds.classifier import ClassifierAnswers
 from bert_keras.export.kinds.reader import ReaderAnswers
+from bert_keras.export.kinds.sentence_encoder import SentenceEncoderAnswers
 from bert_keras.export.kinds.tagger import OUTPUTS as TAGGER_OUTPUTS  # noqa: F401 - litert.py names it
 from bert_keras.export.kinds.tagger import TaggerAnswers, piece_rows
 from bert_keras.export.litert_record import (_RecordValueError, _expect, _ids_only, _record_tokenizer, _recorded,
@@ -325,22 +326,14 @@ class LiteRTTagger(TaggerAnswers, LiteRTModel):
         return scores
 
 
-class LiteRTSentenceEncoder(LiteRTModel):
-    """A LiteRT sentence encoder: `encode` as `ExportedSentenceEncoder`'s."""
+class LiteRTSentenceEncoder(SentenceEncoderAnswers, LiteRTModel):
+    """A LiteRT sentence encoder: `encode` as `ExportedSentenceEncoder`'s (`kinds.sentence_encoder`)."""
 
     kind = SENTENCE_ENCODER
 
-    def encode(self, texts, batch_size=32):
-        """A sentence encoder's embeddings, float32 `(len(texts), dim)` in input order (`(dim,)` for a str)."""
-        self.check_serves_text()
-        texts, single = text_list(texts)
-        batch_size = check_int("batch_size", batch_size, minimum=1)
-        output = np.zeros((len(texts), self.embedding_dim), dtype="float32")
-        order = sorted(range(len(texts)), key=lambda i: -len(texts[i]))  # less padding per batch, as encode_in_batches
-        for start in range(0, len(order), batch_size):
-            rows = order[start : start + batch_size]
-            output[rows] = self.run("serve", text=[texts[i] for i in rows])["embeddings"]
-        return output[0] if single else output
+    def _embed_batches(self, batches):
+        for texts in batches:
+            yield self.run("serve", text=texts)["embeddings"]
 
 
 class LiteRTReader(ReaderAnswers, LiteRTModel):

@@ -4,19 +4,23 @@
 `bert_keras.tasks.sentence_encoder.SentenceEncoder`: preprocessor, padding cut,
 encoder, pooling) behind `__call__` and `serving_default`;
 `load_sentence_encoder` reads it back as an `ExportedSentenceEncoder`, whose
-`encode` is `SentenceEncoder.encode`'s: both batch their texts through
-`bert_keras.embedder.encode_in_batches` and share its `EmbeddingMethods`.
+`encode` is the kind's (`kinds.sentence_encoder`, which the LiteRT file's
+`encode` runs too): batches of similar lengths, two per call of the model as
+`SentenceEncoder.encode` runs them (`bert_keras.embedder`), with its
+`EmbeddingMethods`.
 """
 
 import logging
 import os
 
 import keras
+import numpy as np
 import tensorflow as tf
 
 from bert_keras._checks import check_positive_int
-from bert_keras.embedder import BatchEmbedder, EmbeddingMethods, encode_in_batches
+from bert_keras.embedder import BATCHES_PER_CALL, BatchEmbedder, EmbeddingMethods, encode_in_batches, string_batch
 from bert_keras.export._writer import ids_endpoints, write_export
+from bert_keras.export.kinds.sentence_encoder import SentenceEncoderAnswers
 from bert_keras.export.loaded import LoadedExport
 from bert_keras.export.manifest import SENTENCE_ENCODER, ExportError
 
@@ -101,7 +105,7 @@ def describe_model(model):
     }
 
 
-class ExportedSentenceEncoder(EmbeddingMethods, LoadedExport):
+class ExportedSentenceEncoder(EmbeddingMethods, SentenceEncoderAnswers, LoadedExport):
     """A sentence encoder loaded from `export_sentence_encoder`'s directory: `encode` as `SentenceEncoder.encode`.
 
     Args:
@@ -136,12 +140,15 @@ class ExportedSentenceEncoder(EmbeddingMethods, LoadedExport):
         """`(batch,)` strings -> `(batch, dim)` float32 tensor."""
         return self._saved(texts)
 
-    def encode(self, texts, batch_size=32):
-        """Embeddings of texts, float32 `(len(texts), dim)` in input order (`(dim,)` for a single str)."""
-        with self.requesting():
-            embeddings = encode_in_batches(texts, batch_size, self.embedding_dim, self._embedder)
-        self.answered()
-        return embeddings
+    _text_batch = staticmethod(string_batch)  # a string tensor too
+
+    def _embed_batches(self, batches):
+        """Each batch's embeddings, `BATCHES_PER_CALL` batches per call of the model (their graphs run at once)."""
+        for begin in range(0, len(batches), BATCHES_PER_CALL):
+            strings = [tf.constant(texts, dtype=tf.string) for texts in batches[begin : begin + BATCHES_PER_CALL]]
+            with self.requesting():
+                vectors = self._embedder.two(*strings) if len(strings) == 2 else [self._embedder.one(strings[0])]
+            yield from (np.asarray(v) for v in vectors)
 
     def _instantiate(self):
         for texts in (["a"], ["a", "b"]):  # one batch a call, then two
