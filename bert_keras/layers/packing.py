@@ -64,8 +64,8 @@ def packed_token_index(input_mask):
 
 # A batch runs in the padded layout when it has at most PADDED_MAX_POSITIONS positions (batch * seq), or when
 # at most PADDED_MAX_PADDING_SHARE of them would not be packed: the gathers then cost more than the padding's GEMMs.
-# MiniLM-L6 classifier on tweets (2-core AMD EPYC, loaded machine): packed took 0.68x the padded time for batches of
-# 8 (0.34 of their positions padding on average) and 0.49x for batches of 32 (0.43), the same CPU time for one text.
+# MiniLM-L6 classifier on tweets (benchmarks/encoder_layouts.py, 2-core AMD EPYC, loaded machine): packed took 1.16x
+# the padded time for one text, 0.89x for batches of 8 (34% of their positions padding) and 0.51x for 32 (43%).
 PADDED_MAX_POSITIONS = 256
 PADDED_MAX_PADDING_SHARE = 0.25
 
