@@ -236,7 +236,8 @@ def test_the_record_holds_the_files_sha256_and_a_damaged_file_of_the_same_size_i
     ("label_names", [0, 1, 2], r"`label_names` holds \[0, 1, 2\]; expected a non-empty list of str"),
     ("label_names", ["neg", "pos"], "`label_names` holds 2 names for the file's 3 outputs"),
     ("label_names", ["neg", "neu", "pos", "other"], "`label_names` holds 4 names for the file's 3 outputs"),
-    ("kind", "reader", r"`kind` holds 'reader'; expected one of \['classifier', 'tagger', 'sentence_encoder'\]"),
+    ("kind", "pipeline",
+     r"`kind` holds 'pipeline'; expected one of \['classifier', 'tagger', 'reader', 'sentence_encoder'\]"),
     ("tokenizer", "wordpiece", "`tokenizer` holds 'wordpiece'; expected a JSON object"),
     # Every kind of text.decoding's table, as it grows (unigram, modernbert_bpe, ...).
     ("tokenizer", {"kind": "morse"}, "`tokenizer.kind` holds 'morse'; expected one of "
