@@ -345,6 +345,12 @@ def measure(workers, rounds, calls):
 # --- first answers: fresh processes ------------------------------------------------------------------------
 
 
+def cli_script():
+    """`bert-keras`: the console script beside `sys.executable`, else the one on PATH."""
+    beside = os.path.join(os.path.dirname(sys.executable), "bert-keras")
+    return beside if os.path.exists(beside) else shutil.which("bert-keras") or "bert-keras"
+
+
 def first_answer_commands(paths, available):
     """label -> argv of a fresh process that imports, loads, answers one text and prints the answer."""
     text, py = repr(FIRST_TEXT), [sys.executable, "-c"]
@@ -360,7 +366,8 @@ def first_answer_commands(paths, available):
                     f"print('ANSWER', load_classifier({paths['saved model']!r}).predict({text}), flush=True)"],
         PLAIN_ROW: py + [WITHOUT_EXTRAS + f"from bert_keras.export import load_classifier\n"
                           f"print('ANSWER', load_classifier({paths['saved model']!r}).predict({text}), flush=True)"],
-        CLI_ROW: [shutil.which("bert-keras") or "bert-keras", "predict", "--model", paths["saved model"], FIRST_TEXT],
+        # The console script beside this interpreter (a virtual environment's python run without activating it).
+        CLI_ROW: [cli_script(), "predict", "--model", paths["saved model"], FIRST_TEXT],
         PIPELINE: py + [f"from transformers import pipeline\n"
                         f"pipe = pipeline('text-classification', model={paths['transformers']!r})\n"
                         f"print('ANSWER', pipe({text}), flush=True)"],
