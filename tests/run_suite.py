@@ -99,8 +99,8 @@ BUNDLES = [
 # 2026-12-07); tests/data's readers' files join BUNDLES' first bundle or run alone, as when they were top-level files.
 # tests/text too: its files share only cheap session fixtures (a vocabulary, the tweets, a reference tokenizer), and
 # one process over it held what all of them build: 3.49 GB in the full run of 2026-12-07, the suite's longest group,
-# beside which only the smallest could run; file by file they peaked at 0.18-0.86 GB (those measured alone, forked as
-# here, 2026-12-07), so each runs beside any group but the few largest.
+# beside which only the smallest could run; file by file they peaked at 0.18-1.97 GB (those measured alone, forked as
+# here, 2026-12-07; most under 1 GB), so each runs beside all but the largest groups.
 FILE_GROUPS = ("commands", "export", "checkpoints", "data", "tasks", "text")
 MEMORY_BUDGET_GB = 6.0
 # What the runner and the server the groups are forked from hold beside the groups: the peaks of two groups planned
