@@ -336,12 +336,13 @@ def _cli(*args):
 
 
 def test_the_litert_command_refuses_bad_input_with_one_message_before_tensorflow_loads(tmp_path):
-    reader = _fake_export(tmp_path / "reader", kind="reader")
+    reader = _fake_export(tmp_path / "reader", kind="reader")  # a reader's manifest without its windows' settings
     out = _cli("litert", "--model", reader, "--out", str(tmp_path / "m.tflite"))
     assert out.returncode == 2
     assert out.stderr.strip().splitlines() == [
-        f"bert-keras litert: {reader!r} is a reader export; LiteRT serves classifier, tagger and sentence encoder "
-        "exports. Serve a reader with bert_keras.export.load_reader or bert-keras predict."]
+        f"bert-keras litert: The manifest {reader}/assets.extra/export.json is damaged: Received an invalid value for "
+        "argument `inputs`, expected [\"question\", \"context\"]. Received: inputs=['text']. Restore the file, or "
+        "export the model again."]
     out = _cli("litert", "--model", _fake_export(tmp_path / "clf"), "--out", str(tmp_path / "m.lite"))
     assert (out.returncode, out.stderr.strip()) == (
         2, f"bert-keras litert: --out {tmp_path / 'm.lite'}: expected a file name ending in .tflite.")
