@@ -13,7 +13,6 @@ from bert_keras.layers import (
     UnpackTokens,
     attention_bias_from_mask,
 )
-from bert_keras.layers.packing import prefers_padded
 from bert_keras._checks import check_positive_float, check_positive_int, check_rate
 from bert_keras._contract import INPUT_KEYS
 from bert_keras.formats import build_and_load, read_checkpoint
@@ -84,12 +83,7 @@ class BertEncoder(keras.Model):
             positions are unchanged; at padding positions the sequence and
             encoder outputs are zero (except the first position of a row, which
             is always computed). Saves the batch's share of padding.
-            Outside training each call picks its layout: a batch with
-            little padding or few positions (`bert_keras.layers.packing.
-            prefers_padded`: a single text, say) runs padded, since the
-            gathers would cost more than they save, with the same outputs
-            (zeros at padding included). Under XLA every position is kept
-            (the padded layout). Defaults to `True`.
+            Under XLA every position is kept. Defaults to `True`.
         embedding_size: optional int. Width of the embedding tables, mapped
             to `hidden_size` by a dense layer after the embedding LayerNorm
             (`embeddings.projection`; ALBERT, ELECTRA). Defaults to `None`: no
@@ -316,67 +310,6 @@ class BertEncoder(keras.Model):
     def __call__(self, inputs, *args, **kwargs):
         return super().__call__(_check_inputs(inputs), *args, **kwargs)
 
-    def call(self, inputs, training=None, mask=None, **kwargs):
-        """The functional graph (token packing) in training; outside it, the layout `prefers_padded` picks.
-
-        A `tf.cond` in a graph (a SavedModel's serving function traces both
-        layouts and picks per request), a Python branch when eager.
-        """
-        packed = lambda: super(BertEncoder, self).call(inputs, training=training, mask=mask, **kwargs)
-        if not self.pack_tokens or training:
-            return packed()
-        inputs = _check_inputs(inputs)
-        return _by_layout(inputs["input_mask"], lambda: self._padded_graph_outputs(inputs), packed)
-
-    def served_pooled_output(self, inputs):
-        """The `pooled_output` at inference, in the layout that serves `inputs` fastest.
-
-        `pooled_output(inputs)` (padded, the last block for the first token
-        only) where `bert_keras.layers.packing.prefers_padded` picks the
-        padded layout, else the packed graph's. Equal to
-        `self(inputs)["pooled_output"]` up to float rounding.
-        `BertClassifier.serving_outputs` serves through it.
-
-        Args:
-            inputs: the Hub input dict, each `(batch, seq)`.
-
-        Returns:
-            `(batch, hidden)`.
-        """
-        inputs = _check_inputs(inputs)
-        packed = lambda: super(BertEncoder, self).call(inputs, training=False)["pooled_output"]
-        if not self.pack_tokens:
-            return self.pooled_output(inputs)
-        return _by_layout(inputs["input_mask"], lambda: self.pooled_output(inputs), packed)
-
-    def _padded_graph_outputs(self, inputs):
-        """The functional graph's outputs (inference), computed in the padded layout.
-
-        Every encoder output is zero where token packing computes nothing
-        (padding, except each row's first position), as the packed graph's.
-        """
-        mask = inputs["input_mask"]
-        x = self.embeddings(inputs["input_word_ids"], inputs["input_type_ids"], training=False)  # (batch, seq, hidden)
-        attention_bias = attention_bias_from_mask(mask)  # (batch, 1, 1, seq)
-        encoder_outputs, attention_probs = [], []
-        for i in range(self.num_layers):
-            block = self.transformer_layers[0 if self.shared_layers else i]
-            x, probs = block(x, attention_bias=attention_bias, training=False, return_attention_scores=True)
-            encoder_outputs.append(x)
-            attention_probs.append(probs)
-        if self.output_layer_norm is not None:
-            encoder_outputs[-1] = self.output_layer_norm(encoder_outputs[-1])
-        first = tf.range(tf.shape(mask)[1])[None, :] == 0  # (1, seq)
-        computed = tf.logical_or(tf.not_equal(mask, 0), first)[:, :, None]  # (batch, seq, 1)
-        encoder_outputs = [tf.where(computed, x, tf.zeros_like(x)) for x in encoder_outputs]  # (batch, seq, hidden)
-        sequence_output = encoder_outputs[-1]
-        pooled_output = _pool(self.pooler, sequence_output[:, 0, :])
-        outputs = {"sequence_output": sequence_output, "pooled_output": pooled_output,
-                   "encoder_outputs": encoder_outputs, "default": pooled_output}
-        if self.return_attention_probs:
-            outputs["attention_probs"] = attention_probs
-        return outputs
-
     def pooled_output(self, inputs, training=False):
         """The `pooled_output` alone: the last block computed for the first token only.
 
@@ -466,15 +399,6 @@ class BertEncoder(keras.Model):
         if isinstance(config.get("dtype"), dict):
             config["dtype"] = keras.dtype_policies.deserialize(config["dtype"])
         return cls(**config)
-
-
-def _by_layout(input_mask, padded, packed):
-    """`padded()` or `packed()`, as `prefers_padded(input_mask)` picks: a `tf.cond` in a graph, a branch when eager."""
-    choice = prefers_padded(input_mask)
-    static = tf.get_static_value(choice)
-    if static is not None:
-        return padded() if bool(static) else packed()
-    return tf.cond(choice, padded, packed)
 
 
 def _make_blocks(count, initializer_range, **kwargs):

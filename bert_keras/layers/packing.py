@@ -17,12 +17,6 @@ Under XLA (`jit_compile=True`), whose shapes must not depend on the data, the
 index is simply every position, so packed and padded execution coincide.
 Outside XLA, a batch without padding skips the gathers: packing and unpacking
 are then reshapes (one `tf.cond` each).
-
-Packing pays only where a batch has padding to save: its gathers and
-conditions are ops of their own, which cost more than they save on a single
-text or a batch of texts of similar length. `prefers_padded` tells which
-layout a batch should run in; `BertEncoder` asks it on every call outside
-training.
 """
 
 import keras
@@ -60,43 +54,6 @@ def packed_token_index(input_mask):
     rows = tf.math.cumsum(tf.cast(packed, tf.int32)) - 1  # (batch * seq,)
     position_index = tf.where(packed, rows, -1)  # (batch * seq,)
     return token_index, tf.reshape(position_index, shape)
-
-
-# A batch runs in the padded layout when it has at most PADDED_MAX_POSITIONS positions (batch * seq), or when
-# at most PADDED_MAX_PADDING_SHARE of them would not be packed: the gathers then cost more than the padding's GEMMs.
-# MiniLM-L6 classifier on tweets (benchmarks/encoder_layouts.py, 2-core AMD EPYC, loaded machine): packed took 1.16x
-# the padded time for one text, 0.89x for batches of 8 (34% of their positions padding) and 0.51x for 32 (43%).
-PADDED_MAX_POSITIONS = 256
-PADDED_MAX_PADDING_SHARE = 0.25
-
-
-def prefers_padded(input_mask):
-    """Whether a batch should run in the padded layout rather than packed: a scalar bool tensor.
-
-    True for a batch of at most `PADDED_MAX_POSITIONS` positions, or whose
-    padding (the positions `packed_token_index` would not pack) is at most
-    `PADDED_MAX_PADDING_SHARE` of them. Under XLA, where packing computes
-    every position anyway, always True.
-
-    Args:
-        input_mask: `(batch, seq)` mask, nonzero for real tokens.
-
-    Example:
-    >>> bool(prefers_padded(np.array([[1, 1, 1, 0]])))
-    True
-    >>> bool(prefers_padded(np.array([[1] * 300 + [0] * 212, [1] * 12 + [0] * 500])))
-    False
-    """
-    if in_xla_context():
-        return tf.constant(True)
-    input_mask = tf.convert_to_tensor(input_mask)
-    shape = tf.shape(input_mask)
-    positions = shape[0] * shape[1]
-    first = tf.range(shape[1])[None, :] == 0  # (1, seq)
-    packed = tf.reduce_sum(tf.cast(tf.logical_or(tf.not_equal(input_mask, 0), first), tf.int32))
-    padding = tf.cast(positions - packed, tf.float32)
-    return tf.logical_or(positions <= PADDED_MAX_POSITIONS,
-                         padding <= PADDED_MAX_PADDING_SHARE * tf.cast(positions, tf.float32))
 
 
 def _skip_if_all_packed(n_packed, n_positions, reshaped, gathered):

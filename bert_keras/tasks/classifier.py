@@ -172,8 +172,7 @@ class BertClassifier(_PretrainedTask):
             first_token_only: bool. With a `BertEncoder`, compute the last
                 block for the first token only (`BertEncoder.pooled_output`:
                 the padded layout, for a few texts, e.g. one under XLA); else
-                the layout the batch's padding calls for
-                (`BertEncoder.served_pooled_output`). A Hub
+                run the whole encoder (token packing: for batches). A Hub
                 encoder layer runs its module's graph either way. Defaults
                 to `True`.
 
@@ -194,8 +193,6 @@ class BertClassifier(_PretrainedTask):
         packed = self._packed(inputs)
         if first_token_only and isinstance(self.encoder, BertEncoder):
             pooled = self.encoder.pooled_output(packed, training=False)  # (batch, hidden)
-        elif isinstance(self.encoder, BertEncoder):  # the padded [CLS]-only path where the batch is small
-            pooled = self.encoder.served_pooled_output(packed)  # (batch, hidden)
         else:
             pooled = self.encoder(packed, training=False)["pooled_output"]  # (batch, hidden)
         outputs = self.classifier_head(pooled, training=False)  # (batch, num_classes)
