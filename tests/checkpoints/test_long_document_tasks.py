@@ -83,7 +83,7 @@ def test_a_seq_length_past_the_model_s_positions_is_refused(classifier_folder):
 
 
 def test_predict_proba_batches_texts_of_similar_lengths_and_keeps_their_order():
-    from bert_keras.export.kinds.classifier import length_batches
+    from bert_keras.export.kinds._batches import length_batches
 
     # Texts past SHORT characters, longest first, each padded to less than twice its length; short ones in order.
     assert length_batches([40, 32000, 16000, 10000, 30, 35], 64) == [[1], [2, 3], [0, 4, 5]]

@@ -11,10 +11,10 @@ and a `.tflite` file.
 import numpy as np
 
 from bert_keras._checks import check_int
+from bert_keras.export.kinds._batches import length_batches
 from bert_keras.predictions import as_probabilities, blank_prediction, check_top_k, labelled_predictions, text_list
 
 # Texts up to this many characters (~512 pieces) are batched in input order: their padding costs little.
-SHORT = 2048
 
 
 class ClassifierAnswers:
@@ -106,27 +106,3 @@ class ClassifierAnswers:
         results = iter(labelled_predictions(probabilities, self.label_names, top_k))
         results = [blank_prediction() if is_blank else next(results) for is_blank in blank]
         return results[0] if single else results
-
-
-def length_batches(lengths, batch_size):
-    """Batches of indices: in input order up to `SHORT` characters; longer texts longest first, each padded to less
-    than twice its length (issue 59).
-
-    A batch is padded to its longest text: one 8,000-token document beside short ones makes every row cost 8,000
-    tokens (ModernBERT's global layers, quadratic in the length, most). A batch holding a text past `SHORT`
-    characters (~512 pieces: past BERT's whole window) closes when full or at a text of half its first or shorter.
-    """
-    order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
-    long_ = [i for i in order if lengths[i] > SHORT]
-    short = [i for i in range(len(lengths)) if lengths[i] <= SHORT]
-    batches = []
-    for index in long_:
-        if batches and len(batches[-1]) < batch_size and 2 * lengths[index] > lengths[batches[-1][0]]:
-            batches[-1].append(index)
-        else:
-            batches.append([index])
-    if batches and len(batches[-1]) < batch_size and short and 2 * max(lengths[i] for i in short) > lengths[batches[-1][0]]:
-        room = batch_size - len(batches[-1])
-        batches[-1] += short[:room]
-        short = short[room:]
-    return batches + [short[start:start + batch_size] for start in range(0, len(short), batch_size)]

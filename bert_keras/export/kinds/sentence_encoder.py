@@ -2,7 +2,8 @@
 
 `SentenceEncoderAnswers.encode` checks the texts, cuts them into batches of
 similar lengths (longest first: less padding per batch, as
-sentence-transformers batches) and puts each batch's rows back in input
+sentence-transformers batches; a long document only beside texts of more
+than half its length, `kinds._batches`) and puts each batch's rows back in input
 order; the engine embeds the batches (`_embed_batches`: the SavedModel two
 batches per call, LiteRT one). Pooling and normalisation are in the model's
 graph, the same on both engines.
@@ -11,13 +12,8 @@ graph, the same on both engines.
 import numpy as np
 
 from bert_keras._checks import check_int
+from bert_keras.export.kinds._batches import length_batches
 from bert_keras.predictions import text_list
-
-
-def length_batches(texts, batch_size):
-    """The row indices of `texts` in batches of `batch_size`, longest text first: a list of lists of int."""
-    order = sorted(range(len(texts)), key=lambda i: -len(texts[i]))
-    return [order[start : start + batch_size] for start in range(0, len(texts), batch_size)]
 
 
 class SentenceEncoderAnswers:
@@ -46,7 +42,7 @@ class SentenceEncoderAnswers:
         texts, single = self._text_batch(texts)
         batch_size = check_int("batch_size", batch_size, minimum=1)
         output = np.zeros((len(texts), self.embedding_dim), dtype="float32")
-        batches = length_batches(texts, batch_size)
+        batches = length_batches([len(text) for text in texts], batch_size, sort_short=True)
         for rows, vectors in zip(batches, self._embed_batches([[texts[i] for i in rows] for rows in batches])):
             output[rows] = np.asarray(vectors)
         self.answered()
