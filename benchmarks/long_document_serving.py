@@ -16,7 +16,7 @@ resident memory then).
 
 Then the batch: documents of uneven lengths (`UNEVEN`) through our export, each way in its own worker process: as
 one padded batch (the export's `serve` on all of them at once), one by one, and as `predict_proba` batches them
-(`export.kinds.classifier.length_batches`: longest first, a document padded to less than twice its length).
+(`export.kinds._batches.length_batches`: longest first, a document padded to less than twice its length).
 
 Run (from the repository root; needs the test extras):
 
