@@ -23,7 +23,7 @@ def register(commands, common):
         source = command.add_mutually_exclusive_group(required=True)
         source.add_argument("--modules", help="directory with encoder/ and preprocess/ Hub modules, or an encoder module")
         source.add_argument("--checkpoint", help="checkpoint directory (Hugging Face BERT, ALBERT, ELECTRA, DistilBERT, "
-                            "RoBERTa with their tokenizer's files; Google BERT; keras-nlp)")
+                            "RoBERTa, XLM-RoBERTa, DeBERTa-v3, ModernBERT with their tokenizer's files; Google BERT; keras-nlp)")
         command.add_argument("--out", required=True, help="output directory")
         command.add_argument("--seq-length", type=at_least(3), help="longer inputs are truncated (default: 128, or the model's maximum if shorter)")
         command.add_argument("--force", action="store_true", help="replace an earlier output in --out")

@@ -13,6 +13,7 @@ import tensorflow as tf
 
 from bert_keras.checkpoints import load_pretrained
 from bert_keras.encoder import INPUT_KEYS, BertEncoder
+from bert_keras.models.deberta import DebertaV3Encoder
 from bert_keras.models.modernbert import ModernBertEncoder
 from bert_keras.text import BertPreprocessor, load_vocabulary
 
@@ -87,11 +88,11 @@ class Inspector:
     """
 
     def __init__(self, encoder, vocab_file=None, do_lower_case=True, seq_length=None, preprocessor=None):
-        if not isinstance(encoder, (BertEncoder, ModernBertEncoder)):
+        if not isinstance(encoder, (BertEncoder, ModernBertEncoder, DebertaV3Encoder)):
             raise TypeError(
                 "Cannot read attention probabilities from a "
-                f"{type(encoder).__name__}: expected a bert_keras BertEncoder. Convert the "
-                "checkpoint or Hub module with `bert_keras.checkpoints.load_checkpoint` first."
+                f"{type(encoder).__name__}: expected a bert_keras BertEncoder, ModernBertEncoder or DebertaV3Encoder. "
+                "Convert the checkpoint or Hub module with `bert_keras.checkpoints.load_checkpoint` first."
             )
         if preprocessor is not None and vocab_file is not None:
             raise ValueError(
@@ -254,8 +255,9 @@ def _check_seq_length(seq_length, max_length):
 
 
 def _check_vocabulary_size(vocabulary, encoder, what):
-    # ModernBERT's table has rows past its tokenizer's tokens (50,368 for 50,285: a multiple of 64).
-    padded = isinstance(encoder, ModernBertEncoder)
+    # ModernBERT's and DeBERTa-v3's tables have rows past their tokenizers' tokens (50,368 for 50,285: a multiple of
+    # 64; 128,100 for 128,000).
+    padded = isinstance(encoder, (ModernBertEncoder, DebertaV3Encoder))
     if len(vocabulary) > encoder.vocab_size or (len(vocabulary) < encoder.vocab_size and not padded):
         raise ValueError(
             f"{what} has {len(vocabulary)} tokens but the encoder's vocab_size is {encoder.vocab_size}; "

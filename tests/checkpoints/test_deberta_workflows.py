@@ -213,3 +213,31 @@ def test_an_imported_tagger_s_export_gives_the_pipeline_s_entities(tagger_folder
         np.testing.assert_allclose([e["score"] for e in ours], [float(e["score"]) for e in theirs], rtol=1e-4)
         found += len(ours)
     assert len(fitting) >= 8 and found >= 20, (len(fitting), found)
+
+
+def test_the_inspector_gives_transformers_attention_maps_and_explain_writes_a_page(base, texts, tmp_path, capsys):
+    """`explain`'s attention maps on DeBERTa-v3: every layer's probabilities equal transformers' `output_attentions`."""
+    import json
+
+    from bert_keras.cli import main
+    from bert_keras.inspection.inspector import Inspector
+
+    model, folder = base
+    inspector = Inspector.from_checkpoint(folder, seq_length=SEQ)
+    results = inspector.inspect(texts[:3])
+    ids, mask = reference_ids(folder, texts[:3])
+    with torch.no_grad():
+        theirs = model(input_ids=torch.tensor(ids), attention_mask=torch.tensor(mask), output_attentions=True)
+    for row, result in enumerate(results):
+        n = int(mask[row].sum())
+        assert [inspector.vocabulary.index(token) for token in result.tokens] == list(ids[row, :n])
+        reference_maps = np.stack([layer[row, :, :n, :n].numpy() for layer in theirs.attentions])
+        assert result.attention.shape == reference_maps.shape
+        np.testing.assert_allclose(result.attention, reference_maps, atol=1e-5)
+    out = tmp_path / "explained"
+    assert main(["explain", "--checkpoint", folder, "--out", str(out), "--seq-length", str(SEQ), texts[0]]) == 0
+    assert f"{len(results[0].tokens)} tokens: {' '.join(results[0].tokens)}" in capsys.readouterr().out
+    with open(out / "attention.json", encoding="utf-8") as f:
+        assert np.abs(np.array(json.load(f)["attention"]) - results[0].attention).max() < 1e-5
+    page = (out / "attention.html").read_text(encoding="utf-8")
+    assert json.dumps(results[0].tokens[1], ensure_ascii=False) in page
