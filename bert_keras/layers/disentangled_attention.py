@@ -133,20 +133,25 @@ class DisentangledSelfAttention(keras.layers.Layer):
         """
         if not self.position_attention:
             return None
-        table = self.relative_dropout_layer(relative_embeddings, training=training)  # (2 * span, hidden)
-        span = ops.shape(table)[0] // 2
+        span = ops.shape(relative_embeddings)[0] // 2
         rows = ops.clip(ops.cast(relative_positions, "int32") + span, 0, 2 * span - 1)  # (seq_q, seq_k)
+        # Only the rows the buckets reach are projected and scored (at 128 tokens 255 of DeBERTa-v3's 512: the
+        # products against the table were 4x QK^T's work). `rows` depends on the shapes alone: constant under XLA.
+        low = ops.min(rows)
+        table = ops.slice(relative_embeddings, [low, 0], [ops.max(rows) - low + 1, ops.shape(relative_embeddings)[1]])
+        rows = rows - low
+        table = self.relative_dropout_layer(table, training=training)  # (reached rows, hidden)
         rows = ops.expand_dims(ops.expand_dims(rows, 0), 0)  # (1, 1, seq_q, seq_k)
         scores = 0.0
         if "c2p" in self.position_attention:
             project = self.key_dense if self.share_attention_key else self.position_key_dense
-            position_key = self._table_heads(project(table))  # (heads, 2 * span, head_size)
-            by_row = ops.matmul(query, ops.transpose(position_key, (0, 2, 1)))  # (batch, heads, seq_q, 2 * span)
+            position_key = self._table_heads(project(table))  # (heads, rows, head_size)
+            by_row = ops.matmul(query, ops.transpose(position_key, (0, 2, 1)))  # (batch, heads, seq_q, rows)
             scores = scores + ops.take_along_axis(by_row, rows, axis=-1)  # (batch, heads, seq_q, seq_k)
         if "p2c" in self.position_attention:
             project = self.query_dense if self.share_attention_key else self.position_query_dense
-            position_query = self._table_heads(project(table))  # (heads, 2 * span, head_size)
-            by_row = ops.matmul(key, ops.transpose(position_query, (0, 2, 1)))  # (batch, heads, seq_k, 2 * span)
+            position_query = self._table_heads(project(table))  # (heads, rows, head_size)
+            by_row = ops.matmul(key, ops.transpose(position_query, (0, 2, 1)))  # (batch, heads, seq_k, rows)
             # Key j's row for query i is b(i - j): gather with the transposed rows, then turn back to (seq_q, seq_k).
             gathered = ops.take_along_axis(by_row, ops.transpose(rows, (0, 1, 3, 2)), axis=-1)  # (b, h, seq_k, seq_q)
             scores = scores + ops.transpose(gathered, (0, 1, 3, 2))  # (batch, heads, seq_q, seq_k)
