@@ -255,9 +255,10 @@ def test_span_labeler_learns_synthetic_qa():
         ),
         (
             lambda e: BertTokenClassifier(e, num_classes=3, label_names=["O", "B-PER", "I-PER"]),
-            {"num_classes": 3, "dropout": 0.1, "text_pairs": False, "label_names": ["O", "B-PER", "I-PER"]},
+            {"num_classes": 3, "dropout": 0.1, "text_pairs": False, "label_names": ["O", "B-PER", "I-PER"],
+             "head_transform": None},
         ),
-        (lambda e: BertSpanLabeler(e), {"context_segment_id": 1}),
+        (lambda e: BertSpanLabeler(e), {"context_segment_id": 1, "head_transform": None}),
     ],
 )
 def test_task_config_freezing_and_keras_round_trip(tmp_path, build, own_config):
