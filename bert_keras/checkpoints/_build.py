@@ -9,7 +9,7 @@ import dataclasses
 import keras
 
 from bert_keras.encoder import BertEncoder
-from bert_keras.formats import ConversionSummary, build_and_load, tables
+from bert_keras.formats import Candidates, ConversionSummary, assign_arrays, tables
 from bert_keras.models import DebertaV3Encoder
 from bert_keras.models.modernbert import ModernBertEncoder
 from bert_keras.heads import (
@@ -148,13 +148,17 @@ def _task_heads(encoder, heads, num_labels, head_options):
 def load(weights, dtype=None):
     """Builds our models for `weights` (`CheckpointWeights`) and assigns them. Returns `LoadedCheckpoint`.
 
-    Built here, each candidate in turn (`formats.build_and_load`, the one candidate loop: one candidate, unless a
-    Hub module leaves its architecture open), so that the readers, below the models, never call back up into what
-    builds them.
+    Built here, each candidate in turn (`formats.Candidates`: one candidate, unless a Hub module leaves its
+    architecture open), so that the readers, below the models, never call back up into what builds them
+    (`formats.build_and_load`, which calls a builder back, serves only the encoder classes' own `from_checkpoint`).
     """
-    roots = build_and_load(weights, lambda config: build_models(
-        config, weights.heads, weights.mlm_activation, dtype=dtype, num_labels=weights.num_labels,
-        encoder_class=ENCODER_CLASSES[weights.encoder_kind], head_options=weights.head_options))
+    candidates = Candidates(weights)
+    for config in candidates:
+        roots = build_models(config, weights.heads, weights.mlm_activation, dtype=dtype, num_labels=weights.num_labels,
+                             encoder_class=ENCODER_CLASSES[weights.encoder_kind], head_options=weights.head_options)
+        assign_arrays(weights, roots)
+        if candidates.fits(roots["encoder"]):
+            break
     return LoadedCheckpoint(
         encoder=roots["encoder"],
         heads={key: roots[key] for key in tables.HEADS if key in roots},
