@@ -21,6 +21,20 @@ def _check_position_attention(value):
     return [kind for kind in POSITION_ATTENTION_KINDS if kind in kinds]
 
 
+def _shift_distances(by_column, seq_length):
+    """`(batch, heads, seq, 2 * seq)` scores against distances `seq - 1, ..., -seq` -> `(batch, heads, seq, seq)`.
+
+    Output `[i, j]` is input `[i, (seq - 1) - (i - j)]`, the column of distance `i - j`: with the rows laid end to
+    end, row `i`'s entries start `2 * seq - 1` after row `i - 1`'s, so a cut and a reshape line them up (the
+    relative shift of Transformer-XL, Dai et al., 2019) without a gather.
+    """
+    shape = ops.shape(by_column)
+    flat = ops.reshape(by_column, (shape[0], shape[1], -1))  # (batch, heads, 2 * seq * seq)
+    flat = flat[:, :, seq_length - 1:seq_length - 1 + seq_length * (2 * seq_length - 1)]
+    rows = ops.reshape(flat, (shape[0], shape[1], seq_length, 2 * seq_length - 1))  # (batch, heads, seq, 2 * seq - 1)
+    return rows[:, :, :, :seq_length]
+
+
 @keras.saving.register_keras_serializable(package="bert_keras")
 class DisentangledSelfAttention(keras.layers.Layer):
     """Multi-head self-attention with DeBERTa's disentangled relative positions (He et al., 2021).
@@ -133,29 +147,40 @@ class DisentangledSelfAttention(keras.layers.Layer):
         """
         if not self.position_attention:
             return None
-        span = ops.shape(relative_embeddings)[0] // 2
-        rows = ops.clip(ops.cast(relative_positions, "int32") + span, 0, 2 * span - 1)  # (seq_q, seq_k)
-        # Only the rows the buckets reach are projected and scored (at 128 tokens 255 of DeBERTa-v3's 512: the
-        # products against the table were 4x QK^T's work). `rows` depends on the shapes alone: constant under XLA.
-        low = ops.min(rows)
-        table = ops.slice(relative_embeddings, [low, 0], [ops.max(rows) - low + 1, ops.shape(relative_embeddings)[1]])
-        rows = rows - low
-        table = self.relative_dropout_layer(table, training=training)  # (reached rows, hidden)
-        rows = ops.expand_dims(ops.expand_dims(rows, 0), 0)  # (1, 1, seq_q, seq_k)
+        by_distance, table = self._distance_rows(relative_embeddings, relative_positions, training=training)
+        seq_length = ops.shape(query)[2]
         scores = 0.0
         if "c2p" in self.position_attention:
             project = self.key_dense if self.share_attention_key else self.position_key_dense
-            position_key = self._table_heads(project(table))  # (heads, rows, head_size)
-            by_row = ops.matmul(query, ops.transpose(position_key, (0, 2, 1)))  # (batch, heads, seq_q, rows)
-            scores = scores + ops.take_along_axis(by_row, rows, axis=-1)  # (batch, heads, seq_q, seq_k)
+            # Columns: distances seq - 1 ... -(seq - 1), and one more never read (the shift wants 2 * seq).
+            rows = ops.concatenate([by_distance, by_distance[-1:]], axis=0)  # (2 * seq,)
+            position_key = self._table_heads(ops.take(project(table), rows, axis=0))  # (heads, 2 * seq, head_size)
+            by_column = ops.matmul(query, ops.transpose(position_key, (0, 2, 1)))  # (batch, heads, seq_q, 2 * seq)
+            scores = scores + _shift_distances(by_column, seq_length)  # (batch, heads, seq_q, seq_k)
         if "p2c" in self.position_attention:
             project = self.query_dense if self.share_attention_key else self.position_query_dense
-            position_query = self._table_heads(project(table))  # (heads, rows, head_size)
-            by_row = ops.matmul(key, ops.transpose(position_query, (0, 2, 1)))  # (batch, heads, seq_k, rows)
-            # Key j's row for query i is b(i - j): gather with the transposed rows, then turn back to (seq_q, seq_k).
-            gathered = ops.take_along_axis(by_row, ops.transpose(rows, (0, 1, 3, 2)), axis=-1)  # (b, h, seq_k, seq_q)
-            scores = scores + ops.transpose(gathered, (0, 1, 3, 2))  # (batch, heads, seq_q, seq_k)
+            # Key j's term for query i reads the bucket of i - j = -(j - i): from key j's side the distances
+            # j - i run seq - 1 ... -(seq - 1) over the buckets of their negatives, the list reversed.
+            rows = ops.concatenate([ops.flip(by_distance, axis=0), by_distance[:1]], axis=0)  # (2 * seq,)
+            position_query = self._table_heads(ops.take(project(table), rows, axis=0))  # (heads, 2 * seq, head_size)
+            by_column = ops.matmul(key, ops.transpose(position_query, (0, 2, 1)))  # (batch, heads, seq_k, 2 * seq)
+            scores = scores + ops.transpose(_shift_distances(by_column, seq_length), (0, 1, 3, 2))  # (b, h, q, k)
         return scores
+
+    def _distance_rows(self, relative_embeddings, relative_positions, training=None):
+        """The rows of distances `seq - 1, ..., -(seq - 1)` in the table cut to the rows they reach, and that table.
+
+        Returns `(rows, table)`: int32 `(2 * seq - 1,)` and the reached rows of the relative embeddings
+        `(reached, hidden)` after the relative dropout. `rows` depends on the length alone: constant under XLA.
+        """
+        span = ops.shape(relative_embeddings)[0] // 2
+        buckets = ops.cast(relative_positions, "int32")  # (seq, seq): bucket(i - j), the same along each diagonal
+        # The last row holds the distances seq - 1 ... 0, the first row from its second column -1 ... -(seq - 1).
+        rows = ops.clip(ops.concatenate([buckets[-1], buckets[0, 1:]], axis=0) + span, 0, 2 * span - 1)
+        # Only the rows the distances reach are projected (for short texts a fraction of the table).
+        low = ops.min(rows)
+        table = ops.slice(relative_embeddings, [low, 0], [ops.max(rows) - low + 1, ops.shape(relative_embeddings)[1]])
+        return rows - low, self.relative_dropout_layer(table, training=training)
 
     def call(self, inputs, relative_embeddings, relative_positions, attention_mask=None, attention_bias=None,
              training=None, return_attention_scores=False):
