@@ -19,9 +19,10 @@ with its name, rather than somewhere else).
 | `all_layers` | `Layer._flatten_layers` | Keras 3 lists a model's direct layers (`model.layers`) but has no public walk over every nested layer, sublayers of custom layers included |
 | `traced_as_saved`, `write_archive` | `tensorflow.python.saved_model.save_context`; `ExportArchive._get_concrete_fn`, `_endpoint_names`, `_tracked`, `_tf_trackable` (its `_all_variables`, `_misc_assets`) | a `tf.function`'s cache key holds the save options' variable policy while `tf.saved_model.save` runs, so every function traced before the save (the ones a SavedModel needs traced: `ExportArchive.write_out` traces its endpoints to list their variables, a Hub module's `__call__` must be traced for `training=False`/`True`) is traced a second time inside it: exports took twice the tracing they need; there is no public way to trace as the save will. Keras finds the resources to carry (lookup tables) by reading every attribute of every model it walks (`dir()`, properties included: ~1.5 s an export); `_track_resources` follows checkpoint dependencies and records what Keras records |
 | `variables_once` | `ExportArchive._tf_trackable` | `ExportArchive.track(model)` lists the model's Keras variables under `variables` and, at `write_out`, the `tf.Variable`s its endpoints read under `_all_variables`: the SavedModel's checkpoint holds every weight twice (an export of twice the checkpoint's size); there is no public way to list the tracked variables as the `tf.Variable`s themselves |
-| `saved_model_without` | `tensorflow.python.saved_model.loader_impl.parse_saved_model_with_debug_info` (replaced in the loading thread while inside), `function_deserialization._list_function_deps` | `tf.saved_model.load` turns every function of the file into a Python graph before anything is called (1.4-1.6 s of a tagger's or reader's 2 s load on 2 cores), the endpoints no loader calls (`serve_ids`, for LiteRT) and the checkpoint's save/restore functions included; `load_partial`'s filters load everything once they name the root, and no option loads a subset of the functions |
-| `functions_unoptimized` | `tensorflow.python.eager.context.context().function_call_options`, `FunctionCallOptions` | Grappler's rewrites of a function are set for the whole process (`tf.config.optimizer.set_experimental_options`), not for one call; a loaded export's first request waits for them (a tagger's first call: 4.7-5.9 s with them, 2.1-3.1 s without, alternated fresh processes) while a background warm-up builds the rewritten instance for the requests after |
 | `GlobalClipAdamW` | `AdamW._use_weight_decay`, `_clip_gradients`, `_all_reduce_sum_gradients` | weight decay by rank (nanoGPT's rule) has no public hook (`exclude_from_weight_decay` takes names); Keras clips each replica's gradient before its all-reduce, so `global_clipnorm` under several replicas clips a part of the batch's gradient, not the batch's |
+
+`saved_model_without` and `functions_unoptimized` (private TensorFlow API that loading an export uses) live in
+`loading`, which imports no Keras, so that a loader imports none; they are named here too.
 
 One warning filter lives here too (`SHUFFLE_WARNING`): Keras 3.15's `fit` warns "`shuffle=True` was passed, but
 will be ignored" for every `tf.data.Dataset`, because `shuffle=True` is `fit`'s default; the user passed nothing.
@@ -37,12 +38,12 @@ import weakref
 import keras
 import tensorflow as tf
 from keras.src.saving import serialization_lib
-from tensorflow.core.protobuf import config_pb2
 from tensorflow.python.eager import context as tf_context
 from tensorflow.python.framework import ops as tf_ops
 from tensorflow.python.ops import control_flow_util
-from tensorflow.python.saved_model import function_deserialization, loader_impl
 from tensorflow.python.saved_model import save_context as tf_save_context
+
+from bert_keras._platform.loading import functions_unoptimized, saved_model_without  # noqa: F401 (named here too)
 
 try:  # TensorFlow's own oneDNN switch; absent from some builds.
     from tensorflow.python.util._pywrap_util_port import IsMklEnabled as _is_mkl_enabled
@@ -63,123 +64,6 @@ def in_xla_context():
     if tf.executing_eagerly():
         return False
     return bool(control_flow_util.GraphOrParentsInXlaContext(tf_ops.get_default_graph()))
-
-
-@contextlib.contextmanager
-def functions_unoptimized():
-    """TensorFlow functions called in this thread, inside, run without Grappler's graph rewrites.
-
-    TensorFlow instantiates a function at its first call under each setting
-    of the calling thread's options, so a function first called inside gets
-    an instance that is ready sooner, and calls outside (another thread's, or
-    this one's after) get the rewritten instance, built at their own first
-    call. The values are the same up to float rounding (the rewrites fuse
-    and reorder operations); the rewritten instance runs faster.
-    """
-    context = tf_context.context()
-    previous = context.function_call_options
-    config = config_pb2.ConfigProto()
-    config.ParseFromString(previous.config_proto_serialized or b"")
-    config.graph_options.rewrite_options.disable_meta_optimizer = True
-    context.function_call_options = tf_context.FunctionCallOptions(executor_type=previous.executor_type,
-                                                                   config_proto=config)
-    try:
-        yield
-    finally:
-        context.function_call_options = previous
-
-
-_parse_saved_model = loader_impl.parse_saved_model_with_debug_info
-_pruning = threading.local()  # `.endpoints` while this thread is inside `saved_model_without`
-_parse_lock = threading.Lock()
-_parse_users = 0  # threads inside `saved_model_without`: the module attribute is ours while there are any
-
-
-def _parse_pruned(export_dir):
-    proto, debug_info = _parse_saved_model(export_dir)
-    endpoints = getattr(_pruning, "endpoints", None)
-    if endpoints:
-        _prune_saved_model(proto, endpoints)
-    return proto, debug_info
-
-
-@contextlib.contextmanager
-def saved_model_without(endpoints):
-    """`tf.saved_model.load` in this thread, inside, loads the SavedModel without the named endpoints.
-
-    The endpoints (attributes of the root and signatures, by name) are left
-    out of the object graph, and so is every function that nothing loaded
-    calls any more (the left-out endpoints' and the checkpoint's own
-    save/restore functions); the rest loads as before, the same functions
-    with the same graphs. Other threads load whole files meanwhile.
-    """
-    global _parse_users
-    with _parse_lock:
-        _parse_users += 1
-        loader_impl.parse_saved_model_with_debug_info = _parse_pruned
-    previous = getattr(_pruning, "endpoints", None)
-    _pruning.endpoints = frozenset(endpoints) | (previous or frozenset())
-    try:
-        yield
-    finally:
-        _pruning.endpoints = previous
-        with _parse_lock:
-            _parse_users -= 1
-            if not _parse_users:
-                loader_impl.parse_saved_model_with_debug_info = _parse_saved_model
-
-
-def _prune_saved_model(proto, endpoints):
-    """`saved_model_without` on a parsed `SavedModel` proto, in place (an object graph of TF 2 only)."""
-    if len(proto.meta_graphs) != 1 or not proto.meta_graphs[0].HasField("object_graph_def"):
-        return
-    meta_graph = proto.meta_graphs[0]
-    graph = meta_graph.object_graph_def
-    nodes = graph.nodes
-    signature_maps = [ref.node_id for ref in nodes[0].children if ref.local_name == "signatures"]
-    for node_id in [0, *signature_maps]:
-        kept = [ref for ref in nodes[node_id].children if ref.local_name not in endpoints]
-        del nodes[node_id].children[:]
-        nodes[node_id].children.extend(kept)
-    library = meta_graph.graph_def.library
-    by_name = {function.signature.name: function for function in library.function}
-    function_names = set(by_name)
-    gradient_names = {bytes(gradient.registered_op_type, "utf-8"): gradient.gradient_func
-                      for gradient in library.registered_gradients if gradient.registered_op_type}
-    # The nodes still reachable from the root, the functions they name and call, and the nodes those capture.
-    reachable, needed, to_visit = set(), set(), [("node", 0)]
-    while to_visit:
-        what, key = to_visit.pop()
-        if what == "node" and key not in reachable:
-            reachable.add(key)
-            node = nodes[key]
-            to_visit += [("node", ref.node_id) for ref in [*node.children, *node.dependencies]]
-            for saveable in node.saveable_objects.values():
-                to_visit += [("node", saveable.save_function), ("node", saveable.restore_function)]
-            kind = node.WhichOneof("kind")
-            names = (list(node.function.concrete_functions) if kind == "function" else
-                     [node.bare_concrete_function.concrete_function_name] if kind == "bare_concrete_function" else
-                     [node.captured_tensor.concrete_function] if kind == "captured_tensor" else [])
-            to_visit += [("function", name) for name in names]
-        elif what == "function" and key not in needed:
-            needed.add(key)
-            if key in graph.concrete_functions:
-                to_visit += [("node", node_id) for node_id in graph.concrete_functions[key].bound_inputs]
-            if key in by_name:
-                to_visit += [("function", name) for name in function_deserialization._list_function_deps(
-                    by_name[key], function_names, gradient_names)]
-    for node_id, node in enumerate(nodes):
-        if node_id not in reachable:  # loads as an empty object that nothing refers to
-            node.Clear()
-            node.user_object.identifier = "_generic_user_object"
-    for name in [name for name in graph.concrete_functions if name not in needed]:
-        del graph.concrete_functions[name]
-    kept = [function for function in library.function if function.signature.name in needed]
-    del library.function[:]
-    library.function.extend(kept)
-    gradients = [gradient for gradient in library.registered_gradients if gradient.gradient_func in needed]
-    del library.registered_gradients[:]
-    library.registered_gradients.extend(gradients)
 
 
 def onednn_enabled():

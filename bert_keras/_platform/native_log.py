@@ -15,7 +15,12 @@ as written.
 
 `quiet_tensorflow_import` does the same for a Python user, for the one
 import of TensorFlow only (see its docstring): a library cannot filter
-descriptor 2 for the whole session.
+descriptor 2 for the whole session. That import also leaves Keras to be
+imported where it is used: TensorFlow 2.21's `__init__` imports
+`keras.src.optimizers` (with the whole of Keras, and scikit-learn,
+matplotlib and IPython where installed) inside `try: ... except
+ImportError: pass`, for a registration of tf_keras' optimizers that Keras 3
+does not make; a loader of an export needs TensorFlow only.
 """
 
 import contextlib
@@ -182,6 +187,34 @@ class _LoaderWithout(importlib.abc.Loader):
             sys.meta_path.remove(unavailable)
 
 
+class _KerasLater(importlib.abc.MetaPathFinder):
+    """While on `sys.meta_path`, `keras` is found as usual (its spec, its folder) but its import fails with an
+    `ImportError`, leaving nothing in `sys.modules`: the next import of Keras, after, is a whole one."""
+
+    def __init__(self):
+        self._finding = False
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname != "keras" or self._finding:
+            return None
+        self._finding = True  # the other finders' turn
+        try:
+            spec = importlib.util.find_spec(fullname)
+        finally:
+            self._finding = False
+        if spec is not None and spec.loader is not None:
+            spec.loader = _NotNow()
+        return spec
+
+
+class _NotNow(importlib.abc.Loader):
+    def create_module(self, spec):
+        return None
+
+    def exec_module(self, module):
+        raise ImportError("Keras is imported where it is used, not by TensorFlow's import", name=module.__name__)
+
+
 class _QuietTensorFlowFinder(importlib.abc.MetaPathFinder):
     """Finds TensorFlow's package once, for the other finders, and has it loaded by `_QuietLoader`."""
 
@@ -194,7 +227,7 @@ class _QuietTensorFlowFinder(importlib.abc.MetaPathFinder):
         # removal shortened under it, would skip the finder after this one.
         spec = importlib.util.find_spec(fullname)
         quiet = "TF_CPP_MIN_LOG_LEVEL" not in os.environ  # else the user's choice (the command line sets its own)
-        if not (quiet or _frozen_import) or spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
+        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
             return spec
         spec.loader = _QuietLoader(spec.loader, quiet)
         return spec
@@ -202,7 +235,8 @@ class _QuietTensorFlowFinder(importlib.abc.MetaPathFinder):
 
 class _QuietLoader(importlib.abc.Loader):
     """TensorFlow's own loader, run with its C++ log level at `QUIET_LEVEL` and its start-up lines dropped (where
-    `quiet`), and for the command line without Python's cyclic collector (`freeze_tensorflow_import`)."""
+    `quiet`), for the command line without Python's cyclic collector (`freeze_tensorflow_import`), and without
+    importing Keras where Keras is not being imported already (`_KerasLater`; see `quiet_tensorflow_import`)."""
 
     def __init__(self, loader, quiet=True):
         self._loader = loader
@@ -219,6 +253,8 @@ class _QuietLoader(importlib.abc.Loader):
         collecting = _frozen_import and gc.isenabled()
         if collecting:
             gc.disable()
+        later = _KerasLater()
+        sys.meta_path.insert(0, later)
         try:
             with contextlib.ExitStack() as stack:
                 try:
@@ -228,6 +264,7 @@ class _QuietLoader(importlib.abc.Loader):
                     pass
                 self._loader.exec_module(module)
         finally:
+            sys.meta_path.remove(later)
             if collecting:  # the import's objects live as long as the process: no collection walks them again
                 gc.freeze()
                 gc.enable()
@@ -277,6 +314,14 @@ def quiet_tensorflow_import():
     Where TensorFlow's import itself aborts the process, what it printed in
     that window may be lost with the filter's thread: setting
     `TF_CPP_MIN_LOG_LEVEL=0` shows it.
+
+    Whatever the level, TensorFlow's import then imports no Keras unless
+    Keras is being imported already (Keras imports TensorFlow first): the
+    import TensorFlow 2.21 makes of `keras.src.optimizers` fails as if Keras
+    were not installed, which TensorFlow passes over, and leaves nothing
+    behind; the first `import keras` (or `tf.keras`) after is a whole one, as
+    if TensorFlow had made it. A process that only loads an export (Python's
+    `load_classifier`, `bert-keras predict`) never pays for Keras.
     """
     if "tensorflow" in sys.modules or any(isinstance(finder, _QuietTensorFlowFinder) for finder in sys.meta_path):
         return

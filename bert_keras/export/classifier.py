@@ -9,13 +9,11 @@ of classifiers built with this package.
 import logging
 import os
 
-import keras
 import tensorflow as tf
 
 from bert_keras.dtypes import check_compute_dtype, compute_dtype
 from bert_keras.export import warmup
 from bert_keras.export._serving import XLA_LENGTHS, bucket, pad_to, trim_padding
-from bert_keras.export._writer import ids_endpoints, output_names, write_export
 from bert_keras.export.kinds.classifier import ClassifierAnswers
 from bert_keras.export.loaded import LoadedExport
 from bert_keras.export.manifest import CLASSIFIER
@@ -33,6 +31,7 @@ def outputs_probabilities(model):
     `activation="softmax"` ends in a softmax `Activation` layer, and so does
     e.g. `Dense(3, activation="softmax")`.
 
+    >>> import keras
     >>> text = keras.Input(shape=(4,))
     >>> outputs_probabilities(keras.Model(text, keras.layers.Dense(3, activation="softmax")(text)))
     True
@@ -40,7 +39,7 @@ def outputs_probabilities(model):
     False
     """
     activation = getattr(model.layers[-1], "activation", None) if model.layers else None
-    return activation is keras.activations.softmax or getattr(activation, "__name__", None) == "softmax"
+    return getattr(activation, "__name__", None) == "softmax"  # `keras.activations.softmax`, or a function of that name
 
 
 # `serve` without XLA: what a loaded classifier answers with while its warm-up compiles `serve`'s buckets.
@@ -173,6 +172,9 @@ def export_classifier(model, export_dir, label_names=None, overwrite=False, extr
         xla: bool. Compile the single-text path (float32 only), for a server
             that loads once and answers one text at a time. Defaults to `False`.
     """
+    # The writer (Keras): imported where an export is written, so that loading one imports no Keras.
+    from bert_keras.export._writer import output_names
+
     export_dir = os.fspath(export_dir)
     check_compute_dtype(dtype)
     label_names = output_names(model, label_names, "label_names", "the class names",
@@ -190,6 +192,8 @@ def export_classifier(model, export_dir, label_names=None, overwrite=False, extr
 
 
 def _write_export(model, export_dir, label_names, overwrite, extra_assets, dtype, xla):
+    from bert_keras.export._writer import ids_endpoints, write_export  # the writer (Keras): see export_classifier
+
     names = tf.constant(label_names)
     input_names = ["text", "text_pair"][: len(model.inputs)]
     softmax = not outputs_probabilities(model)

@@ -17,11 +17,11 @@ import time
 
 import tensorflow as tf
 
-from bert_keras._platform.keras_private import functions_unoptimized, saved_model_without
+# Loading an export imports no Keras (`_platform.loading`; tests/export/test_loader_imports.py).
+from bert_keras._platform.loading import functions_unoptimized, load_saved_model, saved_model_without
 from bert_keras.export import warmup
 from bert_keras.export.engine import Engine
 from bert_keras.export.manifest import ExportError, read_manifest, wrong_kind
-from bert_keras.hub.loader import load
 
 logger = logging.getLogger(__name__)
 
@@ -152,7 +152,7 @@ class LoadedExport(Engine):
         self._warming_thread = None
         self._stop_warming = threading.Event()  # set by `stop_warm_ups`: no more warm-up requests
         with saved_model_without(UNUSED_ENDPOINTS):  # the same functions for every request, fewer to load
-            self._saved = load(self.export_dir)
+            self._saved = load_saved_model(self.export_dir)
         self._check_signatures()
         self._warm_up_pending = warm_up == "background"
         if warm_up is True:

@@ -38,25 +38,19 @@ import zlib
 
 import tensorflow as tf
 
-from bert_keras._checks import check_regular_file
-from bert_keras._platform.keras_private import in_safe_mode
+# register_text_ops: `bert_keras.hub.register_text_ops`, as before.
+from bert_keras._platform.loading import load_saved_model, register_text_ops  # noqa: F401
 from bert_keras._files import MARKER, OutputLockedError, read_marker, staged_directory
 
 logger = logging.getLogger(__name__)
 
 CACHE_VARIABLE = "TFHUB_CACHE_DIR"
 CACHE_KIND = "hub_download"
-_SAVED_MODEL_FILES = ("saved_model.pb", "saved_model.pbtxt")
 _COMPRESSED_FORMAT_QUERY = ("tf-hub-format", "compressed")  # what tfhub.dev and Kaggle expect
 _DOWNLOAD_TIMEOUT_S = 60
 _LOCK_WAIT_S = 600
 _CHUNK_BYTES = 1 << 20
 _SHA256_PATTERN = re.compile(r"[0-9a-fA-F]{64}")
-
-
-def register_text_ops():
-    """Imports tensorflow-text so that its ops (WordPiece, normalisation, ...) are registered."""
-    import tensorflow_text  # noqa: F401
 
 
 def _is_url(handle):
@@ -365,29 +359,6 @@ def resolve(handle, sha256=None):
     return handle
 
 
-# The folders of a SavedModel that TensorFlow reads when it loads one.
-_READ_FOLDERS = ("variables", "assets")
-
-
-def _check_saved_model_dir(path):
-    if not os.path.isdir(path):
-        raise ValueError(f"Expected a SavedModel directory, but {path!r} is a file.")
-    if not any(os.path.exists(os.path.join(path, name)) for name in _SAVED_MODEL_FILES):
-        contents = sorted(os.listdir(path))[:10]
-        raise ValueError(
-            f"The directory {path!r} is not a SavedModel: it holds no saved_model.pb. "
-            f"Found: {contents}. Point the handle at the folder that contains saved_model.pb."
-        )
-    # What TensorFlow will read must be regular files: a FIFO among them would make the load wait forever.
-    for name in _SAVED_MODEL_FILES:
-        check_regular_file(os.path.join(path, name))
-    for folder in _READ_FOLDERS:
-        folder = os.path.join(path, folder)
-        if os.path.isdir(folder):
-            for entry in sorted(os.listdir(folder)):
-                check_regular_file(os.path.join(folder, entry))
-
-
 def load(handle, tags=None, options=None, sha256=None):
     """Loads a SavedModel from a handle, after registering tensorflow-text's ops.
 
@@ -402,26 +373,7 @@ def load(handle, tags=None, options=None, sha256=None):
     Returns:
         The restored object, as `tf.saved_model.load` returns it.
     """
-    register_text_ops()
-    path = resolve(handle, sha256=sha256)
-    _check_saved_model_dir(path)
-    try:
-        return tf.saved_model.load(path, tags=tags, options=options)
-    except (tf.errors.OpError, RuntimeError, ValueError, KeyError, IndexError) as error:
-        missing = re.findall(r"Op type not registered '([^']+)'", str(error))
-        if not missing:
-            if isinstance(error, (tf.errors.DataLossError, tf.errors.OutOfRangeError, IndexError)) or (
-                    isinstance(error, tf.errors.OpError) and "variables" in str(error)):
-                first_line = (str(error).strip().splitlines() or [""])[0][:300]
-                raise ValueError(f"The SavedModel at {path!r} cannot be read: its files are damaged or incomplete "
-                                 f"({type(error).__name__}: {first_line}). Write it again.") from None
-            raise
-        raise RuntimeError(
-            f"The SavedModel at {path!r} needs the op(s) {sorted(set(missing))}, which are not "
-            "registered in this TensorFlow. Ops from tensorflow-text are registered by "
-            "bert_keras already; for other ops, import the library that defines them "
-            "(the same version the module was written with) before loading."
-        ) from error
+    return load_saved_model(resolve(handle, sha256=sha256), tags=tags, options=options)
 
 
 def describe(obj):
@@ -443,6 +395,9 @@ def check_safe_mode(cls, config, safe_mode=None):
     `TFSMLayer` does, deserializing such a layer needs `safe_mode=False` (or
     `keras.config.enable_unsafe_deserialization()`) from whoever trusts it.
     """
+    # Keras' switch, read where a layer is rebuilt (Keras is loaded then): loading a SavedModel imports no Keras.
+    from bert_keras._platform.keras_private import in_safe_mode
+
     safe = safe_mode if safe_mode is not None else in_safe_mode()
     if safe:
         raise ValueError(
