@@ -1,7 +1,8 @@
 """What every sentence-embedding model does with texts: batch them, embed them, compare the vectors.
 
 `EmbeddingMethods` (`encode_query`, `encode_documents`, `similarity` over a
-model's `encode`) is shared by the `bert_keras.tasks.sentence_encoder.SentenceEncoder`
+model's `encode`; defined without TensorFlow in `predictions`, for the LiteRT
+engine too) is shared by the `bert_keras.tasks.sentence_encoder.SentenceEncoder`
 task and the export it is loaded back as
 (`bert_keras.export.sentence_encoder.ExportedSentenceEncoder`); both `encode`
 through `encode_in_batches` with a `BatchEmbedder`, so a text gives the same
@@ -14,6 +15,7 @@ import numpy as np
 import tensorflow as tf
 
 from bert_keras._checks import check_positive_int
+from bert_keras.predictions import EmbeddingMethods, cosine_similarity  # noqa: F401 (named here too, in __all__)
 
 __all__ = ["BATCHES_PER_CALL", "BatchEmbedder", "EmbeddingMethods", "cosine_similarity", "encode_in_batches",
            "string_batch"]
@@ -47,45 +49,6 @@ def string_batch(texts, argument="texts"):
                 f"Expected `{argument}` to hold strings. Received an item of type {type(text).__name__} at index {index}: {text!r}"
             )
     return texts, False
-
-
-def cosine_similarity(a, b):
-    """Cosine similarities of every row of `a` with every row of `b`, by one matrix product.
-
-    Args:
-        a: array `(n, dim)` or `(dim,)`.
-        b: array `(m, dim)` or `(dim,)`.
-
-    Returns:
-        float32 numpy array `(n, m)`.
-
-    Example:
-    >>> cosine_similarity([[1.0, 0.0], [1.0, 1.0]], [[2.0, 0.0], [0.0, 3.0]]).round(4)
-    array([[1.    , 0.    ],
-           [0.7071, 0.7071]], dtype=float32)
-    """
-    a, b = (np.atleast_2d(np.asarray(x, dtype="float32")) for x in (a, b))
-    if a.ndim != 2 or b.ndim != 2 or a.shape[1] != b.shape[1]:
-        raise ValueError(f"Expected embeddings of one dimension, (n, dim) and (m, dim). Received: {a.shape} and {b.shape}")
-    a = a / np.maximum(np.linalg.norm(a, axis=1, keepdims=True), 1e-12)  # (n, dim)
-    b = b / np.maximum(np.linalg.norm(b, axis=1, keepdims=True), 1e-12)  # (m, dim)
-    return a @ b.T  # (n, m)
-
-
-class EmbeddingMethods:
-    """`encode_query`, `encode_documents` and `similarity` (keras-hub's text embedder names) over `encode`."""
-
-    def encode_query(self, queries, batch_size=32):
-        """Embeddings of queries, `(n, dim)` (a single str is one query). The model has no query prompt."""
-        return self.encode([queries] if isinstance(queries, str) else queries, batch_size=batch_size)
-
-    def encode_documents(self, documents, batch_size=32):
-        """Embeddings of documents, `(n, dim)` (a single str is one document)."""
-        return self.encode([documents] if isinstance(documents, str) else documents, batch_size=batch_size)
-
-    def similarity(self, query_embeddings, document_embeddings):
-        """Cosine similarities `(num_queries, num_documents)` (`cosine_similarity`): dot products when normalised."""
-        return cosine_similarity(query_embeddings, document_embeddings)
 
 
 # Batches per call of `encode_in_batches`. One batch of a few dozen short texts does not keep the cores busy; with

@@ -1,8 +1,12 @@
-"""A classifier's probabilities as a user reads them: label, score and every class's score, as transformers' pipeline.
+"""A model's outputs as a user reads them, on every engine: labels and scores, embeddings compared.
 
-Shared by the Keras task (`BertClassifier.predict_labels`) and the loaded
-export (`ExportedClassifier.predict`), so that both answer in one shape.
-Plain numpy: no TensorFlow.
+A classifier's probabilities as label, score and every class's score, as
+transformers' pipeline: shared by the Keras task
+(`BertClassifier.predict_labels`) and the loaded exports
+(`kinds.classifier`), so that all answer in one shape. A sentence
+encoder's `encode_query`, `encode_documents` and `similarity`
+(`EmbeddingMethods`, over `cosine_similarity`): shared by the Keras task,
+its SavedModel export and its LiteRT file. Plain numpy: no TensorFlow.
 """
 
 import collections.abc
@@ -74,3 +78,42 @@ def text_list(texts, name="texts"):
     if bad is not None:
         raise TypeError(f"Expected `{name}` to hold strings. Received an item of type {type(bad).__name__}: {bad!r}")
     return texts, single
+
+
+def cosine_similarity(a, b):
+    """Cosine similarities of every row of `a` with every row of `b`, by one matrix product.
+
+    Args:
+        a: array `(n, dim)` or `(dim,)`.
+        b: array `(m, dim)` or `(dim,)`.
+
+    Returns:
+        float32 numpy array `(n, m)`.
+
+    Example:
+    >>> cosine_similarity([[1.0, 0.0], [1.0, 1.0]], [[2.0, 0.0], [0.0, 3.0]]).round(4)
+    array([[1.    , 0.    ],
+           [0.7071, 0.7071]], dtype=float32)
+    """
+    a, b = (np.atleast_2d(np.asarray(x, dtype="float32")) for x in (a, b))
+    if a.ndim != 2 or b.ndim != 2 or a.shape[1] != b.shape[1]:
+        raise ValueError(f"Expected embeddings of one dimension, (n, dim) and (m, dim). Received: {a.shape} and {b.shape}")
+    a = a / np.maximum(np.linalg.norm(a, axis=1, keepdims=True), 1e-12)  # (n, dim)
+    b = b / np.maximum(np.linalg.norm(b, axis=1, keepdims=True), 1e-12)  # (m, dim)
+    return a @ b.T  # (n, m)
+
+
+class EmbeddingMethods:
+    """`encode_query`, `encode_documents` and `similarity` (keras-hub's text embedder names) over `encode`."""
+
+    def encode_query(self, queries, batch_size=32):
+        """Embeddings of queries, `(n, dim)` (a single str is one query). The model has no query prompt."""
+        return self.encode([queries] if isinstance(queries, str) else queries, batch_size=batch_size)
+
+    def encode_documents(self, documents, batch_size=32):
+        """Embeddings of documents, `(n, dim)` (a single str is one document)."""
+        return self.encode([documents] if isinstance(documents, str) else documents, batch_size=batch_size)
+
+    def similarity(self, query_embeddings, document_embeddings):
+        """Cosine similarities `(num_queries, num_documents)` (`cosine_similarity`): dot products when normalised."""
+        return cosine_similarity(query_embeddings, document_embeddings)

@@ -18,6 +18,7 @@ from bert_keras._checks import NotRegularFileError, check_int, check_positive_in
 from bert_keras._files import staged_directory
 from bert_keras.checkpoints import ModuleRefusedError
 from bert_keras.embedding_files import ROWS_PER_CHUNK, stream_embeddings
+from bert_keras.export.kinds.sentence_encoder import SentenceEncoderAnswers
 from bert_keras.export.sentence_encoder import ExportedSentenceEncoder, describe_model
 from bert_keras.tasks.sentence_encoder import SentenceEncoder
 
@@ -35,9 +36,12 @@ _PROBE_TOLERANCE = 1e-4
 
 def model_identity(model):
     """What an index records of the model that wrote it: a `SentenceEncoder`'s source, pooling, normalisation,
-    maximum length and dimension, or for a loaded export its directory (`export`) and its recorded description."""
+    maximum length and dimension, or for a loaded export (a directory, or its `.tflite` file) where it is (`export`)
+    and its recorded description."""
     if isinstance(model, ExportedSentenceEncoder):
         return dict(model.info, export=os.path.abspath(model.export_dir))
+    if isinstance(model, SentenceEncoderAnswers):  # the LiteRT engine's (`LiteRTSentenceEncoder`)
+        return dict(model.info, export=os.path.abspath(model.path))
     return describe_model(model)
 
 
@@ -65,7 +69,7 @@ def load_embedding_model(identity, recorded_in=INDEX_FILE):
             recorded_in, None, f"records the export {_shown_path(export)} as the model that wrote the index. An export "
             "is a SavedModel, whose graph runs when it is loaded, and an index is data: the model it records is read "
             "only as weights, never loaded as a graph. If you trust that export, pass it yourself: --model "
-            f"{_shown_path(export)} (in Python: load_sentence_encoder(path)).")
+            f"{_shown_path(export)} (in Python: bert_keras.export.load(path)).")
     if not source:
         raise ValueError(f"{recorded_in} names no model it could load (it was written by a model built in Python).")
     pooling, normalize, length = identity.get("pooling"), identity.get("normalize"), identity.get("max_seq_length")

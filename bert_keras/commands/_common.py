@@ -20,7 +20,8 @@ import time
 from bert_keras._checks import protected_directory  # no TensorFlow import
 from bert_keras import dtypes  # no TensorFlow import; read at call time (tests replace its CPU check)
 from bert_keras.commands._speaker import Silence  # standard library only
-from bert_keras.export.manifest import CLASSIFIER, READER, TAGGER, export_kind, wrong_kind  # no TensorFlow
+from bert_keras.export import opening  # no TensorFlow
+from bert_keras.export.manifest import CLASSIFIER, READER, SENTENCE_ENCODER, TAGGER  # no TensorFlow
 
 
 def at_least(minimum):
@@ -415,16 +416,13 @@ def default_backup_dir(out):
 
 
 def served_kind(model, command):
-    """The kind of export `model` is, read from its manifest without TensorFlow (`manifest.export_kind`).
+    """The kind of export `model` is, a directory or a `.tflite` file, read without TensorFlow (`opening.served_kind`).
 
     A directory that records no kind (Keras' `model.export()` of a classifier) is served as a classifier. Any
-    kind the command does not serve, or a manifest that cannot be read, is an `ExportError` (exit 2) that says
-    what the export is and what serves it.
+    kind the command does not serve, a LiteRT file of token ids only, or a manifest or record that cannot be read
+    is an `ExportError` (exit 2) that says what the export is and what serves it.
     """
-    kind = export_kind(model) or CLASSIFIER
-    if kind not in SERVES[command]:
-        raise wrong_kind(model, kind, " or ".join(SERVES[command]))
-    return kind
+    return opening.served_kind(model, SERVES[command])
 
 
 # The kinds of export each command serves.
@@ -439,7 +437,8 @@ def sentence_model_arguments(command, required):
     source = command.add_mutually_exclusive_group(required=required)
     source.add_argument("--checkpoint", help="a sentence-transformers folder (e.g. all-MiniLM-L6-v2), or a BERT checkpoint "
                         "folder with --pooling")
-    source.add_argument("--model", help="a sentence encoder exported by export_sentence_encoder")
+    source.add_argument("--model", help="a sentence encoder exported by export_sentence_encoder, or its .tflite "
+                        "file (bert-keras litert)")
     command.add_argument("--pooling", metavar="MODE", help="with --checkpoint: mean, cls, max, mean_sqrt_len, weighted_mean "
                          "or last_token (several: separated by commas); default: the folder's pooling configuration")
     command.add_argument("--normalize", action="store_true", help="with --checkpoint: L2-normalise the embeddings "
@@ -453,7 +452,6 @@ def embedding_model(args, command):
     """The sentence encoder of --checkpoint (with --pooling, --normalize, --max-seq-length) or of --model (an export)."""
     if args.model and (args.pooling or args.normalize or args.max_seq_length):
         raise UsageError(command, "--pooling, --normalize and --max-seq-length go with --checkpoint; an export keeps its own")
-    from bert_keras.export import load_sentence_encoder  # after the check: it must not wait for TensorFlow
     from bert_keras.heads import POOLING_MODES
     from bert_keras.tasks.sentence_encoder import SentenceEncoder
 
@@ -464,8 +462,8 @@ def embedding_model(args, command):
                          f"{', '.join(POOLING_MODES)} (several: separated by commas)")
     try:
         with working(command, f"loading the sentence encoder of {args.model or args.checkpoint}"):
-            if args.model:
-                return load_sentence_encoder(args.model)
+            if args.model:  # an export directory or its .tflite file
+                return opening.load(args.model, kind=SENTENCE_ENCODER)
             return SentenceEncoder.from_checkpoint(
                 args.checkpoint, pooling=pooling[0] if pooling and len(pooling) == 1 else pooling,
                 normalize=True if args.normalize else None, max_seq_length=args.max_seq_length)

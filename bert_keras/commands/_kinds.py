@@ -17,7 +17,6 @@ from bert_keras.commands._common import working
 from bert_keras.commands._io import READER_ARGUMENTS, InputError, input_records, tsv_field
 from bert_keras.data.texts import read_labelled_file
 from bert_keras.entities import entity_scores, format_entity_report
-from bert_keras.export.litert import is_litert  # no TensorFlow
 from bert_keras.export.manifest import CLASSIFIER, READER, TAGGER
 from bert_keras.data.tagged import read_tagged_file
 
@@ -25,16 +24,16 @@ ENTITY_REPORT_FILE = "evaluation.json"
 
 
 class _Kind:
-    """What every kind does alike; a kind names itself (`name`), its loader and what it says when nothing came."""
+    """What every kind does alike; a kind names itself (`name`) and what it says when nothing came."""
 
-    name = loader = None
+    name = None
     nothing = "no text given: pass TEXT arguments, --input FILE, or lines on standard input."
 
     def __init__(self, args):
         self.args = args
 
-    def load(self, command, warm_up, litert=False):
-        """The export of --model, loaded by this kind's loader (with `litert`, a .tflite file by `load_litert`).
+    def load(self, command, warm_up):
+        """The export of --model, a directory or a .tflite file, loaded through the one door (`export.load`).
 
         Says so on standard error while it takes long; a model that cannot be loaded is an `InputError` whose
         message names the kind and the export.
@@ -42,11 +41,9 @@ class _Kind:
         model = self.args.model
         try:
             with working(command, f"loading the {self.name} in {model}"):
-                import bert_keras.export  # after the checks, which must not wait for its loaders' TensorFlow
+                from bert_keras.export.opening import load  # a .tflite file loads without TensorFlow
 
-                if litert and is_litert(model):  # a .tflite file (export_litert) loads without TensorFlow
-                    return bert_keras.export.load_litert(model)
-                return getattr(bert_keras.export, self.loader)(model, warm_up=warm_up)
+                return load(model, kind=self.name, warm_up=warm_up)
         except (OSError, ValueError, RuntimeError) as error:
             raise InputError(f"cannot load a {self.name} from {model}: {error}") from None
 
@@ -87,7 +84,7 @@ class _Kind:
 class Classifier(_Kind):
     """A classifier: a record is a text (or a text and its pair); an answer its label, score and scores."""
 
-    name, loader = CLASSIFIER, "load_classifier"
+    name = CLASSIFIER
 
     @staticmethod
     def pairs(model):
@@ -167,7 +164,7 @@ class Classifier(_Kind):
 class Tagger(_Kind):
     """A tagger: a record is a text; an answer its entities (--aggregation)."""
 
-    name, loader = TAGGER, "load_tagger"
+    name = TAGGER
 
     def check_before_loading(self):
         if self.args.top_k is not None or self.args.text_pair_column:
@@ -226,7 +223,7 @@ class Tagger(_Kind):
 class Reader(_Kind):
     """A reader: a record is a question and its context; an answer its --top-k answers (one by default)."""
 
-    name, loader = READER, "load_reader"
+    name = READER
     nothing = ("no question given: pass --question and --context, --input FILE, or QUESTION<TAB>CONTEXT lines on "
                "standard input.")
 

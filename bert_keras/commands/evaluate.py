@@ -16,7 +16,6 @@ from bert_keras.commands._common import at_least, fail, say, served_kind
 from bert_keras.commands._io import InputError
 from bert_keras.commands._kinds import KINDS
 from bert_keras.data.texts import DataError
-from bert_keras.export.litert import is_litert, litert_kind  # no TensorFlow
 from bert_keras.export.manifest import ExportError
 
 
@@ -45,7 +44,7 @@ def register(commands, common):
 
 def run(args):
     try:
-        kind = KINDS[litert_kind(args.model) if is_litert(args.model) else served_kind(args.model, "evaluate")](args)
+        kind = KINDS[served_kind(args.model, "evaluate")](args)  # a directory or a .tflite file
     except (NotRegularFileError, ExportError) as error:  # a manifest that is a FIFO, damaged, or another kind's
         return fail("evaluate", str(error))
     try:  # the data's own errors first: they must not wait for TensorFlow and the model (its names are checked after)
@@ -60,7 +59,7 @@ def run(args):
     except (OSError, ValueError) as error:
         return fail("evaluate", str(error))
     try:
-        model = kind.load("evaluate", warm_up=False, litert=True)  # one run of the command: nothing compiles
+        model = kind.load("evaluate", warm_up=False)  # one run of the command: nothing compiles
     except InputError as error:
         return fail("evaluate", str(error))
     refusal = kind.check_scored(model)

@@ -5,8 +5,9 @@ One sequence for every kind (`run`): the checks before TensorFlow loads (the TEX
 arguments the kind refuses, the start of --input, a closed standard input), the model loaded, its records read
 in batches, answered and printed in input order (blanks kept or, with --skip-blank, counted). What a kind's
 record is, how a batch is answered and how one answer prints are the kind's (`_kinds`). The kind of an export
-is read from its manifest (`bert_keras.export.manifest`, as data); the loaders (TensorFlow) are imported after
-the checks, which must not pay for them.
+(a directory or a .tflite file) is read from its manifest or record (`bert_keras.export.opening`, as data); the
+door that loads either (`opening.load`: TensorFlow for a directory) is imported after the checks, which must not
+pay for it.
 """
 
 import itertools
@@ -19,8 +20,7 @@ from bert_keras.commands._kinds import KINDS
 from bert_keras.commands._kinds import marked_text  # noqa: F401 - the tagger's tsv line, named here as before
 from bert_keras.commands._prepared import PreparedFolder, is_transformers_folder
 from bert_keras.data.texts import DataError
-from bert_keras.export.litert import is_litert, litert_kind  # no TensorFlow
-from bert_keras.export.manifest import CLASSIFIER, READER, TAGGER, ExportError
+from bert_keras.export.manifest import ExportError
 
 
 def register(commands, common):
@@ -69,8 +69,6 @@ def register(commands, common):
     predict.set_defaults(func=run)
 
 
-# The kinds of .tflite file predict answers (a sentence encoder's: in Python, load_litert(FILE).encode).
-LITERT_KINDS = (CLASSIFIER, TAGGER, READER)
 # bert_keras.export.entity_groups.AGGREGATIONS, named here so that --help does not import TensorFlow.
 AGGREGATIONS = ("simple", "first", "max", "average", "none")
 
@@ -81,8 +79,7 @@ def run(args):
     try:
         texts = list(argument_texts(args.texts))  # checked before the model loads
         folder = PreparedFolder(args.model) if is_transformers_folder(args.model) else None
-        kind = KINDS[folder.kind if folder else litert_kind(args.model, LITERT_KINDS) if is_litert(args.model)
-                     else served_kind(args.model, "predict")](args)
+        kind = KINDS[folder.kind if folder else served_kind(args.model, "predict")](args)  # a directory or a .tflite
         kind.check_arguments(texts)
         if args.input and not texts:  # so is the file's start: its columns and a first record (no TensorFlow yet)
             if next(kind.records(), None) is None:
@@ -97,7 +94,7 @@ def run(args):
         # graph as loaded, without waiting for TensorFlow's rewrites; after them a background warm-up builds the
         # rewritten graph for the rest of an input file. The scores agree to float rounding (~1e-6), below what is
         # printed.
-        model = kind.load("predict", warm_up="background", litert=True)
+        model = kind.load("predict", warm_up="background")
     except (InputError, DataError, NotRegularFileError, ExportError) as error:
         return fail("predict", str(error))
     refusal = kind.check_model(model)

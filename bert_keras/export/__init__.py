@@ -10,7 +10,10 @@ text kernels, XNNPACK, its record checked), and one answering class per kind
 (`kinds.classifier`, `kinds.tagger`, `kinds.reader`:
 blanks, top-k, entities, answers, batching) is mixed with either, so that
 `load_litert(path).predict` and `load_classifier(dir).predict` are the same
-code. The kinds' writers and SavedModel loaders:
+code. One door opens either (`opening`): `load(path)` gives the loaded model
+of the kind and engine a directory's manifest or a `.tflite` file's record
+says, and `describe(path)` reads that record in the manifest's form, without
+TensorFlow. The kinds' writers and SavedModel loaders:
 
 - `classifier`: a text classifier as a SavedModel serving raw strings
   (`export_classifier`) and its loader (`load_classifier`, an
@@ -50,6 +53,8 @@ _NAMES = {
     "LiteRTSentenceEncoder": "litert_engine",
     "LiteRTTagger": "litert_engine",
     "Engine": "engine",
+    "describe": "opening",
+    "load": "opening",
     "export_litert": "litert",
     "load_litert": "litert",
     "outputs_probabilities": "classifier",
@@ -81,7 +86,7 @@ _NAMES = {
 __all__ = sorted(_NAMES)
 
 
-_MODULES = ("classifier", "engine", "entity_groups", "hub_modules", "kinds", "loaded", "manifest", "reader",
+_MODULES = ("classifier", "engine", "entity_groups", "hub_modules", "kinds", "loaded", "manifest", "opening", "reader",
             "sentence_encoder", "tagger", "to_hub", "warmup")
 
 

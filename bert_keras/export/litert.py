@@ -60,7 +60,7 @@ from bert_keras.export.litert_engine import (TAGGER_OUTPUTS, LiteRTModel, check_
                                              load_litert)
 from bert_keras.export.litert_record import (FORMAT, SERVED_KINDS, SIDECAR_SUFFIX, VERSION,  # noqa: F401
                                              _check_names, _expect, _remove_leftovers, carried_values, _tokenizer_kind, _write_pair,
-                                             check_litert_target, file_record, file_sha256, is_litert, litert_kind,
+                                             check_litert_target, file_record, file_sha256, is_litert,
                                              read_sidecar, sidecar_path)
 from bert_keras.export.litert_windows import reader_settings  # no TensorFlow
 from bert_keras.export.manifest import (ASSETS_EXTRA, CLASSIFIER, READER, SENTENCE_ENCODER, TAGGER, ExportError,

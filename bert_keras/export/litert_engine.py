@@ -28,7 +28,7 @@ from bert_keras.export.litert_record import (_RecordValueError, _expect, _ids_on
                                              _recorded_names, check_carried, file_record)
 from bert_keras.export.litert_windows import reader_settings, window_reads
 from bert_keras.export.manifest import CLASSIFIER, READER, SENTENCE_ENCODER, TAGGER, ExportError
-from bert_keras.predictions import text_list
+from bert_keras.predictions import EmbeddingMethods, text_list
 
 logger = logging.getLogger(__name__)
 
@@ -269,6 +269,11 @@ class LiteRTModel(Engine):
         return f"LiteRTModel({self.path!r}, kind={self.kind!r})"
 
 
+# What a record holds besides the export's settings: its bookkeeping, the kind, how the file tokenizes and runs.
+_NOT_SETTINGS = frozenset({"format", "version", "writer", "size", "sha256", "previous", "kind", "tokenizer", "quantize",
+                           "strings", "label_names", "tag_names"})
+
+
 def _reader_record(record):
     """A reader record's window settings (`litert_windows.reader_settings`), a `ValueError` in its own words."""
     try:
@@ -326,10 +331,21 @@ class LiteRTTagger(TaggerAnswers, LiteRTModel):
         return scores
 
 
-class LiteRTSentenceEncoder(SentenceEncoderAnswers, LiteRTModel):
-    """A LiteRT sentence encoder: `encode` as `ExportedSentenceEncoder`'s (`kinds.sentence_encoder`)."""
+class LiteRTSentenceEncoder(EmbeddingMethods, SentenceEncoderAnswers, LiteRTModel):
+    """A LiteRT sentence encoder: `encode`, `encode_query`, `encode_documents` and `similarity` as
+    `ExportedSentenceEncoder`'s (`kinds.sentence_encoder`, `predictions.EmbeddingMethods`).
+
+    Attributes:
+        info: dict. The export's settings as its record carries them
+            (source, pooling, normalize, max_seq_length, dimension), as
+            `ExportedSentenceEncoder.info`.
+    """
 
     kind = SENTENCE_ENCODER
+
+    @property
+    def info(self):
+        return {key: value for key, value in self.record.items() if key not in _NOT_SETTINGS}
 
     def _embed_batches(self, batches):
         for texts in batches:

@@ -5,7 +5,8 @@ checked before LiteRT reads a byte of it), checked value by value (`_recorded`:
 a damaged record is an `ExportError` naming the value), and written with its
 file so that an interrupted write leaves the old pair or the new one
 (`_write_pair`). `check_litert_target` says whether a path may be written;
-`litert_kind` what a file serves, before a command reads its input.
+`opening.served_kind` reads what a file serves from it, before a command
+reads its input.
 """
 
 import contextlib
@@ -109,7 +110,7 @@ def read_sidecar(path):
 
 
 # Digests already computed in this process: (path, device, inode, size, mtime) -> SHA-256, so that `predict`, which
-# reads the kind (`litert_kind`) and then loads the file, reads it once.
+# reads the kind (`opening.served_kind`) and then loads the file, reads it once.
 _DIGESTS = {}
 
 
@@ -200,22 +201,6 @@ def check_litert_target(path, overwrite=False, argument="path"):
 def is_litert(path):
     """Whether `path` names a LiteRT file (`.tflite`) rather than an export directory."""
     return os.fspath(path).endswith(".tflite") and not os.path.isdir(path)
-
-
-def litert_kind(path, served=(CLASSIFIER, TAGGER)):
-    """The kind the `.tflite` file `path` serves, if `served` and from raw strings; else an `ExportError` saying why.
-
-    A file of token ids only (an export whose tokenizer is not WordPiece) is refused here, before a command reads
-    its input: every caller of this passes texts.
-    """
-    record = file_record(path)
-    if record.get("kind") not in served:
-        names = " or ".join(kind.replace("_", " ") for kind in served)
-        raise ExportError(f"{os.fspath(path)!r} is a LiteRT {str(record.get('kind')).replace('_', ' ')}; this serves "
-                          f"a {names}. In Python: bert_keras.export.load_litert(path).")
-    if record.get("strings") is not True:
-        raise ExportError(_ids_only(path, record))
-    return record["kind"]
 
 
 def _ids_only(path, record):
