@@ -1,15 +1,15 @@
-"""DeBERTa-v3's disentangled attention at a revision against the working tree's, in one process, with op profiles.
+"""DeBERTa-v3's attention and block at a revision against the working tree's, in one process, with op profiles.
 
 Builds one `DebertaV3Encoder` (MiniLM's size by default: 6 layers, 384 wide, 12 heads, intermediate 1536, 256 log
 buckets over 512 relative positions, shared keys, as the real v3 configs; random weights) and traces it twice: once
-with `DisentangledSelfAttention`'s methods as they were at revision `--before` (the module read with `git show`; its
-`call`, `position_scores` and helpers replace the working tree's while that trace is made) and once with the working
-tree's. The two graphs run alternately on the same ids, batch 1 and batch 32 of `--seq-length` tokens without
+with the methods of `DisentangledSelfAttention` and `DebertaBlock` as they were at revision `--before` (their modules
+read with `git show`; their `call`, `position_scores` and helpers replace the working tree's while that trace is made)
+and once with the working tree's. The two graphs run alternately on the same ids, batch 1 and batch 32 of `--seq-length` tokens without
 padding: median time per call, the median and range of the per-pair ratios (before / now: above 1, now is faster),
 the largest difference of their outputs. With `--profile`, `tf.profiler` records `--profile-steps` calls of each at
 batch 32 and a table gives the top op types of each (milliseconds per call summed over the executor threads, as
 `benchmarks/profile_ops.py` counts them: ops of different threads overlap, so a column adds up to more than the wall
-time). It also checks that XLA compiles the working tree's layer.
+time). It also checks that XLA compiles the working tree's layers.
 
 Run from the repository root:
 
@@ -29,21 +29,22 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, ROOT)
 sys.path.insert(0, HERE)
-MODULE = "bert_keras/layers/disentangled_attention.py"
+CLASSES = {"bert_keras/layers/disentangled_attention.py": "DisentangledSelfAttention",
+           "bert_keras/layers/deberta_block.py": "DebertaBlock"}
 KEYS = ("input_word_ids", "input_mask", "input_type_ids")
 
 
-def layer_at(revision):
-    """The `DisentangledSelfAttention` class of the module as it was at `revision`."""
-    source = subprocess.run(["git", "show", f"{revision}:{MODULE}"], cwd=ROOT, check=True, capture_output=True,
+def class_at(revision, path):
+    """The class `CLASSES[path]` of the module as it was at `revision`."""
+    source = subprocess.run(["git", "show", f"{revision}:{path}"], cwd=ROOT, check=True, capture_output=True,
                             text=True).stdout
     with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as f:
         f.write(source)
-    spec = importlib.util.spec_from_file_location("disentangled_attention_before", f.name)
+    spec = importlib.util.spec_from_file_location(f"{os.path.basename(path)[:-3]}_before", f.name)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     os.unlink(f.name)
-    return module.DisentangledSelfAttention
+    return getattr(module, CLASSES[path])
 
 
 def methods_of(cls):
@@ -78,20 +79,23 @@ def main():
     import numpy as np
     import tensorflow as tf
 
-    from bert_keras.layers.disentangled_attention import DisentangledSelfAttention
+    from bert_keras import layers
     from bert_keras.models.deberta import DebertaV3Encoder
 
-    now, before = methods_of(DisentangledSelfAttention), methods_of(layer_at(args.before))
+    classes = [getattr(layers, name) for name in CLASSES.values()]
+    now = [methods_of(cls) for cls in classes]
+    before = [methods_of(class_at(args.before, path)) for path in CLASSES]
     encoder = DebertaV3Encoder(vocab_size=8000, num_layers=6, hidden_size=384, num_heads=12, intermediate_size=1536,
                                position_buckets=256, max_relative_positions=512)
     spec = {key: tf.TensorSpec([None, None], tf.int32) for key in KEYS}
 
     def install(methods):
-        for name in set(now) | set(before):
-            if name in methods:
-                setattr(DisentangledSelfAttention, name, methods[name])
-            elif name in vars(DisentangledSelfAttention):
-                delattr(DisentangledSelfAttention, name)
+        for cls, chosen, current, earlier in zip(classes, methods, now, before):
+            for name in set(current) | set(earlier):
+                if name in chosen:
+                    setattr(cls, name, chosen[name])
+                elif name in vars(cls):
+                    delattr(cls, name)
 
     functions = {}
     for name, methods in (("before", before), ("now", now)):
@@ -107,7 +111,7 @@ def main():
 
     xla = tf.function(lambda x: encoder(x, training=False)["sequence_output"], jit_compile=True)
     x = ids(2, 40)
-    print(f"XLA compiles the working tree's layer: max abs difference to the graph before "
+    print(f"XLA compiles the working tree's layers: max abs difference to the graph before "
           f"{float(tf.reduce_max(tf.abs(xla(x) - functions['before'](x)))):.1e}")
     for batch, pairs in zip((1, 32), args.pairs):
         x = ids(batch, args.seq_length)

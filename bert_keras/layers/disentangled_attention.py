@@ -190,14 +190,19 @@ class DisentangledSelfAttention(keras.layers.Layer):
         query = self._heads(self.query_dense(tokens), batch_size, seq_length)  # (batch, heads, seq, head_size)
         key = self._heads(self.key_dense(tokens), batch_size, seq_length)  # (batch, heads, seq, head_size)
         value = self._heads(self.value_dense(tokens), batch_size, seq_length)  # (batch, heads, seq, head_size)
-        scores = ops.matmul(query, ops.transpose(key, (0, 1, 3, 2)))  # (batch, heads, seq_q, seq_k)
-        position = self.position_scores(query, key, relative_embeddings, relative_positions, training=training)
-        if position is not None:
-            scores = scores + position
-        # The softmax runs in float32 under mixed precision.
-        scores = ops.cast(scores, "float32") * (1.0 / float(self.head_size * self.scale_factor) ** 0.5)
+        # The scale goes on the queries, 4x smaller than the scores at 128 tokens of 32-wide heads; the position
+        # terms are linear in the query (c2p) and the key (p2c), so with the keys scaled as well they come out scaled.
+        scale = ops.cast(1.0 / float(self.head_size * self.scale_factor) ** 0.5, self.compute_dtype)
+        scaled_query = query * scale  # (batch, heads, seq, head_size)
+        scores = ops.matmul(scaled_query, ops.transpose(key, (0, 1, 3, 2)))  # (batch, heads, seq_q, seq_k)
+        position = self.position_scores(scaled_query, key * scale, relative_embeddings, relative_positions,
+                                        training=training)
         if attention_bias is None and attention_mask is not None:
             attention_bias = attention_bias_from_mask(attention_mask)
+        # The softmax runs in float32 under mixed precision.
+        scores = ops.cast(scores, "float32")
+        if position is not None:
+            scores = scores + ops.cast(position, "float32")
         if attention_bias is not None:
             scores = scores + ops.cast(attention_bias, "float32")
         probs = ops.cast(ops.softmax(scores, axis=-1), self.compute_dtype)  # (batch, heads, seq_q, seq_k)
