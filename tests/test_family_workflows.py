@@ -181,13 +181,27 @@ def families(tmp_path_factory, tweets):
     return built
 
 
+@pytest.fixture(scope="module")
+def classifiers(families):
+    """name -> `BertClassifier.from_checkpoint` of the family's folder, made on first use: the parity test reads its
+    preprocessor and encoder, the convert test its encoder; neither changes it (it was read once per test)."""
+    built = {}
+
+    def get(name):
+        if name not in built:
+            built[name] = BertClassifier.from_checkpoint(families[name][1], num_classes=2, seq_length=SEQ)
+        return built[name]
+
+    return get
+
+
 PARITY = {}
 
 
 @pytest.mark.parametrize("name", sorted(FAMILIES))
-def test_raw_strings_through_from_checkpoint_match_transformers(families, texts, name):
+def test_raw_strings_through_from_checkpoint_match_transformers(families, classifiers, texts, name):
     model, folder = families[name]
-    classifier = BertClassifier.from_checkpoint(folder, num_classes=2, seq_length=SEQ)
+    classifier = classifiers(name)
     assert type(classifier.preprocessor.tokenizer).__name__ == {
         "wordpiece": "WordPieceTokenizer", "sentencepiece": "SentencePieceTokenizer", "byte_bpe": "BytePairTokenizer",
         "unigram": "UnigramTokenizer",
@@ -238,7 +252,8 @@ MODULE_ASSETS = {"wordpiece": ["vocab.txt"], "sentencepiece": ["spiece.model"], 
 
 @pytest.mark.slow  # 9-14 s each: a module pair written and loaded
 @pytest.mark.parametrize("name", sorted(FAMILIES))
-def test_convert_writes_a_module_pair_that_hub_layers_run_as_the_encoder(families, texts, tmp_path, capsys, name):
+def test_convert_writes_a_module_pair_that_hub_layers_run_as_the_encoder(families, classifiers, texts, tmp_path, capsys,
+                                                                         name):
     model, folder = families[name]
     out = str(tmp_path / "modules")
     assert cli.main(["convert", folder, "--out", out, "--seq-length", str(SEQ)]) == 0
@@ -258,8 +273,7 @@ def test_convert_writes_a_module_pair_that_hub_layers_run_as_the_encoder(familie
     # hub.KerasLayer / hub.PreprocessLayer on the pair: the in-memory encoder's outputs.
     layer_inputs = hub.PreprocessLayer(os.path.join(out, "preprocess"), seq_length=SEQ)(tf.constant(texts))
     outputs = hub.KerasLayer(os.path.join(out, "encoder"))(layer_inputs)
-    encoder = BertClassifier.from_checkpoint(folder, num_classes=2, seq_length=SEQ).encoder
-    expected = encoder(layer_inputs)
+    expected = classifiers(name).encoder(layer_inputs)
     for key in ("sequence_output", "pooled_output"):
         assert float(np.abs(np.asarray(outputs[key]) - np.asarray(expected[key])).max()) < 1e-5, key
     real = mask.astype(bool)
@@ -278,7 +292,7 @@ def test_finetune_export_and_load_classifier(families, tweets, tmp_path, name):
                                  batch_size=16, head_epochs=1, epochs=1, verbose=0, report=lambda line: None)
     assert result.export_dir == export_dir
     probe = ["good morning 😀!", "Héllo ``World''", "中文字符 x\x01y"]
-    predictions = load_classifier(export_dir).predict(probe)
+    predictions = load_classifier(export_dir, warm_up=False).predict(probe)  # no warm-up competing for the cores
     # The export tokenizes as the family does: its probabilities are the fine-tuned model's on the same strings.
     expected = np.asarray(keras.ops.softmax(result.model.predict(np.array(probe), verbose=0)))
     served = np.array([[p["scores"][label] for label in ("calm", "loud")] for p in predictions])
