@@ -3,7 +3,6 @@
 import json
 import os
 import signal
-import subprocess
 import sys
 import time
 
@@ -14,7 +13,7 @@ from bert_keras.cluster import TFConfigError, local_tf_configs, read_tf_config, 
 from bert_keras.training.backup import resumed_epoch, worker_backup_dir
 from bert_keras.training.feeding import check_global_batch, distribute_batches
 from bert_keras.training.strategy import is_chief, task_name
-from tests.distribute.conftest import ROOT, check, driver, environment, finish, run_cluster, start, wait_for
+from tests.distribute.conftest import check, driver, finish, run_cluster, start, wait_for
 
 pytestmark = [pytest.mark.distributed, pytest.mark.slow]
 TOLERANCE = 1e-5
@@ -92,10 +91,11 @@ def test_a_worker_killed_in_phase_two_resumes_from_the_backups(inputs, single, t
 
 
 def _cli(*args, timeout=120, **env):
-    argv = [sys.executable, "-m", "bert_keras.cli", *map(str, args)]
+    """`bert-keras ARGS` in a process forked from one with TensorFlow imported, its devices not started (as the
+    drivers': `--cpu-replicas` must configure them first)."""
     started = time.monotonic()
-    result = subprocess.run(argv, cwd=ROOT, env=environment(**env), capture_output=True, text=True, timeout=timeout)
-    return result.returncode, result.stderr, time.monotonic() - started
+    returncode, _, stderr = finish(start([sys.executable, "-m", "bert_keras.cli", *map(str, args)], **env), timeout)
+    return returncode, stderr, time.monotonic() - started
 
 
 def _finetune_args(inputs, out, *extra):

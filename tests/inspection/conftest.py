@@ -29,11 +29,12 @@ def vocab_file(tmp_path):
     return str(path)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def module_pair(tmp_path_factory):
     """`modules/encoder` written by our exporter, in `bert-keras convert`'s layout: 2 layers, 2 heads, exact GELU.
 
-    The preprocess module is left out: the encoder carries the vocabulary, and writing one takes seconds.
+    The preprocess module is left out: the encoder carries the vocabulary, and writing one takes seconds. One
+    export for the session: test_cli.py and test_hub_module.py only read it (it was written once per file).
     """
     from bert_keras.export import export_encoder
 

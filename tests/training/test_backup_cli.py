@@ -5,12 +5,12 @@ the corrected rerun, with one flag changed, was refused for the backup ("made by
 """
 
 import os
-import subprocess
 import sys
 
 import pytest
 
 from bert_keras import cli
+from tests import forked
 from tests.helpers import save_tiny_bert
 
 VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "good", "bad", "movie", "the", "was"]
@@ -55,11 +55,12 @@ def test_the_corrected_rerun_of_a_refused_finetune_trains_and_exports(workdir, c
 def test_a_run_killed_before_its_first_epoch_was_backed_up_blocks_no_rerun(workdir):
     env = dict(os.environ, BERT_KERAS_FAULT_POINT="backup-weights-written:head:1")  # killed inside the first snapshot
     command = [sys.executable, "-m", "bert_keras.cli", *ARGV]
-    killed = subprocess.run(command + ["--learning-rate", "1e-3"], env=env, capture_output=True, text=True, timeout=600)
+    # Processes forked from one with TensorFlow imported (tests/forked.py): the command's own work, not the imports.
+    killed = forked.run(command + ["--learning-rate", "1e-3"], env=env, timeout=600)
     assert killed.returncode == -9, killed.stderr[-3000:]
     assert os.path.exists(workdir / ".clf.backup" / "run.json")  # training had started: the record, and no epoch
     env.pop("BERT_KERAS_FAULT_POINT")
-    rerun = subprocess.run(command + ["--learning-rate", "2e-3"], env=env, capture_output=True, text=True, timeout=600)
+    rerun = forked.run(command + ["--learning-rate", "2e-3"], env=env, timeout=600)
     assert rerun.returncode == 0, rerun.stderr[-3000:]
     assert (f"The backup in {workdir / '.clf.backup'} holds no trained epoch, only the record of a run stopped before "
             "its first epoch ended: this run starts over and replaces it.") in rerun.stdout
