@@ -24,7 +24,7 @@ Run (from the repository root; needs the test extras):
 
     TF_CPP_MIN_LOG_LEVEL=2 PYTHONPATH=. python benchmarks/family_encode.py [--rounds 2] [--repeats 3]
 
-writes benchmarks/results/family_encode.md.
+puts its section on top of benchmarks/results/family_encode.md (earlier runs stay below it).
 """
 
 import argparse
@@ -177,18 +177,32 @@ def _load_average():
     return " ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
+def _commit():
+    """The checked-out commit, and whether tracked files under bert_keras/ differ from it (what the figures measured)."""
+    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout
+    dirty = subprocess.run(["git", "diff", "--quiet", "HEAD", "--", "bert_keras"],
+                           cwd=ROOT).returncode
+    return head.strip() + (" (with uncommitted changes under bert_keras/)" if dirty else "")
+
+
+TITLE = "# Encode speed of the three families: ours against transformers on torch"
+
+
 def write_table(results, args, load_before, path):
+    """The run's section, put on top of the sections of earlier runs already in `path`."""
     import tensorflow as tf
     import torch
     import transformers
 
+    families = " ".join(args.families)
     lines = [
-        "# Encode speed of the three families: ours against transformers on torch",
+        f"## Run of {time.strftime('%Y-%m-%d %H:%M', time.gmtime())} UTC at commit {_commit()}",
         "",
         f"Command: `TF_CPP_MIN_LOG_LEVEL=2 PYTHONPATH=. python benchmarks/family_encode.py --rounds {args.rounds} "
-        f"--repeats {args.repeats}` ({args.warmup} warm-up call(s), then {args.repeats} timed calls of batch 32 and "
+        f"--repeats {args.repeats}" + ("" if list(args.families) == list(FAMILIES) else f" --families {families}") +
+        f"` ({args.warmup} warm-up call(s), then {args.repeats} timed calls of batch 32 and "
         f"{4 * args.repeats} of batch 1 in "
-        f"each worker process; one process per contender, family and round, which contender goes first alternating "
+        f"each worker process; one process per contender, family and round, which contender goes first rotating "
         f"with the round).",
         "",
         f"Machine: {cpu_description()}, {os.cpu_count()} cores, shared with other jobs (load average {load_before} "
@@ -220,8 +234,15 @@ def write_table(results, args, load_before, path):
                          f"{median[one]:.4f} | {statistics.median(ratios):.2f}x ({min(ratios):.2f}-{max(ratios):.2f}) "
                          f"| {rows['diff']:.1e} |")
     lines += ["", "Ratios above 1: ours is faster (the faster transformers run of the same round over ours)."]
+    earlier = ""
+    if os.path.exists(path):
+        with open(path, encoding="utf-8") as f:
+            earlier = f.read()
+        earlier = earlier[len(TITLE):].strip() if earlier.startswith(TITLE) else earlier.strip()
     with open(path, "w", encoding="utf-8") as f:
-        f.write("\n".join(lines) + "\n")
+        f.write("\n".join([TITLE, "", "Newest run first.", ""] + lines) + "\n")
+        if earlier:
+            f.write("\n" + earlier + "\n")
 
 
 def main():

@@ -66,7 +66,9 @@ class DisentangledSelfAttention(keras.layers.Layer):
     Call arguments:
         inputs: float tensor `(batch, seq, hidden)`.
         relative_embeddings: float `(2 * span, hidden)`; row `span + b` is bucket `b`.
-        relative_positions: int `(seq, seq)`, the bucket `b(i - j)` of query `i` and key `j`.
+        relative_positions: int `(seq, seq)`, the bucket `b(i - j)` of query `i` and key `j`
+            (`RelativePositionBuckets`). It depends on `i - j` alone, so only its first and last
+            rows are read.
         attention_mask: optional 0/1 tensor `(batch, seq)` or `(batch, seq, seq)`.
         attention_bias: optional additive bias in place of `attention_mask`
             (`bert_keras.layers.attention_bias_from_mask`), built once per batch.
