@@ -2,12 +2,12 @@
 
 import json
 import os
-import subprocess
 import sys
 
 import numpy as np
 import pytest
 
+from tests import forked
 from tests.training.test_reading import _examples as _squad_examples
 from tests.training.test_tagging import VOCAB, _sentences
 from tests.helpers import save_tiny_bert
@@ -29,11 +29,12 @@ def _conll(path, data):
 
 
 def _cli(*argv, fault=None):
+    """`bert-keras ARGV` in a process of its own (killed at the fault point `fault`), forked from one with TensorFlow
+    imported (tests/forked.py): each run costs the command's own work, not TensorFlow's import again."""
     env = {key: value for key, value in os.environ.items() if key != "BERT_KERAS_FAULT_POINT"}
     if fault:
         env["BERT_KERAS_FAULT_POINT"] = fault
-    return subprocess.run([sys.executable, "-m", "bert_keras.cli", *argv], capture_output=True, text=True, env=env,
-                          timeout=600)
+    return forked.run([sys.executable, "-m", "bert_keras.cli", *argv], env=env, timeout=600)
 
 
 def _ner(checkpoint, tmp_path, out, fault=None):
