@@ -250,8 +250,8 @@ class _QuietLoader(importlib.abc.Loader):
         module.__spec__.loader = module.__loader__ = self._loader
         if self._quiet:
             os.environ["TF_CPP_MIN_LOG_LEVEL"] = QUIET_LEVEL
-        collecting = _frozen_import and gc.isenabled()
-        if collecting:
+        collecting = gc.isenabled()
+        if collecting:  # paused for this import only (see `quiet_tensorflow_import`)
             gc.disable()
         later = _KerasLater()
         sys.meta_path.insert(0, later)
@@ -265,8 +265,9 @@ class _QuietLoader(importlib.abc.Loader):
                 self._loader.exec_module(module)
         finally:
             sys.meta_path.remove(later)
-            if collecting:  # the import's objects live as long as the process: no collection walks them again
-                gc.freeze()
+            if collecting:
+                if _frozen_import:  # the import's objects live as long as the process: no collection walks them again
+                    gc.freeze()
                 gc.enable()
             # TensorFlow read the level while it loaded (measured on 2.21: later lines, as "failed call to
             # cuInit" at the first op, stay quiet): the environment is left as the user had it, and child
@@ -289,7 +290,8 @@ def freeze_tensorflow_import():
     estimators and matplotlib's pyplot for `keras.visualization`, whenever they are installed, as this package's
     requirements install them: about a quarter of the import's time, for parts of Keras no command uses. They
     stay importable: a command that needs them (reports, plots) imports them itself, later. A library does not
-    do this to its user's process: the Python API leaves the collector and Keras alone. Call it before
+    do this to its user's process: the Python API pauses the collector for TensorFlow's import only and freezes
+    nothing, and defers Keras (whole when it comes) rather than leaving parts of it out. Call it before
     TensorFlow is imported, with `quiet_tensorflow_import`'s hook installed (as `import bert_keras` does).
     """
     global _frozen_import
@@ -321,7 +323,10 @@ def quiet_tensorflow_import():
     were not installed, which TensorFlow passes over, and leaves nothing
     behind; the first `import keras` (or `tf.keras`) after is a whole one, as
     if TensorFlow had made it. A process that only loads an export (Python's
-    `load_classifier`, `bert-keras predict`) never pays for Keras.
+    `load_classifier`, `bert-keras predict`) never pays for Keras. Python's
+    cyclic collector is paused while TensorFlow's import runs (its objects
+    live as long as the process: collecting among them is work for nothing)
+    and runs again, as it was, after.
     """
     if "tensorflow" in sys.modules or any(isinstance(finder, _QuietTensorFlowFinder) for finder in sys.meta_path):
         return

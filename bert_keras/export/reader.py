@@ -25,17 +25,16 @@ import tensorflow as tf
 
 from bert_keras._checks import check_int
 from bert_keras.dtypes import check_compute_dtype, compute_dtype
-from bert_keras.encoder import BertEncoder
 from bert_keras.export._serving import WINDOWS_PER_CALL, in_chunks
-from bert_keras.export._writer import ids_endpoints, write_export
 # AnswerPool, decode_answers: the decoding, importable from here as before.
 from bert_keras.export.kinds.reader import RANGE_ENDPOINT, AnswerPool, ReaderAnswers, decode_answers  # noqa: F401
 from bert_keras.export.loaded import LoadedExport
 from bert_keras.export.manifest import READER
-from bert_keras.tasks.reader import END_LOGITS, START_LOGITS, answer_mask
-from bert_keras.text.windows import check_window_arguments, pack_qa_windows, qa_layout
 
 logger = logging.getLogger(__name__)
+
+# The writer's graph (the windows, the model, Keras) is imported in the functions that build it, where an export is
+# written or a model scored: loading an export imports none of it (tests/export/test_loader_imports.py).
 
 INPUTS = ("question", "context")
 RANGE_SIGNATURE = [tf.TensorSpec([], tf.int64, name="begin"), tf.TensorSpec([], tf.int64, name="size")]
@@ -81,6 +80,8 @@ def window_probabilities(model, tokenizer, questions, contexts, seq_length, doc_
             those there are), and the dict gains `window_count`, all the
             batch's windows. Defaults to all of them.
     """
+    from bert_keras.text.windows import qa_layout  # the writer's graph: see above
+
     layout = qa_layout(tokenizer, questions, contexts, seq_length, doc_stride, max_question_length)
     begin, end = tf.constant(0, tf.int64), layout["count"]
     if window_range is not None:
@@ -102,6 +103,8 @@ def _in_window_chunks(model, layout, begin, end, reduce, specs, windows_per_call
     carries nothing), so that chunks concatenate and each window's
     probabilities are what one call of all the windows gives.
     """
+    from bert_keras.text.windows import pack_qa_windows  # the writer's graph: see above
+
     example, first, last = (layout[key][begin:end] for key in ("example", "first", "last"))
     lengths = tf.gather(layout["question_length"], example) + layout["num_special"] + (last - first)
     width = tf.maximum(tf.reduce_max(tf.concat([lengths, [1]], 0)), 1)  # the longest window: real pieces
@@ -185,6 +188,8 @@ def chunked_best_answers(model, tokenizer, questions, contexts, seq_length, doc_
                          max_answer_len, windows_per_call=WINDOWS_PER_CALL):
     """`best_answers(window_probabilities(...))`, each chunk of windows reduced to its best spans as it is run:
     what `serving_default` serves, holding a few numbers per window beside one chunk's windows."""
+    from bert_keras.text.windows import qa_layout  # the writer's graph: see above
+
     layout = qa_layout(tokenizer, questions, contexts, seq_length, doc_stride, max_question_length)
     per_window = _in_window_chunks(model, layout, tf.constant(0, tf.int64), layout["count"],
                                    lambda windows: _window_best(windows, max_answer_len), _BEST_SPECS,
@@ -207,6 +212,8 @@ def window_settings(model, tokenizer, seq_length=None, doc_stride=None, max_ques
         ValueError: naming the argument, e.g. a `seq_length` over the
             encoder's `max_sequence_length`.
     """
+    from bert_keras.text.windows import check_window_arguments  # the writer's: see above
+
     num_special = tokenizer.num_special_tokens(2)
     if seq_length is None:
         seq_length = min(DEFAULT_SEQ_LENGTH, model.preprocessor.seq_length)
@@ -275,6 +282,9 @@ def export_reader(model, export_dir, overwrite=False, extra_assets=None, dtype="
     Returns:
         `export_dir`.
     """
+    from bert_keras.encoder import BertEncoder  # the writer's: see above
+    from bert_keras.export._writer import ids_endpoints, write_export
+
     export_dir = os.fspath(export_dir)
     check_compute_dtype(dtype)
     tokenizer = _tokenizer_of(model)
@@ -321,6 +331,8 @@ def padded_logits(model):
     LiteRT converts, `serve_ids_padded`): float32 `start_logits`, `end_logits` `(windows, seq)`, as `serving_outputs`
     up to float rounding. The answer mask is applied to the `(windows, seq)` logits, not inside the head: a slice
     adding an axis to a bool tensor is no LiteRT builtin."""
+    from bert_keras.tasks.reader import END_LOGITS, START_LOGITS, answer_mask  # the writer's graph: see above
+
     def logits(packed):
         sequence = model.encoder.padded_outputs(packed)["sequence_output"]  # (windows, seq, hidden)
         start, end = model.span_head(sequence)  # (windows, seq) each

@@ -13,13 +13,11 @@ encoder, pooling) behind `__call__` and `serving_default`;
 import logging
 import os
 
-import keras
 import numpy as np
 import tensorflow as tf
 
 from bert_keras._checks import check_positive_int
 from bert_keras.embedder import BATCHES_PER_CALL, BatchEmbedder, EmbeddingMethods, encode_in_batches, string_batch
-from bert_keras.export._writer import ids_endpoints, write_export
 from bert_keras.export.kinds.sentence_encoder import SentenceEncoderAnswers
 from bert_keras.export.loaded import LoadedExport
 from bert_keras.export.manifest import SENTENCE_ENCODER, ExportError
@@ -49,6 +47,9 @@ def export_sentence_encoder(model, export_dir, overwrite=False):
     Returns:
         `export_dir`.
     """
+    # The writer (Keras): imported where an export is written, so that loading one imports no Keras.
+    from bert_keras.export._writer import ids_endpoints, write_export
+
     _check_embedding_model(model)
     export_dir = os.fspath(export_dir)
     info = describe_model(model)
@@ -77,6 +78,8 @@ def export_sentence_encoder(model, export_dir, overwrite=False):
 
 
 def _check_embedding_model(model):
+    import keras  # the writer's: see export_sentence_encoder
+
     inputs = getattr(model, "inputs", None) or []
     outputs = getattr(model, "outputs", None) or []
     takes_strings = len(inputs) == 1 and keras.backend.standardize_dtype(inputs[0].dtype) == "string"
