@@ -48,11 +48,27 @@ KINDS = {"albert": "sentencepiece", "roberta": "byte_bpe", "electra": "wordpiece
 ROBERTA_PACKING = ("roberta", "xlm-roberta")
 
 
+_TOKENIZERS = {}  # kind -> (the folder its tokenizer was trained into, the files the writer wrote, vocabulary size)
+
+
+def _write_tokenizer(kind, folder, tweets):
+    """`WRITERS[kind]` into the empty `folder`, trained once per kind in this process and copied after that: a
+    family's tagger and reader folders hold the same tokenizer, trained on the same tweets (seconds each time)."""
+    if kind not in _TOKENIZERS:
+        size = WRITERS[kind](folder, tweets)
+        _TOKENIZERS[kind] = (folder, sorted(os.listdir(folder)), size)
+        return size
+    source, files, size = _TOKENIZERS[kind]
+    for file in files:
+        shutil.copyfile(source / file, folder / file)
+    return size
+
+
 def _family_folder(name, folder, tweets, head, seq_length, **config):
     """A folder of family `name` holding `<Family>For<head>` (tiny, random, peaked head) and its tokenizer's files."""
     config_class, model_class, sizes, kind, _ = FAMILIES[name]
     folder.mkdir(parents=True, exist_ok=True)
-    vocab_size = WRITERS[kind](folder, tweets)
+    vocab_size = _write_tokenizer(kind, folder, tweets)
     sizes = dict(sizes, max_position_embeddings=seq_length + (2 if name in ROBERTA_PACKING else 0))
     torch.manual_seed(0)
     model_class = getattr(transformers, model_class.replace("Model", f"For{head}"))
