@@ -43,8 +43,88 @@ def _check_flag(name, value):
     return value
 
 
+# The class that holds each `encoder_kind` a checkpoint reader gives (`formats.read_checkpoint`), named in messages.
+ENCODER_CLASSES = {"bert": "BertEncoder", "deberta": "DebertaV3Encoder", "modernbert": "ModernBertEncoder"}
+
+
+class EncoderModel(keras.Model):
+    """What every encoder class of the package shares: one way from a checkpoint, the Hub inputs, the outputs, the config.
+
+    `BertEncoder`, `DebertaV3Encoder` and `ModernBertEncoder` are functional
+    Keras models with TF Hub's inputs (`input_word_ids`, `input_mask`,
+    `input_type_ids`, checked on every call) and outputs (`sequence_output`,
+    `pooled_output`, `encoder_outputs`, `default`). Each names the
+    checkpoints it holds (`encoder_kind`), builds its outputs with
+    `hub_outputs`, and adds its own options to `shared_config`.
+    """
+
+    encoder_kind = None
+
+    @classmethod
+    def from_checkpoint(cls, path, *, format=None, dtype=None):
+        """Loads the encoder with pretrained weights from a checkpoint of its kind (`bert_keras.formats` reads it).
+
+        The reader returns a config and arrays (`formats.read_checkpoint`); the
+        encoder is built from them here (for a Hub module, the first candidate
+        config whose encoder gives the module's outputs). A checkpoint of
+        another encoder class is refused with the class that reads it.
+
+        Args:
+            path: str. A checkpoint folder or file: Hugging Face or
+                transformers 5 (config.json, model.safetensors), Google BERT,
+                keras-nlp, or a Hub encoder module (see
+                `bert_keras.checkpoints.load_checkpoint`).
+            format: optional str. The checkpoint's format; detected when omitted.
+            dtype: optional dtype policy of the encoder (e.g. `"bfloat16"`).
+
+        Returns:
+            The encoder, of this class.
+        """
+        weights = read_checkpoint(path, format=format, with_heads=False)
+        if weights.encoder_kind != cls.encoder_kind:  # another class's config: its own encoder reads it
+            other = ENCODER_CLASSES.get(weights.encoder_kind, "BertEncoder")
+            raise ValueError(f"{path} holds a {weights.encoder_kind!r} checkpoint, which {cls.__name__} cannot hold; "
+                             f"load it with bert_keras.{other}.from_checkpoint(path) or "
+                             "bert_keras.checkpoints.load_pretrained(path).")
+        return build_and_load(weights, lambda config: {"encoder": cls(**config, dtype=dtype)})["encoder"]
+
+    def __call__(self, inputs, *args, **kwargs):
+        return super().__call__(_check_inputs(inputs), *args, **kwargs)
+
+    @staticmethod
+    def hub_outputs(sequence_output, pooled_output, encoder_outputs, attention_probs=None):
+        """TF Hub's outputs (`default` is `pooled_output`), with `attention_probs` where they are returned."""
+        outputs = {"sequence_output": sequence_output, "pooled_output": pooled_output,
+                   "encoder_outputs": encoder_outputs, "default": pooled_output}
+        if attention_probs is not None:
+            outputs["attention_probs"] = attention_probs
+        return outputs
+
+    def shared_config(self, **options):
+        """The config every encoder class records (name, dtype, sizes, activation), then the class's `options`."""
+        return {
+            "name": self.name,
+            "trainable": self.trainable,
+            "dtype": keras.dtype_policies.serialize(self.dtype_policy),
+            "vocab_size": self.vocab_size,
+            "num_layers": self.num_layers,
+            "hidden_size": self.hidden_size,
+            "num_heads": self.num_heads,
+            "intermediate_size": self.intermediate_size,
+            "activation": serialize_activation(self.activation),
+            **options,
+        }
+
+    @classmethod
+    def from_config(cls, config):
+        config = dict(config)
+        if isinstance(config.get("dtype"), dict):
+            config["dtype"] = keras.dtype_policies.deserialize(config["dtype"])
+        return cls(**config)
+
+
 @keras.saving.register_keras_serializable(package="bert_keras")
-class BertEncoder(keras.Model):
+class BertEncoder(EncoderModel):
     """The BERT encoder (Devlin et al., 2019) with TF Hub's inputs and outputs.
 
     Embeddings (word + position + segment, LayerNorm, dropout), `num_layers`
@@ -127,6 +207,8 @@ class BertEncoder(keras.Model):
     >>> tuple(outputs["pooled_output"].shape)
     (1, 16)
     """
+
+    encoder_kind = "bert"
 
     def __init__(
         self,
@@ -213,14 +295,8 @@ class BertEncoder(keras.Model):
             encoder_outputs = [unpack(x, packing) for x in encoder_outputs]  # (batch, seq, hidden)
         sequence_output = encoder_outputs[-1]
         pooled_output = _pool(pooler, sequence_output[:, 0, :])
-        outputs = {
-            "sequence_output": sequence_output,
-            "pooled_output": pooled_output,
-            "encoder_outputs": encoder_outputs,
-            "default": pooled_output,
-        }
-        if return_attention_probs:
-            outputs["attention_probs"] = attention_probs
+        outputs = self.hub_outputs(sequence_output, pooled_output, encoder_outputs,
+                                   attention_probs if return_attention_probs else None)
         super().__init__(inputs=inputs, outputs=outputs, dtype=dtype, **kwargs)
 
         # === Config ===
@@ -283,33 +359,6 @@ class BertEncoder(keras.Model):
             f"BertEncoder.from_architecture({name!r})."
         )
 
-    @classmethod
-    def from_checkpoint(cls, path, *, format=None, dtype=None):
-        """Loads an encoder with pretrained weights from any checkpoint `bert_keras.formats` reads.
-
-        The readers return a config and arrays (`bert_keras.formats.read_checkpoint`);
-        the encoder is built from them here (for a Hub module, the first
-        candidate config whose encoder gives the module's outputs).
-
-        Args:
-            path: str. A Hugging Face, Google BERT or keras-nlp checkpoint, or
-                a Hub encoder module (see `bert_keras.checkpoints.load_checkpoint`).
-            format: optional str. The checkpoint's format; detected when omitted.
-            dtype: optional dtype policy of the encoder (e.g. `"bfloat16"`).
-
-        Returns:
-            The `BertEncoder`.
-        """
-        weights = read_checkpoint(path, format=format, with_heads=False)
-        if weights.encoder_kind != "bert":  # another class's config (ModernBERT's): its own encoder reads it
-            raise ValueError(f"{path} holds a {weights.encoder_kind!r} checkpoint, which BertEncoder cannot hold; "
-                             "load it with bert_keras.ModernBertEncoder.from_checkpoint(path) or "
-                             "bert_keras.checkpoints.load_pretrained(path).")
-        return build_and_load(weights, lambda config: {"encoder": cls(**config, dtype=dtype)})["encoder"]
-
-    def __call__(self, inputs, *args, **kwargs):
-        return super().__call__(_check_inputs(inputs), *args, **kwargs)
-
     def pooled_output(self, inputs, training=False):
         """The `pooled_output` alone: the last block computed for the first token only.
 
@@ -366,16 +415,7 @@ class BertEncoder(keras.Model):
         return {"sequence_output": x, "pooled_output": _pool(self.pooler, x[:, 0, :])}
 
     def get_config(self):
-        config = {
-            "name": self.name,
-            "trainable": self.trainable,
-            "dtype": keras.dtype_policies.serialize(self.dtype_policy),
-            "vocab_size": self.vocab_size,
-            "num_layers": self.num_layers,
-            "hidden_size": self.hidden_size,
-            "num_heads": self.num_heads,
-            "intermediate_size": self.intermediate_size,
-            "activation": serialize_activation(self.activation),
+        return self.shared_config(**{
             "dropout": self.dropout,
             "attention_dropout": self.attention_dropout,
             "max_sequence_length": self.max_sequence_length,
@@ -390,15 +430,7 @@ class BertEncoder(keras.Model):
             "shared_layers": self.shared_layers,
             "position_offset": self.position_offset,
             "use_pooler": self.use_pooler,
-        }
-        return config
-
-    @classmethod
-    def from_config(cls, config):
-        config = dict(config)
-        if isinstance(config.get("dtype"), dict):
-            config["dtype"] = keras.dtype_policies.deserialize(config["dtype"])
-        return cls(**config)
+        })
 
 
 def _make_blocks(count, initializer_range, **kwargs):

@@ -261,6 +261,40 @@ def read_tensors(source, names):
     return arrays
 
 
+def read_entries(source, entries, format="huggingface"):
+    """The arrays a weight table names, read from `source` and put in the model's layout, and what was read.
+
+    Args:
+        source: the opened weight files (`read_tensors`' `source`).
+        entries: `(target, name, transform, shape)` rows: the variable's
+            path, the stored tensor's name, its transform (`tables`) and its
+            stored shape (None: as stored, for a head whose width the file
+            decides).
+        format: str. The format named in the summary.
+
+    Returns:
+        `(arrays, origins, summary)`: target -> numpy array in the model's
+        layout, target -> `(file, original name)`, and the
+        `ConversionSummary` (logged), which lists what the files hold
+        beyond the table as unused.
+    """
+    stored = read_tensors(source, [name for _, name, _, _ in entries])
+    arrays, origins = {}, {}
+    for target, name, transform, shape in entries:
+        shape = stored[name].shape if shape is None else shape
+        target_shape = tuple(reversed(shape)) if transform == tables.TRANSPOSE else shape
+        arrays[target] = apply_transform(stored[name], transform, target_shape)
+        origins[target] = (source.file_of(name), source.original_name(name))
+    summary = ConversionSummary(
+        format=format,
+        files=list(source.files),
+        loaded=[(source.original_name(name), target) for target, name, _, _ in entries],
+        unused=sorted(source.original_name(n) for n in source.names() if n not in stored),
+    )
+    logger.info("%s", summary)
+    return arrays, origins, summary
+
+
 def assign_arrays(weights, roots):
     """Assigns `weights.arrays` to the variables of `roots` (e.g. `{"encoder": BertEncoder}`).
 

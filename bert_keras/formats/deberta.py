@@ -10,7 +10,6 @@ pooler whenever the folder holds one, since that is what the model pools with. T
 read: the summary lists it unused.
 """
 
-import logging
 import os
 
 from bert_keras._checks import quoted
@@ -19,11 +18,9 @@ from bert_keras.formats._common import (
     CheckpointError,
     CheckpointWeights,
     ConfigError,
-    ConversionSummary,
-    apply_transform,
     encoder_kwargs,
+    read_entries,
     read_json,
-    read_tensors,
     translate_activation,
 )
 from bert_keras.formats._read import wanted_heads
@@ -35,7 +32,6 @@ from bert_keras.formats.huggingface import (
     read_id2label,
 )
 
-logger = logging.getLogger("bert_keras.checkpoints")
 
 MODEL_TYPE = "deberta-v2"  # DeBERTa-v3 is saved as a DeBERTa-v2 model
 ENCODER_KIND = "deberta"
@@ -276,24 +272,7 @@ def read_deberta(path, *, with_heads=False):
         if not source.has(name):
             raise CheckpointError(source.file, name, f"is missing: {', '.join(architectures)} holds it.")
     id2label, num_labels = _labels(source, heads, head_entries, config, config_file, kwargs["hidden_size"])
-    stored = read_tensors(source, [name for _, name, _, _ in entries] + [name for _, name, _ in head_entries])
-    arrays, origins = {}, {}
-    for target, name, transform, shape in entries:
-        target_shape = tuple(reversed(shape)) if transform == tables.TRANSPOSE else shape
-        arrays[target] = apply_transform(stored[name], transform, target_shape)
-        origins[target] = (source.file_of(name), source.original_name(name))
-    for target, name, transform in head_entries:
-        stored_shape = stored[name].shape
-        arrays[target] = apply_transform(stored[name], transform, tuple(reversed(stored_shape))
-                                         if transform == tables.TRANSPOSE else stored_shape)
-        origins[target] = (source.file_of(name), source.original_name(name))
-    summary = ConversionSummary(
-        format="huggingface",
-        files=list(source.files),
-        loaded=[(source.original_name(name), target) for target, name, *_ in entries + head_entries],
-        unused=sorted(source.original_name(n) for n in source.names() if n not in stored),
-    )
-    logger.info("%s", summary)
+    arrays, origins, summary = read_entries(source, entries + [(*entry, None) for entry in head_entries])
     return CheckpointWeights(
         encoder_configs=[kwargs], arrays=arrays, origins=origins, heads=heads, mlm_activation=kwargs["activation"],
         vocab_file=None, do_lower_case=False, summary=summary, architectures=architectures, id2label=id2label,

@@ -29,10 +29,9 @@ from bert_keras.formats._common import (
     CheckpointError,
     CheckpointWeights,
     ConfigError,
-    ConversionSummary,
-    apply_transform,
     check_vocabulary,
     encoder_kwargs,
+    read_entries,
     read_json,
     read_tokenizer,
     read_tensors,
@@ -341,20 +340,7 @@ def read_modernbert(path, *, with_heads=False):
         stored = {"classifier.weight": (num_labels, kwargs["hidden_size"]), "classifier.bias": (num_labels,)}
         entries += [(target, name, transform, stored[name]) for target, name, transform in head]
         _check_stored(source, entries[-2:], config_file)
-    stored = read_tensors(source, [name for _, name, _, _ in entries])
-    arrays, origins = {}, {}
-    for target, name, transform, shape in entries:
-        target_shape = tuple(reversed(shape)) if transform == tables.TRANSPOSE else shape
-        arrays[target] = apply_transform(stored[name], transform, target_shape)
-        origins[target] = (source.file_of(name), source.original_name(name))
-    used = set(stored)
-    summary = ConversionSummary(
-        format="huggingface",
-        files=list(source.files),
-        loaded=[(source.original_name(name), target) for target, name, _, _ in entries],
-        unused=sorted(source.original_name(n) for n in source.names() if n not in used),
-    )
-    logger.info("%s", summary)
+    arrays, origins, summary = read_entries(source, entries)
     return CheckpointWeights(
         encoder_configs=[kwargs], arrays=arrays, origins=origins, heads=heads,
         mlm_activation=settings["classifier_activation"] if settings else kwargs["activation"], vocab_file=None, do_lower_case=False, summary=summary,

@@ -5,8 +5,7 @@ from keras import ops
 
 from bert_keras._checks import check_choice, check_positive_float, check_positive_int, check_rate
 from bert_keras._contract import INPUT_KEYS
-from bert_keras.encoder import _check_inputs
-from bert_keras.formats import CheckpointError, build_and_load, read_checkpoint
+from bert_keras.encoder import EncoderModel
 from bert_keras.layers import ModernBertBlock, ModernBertEmbeddings, SlidingWindowBias
 from bert_keras.layers._utils import get_activation, serialize_activation
 
@@ -41,7 +40,7 @@ def masked_mean(sequence_output, input_mask):
 
 
 @keras.saving.register_keras_serializable(package="bert_keras")
-class ModernBertEncoder(keras.Model):
+class ModernBertEncoder(EncoderModel):
     """The ModernBERT encoder with TF Hub's inputs and outputs.
 
     Token embeddings with a LayerNorm (no positions), `num_layers`
@@ -120,6 +119,8 @@ class ModernBertEncoder(keras.Model):
     >>> tuple(outputs["sequence_output"].shape), len(outputs["encoder_outputs"])
     ((1, 5, 16), 2)
     """
+
+    encoder_kind = "modernbert"
 
     def __init__(self, vocab_size, num_layers, hidden_size, num_heads, intermediate_size, activation="gelu",
                  max_sequence_length=8192, global_attention_every=3, layer_types=None, local_attention=128,
@@ -202,10 +203,8 @@ class ModernBertEncoder(keras.Model):
             pooled_output = masked_mean(sequence_output, inputs["input_mask"])
         if use_pooler:
             pooled_output = pooler_norm(pooler_dense(pooled_output))  # (batch, hidden)
-        outputs = {"sequence_output": sequence_output, "pooled_output": pooled_output,
-                   "encoder_outputs": encoder_outputs, "default": pooled_output}
-        if return_attention_probs:
-            outputs["attention_probs"] = attention_probs
+        outputs = self.hub_outputs(sequence_output, pooled_output, encoder_outputs,
+                                   attention_probs if return_attention_probs else None)
         super().__init__(inputs=inputs, outputs=outputs, dtype=dtype, **kwargs)
 
         # === Config ===
@@ -241,37 +240,8 @@ class ModernBertEncoder(keras.Model):
         self.transformer_layers = blocks
         self.final_layer_norm = final_norm
 
-    @classmethod
-    def from_checkpoint(cls, path, *, dtype=None):
-        """Loads the encoder from a folder transformers saved (`ModernBertModel`, `ModernBertForMaskedLM`, ...).
-
-        Args:
-            path: str. The folder (config.json with `model_type: modernbert`, model.safetensors).
-            dtype: optional dtype policy of the encoder.
-
-        Returns:
-            The `ModernBertEncoder`.
-        """
-        weights = read_checkpoint(path, with_heads=False)
-        if weights.encoder_kind != "modernbert":
-            raise CheckpointError(path, None, f"is a {weights.encoder_kind!r} checkpoint, not ModernBERT; read it "
-                                  "with BertEncoder.from_checkpoint or bert_keras.load_pretrained.")
-        return build_and_load(weights, lambda config: {"encoder": cls(**config, dtype=dtype)})["encoder"]
-
-    def __call__(self, inputs, *args, **kwargs):
-        return super().__call__(_check_inputs(inputs), *args, **kwargs)
-
     def get_config(self):
-        return {
-            "name": self.name,
-            "trainable": self.trainable,
-            "dtype": keras.dtype_policies.serialize(self.dtype_policy),
-            "vocab_size": self.vocab_size,
-            "num_layers": self.num_layers,
-            "hidden_size": self.hidden_size,
-            "num_heads": self.num_heads,
-            "intermediate_size": self.intermediate_size,
-            "activation": serialize_activation(self.activation),
+        return self.shared_config(**{
             "max_sequence_length": self.max_sequence_length,
             "global_attention_every": self.global_attention_every,
             "layer_types": list(self.layer_types),
@@ -291,11 +261,4 @@ class ModernBertEncoder(keras.Model):
             "pooler_activation": serialize_activation(self.pooler_activation),
             "pooler_bias": self.pooler_bias,
             "return_attention_probs": self.return_attention_probs,
-        }
-
-    @classmethod
-    def from_config(cls, config):
-        config = dict(config)
-        if isinstance(config.get("dtype"), dict):
-            config["dtype"] = keras.dtype_policies.deserialize(config["dtype"])
-        return cls(**config)
+        })
