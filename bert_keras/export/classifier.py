@@ -149,7 +149,11 @@ def export_classifier(model, export_dir, label_names=None, overwrite=False, extr
     text faster than either. A
     classifier on Hub modules written by bert_keras is exported on the equal
     `BertEncoder` (`BertClassifier.with_native_encoder`); another module
-    keeps its own graph. The outputs equal the model's up to float rounding.
+    keeps its own graph. The TF Hub workflow's `keras.Model` (a Hub
+    preprocess layer, a Hub encoder layer, a Dense head on `pooled_output`)
+    is exported as the equal `BertClassifier` (`BertClassifier.from_hub_model`),
+    so its export records its tokenizer and converts to LiteRT too. The
+    outputs equal the model's up to float rounding.
 
     Args:
         model: a `keras.Model` from strings to class logits or probabilities.
@@ -174,6 +178,7 @@ def export_classifier(model, export_dir, label_names=None, overwrite=False, extr
     """
     # The writer (Keras): imported where an export is written, so that loading one imports no Keras.
     from bert_keras.export._writer import output_names
+    from bert_keras.tasks.classifier import BertClassifier
 
     export_dir = os.fspath(export_dir)
     check_compute_dtype(dtype)
@@ -184,6 +189,9 @@ def export_classifier(model, export_dir, label_names=None, overwrite=False, extr
         raise ValueError(
             f"The model has {num_outputs} outputs but {len(label_names)} label names were given: {label_names}."
         )
+    # The TF Hub workflow's keras.Model (Hub preprocess and encoder layers, a Dense head) as the equal
+    # BertClassifier: its export then records how it tokenizes, and converts to LiteRT.
+    model = BertClassifier.from_hub_model(model) or model
     model = _on_native_encoder(model, dtype)
     with compute_dtype(model, dtype):
         _write_export(model, export_dir, label_names, overwrite, extra_assets, dtype, xla and dtype == "float32")

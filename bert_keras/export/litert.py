@@ -111,11 +111,13 @@ def served_manifest(export_dir):
         raise ExportError(f"{export_dir!r} records no kind of export: it is a SavedModel such as Keras' "
                           "`model.export()` writes, with neither the tokenizer's settings nor a token-ids endpoint, "
                           "which LiteRT needs. Export the model with bert_keras.export.export_classifier(model, DIR, "
-                          "label_names) (export_tagger, export_reader, export_sentence_encoder for the other kinds; "
+                          "label_names) (the TF Hub workflow's keras.Model too: Hub preprocess and encoder layers, a "
+                          "Dense head; export_tagger, export_reader, export_sentence_encoder for the other kinds; "
                           "bert-keras finetune and demo write such exports), then run bert-keras litert --model DIR.")
     if not isinstance(manifest.get("tokenizer"), dict):
         raise ExportError(f"{export_dir!r} records no tokenizer: its model tokenizes inside a Hub preprocess layer of "
-                          "its own graph (a keras.Model of bert_keras.hub layers), or it was exported by an earlier "
+                          "its own graph (a keras.Model of bert_keras.hub layers with more than one Dense layer on "
+                          "pooled_output, or modules bert_keras did not write), or it was exported by an earlier "
                           "version of bert_keras. LiteRT needs the tokenizer's settings: build the classifier with "
                           "BertClassifier.from_checkpoint(MODULES_DIR, num_classes=N) (or a tuple (ENCODER, "
                           "PREPROCESS) of a module pair bert_keras wrote: bert-keras convert), fine-tune it, export "

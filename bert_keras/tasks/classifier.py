@@ -213,6 +213,63 @@ class BertClassifier(_PretrainedTask):
             return self.preprocessor([ops.convert_to_tensor(segment, dtype="string") for segment in inputs])
         return self.preprocessor(ops.convert_to_tensor(inputs, dtype="string"))
 
+    @classmethod
+    def from_hub_model(cls, model):
+        """The TF Hub workflow's classifier as the equal `BertClassifier`, or None where `model` is not one.
+
+        The workflow's model is a `keras.Model` from one string input through
+        a Hub preprocess layer and a Hub encoder layer (`bert_keras.hub.KerasLayer`),
+        whose `pooled_output` goes through at most one `Dropout` into a
+        `Dense` head (no activation, or softmax). The classifier shares the
+        two Hub layers and takes a copy of the head's weights, so it answers
+        as `model` does (checked on probe texts: any difference and None is
+        returned); unlike a plain `keras.Model` it knows how it tokenizes, so
+        `export_classifier` records the tokenizer and the export converts to
+        LiteRT. Any other model is None: it is served as it is.
+
+        Args:
+            model: a `keras.Model`.
+
+        Returns:
+            A `BertClassifier`, or None.
+        """
+        if isinstance(model, cls) or not isinstance(model, keras.Model) or len(model.inputs) != 1:
+            return None
+        layers = [layer for layer in model.layers if not isinstance(layer, keras.layers.InputLayer)]
+        if len(layers) not in (3, 4) or not all(isinstance(layer, hub.KerasLayer) for layer in layers[:2]):
+            return None
+        preprocess, encoder, *dropout, dense = layers
+        flat = keras.tree.flatten
+
+        def ids(tensors):
+            return {id(tensor) for tensor in flat(tensors)}
+
+        try:  # a layer called more than once (or not at all) has no single input: not the workflow's
+            chain = [preprocess.input, preprocess.output, encoder.input, encoder.output]
+            head = [(layer.input, layer.output) for layer in dropout + [dense]]
+        except (AttributeError, ValueError):
+            return None
+        pooled = head[0][0]
+        if (ids(chain[0]) != ids(model.inputs) or ids(chain[1]) != ids(chain[2]) or not isinstance(dense, keras.layers.Dense)
+                or (dropout and not isinstance(dropout[0], keras.layers.Dropout)) or not dense.use_bias
+                or id(pooled) not in ids(chain[3]) or len(pooled.shape) != 2
+                or (dropout and head[0][1] is not head[1][0]) or ids(head[-1][1]) != ids(model.outputs)):
+            return None
+        activation = keras.activations.serialize(dense.activation)
+        if activation not in ("linear", "softmax"):
+            return None
+        try:
+            classifier = cls(encoder, num_classes=dense.units, preprocessor=preprocess,
+                             activation=None if activation == "linear" else activation,
+                             dropout=dropout[0].rate if dropout else 0.0)
+        except ValueError:  # e.g. layers that are not an encoder and a preprocessor
+            return None
+        classifier.classifier_head.dense.set_weights(dense.get_weights())
+        probes = keras.ops.convert_to_tensor(["a probe text, to compare the two models.", "ok", ""])
+        if not np.allclose(np.asarray(classifier(probes)), np.asarray(model(probes)), atol=1e-6):
+            return None
+        return classifier
+
     def with_native_encoder(self):
         """This classifier, or for a Hub encoder layer a copy on the equal `BertEncoder`.
 
@@ -278,15 +335,18 @@ PROBE_TEXTS = ("Hello, World! Ça va? naïve CAFÉ déjà-vu", "東京は晴れ 
 
 def _native_preprocessor(preprocessor, loaded, text_pairs):
     """The `BertPreprocessor` of the tokenizer `loaded` records, where it packs the probe texts exactly as the Hub
-    preprocess layer `preprocessor` does (a module pair bert_keras wrote); else `preprocessor` itself, whose export
-    then records no tokenizer (and LiteRT cannot convert it)."""
-    if not isinstance(preprocessor, hub.PreprocessLayer) or loaded.tokenizer_kind is None:
+    preprocess layer `preprocessor` does (a module pair bert_keras wrote; the module in a `PreprocessLayer`, or called
+    whole in a `KerasLayer` as the TF Hub workflow calls it); else `preprocessor` itself, whose export then records
+    no tokenizer (and LiteRT cannot convert it)."""
+    if not isinstance(preprocessor, (hub.PreprocessLayer, hub.KerasLayer)) or loaded.tokenizer_kind is None:
         return preprocessor
     probes = [ops.convert_to_tensor(list(PROBE_TEXTS))]
     if text_pairs:
         probes.append(ops.convert_to_tensor(list(reversed(PROBE_TEXTS))))
     theirs = preprocessor(probes if text_pairs else probes[0])
-    seq_length = preprocessor.seq_length or int(theirs["input_word_ids"].shape[1])
+    if not isinstance(theirs, dict) or set(theirs) != {"input_word_ids", "input_mask", "input_type_ids"}:
+        return preprocessor  # a KerasLayer of another module
+    seq_length = getattr(preprocessor, "seq_length", None) or int(theirs["input_word_ids"].shape[1])
     try:
         native = BertPreprocessor(tokenizer=loaded.tokenizer(), seq_length=seq_length, name=preprocessor.name)
     except ValueError:  # the module records no tokenizer files this package reads

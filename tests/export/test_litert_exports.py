@@ -53,12 +53,38 @@ def test_a_keras_model_export_is_refused_with_what_to_do(modules):
     with pytest.raises(ExportError, match=r"records no kind of export: it is a SavedModel such as Keras' "
                        r"`model.export\(\)` writes.*export_classifier\(model, DIR, label_names\).*litert --model DIR"):
         export_litert(str(modules / "keras_export"), str(modules / "k.tflite"))
-    # The workflow of bert_keras.hub layers in a keras.Model, exported by export_classifier: its tokenizer is inside.
+    assert not (modules / "k.tflite").exists()
+
+
+def _workflow_model(modules, head):
+    """The README's TF Hub workflow: bert_keras.hub layers of a module pair in a keras.Model, `head` on pooled_output."""
     text = keras.layers.Input(shape=(), dtype=tf.string, name="text")
     pooled = hub.KerasLayer(str(modules / "modules" / "encoder"))(
-        hub.KerasLayer(str(modules / "modules" / "preprocess"))(text))
-    model = keras.Model(text, keras.layers.Dense(3, activation="softmax")(pooled["pooled_output"]))
+        hub.KerasLayer(str(modules / "modules" / "preprocess"))(text))["pooled_output"]
+    for layer in head:
+        pooled = layer(pooled)
+    model = keras.Model(text, pooled)
+    rng = np.random.default_rng(2)
+    for weight in model.weights:  # as fine-tuning moves them
+        weight.assign(weight.numpy() + rng.normal(scale=1.0, size=weight.shape).astype("float32"))
+    return model
+
+
+@pytest.mark.slow
+def test_the_hub_workflows_keras_model_exported_by_export_classifier_converts_and_answers_as_it_does(modules):
+    model = _workflow_model(modules, [keras.layers.Dropout(0.1), keras.layers.Dense(3, activation="softmax")])
     export_dir = export_classifier(model, str(modules / "workflow"), ["neg", "neu", "pos"])
-    with pytest.raises(ExportError, match=r"records no tokenizer: .*BertClassifier.from_checkpoint\(MODULES_DIR"):
-        export_litert(export_dir, str(modules / "w.tflite"))
-    assert not (modules / "k.tflite").exists() and not (modules / "w.tflite").exists()
+    path = export_litert(export_dir, str(modules / "workflow.tflite"))  # its export records the preprocess tokenizer
+    expected = np.asarray(model(tf.constant(TEXTS)))
+    np.testing.assert_allclose(load_classifier(export_dir, warm_up=False).predict_proba(TEXTS), expected, atol=1e-5)
+    np.testing.assert_allclose(load_litert(path).predict_proba(TEXTS), expected, atol=1e-5)
+    assert np.ptp(expected[:, 0]) > 1e-3
+    # A head BertClassifier cannot hold (two Dense layers) is served as it is: its export records no tokenizer.
+    other = _workflow_model(modules, [keras.layers.Dense(4), keras.layers.Dense(3, activation="softmax")])
+    other_dir = export_classifier(other, str(modules / "other"), ["neg", "neu", "pos"])
+    np.testing.assert_allclose(load_classifier(other_dir, warm_up=False).predict_proba(TEXTS),
+                               np.asarray(other(tf.constant(TEXTS))), atol=1e-5)
+    with pytest.raises(ExportError, match=r"records no tokenizer: .*more than one Dense layer.*"
+                       r"BertClassifier.from_checkpoint\(MODULES_DIR"):
+        export_litert(other_dir, str(modules / "other.tflite"))
+    assert not (modules / "other.tflite").exists()
