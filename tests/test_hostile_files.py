@@ -8,7 +8,6 @@ import errno
 import os
 import resource
 import socket
-import subprocess
 import sys
 import textwrap
 
@@ -20,6 +19,7 @@ from bert_keras._files import MARKER, OutputLockedError, claim_directory, remove
 from bert_keras.data.texts import LabelledText
 from bert_keras.training import claim_backup, finetune_classifier
 from bert_keras.training.backup import BACKUP_KIND
+from tests import forked
 
 ROWS = [("good movie", "pos"), ("bad movie", "neg")] * 4
 
@@ -232,10 +232,11 @@ def test_export_under_ulimit_f_exits_2_and_keeps_the_old_output(tmp_path):
             sys.exit(2)
     """)
     (tmp_path / "vocab.txt").write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + [f"w{i}" for i in range(35)]))
-    first = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    # Processes forked from one with TensorFlow imported (tests/forked.py): the limit stays in the child all the same.
+    first = forked.run([sys.executable, "-c", script], timeout=300)
     assert first.returncode == 0, first.stderr[-2000:]
     before = _tree(out)
-    second = subprocess.run([sys.executable, "-c", script, "overwrite"], capture_output=True, text=True, timeout=300)
+    second = forked.run([sys.executable, "-c", script, "overwrite"], timeout=300)
     assert second.returncode == 2, second.stderr[-2000:]
     assert f"OSError {errno.EFBIG}" in second.stderr and "file-size limit" in second.stderr
     assert _tree(out) == before

@@ -20,7 +20,7 @@ from bert_keras.checkpoints import CheckpointError, load_checkpoint
 from bert_keras.tasks.sentence_encoder import SentenceEncoder
 from bert_keras.tasks import BertClassifier
 from bert_keras.text.tokenizer import MAX_TOKEN_BYTES, load_vocabulary
-from tests import sentence_models
+from tests import forked, sentence_models
 from tests.checkpoints._models import hf_pretraining_model, save_hf_directory
 from tests.commands.test_hostile_commands import FIFO_MESSAGE, _without_waiting
 
@@ -146,8 +146,8 @@ def test_a_fifo_in_a_google_checkpoint_is_refused_without_waiting(tmp_path, suff
     source = os.path.join(folder, "bert_model.ckpt") if suffix == ".index" else folder
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     try:
-        done = subprocess.run([sys.executable, "-c", _LOAD, source], capture_output=True, text=True, timeout=120,
-                              cwd=root)
+        # Forked from a process with TensorFlow imported (tests/forked.py): the load's own work, not the imports.
+        done = forked.run([sys.executable, "-c", _LOAD, source], timeout=120, cwd=root)
     except subprocess.TimeoutExpired:
         pytest.fail(f"load_checkpoint waited on the FIFO {fifo}")
     assert done.stdout.startswith(f"{fifo}: it is a FIFO (named pipe), not a regular file"), done.stderr[-2000:]

@@ -69,13 +69,19 @@ def _early_stopped_run(backup_dir, interrupt=None):
     return model, history, stopping
 
 
+@pytest.fixture(scope="module")
+def uninterrupted_early_stopping(tmp_path_factory):
+    """The uninterrupted run both interruptions are compared with (seeded: the same run for each), made once:
+    `(history, best epoch, stopped epoch, final weights)`."""
+    model, straight, stopping = _early_stopped_run(str(tmp_path_factory.mktemp("straight") / "backup"))
+    return straight, stopping.best_epoch, stopping.stopped_epoch, [w.numpy() for w in model.weights]
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("interrupt", ["after the best epoch", "after the stop, before the best weights are restored"])
-def test_early_stopping_resumes_exactly(tmp_path, interrupt):
-    model, straight, stopping = _early_stopped_run(str(tmp_path / "straight"))
-    best, stopped = stopping.best_epoch, stopping.stopped_epoch
+def test_early_stopping_resumes_exactly(tmp_path, interrupt, uninterrupted_early_stopping):
+    straight, best, stopped, expected = uninterrupted_early_stopping
     assert 0 <= best < stopped < 9  # the scenario: training stopped early, after its best epoch
-    expected = [w.numpy() for w in model.weights]
 
     backup = str(tmp_path / "b")
     where = _InterruptAt(epoch=best + 1) if interrupt == "after the best epoch" else _InterruptAt(at_end=True)
