@@ -15,8 +15,9 @@ import pytest
 
 from bert_keras import BertEncoder
 from bert_keras._platform import loading
-from bert_keras.export import export_classifier
-from bert_keras.tasks import BertClassifier
+from bert_keras.export import export_classifier, export_reader, export_sentence_encoder
+from bert_keras.tasks import BertClassifier, BertSpanLabeler
+from bert_keras.tasks.sentence_encoder import SentenceEncoder
 from bert_keras.text import BertPreprocessor
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -25,13 +26,33 @@ VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "good", "bad", "movie", "
 HEAVY = ("keras", "tensorflow_text", "sklearn", "matplotlib", "IPython")
 
 
+def _encoder():
+    keras.utils.set_random_seed(3)
+    return BertEncoder(vocab_size=len(VOCAB), num_layers=1, hidden_size=8, num_heads=2, intermediate_size=16,
+                       max_sequence_length=16)
+
+
 @pytest.fixture(scope="module")
 def classifier_dir(tmp_path_factory):
-    keras.utils.set_random_seed(3)
-    encoder = BertEncoder(vocab_size=len(VOCAB), num_layers=1, hidden_size=8, num_heads=2, intermediate_size=16,
-                          max_sequence_length=16)
-    model = BertClassifier(encoder, num_classes=2, preprocessor=BertPreprocessor(VOCAB, seq_length=16), dropout=0.0)
+    model = BertClassifier(_encoder(), num_classes=2, preprocessor=BertPreprocessor(VOCAB, seq_length=16), dropout=0.0)
     return export_classifier(model, str(tmp_path_factory.mktemp("loader_imports") / "clf"), ["neg", "pos"])
+
+
+# Each loader with its first answer, and the export it reads.
+LOADERS = {
+    "load_reader": "predict('good', 'the movie was good')['answer']",
+    "load_sentence_encoder": "encode(['good movie']).shape[-1]",
+}
+
+
+@pytest.fixture(scope="module")
+def other_exports(tmp_path_factory):
+    root = tmp_path_factory.mktemp("loader_imports_others")
+    reader = BertSpanLabeler(_encoder(), preprocessor=BertPreprocessor(VOCAB, seq_length=16))
+    sentences = SentenceEncoder(_encoder(), preprocessor=BertPreprocessor(VOCAB, seq_length=16))
+    return {"load_reader": export_reader(reader, str(root / "reader"), seq_length=16, doc_stride=4,
+                                         max_question_length=4),
+            "load_sentence_encoder": export_sentence_encoder(sentences, str(root / "sentences"))}
 
 
 def _python(code):
@@ -51,6 +72,21 @@ def test_load_classifier_and_its_first_answer_import_no_keras(classifier_dir):
     )
     assert found[0] in ("neg", "pos")
     assert found[1] == [], f"loading a classifier export imported {found[1]}"
+
+
+@pytest.mark.parametrize("loader", sorted(LOADERS))
+def test_the_other_loaders_and_their_first_answers_import_no_keras(other_exports, loader):
+    found = _python(
+        "import json, sys\n"
+        f"from bert_keras.export import {loader}\n"
+        f"answer = {loader}({other_exports[loader]!r}).{LOADERS[loader]}\n"
+        f"print(json.dumps([str(answer), [name for name in {HEAVY!r} if name in sys.modules]]))\n"
+    )
+    if loader == "load_reader":  # an untrained reader: some span of the context
+        assert found[0] in "the movie was good", found
+    else:  # the encoder's hidden size, mean-pooled
+        assert found[0] == "8", found
+    assert found[1] == [], f"{loader} imported {found[1]}"
 
 
 def test_keras_and_tensorflow_text_imported_after_a_load_are_whole(classifier_dir):
