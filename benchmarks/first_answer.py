@@ -256,7 +256,8 @@ def main():
         "# First answer: every kind of export against transformers",
         "",
         f"`TF_CPP_MIN_LOG_LEVEL=2 python benchmarks/first_answer.py --rounds {args.rounds}"
-        f"{f' --before {args.before}' if args.before else ''}`; "
+        f"{f' --before {args.before}' if args.before else ''}"
+        f"{' --kinds ' + ' '.join(repr(kind) if ' ' in kind else kind for kind in args.kinds) if args.kinds else ''}`; "
         f"{serving.cpu_description()}; 1-minute load average {load_before:.1f} before the run, {load_after:.1f} "
         f"after it. Wall time from a fresh process's start to its printed answer (imports, load, one text) and to "
         f"its end (the interpreter's teardown too); median (min-max) of {args.rounds} rounds, the contenders "
