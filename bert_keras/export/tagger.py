@@ -18,18 +18,19 @@ from bert_keras._checks import check_int
 from bert_keras.dtypes import check_compute_dtype, compute_dtype
 from bert_keras.export import warmup
 from bert_keras.export._serving import WINDOWS_PER_CALL, XLA_LENGTHS, bucket, in_chunks, pad_to, trim_padding
-from bert_keras.export._writer import ids_endpoints, output_names, tokenizer_kind, write_export
 from bert_keras.export.entity_groups import AGGREGATIONS, check_aggregation
 # OUTPUTS: what `serving_default` returns; a directory whose signature lacks one of these is not a tagger export.
 from bert_keras.export.kinds.tagger import OUTPUTS, TaggerAnswers, piece_rows
 from bert_keras.export.loaded import LoadedExport
 from bert_keras.export.manifest import TAGGER
-from bert_keras.text.alignment import join_words
-from bert_keras.text.kinds import TOKENIZER_KINDS, kind_of_pieces
-from bert_keras.text.windows import check_stride, max_context, piece_windows
-from bert_keras.text.packer import pack_inputs
+# The kinds of tokenizer whose pieces the loader makes words of (those of text.kinds.TOKENIZER_KINDS), in plain Python.
+from bert_keras.text.decoding import DECODINGS
 
 logger = logging.getLogger(__name__)
+
+# The writer's graph (windows, packing, the writer: tensorflow-text and Keras) is imported in the functions that build
+# it, where an export is written or a model scored: loading an export imports none of it
+# (tests/export/test_loader_imports.py).
 
 # The endpoint that returns how the pieces make words: the tokenizer's kind, its unknown token and (WordPiece) the
 # prefix of continuing pieces. An export written before it records them only in assets.extra/labels.json.
@@ -43,6 +44,9 @@ _PROBE = f"{_PROBE_UNKNOWN} a aaaaaaaaaaaaaaaa"
 
 def _check_tagger(model):
     """The model's tokenizer (offsets come from it); a `ValueError` for a model export_tagger cannot serve."""
+    from bert_keras.export._writer import tokenizer_kind  # the writer's: see above
+
+
     preprocessor = getattr(model, "preprocessor", None)
     tokenizer = getattr(preprocessor, "tokenizer", None)
     outputs = getattr(model, "outputs", None) or [None]
@@ -75,6 +79,9 @@ def _check_tagger(model):
 
 def _tag_pieces(model, tokenizer, vocabulary, texts, stride, xla, windows_per_call=WINDOWS_PER_CALL):
     """`serving_default`'s computation: texts -> the dict of `OUTPUTS`, `(batch, entries)` each (see export_tagger)."""
+    from bert_keras.text.windows import max_context, piece_windows  # the writer's graph: see above
+
+
     window = model.preprocessor.seq_length - 2
     ids, starts, ends = (x.merge_dims(1, 2) for x in tokenizer.tokenize_with_char_offsets(texts))  # (batch, (pieces))
     text, index, first, last = piece_windows(ids.row_lengths(), window, window - stride)
@@ -114,6 +121,9 @@ def _entry_scores(model, tokenizer, window_ids, length, xla, windows_per_call):
     are one call's, however long the text, and each call keeps only its
     entries' probabilities.
     """
+    from bert_keras.text.packer import pack_inputs  # the writer's graph: see above
+
+
     count = window_ids.nrows()  # int64
     single = tf.equal(count, 1)
 
@@ -216,6 +226,10 @@ def export_tagger(model, export_dir, tag_names=None, overwrite=False, extra_asse
     Returns:
         `export_dir`.
     """
+    from bert_keras.export._writer import output_names  # the writer's: see above
+    from bert_keras.text.windows import check_stride
+
+
     export_dir = os.fspath(export_dir)
     check_compute_dtype(dtype)
     check_aggregation(aggregation)
@@ -234,6 +248,8 @@ def export_tagger(model, export_dir, tag_names=None, overwrite=False, extra_asse
 
 
 def _write_export(model, tokenizer, export_dir, tag_names, overwrite, extra_assets, dtype, stride, xla, aggregation):
+    from bert_keras.export._writer import ids_endpoints, tokenizer_kind, write_export  # the writer's: see above
+
     names, vocabulary = tf.constant(tag_names), tf.constant(list(tokenizer.vocabulary))
     compiled = tf.function(model.serving_outputs, jit_compile=True, reduce_retracing=True) if xla else None
     signature = [tf.TensorSpec([None], tf.string, name="text")]
@@ -277,6 +293,9 @@ def serving_pieces(model, stride=None):
     F1 of the path its export serves (the same windows, the same reading of
     each piece's primary copy).
     """
+    from bert_keras.text.windows import check_stride  # the writer's graph: see above
+
+
     tokenizer = _check_tagger(model)
     stride = check_stride(stride, model.preprocessor.seq_length)
     vocabulary = tf.constant(list(tokenizer.vocabulary))
@@ -307,6 +326,9 @@ def sentence_tags(tag_pieces, sentences, tag_names, batch_size=32):
     (`serving_pieces`): a fine-tune's test score and `bert-keras evaluate`
     read the tags one way.
     """
+    from bert_keras.text.alignment import join_words  # tensorflow-text: see above (reports, not answers)
+
+
     joined = [join_words(words) for words in sentences]
     pieces = tag_pieces([text for text, _, _ in joined], batch_size=batch_size)
     return [word_tags(piece, starts, tag_names) for piece, (_, starts, _) in zip(pieces, joined)]
@@ -369,9 +391,9 @@ class ExportedTagger(TaggerAnswers, LoadedExport):
         where = f"The manifest of {self.export_dir}"
         recorded = self._recorded_decoding()
         kind = recorded["tokenizer"] or "wordpiece"  # written before the family: none recorded, WordPiece
-        if kind not in TOKENIZER_KINDS:
+        if kind not in DECODINGS:
             raise ValueError(f"{where} records a tokenizer of kind {kind!r}; this version of bert_keras reads "
-                             f"{', '.join(TOKENIZER_KINDS)}. Export the tagger again with it.")
+                             f"{', '.join(DECODINGS)}. Export the tagger again with it.")
         if hasattr(self._saved, DECODING_ENDPOINT):
             decoding = {name: value.numpy().decode("utf-8")
                         for name, value in getattr(self._saved, DECODING_ENDPOINT)().items()}
@@ -418,6 +440,9 @@ class ExportedTagger(TaggerAnswers, LoadedExport):
         token; a WordPiece piece longer than its characters begins with the
         prefix of continuing pieces. A field the probe cannot show is left out.
         """
+        from bert_keras.text.kinds import kind_of_pieces  # every tokenizer class (Keras): older exports only
+
+
         pieces = self.tag_pieces([_PROBE])[0]
         tokens = pieces["tokens"]
         spans = [_PROBE[start:end] for start, end in zip(pieces["char_starts"], pieces["char_ends"])]

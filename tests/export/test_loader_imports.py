@@ -15,8 +15,8 @@ import pytest
 
 from bert_keras import BertEncoder
 from bert_keras._platform import loading
-from bert_keras.export import export_classifier, export_reader, export_sentence_encoder
-from bert_keras.tasks import BertClassifier, BertSpanLabeler
+from bert_keras.export import export_classifier, export_reader, export_sentence_encoder, export_tagger
+from bert_keras.tasks import BertClassifier, BertSpanLabeler, BertTokenClassifier
 from bert_keras.tasks.sentence_encoder import SentenceEncoder
 from bert_keras.text import BertPreprocessor
 
@@ -42,6 +42,7 @@ def classifier_dir(tmp_path_factory):
 LOADERS = {
     "load_reader": "predict('good', 'the movie was good')['answer']",
     "load_sentence_encoder": "encode(['good movie']).shape[-1]",
+    "load_tagger": "predict('good movie')",
 }
 
 
@@ -50,9 +51,11 @@ def other_exports(tmp_path_factory):
     root = tmp_path_factory.mktemp("loader_imports_others")
     reader = BertSpanLabeler(_encoder(), preprocessor=BertPreprocessor(VOCAB, seq_length=16))
     sentences = SentenceEncoder(_encoder(), preprocessor=BertPreprocessor(VOCAB, seq_length=16))
+    tagger = BertTokenClassifier(_encoder(), num_classes=3, preprocessor=BertPreprocessor(VOCAB, seq_length=16))
     return {"load_reader": export_reader(reader, str(root / "reader"), seq_length=16, doc_stride=4,
                                          max_question_length=4),
-            "load_sentence_encoder": export_sentence_encoder(sentences, str(root / "sentences"))}
+            "load_sentence_encoder": export_sentence_encoder(sentences, str(root / "sentences")),
+            "load_tagger": export_tagger(tagger, str(root / "tagger"), ["O", "B-x", "I-x"])}
 
 
 def _python(code):
@@ -84,6 +87,8 @@ def test_the_other_loaders_and_their_first_answers_import_no_keras(other_exports
     )
     if loader == "load_reader":  # an untrained reader: some span of the context
         assert found[0] in "the movie was good", found
+    elif loader == "load_tagger":  # an untrained tagger: a list of entities (dicts), maybe none
+        assert found[0].startswith("["), found
     else:  # the encoder's hidden size, mean-pooled
         assert found[0] == "8", found
     assert found[1] == [], f"{loader} imported {found[1]}"
