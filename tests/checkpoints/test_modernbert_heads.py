@@ -75,14 +75,22 @@ def test_a_token_classifier_reads_its_head_and_gives_transformers_logits(tagger_
     assert BertTokenClassifier.from_config(tagger.get_config()).classifier_head.transform.options() == transform.options()
 
 
-@pytest.mark.slow  # an export and its load
-@pytest.mark.parametrize("aggregation", ["none", "simple", "first"])
-def test_an_imported_tagger_s_export_gives_the_pipeline_s_entities(tagger_folder, tmp_path, aggregation):
+@pytest.fixture(scope="module")
+def tagger_export(tagger_folder, tmp_path_factory):
+    """The folder's tagger exported and loaded, once per folder: each aggregation's test reads the same export (it
+    was exported and loaded again for each)."""
     from bert_keras.export import export_tagger, load_tagger
 
-    model, folder = tagger_folder
+    _, folder = tagger_folder
     tagger = BertTokenClassifier.from_checkpoint(str(folder), seq_length=SEQ)
-    loaded = load_tagger(export_tagger(tagger, str(tmp_path / "tagger"), tag_names=TAGS))
+    return load_tagger(export_tagger(tagger, str(tmp_path_factory.mktemp("modernbert_export") / "tagger"), tag_names=TAGS))
+
+
+@pytest.mark.slow  # an export and its load
+@pytest.mark.parametrize("aggregation", ["none", "simple", "first"])
+def test_an_imported_tagger_s_export_gives_the_pipeline_s_entities(tagger_folder, tagger_export, aggregation):
+    model, folder = tagger_folder
+    loaded = tagger_export
     pipe = transformers.pipeline("token-classification", model=model,
                                  tokenizer=transformers.AutoTokenizer.from_pretrained(str(folder)),
                                  aggregation_strategy=aggregation)
