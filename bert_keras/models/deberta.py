@@ -4,8 +4,7 @@ import keras
 
 from bert_keras._checks import check_choice, check_int, check_positive_float, check_positive_int, check_rate
 from bert_keras._contract import INPUT_KEYS
-from bert_keras.encoder import _check_inputs
-from bert_keras.formats import CheckpointError, build_and_load, read_checkpoint
+from bert_keras.encoder import EncoderModel
 from bert_keras.layers import (
     DebertaBlock,
     DebertaEmbeddings,
@@ -18,7 +17,7 @@ from bert_keras.layers.relative_positions import REL_NORMS
 
 
 @keras.saving.register_keras_serializable(package="bert_keras")
-class DebertaV3Encoder(keras.Model):
+class DebertaV3Encoder(EncoderModel):
     """The DeBERTa-v3 encoder with TF Hub's inputs and outputs.
 
     Word embeddings with a LayerNorm (no absolute positions unless
@@ -100,6 +99,8 @@ class DebertaV3Encoder(keras.Model):
     ((1, 5, 16), (1, 16))
     """
 
+    encoder_kind = "deberta"
+
     def __init__(self, vocab_size, num_layers, hidden_size, num_heads, intermediate_size, activation="gelu",
                  max_sequence_length=512, position_biased_input=False, type_vocab_size=0, embedding_size=None,
                  position_buckets=256, max_relative_positions=512, position_attention=("p2c", "c2p"),
@@ -162,10 +163,7 @@ class DebertaV3Encoder(keras.Model):
         pooled_output = x[:, 0, :]  # (batch, hidden): the first token, or the ContextPooler's dense on it
         if pooler is not None:
             pooled_output = pooler(pooled_output)
-        outputs = {"sequence_output": x, "pooled_output": pooled_output, "encoder_outputs": encoder_outputs,
-                   "default": pooled_output}
-        if return_attention_probs:
-            outputs["attention_probs"] = attention_probs
+        outputs = self.hub_outputs(x, pooled_output, encoder_outputs, attention_probs if return_attention_probs else None)
         super().__init__(inputs=inputs, outputs=outputs, dtype=dtype, **kwargs)
 
         # === Config ===
@@ -196,37 +194,8 @@ class DebertaV3Encoder(keras.Model):
         self.relative_position_buckets = relative_buckets
         self.transformer_layers = blocks
 
-    @classmethod
-    def from_checkpoint(cls, path, *, dtype=None):
-        """Loads the encoder from a folder transformers saved (`DebertaV2Model`, `DebertaV2ForSequenceClassification`, ...).
-
-        Args:
-            path: str. The folder (config.json with `model_type: deberta-v2`, model.safetensors).
-            dtype: optional dtype policy of the encoder.
-
-        Returns:
-            The `DebertaV3Encoder`.
-        """
-        weights = read_checkpoint(path, with_heads=False)
-        if weights.encoder_kind != "deberta":
-            raise CheckpointError(path, None, f"is a {weights.encoder_kind!r} checkpoint, not DeBERTa; read it "
-                                  "with bert_keras.load_pretrained.")
-        return build_and_load(weights, lambda config: {"encoder": cls(**config, dtype=dtype)})["encoder"]
-
-    def __call__(self, inputs, *args, **kwargs):
-        return super().__call__(_check_inputs(inputs), *args, **kwargs)
-
     def get_config(self):
-        return {
-            "name": self.name,
-            "trainable": self.trainable,
-            "dtype": keras.dtype_policies.serialize(self.dtype_policy),
-            "vocab_size": self.vocab_size,
-            "num_layers": self.num_layers,
-            "hidden_size": self.hidden_size,
-            "num_heads": self.num_heads,
-            "intermediate_size": self.intermediate_size,
-            "activation": serialize_activation(self.activation),
+        return self.shared_config(**{
             "max_sequence_length": self.max_sequence_length,
             "position_biased_input": self.position_biased_input,
             "type_vocab_size": self.type_vocab_size,
@@ -243,11 +212,4 @@ class DebertaV3Encoder(keras.Model):
             "pooler_activation": (None if self.pooler_activation is None
                                   else serialize_activation(self.pooler_activation)),
             "return_attention_probs": self.return_attention_probs,
-        }
-
-    @classmethod
-    def from_config(cls, config):
-        config = dict(config)
-        if isinstance(config.get("dtype"), dict):
-            config["dtype"] = keras.dtype_policies.deserialize(config["dtype"])
-        return cls(**config)
+        })
