@@ -188,7 +188,7 @@ def _commit():
 TITLE = "# Encode speed of the three families: ours against transformers on torch"
 
 
-def write_table(results, args, load_before, path):
+def write_table(results, args, load_before, commit_before, path):
     """The run's section, put on top of the sections of earlier runs already in `path`."""
     import tensorflow as tf
     import torch
@@ -196,7 +196,8 @@ def write_table(results, args, load_before, path):
 
     families = " ".join(args.families)
     lines = [
-        f"## Run of {time.strftime('%Y-%m-%d %H:%M', time.gmtime())} UTC at commit {_commit()}",
+        f"## Run of {time.strftime('%Y-%m-%d %H:%M', time.gmtime())} UTC at commit {commit_before}"
+        + ("" if _commit() == commit_before else f" (at its end: {_commit()}; the tree is shared)"),
         "",
         f"Command: `TF_CPP_MIN_LOG_LEVEL=2 PYTHONPATH=. python benchmarks/family_encode.py --rounds {args.rounds} "
         f"--repeats {args.repeats}" + ("" if list(args.families) == list(FAMILIES) else f" --families {families}") +
@@ -258,7 +259,7 @@ def main():
     args = parser.parse_args()
     if args.worker:
         return worker(args)
-    load_before = _load_average()
+    load_before, commit_before = _load_average(), _commit()
     tweets = _tweets()
     root = tempfile.mkdtemp(prefix="family_encode_")
     results = {}
@@ -279,7 +280,7 @@ def main():
         rows["diff"] = float(np.abs(np.array(rows["ours"][0]["embeddings"]) -
                                     np.array(rows["transformers"][0]["embeddings"])).max())
         results[family] = rows
-    write_table(results, args, load_before, args.output)
+    write_table(results, args, load_before, commit_before, args.output)
     print(f"Wrote {args.output}")
 
 
