@@ -189,7 +189,8 @@ def tagger_folder(tmp_path_factory, tokenizer_folder):
     return _folder(tmp_path_factory, tokenizer_folder, "DebertaV2ForTokenClassification", TAGS, scale=0.3)
 
 
-@pytest.mark.parametrize("aggregation", ["none", "simple", "first", "max", "average"])
+@pytest.mark.parametrize("aggregation", ["first"] + [pytest.param(name, marks=pytest.mark.slow)  # an export each
+                                                     for name in ("none", "simple", "max", "average")])
 def test_an_imported_tagger_s_export_gives_the_pipeline_s_entities(tagger_folder, texts, tmp_path, aggregation):
     from bert_keras.export import export_tagger, load_tagger
     from bert_keras.tasks import BertTokenClassifier

@@ -77,6 +77,7 @@ def test_load_classifier_and_its_first_answer_import_no_keras(classifier_dir):
     assert found[1] == [], f"loading a classifier export imported {found[1]}"
 
 
+@pytest.mark.slow  # three exports and three fresh processes; the classifier's test keeps the fast loop's check
 @pytest.mark.parametrize("loader", sorted(LOADERS))
 def test_the_other_loaders_and_their_first_answers_import_no_keras(other_exports, loader):
     found = _python(

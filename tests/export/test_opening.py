@@ -13,6 +13,7 @@ from bert_keras.export import opening
 from bert_keras.export.manifest import ExportError
 
 pytest.importorskip("ai_edge_litert")
+pytestmark = pytest.mark.slow  # two exports and their LiteRT conversions (about 30 s) before any test
 
 VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "good", "bad", "day", "city", "love", "the", "!", ","] + [
     chr(c) for c in range(ord("a"), ord("z") + 1)]
@@ -128,7 +129,6 @@ def _cli(*args):
     return subprocess.run([sys.executable, "-m", "bert_keras.cli", *args], capture_output=True, text=True)
 
 
-@pytest.mark.slow
 def test_the_commands_take_a_file_wherever_they_take_its_directory(exports, tmp_path):
     directory, path = exports["sentence_encoder"]
     for model, name in ((directory, "saved.npy"), (path, "lite.npy")):

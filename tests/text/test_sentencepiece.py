@@ -307,6 +307,7 @@ def _tf_text_pieces(proto, texts):
     return tf_text.SentencepieceTokenizer(model=proto, out_type=tf.string).tokenize(tokenizer.preprocess(texts))
 
 
+@pytest.mark.slow  # the whole text's search on thousands of tweets (36 s)
 def test_word_by_word_equals_the_whole_text_search(proto, tweets):
     segmenter = UnigramSegmenter(proto)
     assert segmenter._by_words
