@@ -189,17 +189,22 @@ def tagger_folder(tmp_path_factory, tokenizer_folder):
     return _folder(tmp_path_factory, tokenizer_folder, "DebertaV2ForTokenClassification", TAGS, scale=0.3)
 
 
-@pytest.mark.parametrize("aggregation", ["first"] + [pytest.param(name, marks=pytest.mark.slow)  # an export each
-                                                     for name in ("none", "simple", "max", "average")])
-def test_an_imported_tagger_s_export_gives_the_pipeline_s_entities(tagger_folder, texts, tmp_path, aggregation):
+@pytest.fixture(scope="module")
+def tagger_export(tagger_folder, tmp_path_factory):
+    """(transformers' model, folder, the loaded export of its BertTokenClassifier): one export for every aggregation."""
     from bert_keras.export import export_tagger, load_tagger
     from bert_keras.tasks import BertTokenClassifier
 
     model, folder = tagger_folder
     tagger = BertTokenClassifier.from_checkpoint(folder, seq_length=SEQ)
     assert tagger.label_names == TAGS
-    export_dir = export_tagger(tagger, str(tmp_path / "tagger"), tag_names=TAGS)
-    loaded = load_tagger(export_dir)
+    export_dir = export_tagger(tagger, str(tmp_path_factory.mktemp("deberta_tagger") / "tagger"), tag_names=TAGS)
+    return model, folder, load_tagger(export_dir)
+
+
+@pytest.mark.parametrize("aggregation", ["none", "simple", "first", "max", "average"])
+def test_an_imported_tagger_s_export_gives_the_pipeline_s_entities(tagger_export, texts, aggregation):
+    model, folder, loaded = tagger_export
     fitting = [text for text, row in zip(texts, reference(folder).encode_batch(texts, add_special_tokens=False))
                if 0 < len(row.ids) <= SEQ - 2 and "[" not in text and not _offsets_differ(text)]
     pipe = transformers.pipeline("token-classification", model=model,
