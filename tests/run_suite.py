@@ -323,6 +323,26 @@ def write_profile(measured, path=PROFILE):
     os.replace(temporary, path)
 
 
+def failure_excerpt(output, lines=50):
+    """What a failed group's log says of its failures: the end of pytest's failure reports (at most `lines`
+    lines: each report ends with its error) and its short test summary; the log's last `lines` lines where it
+    has neither (a group that crashed or failed before its tests)."""
+    text = output.splitlines()
+    sections = [i for i, line in enumerate(text) if re.match(r"=+ .+ =+$", line)]
+
+    def section(title):
+        start = next((i for i in sections if title in text[i]), None)
+        if start is None:
+            return []
+        end = next((i for i in sections if i > start), len(text))
+        return text[start:end]
+
+    reports, summary = section(" FAILURES ") + section(" ERRORS "), section("short test summary info")
+    if not reports and not summary:
+        return "\n".join(text[-lines:])
+    return "\n".join(reports[-lines:] + summary)
+
+
 def main(arguments):
     jobs = 2 if (os.cpu_count() or 1) > 1 else 1
     record = fresh = False
@@ -378,12 +398,13 @@ def main(arguments):
             for word, number in summary_counts(output).items():
                 totals[word] = totals.get(word, 0) + number
             if status not in (0, NO_TESTS):
-                failed_groups.append((run.group, status))
+                failed_groups.append((run.group, status, failure_excerpt(output)))
         time.sleep(0.5)
     shutil.rmtree(output_directory, ignore_errors=True)
     minutes, seconds = divmod(int(time.time() - started), 60)
-    for group, status in failed_groups:
-        print(f"FAILED GROUP (exit {status}): {group}")
+    # Repeated at the end, where a log cut to its tail (CI's) still shows what failed and why.
+    for group, status, excerpt in failed_groups:
+        print(f"FAILED GROUP (exit {status}): {group}\n{excerpt}")
     print(f"suite: {total_groups} pytest runs, up to {jobs} at a time, in {minutes} min {seconds} s; "
           f"peak {_gigabytes(peak)} in all test processes together")
     failed = totals.get("failed", 0) + totals.get("errors", 0)

@@ -62,6 +62,21 @@ def test_summary_counts_reads_the_last_summary_line():
     assert run_suite.summary_counts("no tests ran in 0.01s") == {}
 
 
+def test_a_failed_groups_excerpt_keeps_the_error_and_the_summary_and_leaves_out_the_rest():
+    report = [f"line {i} of the test's source" for i in range(80)] + ["E       assert 1 == 2", "x.py:2: AssertionError"]
+    output = "\n".join(["collected 2 items", "x.py F.", "=" * 10 + " FAILURES " + "=" * 10, "___ test_a ___", *report,
+                         "=" * 10 + " slowest 25 durations " + "=" * 10, "12.00s call x.py::test_a",
+                         "=" * 10 + " short test summary info " + "=" * 10, "FAILED x.py::test_a - assert 1 == 2",
+                         "=" * 10 + " 1 failed, 1 passed in 12.1s " + "=" * 10])
+    excerpt = run_suite.failure_excerpt(output, lines=20).splitlines()
+    assert excerpt[-4:] == ["E       assert 1 == 2", "x.py:2: AssertionError", "=" * 10 + " short test summary info " + "=" * 10,
+                            "FAILED x.py::test_a - assert 1 == 2"]
+    assert len(excerpt) == 20 + 2 and "12.00s call x.py::test_a" not in excerpt and "line 0 of the test's source" not in excerpt
+    crashed = "\n".join(f"line {i}" for i in range(100)) + "\nFatal Python error: Segmentation fault"
+    assert run_suite.failure_excerpt(crashed, lines=5).splitlines() == ["line 96", "line 97", "line 98", "line 99",
+                                                                        "Fatal Python error: Segmentation fault"]
+
+
 def test_tree_rss_counts_the_children():
     size = 200 * 2 ** 20
     child = subprocess.Popen([sys.executable, "-c", f"import sys, time; b = bytearray({size}); b[::4096] = bytes(len(b[::4096])); "
