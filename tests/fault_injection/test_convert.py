@@ -33,7 +33,7 @@ def test_two_converts_into_one_out_one_wins_the_other_refuses(concurrent_convert
     assert entries(os.path.dirname(out)) == ["modules"]
     assert output_state(out, "module_pair") == "complete"
     assert reference_outputs["pooled_output"].shape == (len(TEXTS), 16)  # it loads and runs: the other tests' reference
-    how = "refused: another process is writing" if locked else "refused after: already exists"
+    how = "refused: another process is writing" if locked else "refused after: already holds an output"
     fault_table.append(["convert, twice at once into one --out", "(no kill)", f"one whole pair ({watcher.seen} looks while "
                         "they ran, none at half a pair)", f"one exit 0, one exit 2 ({how})", "(this is the reference)"])
 
