@@ -19,6 +19,17 @@ def fuzz_settings():
     )
 
 
+def ids_per_row(ragged):
+    """Each row's values of a ragged tensor of any depth, flattened, as Python lists: `[sum(row, []) for row in
+    ragged.to_list()]` for `(texts, words, pieces)`, read from the row splits with numpy. `to_list()` builds every
+    row's nested lists one by one: 20,000 tweets took it 40 s, this a fraction of a second."""
+    values = ragged.flat_values.numpy().tolist()
+    splits = ragged.row_splits.numpy()
+    for inner in ragged.nested_row_splits[1:]:
+        splits = inner.numpy()[splits]
+    return [values[start:end] for start, end in zip(splits[:-1].tolist(), splits[1:].tolist())]
+
+
 def hub_inputs(lengths, seq, vocab_size, seed=0, rng=None, min_id=1, first_id=None, segment_b_from=None):
     """The Hub input dict for rows of `lengths` real tokens (padding after), the one builder the tests share.
 

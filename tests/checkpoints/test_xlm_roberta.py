@@ -22,6 +22,7 @@ from bert_keras.tasks import BertClassifier, BertSpanLabeler, BertTokenClassifie
 from bert_keras.text.folders import read_folder
 from bert_keras.text.unigram_tokenizer import UnigramTokenizer
 from tests.checkpoints._models import max_diff, perturb_torch
+from tests.helpers import ids_per_row
 from tests.test_family_workflows import ACCENTED, mean_pool, tweets, unigram_reference  # noqa: F401 (a fixture)
 from tests.test_family_workflows import write_unigram_tokenizer
 from tests.text.test_tokenizer_json import EDGE_CASES as TOKENIZER_EDGE_CASES
@@ -91,7 +92,7 @@ def texts(tweets):  # noqa: F811
 
 def _differences(folder, texts):
     ours = read_folder(folder, "unigram").build()
-    ids = [sum(row, []) for row in ours.tokenize(tf.constant(texts)).to_list()]
+    ids = ids_per_row(ours.tokenize(tf.constant(texts)))
     expected = [e.ids for e in unigram_reference(folder).encode_batch(texts, add_special_tokens=False)]
     return [text for text, a, b in zip(texts, ids, expected) if a != b]
 

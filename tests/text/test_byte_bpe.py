@@ -13,6 +13,7 @@ from bert_keras.text import BertPreprocessor, BytePairTokenizer
 from bert_keras.text import _family_tables as tables
 from bert_keras.text.byte_bpe import bytes_to_unicode
 from bert_keras.text.packer import pack_inputs
+from tests.helpers import ids_per_row
 
 tokenizers = pytest.importorskip("tokenizers")
 transformers = pytest.importorskip("transformers")
@@ -52,7 +53,7 @@ def reference(folder):
 
 def _flat(tokenizer, texts):
     ids, starts, ends = tokenizer.tokenize_with_char_offsets(tf.constant(texts))
-    ids, starts, ends = (x.merge_dims(1, 2).to_list() for x in (ids, starts, ends))
+    ids, starts, ends = (ids_per_row(x) for x in (ids, starts, ends))
     return ids, [list(zip(s, e)) for s, e in zip(starts, ends)]
 
 

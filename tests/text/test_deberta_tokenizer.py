@@ -14,6 +14,7 @@ from bert_keras.text import DebertaV3Tokenizer
 from bert_keras.text.base import TokenizerFileError
 from bert_keras.text.deberta_tokenizer import deberta_unigram_arguments, preprocess_deberta_text
 from bert_keras.text.folders import read_folder
+from tests.helpers import ids_per_row
 from tests.test_family_workflows import ACCENTED, tweets  # noqa: F401 (a fixture)
 from tests.text.deberta_tokenizers import write_deberta_tokenizer
 
@@ -46,7 +47,7 @@ def differences(folder, texts, batch=1000):
     ours = read_folder(folder, "deberta_unigram").build()
     ids = []
     for start in range(0, len(texts), batch):
-        ids += [sum(row, []) for row in ours.tokenize(tf.constant(texts[start:start + batch])).to_list()]
+        ids += ids_per_row(ours.tokenize(tf.constant(texts[start:start + batch])))
     expected = [e.ids for e in reference(folder).encode_batch(texts, add_special_tokens=False)]
     return [text for text, a, b in zip(texts, ids, expected) if a != b]
 
@@ -105,7 +106,7 @@ def test_offsets_equal_the_tokenizers_library_s(folder, tweets):  # noqa: F811
     tokenizer = read_folder(folder, "deberta_unigram").build()
     texts = tweets[-200:] + ["a   b", "a\t b", " b", "Héllo wörld 😀"]
     _, starts, ends = tokenizer.tokenize_with_char_offsets(tf.constant(texts))
-    ours = [list(zip(sum(first, []), sum(end, []))) for first, end in zip(starts.to_list(), ends.to_list())]
+    ours = [list(zip(first, end)) for first, end in zip(ids_per_row(starts), ids_per_row(ends))]
     expected = [e.offsets for e in reference(folder).encode_batch(texts, add_special_tokens=False)]
     assert [text for text, a, b in zip(texts, ours, expected) if a != b] == []
 
@@ -119,7 +120,7 @@ def test_a_folder_of_spm_model_alone_gives_the_same_ids(tmp_path, folder, tweets
     tokenizer = found.build()
     assert (tokenizer.vocabulary_size(), tokenizer.mask_id, tokenizer.cls_id) == (601, 600, 1)
     texts = tweets[-300:] + [text for text in EDGE_CASES if "[" not in text]
-    ids = [sum(row, []) for row in tokenizer.tokenize(tf.constant(texts)).to_list()]
+    ids = ids_per_row(tokenizer.tokenize(tf.constant(texts)))
     expected = [e.ids for e in reference(folder).encode_batch(texts, add_special_tokens=False)]
     assert [text for text, a, b in zip(texts, ids, expected) if a != b] == []
 

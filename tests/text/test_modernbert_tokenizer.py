@@ -9,6 +9,7 @@ from bert_keras.text import BertPreprocessor
 from bert_keras.text.folders import tokenizer_from_folder
 from bert_keras.text.modernbert_tokenizer import ModernBertTokenizer
 from tests.checkpoints.test_modernbert import save_modernbert_tokenizer
+from tests.helpers import ids_per_row
 
 tokenizers = pytest.importorskip("tokenizers")
 
@@ -38,7 +39,7 @@ def reference(folder):
 
 def _ids(tokenizer, texts):
     """Our ids without special tokens, one flat list per text."""
-    return [sum(words, []) for words in tokenizer(tf.constant(texts)).to_list()]
+    return ids_per_row(tokenizer(tf.constant(texts)))
 
 
 def test_the_folder_gives_modernberts_specials_normalizer_and_packing(tokenizer, reference):

@@ -23,6 +23,7 @@ import tensorflow_text as tf_text
 from bert_keras.text import BertPreprocessor, SentencePieceTokenizer
 from bert_keras.text.sentencepiece import _ends_with
 from bert_keras.text.unigram import UnigramSegmenter, _varint, read_pieces
+from tests.helpers import ids_per_row
 
 spm = pytest.importorskip("sentencepiece")
 
@@ -67,7 +68,7 @@ def tokenizer(proto):
 
 
 def _ids(tokenizer, texts):
-    return [sum(row, []) for row in tokenizer.tokenize(tf.constant(texts)).to_list()]
+    return ids_per_row(tokenizer.tokenize(tf.constant(texts)))
 
 
 def _differences(tokenizer, reference, texts, **options):
@@ -170,7 +171,7 @@ def test_char_offsets(tokenizer, reference, tweets):
     assert spans == [("▁hello", "Héllo"), ("▁", ""), ('"', "``"), ("world", "World"), ('"', "''"), ("▁fine", "ﬁne")]
     # On tweets: every piece's span, preprocessed, holds the piece (without its "▁").
     texts = tweets[-300:] + EDGE_CASES
-    ids, starts, ends = (x.merge_dims(1, 2).to_list() for x in tokenizer.tokenize_with_char_offsets(texts))
+    ids, starts, ends = (ids_per_row(x) for x in tokenizer.tokenize_with_char_offsets(texts))
     checked = 0
     for text, row_ids, row_starts, row_ends in zip(texts, ids, starts, ends):
         for i, s, e in zip(row_ids, row_starts, row_ends):
@@ -340,5 +341,5 @@ def test_models_whose_words_cannot_be_searched_apart_are_searched_whole(tweets):
     assert not UnigramSegmenter(_train_small(lines), float64=True)._by_words
     tokenizer, reference = SentencePieceTokenizer(joined), spm.SentencePieceProcessor(model_proto=joined)
     texts = ["a b", "ta bat", "300,000 miles"] + lines[-50:]
-    ours = [sum(row, []) for row in tokenizer.tokenize(tf.constant(texts)).to_list()]
+    ours = ids_per_row(tokenizer.tokenize(tf.constant(texts)))
     assert ours == [reference.encode(" ".join(t.split())) for t in texts]
