@@ -55,16 +55,16 @@ def litert_module(saved, manifest, vocabulary, carried):
             # which the converter, saving this module first, would carry as ops no LiteRT runtime has.
             self.weights = list(saved.variables)
 
-        @tf.function(input_signature=IDS_SIGNATURE)
+        @tf.function(input_signature=IDS_SIGNATURE, autograph=False)
         def serve_ids(self, input_word_ids, input_mask, input_type_ids):
             outputs = run_ids(input_word_ids=input_word_ids, input_mask=input_mask, input_type_ids=input_type_ids)
             return {name: outputs[name] for name in OUTPUTS[kind]}
 
-        @tf.function(input_signature=[tf.TensorSpec([None], tf.int32, name="unused")])
+        @tf.function(input_signature=[tf.TensorSpec([None], tf.int32, name="unused")], autograph=False)
         def version(self, unused):  # a second signature: one function alone is converted without its name
             return {"version": tf.constant(1) + 0 * tf.reduce_sum(unused)}
 
-        @tf.function(input_signature=[tf.TensorSpec([None], tf.int32, name="unused")])
+        @tf.function(input_signature=[tf.TensorSpec([None], tf.int32, name="unused")], autograph=False)
         def record(self, unused):  # a constant: what the record says, carried by the file its SHA-256 covers
             return {"record": tf.constant(carried)}
 
@@ -76,11 +76,11 @@ def litert_module(saved, manifest, vocabulary, carried):
             self.saved = saved  # its variables are frozen into the file
             self.pieces = _Pieces(tokenizer, vocabulary, offsets=kind == TAGGER)
 
-        @tf.function(input_signature=text_spec)
+        @tf.function(input_signature=text_spec, autograph=False)
         def preprocess(self, text):
             return self.pieces.packed(text)
 
-        @tf.function(input_signature=text_spec)
+        @tf.function(input_signature=text_spec, autograph=False)
         def serve(self, text):
             if kind == TAGGER:
                 return _tag_one_text(self.pieces, run_ids, text, tokenizer["seq_length"],
@@ -91,7 +91,7 @@ def litert_module(saved, manifest, vocabulary, carried):
     class TaggerModule(StringsModule):
         signature_names = TAGGER_SIGNATURES
 
-        @tf.function(input_signature=text_spec)
+        @tf.function(input_signature=text_spec, autograph=False)
         def windows(self, text):  # `serve` without its model, which the caller runs a few windows at a time
             return _windows_of_one_text(self.pieces, text, tokenizer["seq_length"], manifest["stride"])
 
@@ -102,7 +102,7 @@ def litert_module(saved, manifest, vocabulary, carried):
             super().__init__()
             self.pieces_of = _Pieces(tokenizer, vocabulary, offsets=True)
 
-        @tf.function(input_signature=text_spec)
+        @tf.function(input_signature=text_spec, autograph=False)
         def pieces(self, text):  # questions or contexts -> their pieces, which the caller cuts into windows
             return self.pieces_of.flat_pieces(text)
 
