@@ -195,11 +195,11 @@ def tree_rss(root_pids):
 # imported them (Python's "forkserver" start method, its preload list), not in a fresh interpreter that imports
 # them again (~7-10 s of CPU a group: TensorFlow, Keras, TF.Text, and hypothesis, which pytest loads as a plugin).
 # A group's process starts from that state alone, so groups share nothing else: what one builds goes when it ends.
-# torch and transformers' modelling core (which `modeling_bert` imports; the other families' modules add ~10 ms each)
-# are the references of ~50 test files: 3.7 s a group that imports them, ~290 MB more in the server, whose pages the
-# groups share. A module that is not installed is left out (the forkserver ignores its ImportError).
-PRELOAD = ("tensorflow", "keras", "tensorflow_text", "numpy", "pytest", "hypothesis", "bert_keras", "torch",
-           "transformers", "transformers.models.bert.modeling_bert")
+# Not torch and transformers, the reference of ~50 test files (3.7 s a group that imports them): imported in every
+# group, they made TensorFlow's and Keras' own work ~4% slower (a tiny classifier's fit, predict and matmuls, 5
+# alternated pairs of fresh processes on the 2-core AMD EPYC: +0.08 to +1.64 s of ~18 s CPU; Python's cyclic
+# collector ran 2,282 times for 2.45 s against 1,517 times for 1.66 s), and the full run took 49 min 11 s with them.
+PRELOAD = ("tensorflow", "keras", "tensorflow_text", "numpy", "pytest", "hypothesis", "bert_keras")
 
 
 def _pytest(arguments, output_path):
