@@ -198,6 +198,7 @@ def classifiers(families):
 PARITY = {}
 
 
+@pytest.mark.slow  # 4 s in the full run of 450d6b9
 @pytest.mark.parametrize("name", sorted(FAMILIES))
 def test_raw_strings_through_from_checkpoint_match_transformers(families, classifiers, texts, name):
     model, folder = families[name]
@@ -220,6 +221,7 @@ def test_raw_strings_through_from_checkpoint_match_transformers(families, classi
     assert diff < 1e-5 and pooled_diff < 1e-5, (diff, pooled_diff)
 
 
+@pytest.mark.slow  # 3 s in the full run of 450d6b9
 def test_roberta_pairs_are_packed_roberta_s_way(families):
     _, folder = families["roberta"]
     _, preprocessor = load_encoder_and_preprocessor(folder, seq_length=SEQ)
@@ -300,6 +302,7 @@ def test_finetune_export_and_load_classifier(families, tweets, tmp_path, name):
     assert [p["label"] for p in predictions] == [("calm", "loud")[i] for i in expected.argmax(1)]
 
 
+@pytest.mark.slow  # 4 s in the full run of 450d6b9
 @pytest.mark.parametrize("name", sorted(FAMILIES))
 def test_sentence_encoder_mean_pooling_matches_transformers(families, texts, name):
     model, folder = families[name]

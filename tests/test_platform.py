@@ -235,6 +235,7 @@ def test_all_layers_walks_every_nested_layer():
     assert {"inner", "inner_dense"} <= {layer.name for layer in keras_private.all_layers(model)}
 
 
+@pytest.mark.slow  # 6 s in the full run of 450d6b9
 def test_the_shuffle_warning_keras_gives_every_dataset_fit_is_the_one_silenced():
     import re
     import warnings

@@ -87,6 +87,7 @@ def test_a_task_without_preprocessor_is_left_as_it_was():
     assert model.predict(inputs, verbose=0).shape == (1, 2)
 
 
+@pytest.mark.slow  # 7 s in the full run of 450d6b9
 def test_label_names_name_the_predictions_and_survive_saving(vocab_file, tmp_path):
     model = BertClassifier(_encoder(), num_classes=2, preprocessor=BertPreprocessor(vocab_file, seq_length=8),
                            label_names=["negative", "positive"])

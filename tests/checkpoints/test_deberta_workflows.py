@@ -99,6 +99,7 @@ def test_load_pretrained_returns_the_tokenizer_and_transformers_sequence_output(
     assert diff <= 1e-5, diff
 
 
+@pytest.mark.slow  # 3 s in the full run of 450d6b9
 def test_pairs_are_packed_bert_s_way(base):
     _, folder = base
     _, preprocessor = load_encoder_and_preprocessor(folder, seq_length=SEQ)
@@ -111,6 +112,7 @@ def test_pairs_are_packed_bert_s_way(base):
     np.testing.assert_array_equal(np.asarray(packed["input_type_ids"]), [e.type_ids for e in expected])
 
 
+@pytest.mark.slow  # 4 s in the full run of 450d6b9
 def test_sentence_encoder_mean_pooling_matches_transformers(base, texts):
     model, folder = base
     embeddings = np.asarray(SentenceEncoder.from_checkpoint(folder, pooling="mean", max_seq_length=SEQ).encode(texts))
@@ -132,6 +134,7 @@ def test_an_imported_classifier_answers_raw_strings_with_transformers_probabilit
     assert diff <= 1e-4, diff
 
 
+@pytest.mark.slow  # 7 s in the full run of 450d6b9
 def test_an_imported_classifier_s_export_serves_transformers_probabilities(classifier_folder, texts, tmp_path):
     model, folder = classifier_folder
     classifier = BertClassifier.from_checkpoint(folder, seq_length=SEQ)
@@ -221,6 +224,7 @@ def test_an_imported_tagger_s_export_gives_the_pipeline_s_entities(tagger_export
     assert len(fitting) >= 8 and found >= 20, (len(fitting), found)
 
 
+@pytest.mark.slow  # 8 s in the full run of 450d6b9
 def test_the_inspector_gives_transformers_attention_maps_and_explain_writes_a_page(base, texts, tmp_path, capsys):
     """`explain`'s attention maps on DeBERTa-v3: every layer's probabilities equal transformers' `output_attentions`."""
     import json

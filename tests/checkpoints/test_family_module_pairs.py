@@ -114,6 +114,7 @@ def test_the_encoder_module_alone_reads_as_the_pair(pairs, texts):  # noqa: F811
     assert _ids(tokenizer, texts) == read.expected_ids
 
 
+@pytest.mark.slow  # 8 s in the full run of 450d6b9
 @pytest.mark.parametrize("name, defaults", [("albert_cased", {"lower_case": True, "keep_accents": False}),
                                             ("roberta_prefix", {"add_prefix_space": False})])
 def test_the_options_are_what_the_record_keeps(pairs, texts, tmp_path, name, defaults):  # noqa: F811

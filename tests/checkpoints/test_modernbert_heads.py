@@ -58,6 +58,7 @@ def tagger_folder(request, tmp_path_factory):
     return model.eval(), folder
 
 
+@pytest.mark.slow  # 4 s in the full run of 450d6b9
 def test_a_token_classifier_reads_its_head_and_gives_transformers_logits(tagger_folder):
     model, folder = tagger_folder
     tagger = BertTokenClassifier.from_checkpoint(str(folder), seq_length=SEQ)
@@ -116,6 +117,7 @@ def reader_folder(tmp_path_factory):
     return task_folder(folder, "ModernBertForQuestionAnswering", seed=1).eval(), folder
 
 
+@pytest.mark.slow  # 3 s in the full run of 450d6b9
 def test_a_question_answering_model_reads_its_head_and_gives_transformers_logits(reader_folder):
     model, folder = reader_folder
     reader = BertSpanLabeler.from_checkpoint(str(folder), seq_length=SEQ)

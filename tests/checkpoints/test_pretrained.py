@@ -185,6 +185,7 @@ def albert(tmp_path_factory):
     return folder
 
 
+@pytest.mark.slow  # 5 s in the full run of 450d6b9
 def test_an_albert_folder_walks_into_a_sentence_encoder_without_climbing_back(albert, detections):
     model, climbs = upward_calls(lambda: SentenceEncoder.from_checkpoint(albert, pooling="mean"))
     assert climbs == []

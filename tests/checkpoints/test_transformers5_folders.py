@@ -34,6 +34,7 @@ def make_folder(name, folder, tweets, model_max_length=None):  # noqa: F811
     return model
 
 
+@pytest.mark.slow  # 5 s in the full run of 450d6b9
 @pytest.mark.parametrize("name", sorted(ARCHITECTURES))
 def test_tokenizer_json_folder_gives_transformers_logits_at_its_own_length(tmp_path, tweets, name):  # noqa: F811
     model = make_folder(name, tmp_path, tweets)

@@ -145,6 +145,7 @@ def test_config_is_roberta_s_with_its_padding_offset(base):
     assert config["type_vocab_size"] == 1 and loaded.summary.unused == []
 
 
+@pytest.mark.slow  # 5 s in the full run of 450d6b9
 def test_load_pretrained_and_a_classifier_give_transformers_sequence_output(base, texts):
     model, folder = base
     pretrained = load_pretrained(folder, seq_length=SEQ)
@@ -177,6 +178,7 @@ def test_pairs_are_packed_roberta_s_way(base):
     np.testing.assert_array_equal(np.asarray(packed["input_type_ids"]), np.zeros((2, SEQ)))
 
 
+@pytest.mark.slow  # 5 s in the full run of 450d6b9
 def test_sentence_encoder_mean_pooling_matches_transformers(base, texts):
     model, folder = base
     embeddings = np.asarray(SentenceEncoder.from_checkpoint(folder, pooling="mean", max_seq_length=SEQ).encode(texts))
@@ -200,6 +202,7 @@ def task_folders(tmp_path_factory, tokenizer_folder):
     return made
 
 
+@pytest.mark.slow  # 4 s in the full run of 450d6b9
 @pytest.mark.parametrize("head", sorted(ARCHITECTURES))
 def test_task_head_gives_transformers_logits(task_folders, texts, head):
     model, folder = task_folders[head]
@@ -258,6 +261,7 @@ def test_masked_lm_head_gives_transformers_logits(tmp_path, tokenizer_folder, te
     assert diff <= 1e-5
 
 
+@pytest.mark.slow  # 8 s in the full run of 450d6b9
 def test_an_imported_classifier_s_export_serves_transformers_probabilities(task_folders, texts, tmp_path):
     model, folder = task_folders[tables.CLASSIFIER]
     classifier = BertClassifier.from_checkpoint(folder, seq_length=SEQ)

@@ -141,6 +141,7 @@ def test_convert_bfloat16_on_a_cpu_without_it_is_refused(hf_pretraining_dir, tmp
     assert not out.exists()
 
 
+@pytest.mark.slow  # 9 s in the full run of 450d6b9
 @pytest.mark.parametrize("name", ["roberta", "albert"])
 def test_convert_a_family_folder_saved_by_transformers_5(tmp_path, tweets, name, capsys):  # noqa: F811
     # transformers 5 saves tokenizer.json alone; the module pair carries the tokenizer's own files, written from it.
@@ -161,6 +162,7 @@ def test_convert_a_family_folder_saved_by_transformers_5(tmp_path, tweets, name,
     np.testing.assert_array_equal(packed["input_word_ids"].numpy(), np.array(expected))
 
 
+@pytest.mark.slow  # 13 s in the full run of 450d6b9
 def test_convert_keeps_a_wordpiece_folders_accents_and_cjk_options(hf_pretraining_dir, tmp_path, capsys):
     # tokenizer_config.json's strip_accents false / tokenize_chinese_chars false reach the preprocess module.
     import json

@@ -325,6 +325,7 @@ def test_an_index_of_a_real_module_searches_with_the_flags_its_refusal_prints(mo
     assert stdout.splitlines()[0] == "query: good" and len(stdout.splitlines()) == 3
 
 
+@pytest.mark.slow  # 7 s in the full run of 450d6b9
 def test_search_reads_a_recorded_hugging_face_folder_as_weights(models, tmp_path, capsys):
     """A plain Hugging Face folder (with a SavedModel planted beside its weights) recorded as the source: searched
     without flags, its weights are read and the SavedModel never loads."""

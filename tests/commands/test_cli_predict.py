@@ -304,6 +304,7 @@ def reader_export(tmp_path_factory):
     return directory, load_reader(directory, warm_up=False)
 
 
+@pytest.mark.slow  # 16 s in the full run of 450d6b9
 def test_predict_answers_a_question_from_a_reader(reader_export, capsys, monkeypatch):
     model, reader = reader_export
     question, context = "the plot", "good movie the plot bad great movie"

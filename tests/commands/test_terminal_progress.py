@@ -70,6 +70,7 @@ def _between(text, first, last):
     return text[text.index(first) + len(first): text.index(last)]
 
 
+@pytest.mark.slow  # 5 s in the full run of 450d6b9
 def test_every_silent_step_is_spoken_for_on_a_terminal():
     status, chunks = under_a_terminal(SILENT_STEPS)
     text = "".join(chunk for _, chunk in chunks).replace("\r\n", "\n")
@@ -101,6 +102,7 @@ def test_the_speaker_says_what_is_under_way_after_each_silence():
     assert silence.due(151.0) == "bert-keras demo: still working after: Phase 2 of 2 ... 41 s\n"
 
 
+@pytest.mark.slow  # 5 s in the full run of 450d6b9
 def test_a_quiet_run_has_no_speaker():
     code = SILENT_STEPS.replace("_common.SILENCE_SECONDS = 0.2", "_common.SILENCE_SECONDS = 0.2; _common.set_quiet(True)")
     status, chunks = under_a_terminal(code)

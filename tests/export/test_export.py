@@ -86,6 +86,7 @@ def test_encode_in_batches_embeds_two_batches_per_call_and_puts_rows_back_in_ord
     assert len(embedder.two.get_concrete_function().graph.get_operations()) < 10  # two calls of `one`, not two copies
 
 
+@pytest.mark.slow  # 5 s in the full run of 450d6b9
 def test_an_export_serves_token_ids_too_and_records_how_it_tokenizes(tmp_path):
     import numpy as np
     import tensorflow as tf

@@ -143,6 +143,7 @@ def test_a_conversion_refused_after_converting_writes_nothing(classifier, tmp_pa
     assert os.listdir(tmp_path) == []  # no file, no record, no staged part
 
 
+@pytest.mark.slow  # 4 s in the full run of 450d6b9
 def test_the_dense_windows_of_one_text_are_piece_windows_and_max_context():
     import tensorflow as tf
 

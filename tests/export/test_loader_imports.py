@@ -66,6 +66,7 @@ def _python(code):
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.slow  # 5 s in the full run of 450d6b9
 def test_load_classifier_and_its_first_answer_import_no_keras(classifier_dir):
     found = _python(
         "import json, sys\n"
@@ -95,6 +96,7 @@ def test_the_other_loaders_and_their_first_answers_import_no_keras(other_exports
     assert found[1] == [], f"{loader} imported {found[1]}"
 
 
+@pytest.mark.slow  # 10 s in the full run of 450d6b9
 def test_keras_and_tensorflow_text_imported_after_a_load_are_whole(classifier_dir):
     found = _python(
         "import json, sys\n"
@@ -109,6 +111,7 @@ def test_keras_and_tensorflow_text_imported_after_a_load_are_whole(classifier_di
     assert found == ["Dense", True, ["good", "movie"], True, True]
 
 
+@pytest.mark.slow  # 7 s in the full run of 450d6b9
 def test_tensorflow_imports_keras_by_itself_without_the_package():
     """What the deferral works around (`native_log`): TensorFlow 2.21's own import imports Keras. If an upgrade stops
     doing so, this fails, and the deferral can go."""
@@ -116,6 +119,7 @@ def test_tensorflow_imports_keras_by_itself_without_the_package():
     assert found is True
 
 
+@pytest.mark.slow  # 6 s in the full run of 450d6b9
 def test_tensorflow_after_the_package_imports_no_keras_and_keras_imports_it_first_as_before():
     found = _python(
         "import json, sys\n"

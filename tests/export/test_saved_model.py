@@ -173,6 +173,7 @@ def test_exports_hold_each_weight_once(tmp_path):
                                tf.nn.softmax(model(tf.constant(["w1 w2", "w3"]))).numpy(), atol=1e-6)
 
 
+@pytest.mark.slow  # 5 s in the full run of 450d6b9
 def test_the_models_own_label_names_are_exported_and_a_keras_file_is_refused_with_the_way(tmp_path):
     vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + [f"w{i}" for i in range(35)]
     encoder = BertEncoder(vocab_size=40, num_layers=1, hidden_size=8, num_heads=2, intermediate_size=16)
@@ -234,6 +235,7 @@ def test_the_export_carries_tf_servings_warm_up_requests_and_the_loader_replays_
     assert broken.predict("good movie")["label"] in LABELS
 
 
+@pytest.mark.slow  # 25 s in the full run of 450d6b9
 def test_requests_before_the_background_warm_up_run_the_graph_without_its_rewrites(fp32_export, monkeypatch):
     # A first call waits for TensorFlow's graph rewrites (Grappler): the requests before the background warm-up has
     # ended skip them; the warm-up builds the rewritten graph, which the requests after it run.
@@ -264,6 +266,7 @@ def test_requests_before_the_background_warm_up_run_the_graph_without_its_rewrit
 
 
 
+@pytest.mark.slow  # 9 s in the full run of 450d6b9
 def test_the_loaded_export_is_callable_on_strings_as_keras_2_savedmodels_were(fp32_export, classifier, expected, tmp_path):
     logits = classifier(tf.constant(TEXTS)).numpy()
     np.testing.assert_allclose(tf.saved_model.load(fp32_export)(tf.constant(TEXTS)).numpy(), logits, atol=1e-5)

@@ -67,6 +67,7 @@ def test_explain_bad_input(tmp_path, capsys):
     assert not os.path.exists(out)
 
 
+@pytest.mark.slow  # 3 s in the full run of 450d6b9
 def test_probe_on_a_labelled_file(tmp_path, capsys):
     rng = np.random.default_rng(0)
     words = ["good", "bad", "the", "cat", "dog", "look", "what", "was", "not", "hello"]

@@ -126,6 +126,7 @@ def test_pairs_pack_as_the_family_and_type_ids_follow_the_model(inspectors, prep
         assert results[1].tokens.count("[SEP]") == 2
 
 
+@pytest.mark.slow  # 4 s in the full run of 450d6b9
 def test_constructor_takes_a_preprocessor_and_checks_it(families):  # noqa: F811
     _, folder = families["albert"]
     encoder, preprocessor = load_encoder_and_preprocessor(folder, seq_length=SEQ)

@@ -137,6 +137,7 @@ def test_the_kind_of_pieces_is_read_from_their_marks(tokens, kind):
     assert kind_of_pieces(tokens) == kind
 
 
+@pytest.mark.slow  # 6 s in the full run of 450d6b9
 @pytest.mark.parametrize("kind", ["wordpiece", "sentencepiece", "byte_bpe"])  # the kinds there were then
 def test_keras_files_saved_before_the_one_base_load_and_give_the_same_ids(kind):
     with open(os.path.join(SAVED_BEFORE, "expected.json"), encoding="utf-8") as f:

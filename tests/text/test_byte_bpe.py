@@ -169,6 +169,7 @@ def test_character_classes_are_the_references():
     assert wrong == [] and len(letters) > 130_000
 
 
+@pytest.mark.slow  # 4 s in the full run of 450d6b9
 def test_preprocessor_round_trip_and_saved_model(tokenizer, tmp_path):
     """The lookup tables travel with a SavedModel; the preprocessor's config rebuilds the same tokenizer."""
     preprocessor = BertPreprocessor(tokenizer=tokenizer, seq_length=12)

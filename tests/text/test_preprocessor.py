@@ -55,6 +55,7 @@ def test_bad_inputs(tiny_vocab):
         preprocessor({"text": tf.constant(["a"])})
 
 
+@pytest.mark.slow  # 5 s in the full run of 450d6b9
 def test_tokenization_and_packing_are_traced_once_for_every_function_that_preprocesses(tiny_vocab, tmp_path):
     """Each function that preprocesses (train step, eval step, serving signatures) calls the same two traced
     functions: tracing a third function adds no tracing of tokenization or packing, and the result is equal."""

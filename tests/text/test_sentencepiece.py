@@ -151,6 +151,7 @@ def test_byte_fallback_models_are_refused(tweets):
         SentencePieceTokenizer(model.getvalue())
 
 
+@pytest.mark.slow  # 7 s in the full run of 450d6b9
 def test_options_of_tokenizer_config(proto, reference, tmp_path):
     (tmp_path / "spiece.model").write_bytes(proto)
     (tmp_path / "tokenizer_config.json").write_text(json.dumps({"do_lower_case": False, "keep_accents": True}))
@@ -196,6 +197,7 @@ def test_words_and_albert_packing(tokenizer, reference):
     assert out["input_type_ids"].numpy().tolist() == [[0] * (len(a) + 2) + [1] * (len(b) + 1) + [0] * (9 - len(a) - len(b))]
 
 
+@pytest.mark.slow  # 6 s in the full run of 450d6b9
 def test_config_round_trip_and_bad_proto(tokenizer):
     restored = SentencePieceTokenizer.from_config(tokenizer.get_config())
     texts = tf.constant(["Round trip, café 😀"])
@@ -212,6 +214,7 @@ def test_ids_equal_albert_on_20000_tweets(tokenizer, reference, tweets):
     assert _differences(tokenizer, reference, tweets[-20_000:]) == []
 
 
+@pytest.mark.slow  # 4 s in the full run of 450d6b9
 def test_keeps_working_after_the_eager_kernel_cache_is_cleared(proto):
     """tensorflow-text's model is a resource owned by its op's kernel; `set_random_seed` clears the eager kernels.
     Made eagerly at construction, it was gone: "Resource ... SentencepieceOp ... does not exist"."""
@@ -221,6 +224,7 @@ def test_keeps_working_after_the_eager_kernel_cache_is_cleared(proto):
     assert tokenizer.tokenize(tf.constant(["hello world"])).to_list() == before
 
 
+@pytest.mark.slow  # 7 s in the full run of 450d6b9
 def test_saved_model_serves_the_same_ids(tokenizer, tmp_path):
     preprocessor = BertPreprocessor(tokenizer=tokenizer, seq_length=12)
     texts = tf.constant(["Hello there, café 😀", "x\x00y"])
@@ -332,6 +336,7 @@ def test_the_words_searched_again_are_the_close_ones(proto):
     assert magnitude.numpy()[1] > 0
 
 
+@pytest.mark.slow  # 4 s in the full run of 450d6b9
 def test_models_whose_words_cannot_be_searched_apart_are_searched_whole(tweets):
     """A piece holding "▁" after its first character can span two words: every text is searched whole, and the
     ids stay the library's."""

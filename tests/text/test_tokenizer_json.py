@@ -192,6 +192,7 @@ def test_model_proto_round_trip_and_the_sentencepiece_op_reads_it():
     assert base64.b64encode(proto)  # bytes, as the layer's config stores them
 
 
+@pytest.mark.slow  # 5 s in the full run of 450d6b9
 @pytest.mark.parametrize("name", ["albert", "roberta", "bert"])
 def test_tokenizer_files_written_from_tokenizer_json_read_back_the_same(folders, tweets, tmp_path, name):
     from bert_keras.text.folders import tokenizer_from_folder, write_tokenizer_files
