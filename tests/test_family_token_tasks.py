@@ -387,8 +387,7 @@ def _albert_windows(folder, question, context):
 # XLM-R's case is quarantined (not strict): its Unigram tokenizer is trained here by the `tokenizers` library, whose
 # training differs from run to run (4 trainings, 4 vocabularies); with some vocabularies two pieces of equal total
 # score come out in the other order than the library's (ids 294, 408 against 408, 294), 6 of 1,720 window ids in one
-# full run of 2026-12-07 (it passed alone, and in the runs before). The library keeps, at each end position, the
-# first path it reaches (start positions in order, replaced only by a higher score); ours does not always.
+# full run of 2026-12-07 (it passed alone, and in the runs before): ours breaks such ties unlike the library.
 _XLM_TIES = pytest.mark.xfail(strict=False, reason="exact-score ties ordered unlike the tokenizers library (see above)")
 
 
