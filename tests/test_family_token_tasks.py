@@ -74,9 +74,13 @@ def _family_folder(name, folder, tweets, head, seq_length, **config):
     model_class = getattr(transformers, model_class.replace("Model", f"For{head}"))
     model = perturb_torch(model_class(getattr(transformers, config_class)(**sizes, vocab_size=vocab_size, **config)),
                           seed=7, scale=0.2 if head == "QuestionAnswering" else 0.02)
-    with torch.no_grad():  # decisive scores: no near-ties between tags or spans
+    # Decisive scores, not saturated: the smallest gap between a piece's two best tags, and between the best tags of
+    # a word's two best pieces (aggregation "max"), is 7.8e-5 on the tests' texts at x20 (1.5e-8 at x60: probabilities
+    # within 1e-7 of 1 tie in float32, and TensorFlow's and torch's rounding chose between them; tagger entities
+    # flipped once in CI).
+    with torch.no_grad():
         if head == "TokenClassification":
-            model.classifier.weight.mul_(60.0)
+            model.classifier.weight.mul_(20.0)
             model.classifier.bias.copy_(torch.tensor([2.5, 0.0, 0.5, 0.0, 0.5, 0.0, 0.5]))
         else:
             model.qa_outputs.weight.mul_(40.0)
@@ -384,15 +388,8 @@ def _albert_windows(folder, question, context):
         first += budget - READER_STRIDE
 
 
-# XLM-R's case is quarantined (not strict): its Unigram tokenizer is trained here by the `tokenizers` library, whose
-# training differs from run to run (4 trainings, 4 vocabularies); with some vocabularies two pieces of equal total
-# score come out in the other order than the library's (ids 294, 408 against 408, 294), 6 of 1,720 window ids in one
-# full run of 2026-12-07 (it passed alone, and in the runs before): ours breaks such ties unlike the library.
-_XLM_TIES = pytest.mark.xfail(strict=False, reason="exact-score ties ordered unlike the tokenizers library (see above)")
-
-
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["albert", "roberta", pytest.param("xlm-roberta", marks=_XLM_TIES)])
+@pytest.mark.parametrize("name", ["albert", "roberta", "xlm-roberta"])
 def test_reader_export_of_the_family_answers_with_offsets(readers, tweets, name):  # noqa: F811
     model, folder, labeler, reader = readers(name)
     tokenizer = labeler.preprocessor.tokenizer

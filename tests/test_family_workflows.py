@@ -13,6 +13,9 @@ tokens read as text), `<s> ... </s>`.
 import io
 import json
 import os
+import pathlib
+import shutil
+import sys
 
 import keras
 import numpy as np
@@ -68,7 +71,7 @@ def texts(tweets):
     return tweets[-24:] + EDGE_CASES
 
 
-def _write_wordpiece(folder, tweets):
+def _train_wordpiece(folder, tweets):
     trainer = tokenizers.BertWordPieceTokenizer(lowercase=True)
     trainer.train_from_iterator(tweets[:3000], vocab_size=600, special_tokens=["[PAD]", "[UNK]", "[CLS]", "[SEP]",
                                                                              "[MASK]"], show_progress=False)
@@ -89,7 +92,7 @@ def _write_sentencepiece(folder, tweets):
     return 600
 
 
-def _write_byte_bpe(folder, tweets):
+def _train_byte_bpe(folder, tweets):
     trainer = tokenizers.ByteLevelBPETokenizer()
     trainer.train_from_iterator(tweets[:3000], vocab_size=600, min_frequency=2,
                                 special_tokens=["<s>", "<pad>", "</s>", "<unk>", "<mask>"], show_progress=False)
@@ -102,7 +105,7 @@ ACCENTED = ["Héllo wörld, ça va très bien à Zürich 😀", "naïve café cr
             "mañana señor 👨\u200d👩\u200d👧 ok", "日本語 中文字符 한국어 😂😂", "ΟΔΟΣ İstanbul ǅ ﬁne"]
 
 
-def write_unigram_tokenizer(folder, tweets, size=600):
+def _train_unigram(folder, tweets, size=600):
     """XLM-RoBERTa's kind: a Unigram model trained by the `tokenizers` library (WhitespaceSplit + Metaspace) on tweets
     and accented texts, saved by transformers' XLMRobertaTokenizerFast in fairseq's id layout (`<s> <pad> </s> <unk>`,
     the pieces, `<mask>` last): tokenizer.json and tokenizer_config.json only. Returns the vocabulary size."""
@@ -118,14 +121,55 @@ def write_unigram_tokenizer(folder, tweets, size=600):
 
 
 def unigram_reference(folder):
-    """The `tokenizers` library on the folder's tokenizer.json, literal special tokens read as text (as ours)."""
-    reference = tokenizers.Tokenizer.from_file(os.path.join(folder, "tokenizer.json"))
+    """transformers' XLM-RoBERTa tokenizer of the folder (its `tokenizers` model, built from the tokenizer.json that
+    Python reads: `bert_keras.text.tokenizer_json.unigram_scores`), literal special tokens read as text (as ours)."""
+    reference = transformers.AutoTokenizer.from_pretrained(folder).backend_tokenizer
     reference.encode_special_tokens = True
     return reference
 
 
-WRITERS = {"wordpiece": _write_wordpiece, "sentencepiece": _write_sentencepiece, "byte_bpe": _write_byte_bpe,
-           "unigram": write_unigram_tokenizer}
+# The `tokenizers` library's trainers (WordPiece, byte-level BPE, Unigram) break ties between equal counts in hash
+# order, which differs from process to process: each run trained other vocabularies, so other tiny models and other
+# near-ties (4 trainings, 4 vocabularies; a DistilBERT tagger's entity flipped in one CI run of 2026-12-07). Their
+# files, trained once by the functions above on the first 3,000 tweets, are kept in tests/tokenizer_files/<kind>/:
+# every run tests the same vocabularies. `python -m tests.test_family_workflows` trains and keeps new ones;
+# BERT_KERAS_TEST_TRAIN_TOKENIZERS=1 trains new ones in every test process instead (a search for vocabularies that
+# break parity). SentencePiece's trainer, one thread, gives the same model every time: ALBERT's is trained here.
+TOKENIZER_FILES = pathlib.Path(__file__).resolve().parent / "tokenizer_files"
+TRAINERS = {"wordpiece": _train_wordpiece, "byte_bpe": _train_byte_bpe, "unigram": _train_unigram}
+_KEPT_SIZES = {  # the vocabulary size of each kind's kept files
+    "wordpiece": lambda kept: len((kept / "vocab.txt").read_text("utf-8").splitlines()),
+    "byte_bpe": lambda kept: len(json.loads((kept / "vocab.json").read_text("utf-8"))),
+    "unigram": lambda kept: len(json.loads((kept / "tokenizer.json").read_text("utf-8"))["model"]["vocab"]),
+}
+
+
+def _kept_writer(kind):
+    def write(folder, tweets):
+        if os.environ.get("BERT_KERAS_TEST_TRAIN_TOKENIZERS"):
+            return TRAINERS[kind](folder, tweets)
+        kept = TOKENIZER_FILES / kind
+        for file in sorted(kept.iterdir()):
+            shutil.copyfile(file, pathlib.Path(folder) / file.name)
+        return _KEPT_SIZES[kind](kept)
+
+    write.__doc__ = f"The kept {kind} tokenizer's files (`TOKENIZER_FILES`) into `folder`; its vocabulary size."
+    return write
+
+
+write_unigram_tokenizer = _kept_writer("unigram")
+WRITERS = {"wordpiece": _kept_writer("wordpiece"), "sentencepiece": _write_sentencepiece,
+           "byte_bpe": _kept_writer("byte_bpe"), "unigram": write_unigram_tokenizer}
+
+
+def keep_new_tokenizer_files(kinds=tuple(TRAINERS)):
+    """Trains `kinds` again on the first 3,000 tweets and keeps their files in `TOKENIZER_FILES` (the tests' data)."""
+    tweets = [text.decode("utf-8", errors="replace") for text in load_tweets(raw=True)[0]]
+    for kind in kinds:
+        kept = TOKENIZER_FILES / kind
+        shutil.rmtree(kept, ignore_errors=True)
+        kept.mkdir(parents=True)
+        print(kind, TRAINERS[kind](kept, tweets), "pieces in", kept)
 
 
 def make_family_folder(name, folder, tweets, seed=0):
@@ -313,3 +357,7 @@ def test_sentence_encoder_mean_pooling_matches_transformers(families, texts, nam
     diff = float(np.abs(embeddings - expected).max())
     PARITY[name + "_sentence"] = diff
     assert embeddings.shape == (len(texts), 32) and diff < 1e-5, diff
+
+
+if __name__ == "__main__":
+    keep_new_tokenizer_files(sys.argv[1:] or tuple(TRAINERS))

@@ -42,7 +42,7 @@ from bert_keras.text._unicode_tables import to_regex_class
 from bert_keras.text.sentencepiece import _NUL_STAND_IN
 from bert_keras.text.base import read_file_bytes
 from bert_keras.text.tokenizer_json import (
-    _bytes_field, _object, _varint, _precompiled, _refuse, _type, _unigram_model, as_serde_json_reads, write_model_proto)
+    _bytes_field, _object, _varint, _precompiled, _refuse, _type, _unigram_model, unigram_scores, write_model_proto)
 from bert_keras.text.unigram_tokenizer import UnigramTokenizer
 
 _do_not_convert = tf.autograph.experimental.do_not_convert
@@ -182,7 +182,7 @@ def deberta_unigram_arguments(tokenizer, path):
     pieces = [(piece, score, _CONTROL if i >= size else kind)
               for i, (piece, score, kind) in enumerate(read_pieces(arguments["proto"]))]
     arguments["proto"] = write_model_proto(pieces, charsmap)
-    scores = [as_serde_json_reads(score) for _, score in vocab] + [0.0] * len(extra)
+    scores = unigram_scores(vocab) + [0.0] * len(extra)
     return dict(arguments, scores=scores)
 
 

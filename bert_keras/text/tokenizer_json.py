@@ -444,44 +444,21 @@ def xlm_roberta_unigram_arguments(tokenizer, path):
     charsmap = _xlm_roberta_normalizer(tokenizer, path)
     _albert_pre_tokenizer(tokenizer, path)
     arguments = _unigram_model(tokenizer, path, charsmap, control_specials=False)
-    # The scores as the reference reads them (a model trained by `tokenizers`: float64, which the model written
-    # rounds to float32): equal paths of a word break their tie by the last bit of their sums.
-    return dict(arguments, scores=[as_serde_json_reads(score) for _, score in tokenizer["model"]["vocab"]])
+    # The scores as transformers 5 reads them, Python's float64 nearest each number (see `unigram_scores`).
+    return dict(arguments, scores=unigram_scores(tokenizer["model"]["vocab"]))
 
 
-# serde_json's powers of ten (`POW10`: the float64 nearest each), which its default parser divides by.
-_POW10 = [float(f"1e{k}") for k in range(309)]
-_U64_MAX = 2**64 - 1
+def unigram_scores(vocab):
+    """A Unigram model's scores as transformers 5 gives them to the `tokenizers` library: its tokenizer classes read
+    the file with Python's `json`, whose float64 is the nearest to each number, and build the model from that list.
 
-
-def as_serde_json_reads(value):
-    """The float64 that the `tokenizers` library reads for the JSON number `value` (written as Python and Rust write
-    a float64, its shortest digits): serde_json without its `float_roundtrip` feature keeps at most a u64 of the
-    significand's digits, rounds it to float64, then multiplies or divides by a power of ten, so its result may be
-    one unit in the last place from the nearest (25 of the 600 scores of a Unigram model trained here).
-
-    >>> as_serde_json_reads(-7.2698616628880295), as_serde_json_reads(-3.609705300577019)
-    (-7.269861662888029, -3.609705300577019)
+    Equal paths of a word break their tie by the last bit of their sums, so these bits decide some pieces. The
+    `tokenizers` library reading the same file itself (serde_json without `float_roundtrip`) takes some numbers one
+    unit in the last place off (30 of the 600 scores of a Unigram model trained by it); then ties may break the other
+    way (tests/checkpoints/test_xlm_roberta.py keeps a word where they do). Ours follow transformers, the tokenizer a
+    model's users run.
     """
-    if isinstance(value, int) or not math.isfinite(value) or value == 0:
-        return float(value)
-    text = repr(abs(value))
-    mantissa, _, exponent_text = text.partition("e")
-    whole, _, fraction = mantissa.partition(".")
-    significand, exponent = 0, int(exponent_text or 0)
-    for i, digit in enumerate(whole + fraction):
-        if significand * 10 + int(digit) > _U64_MAX:  # the digits after are dropped
-            exponent += len(whole) - i
-            break
-        significand = significand * 10 + int(digit)
-    else:
-        exponent -= len(fraction)
-    result = float(significand)
-    while -exponent >= len(_POW10):
-        result /= 1e308
-        exponent += 308
-    result = result * _POW10[exponent] if exponent >= 0 else result / _POW10[-exponent]
-    return -result if value < 0 else result
+    return [float(score) for _, score in vocab]
 
 
 def _unigram_model(tokenizer, path, charsmap, control_specials=True):

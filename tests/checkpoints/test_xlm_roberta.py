@@ -1,11 +1,12 @@
 """XLM-RoBERTa as a member of BERT's family: a folder as transformers 5 saves it, through the workflows.
 
-The tokenizer is a SentencePiece Unigram model trained here with the `tokenizers` library's UnigramTrainer on tweets
-and on texts with accents and emoji, wrapped as transformers' `XLMRobertaTokenizerFast` (fairseq's id layout:
-`<s> <pad> </s> <unk>`, the pieces, `<mask>` last) and saved with `save_pretrained` beside a tiny seeded random
-`XLMRoberta*` model (layer_norm_eps 1e-5 and 2 padding positions, as the real checkpoints): tokenizer.json and
-tokenizer_config.json, no sentencepiece.bpe.model. The references are the `tokenizers` library's ids on the same
-tokenizer.json (literal special tokens read as text, `encode_special_tokens`) and transformers' outputs on them.
+The tokenizer is a SentencePiece Unigram model trained with the `tokenizers` library's UnigramTrainer on tweets and
+on texts with accents and emoji (kept in tests/tokenizer_files/unigram/), wrapped as transformers'
+`XLMRobertaTokenizerFast` (fairseq's id layout: `<s> <pad> </s> <unk>`, the pieces, `<mask>` last) and saved with
+`save_pretrained` beside a tiny seeded random `XLMRoberta*` model (layer_norm_eps 1e-5 and 2 padding positions, as the
+real checkpoints): tokenizer.json and tokenizer_config.json, no sentencepiece.bpe.model. The references are
+transformers' tokenizer's ids on the same folder (literal special tokens read as text, `encode_special_tokens`) and
+transformers' outputs on them.
 """
 
 import os
@@ -24,7 +25,7 @@ from bert_keras.text.unigram_tokenizer import UnigramTokenizer
 from tests.checkpoints._models import max_diff, perturb_torch
 from tests.helpers import ids_per_row
 from tests.test_family_workflows import ACCENTED, mean_pool, tweets, unigram_reference  # noqa: F401 (a fixture)
-from tests.test_family_workflows import write_unigram_tokenizer
+from tests.test_family_workflows import TOKENIZER_FILES, write_unigram_tokenizer
 from tests.text.test_tokenizer_json import EDGE_CASES as TOKENIZER_EDGE_CASES
 
 transformers = pytest.importorskip("transformers")
@@ -97,7 +98,7 @@ def _differences(folder, texts):
     return [text for text, a, b in zip(texts, ids, expected) if a != b]
 
 
-def test_tokenizer_json_gives_the_tokenizers_librarys_ids(tokenizer_folder, tweets):  # noqa: F811
+def test_tokenizer_json_gives_transformers_tokenizer_s_ids(tokenizer_folder, tweets):  # noqa: F811
     folder, vocab_size = tokenizer_folder
     tokenizer = read_folder(folder, "unigram").build()
     assert isinstance(tokenizer, UnigramTokenizer) and tokenizer.vocabulary_size() == vocab_size
@@ -113,7 +114,7 @@ def test_tokenizer_json_gives_the_tokenizers_librarys_ids(tokenizer_folder, twee
 
 
 @pytest.mark.slow
-def test_ids_equal_the_tokenizers_library_on_20000_tweets(tokenizer_folder, tweets):  # noqa: F811
+def test_ids_equal_transformers_tokenizer_on_20000_tweets(tokenizer_folder, tweets):  # noqa: F811
     bad = _differences(tokenizer_folder[0], tweets[-20_000:])
     assert bad == [], bad[:3]
 
@@ -304,7 +305,7 @@ def test_litert_serves_the_ids_with_transformers_probabilities_and_refuses_strin
         lite.predict(texts[:2])
 
 
-# A vocabulary the trainer gave once (tests/checkpoints/xlm_roberta_data/): the `tokenizers` library cuts "��_����"
+# A vocabulary the trainer gave once (tests/checkpoints/xlm_roberta_data/): transformers' tokenizer cuts "��_����"
 # after an unknown character as "��_" "�" "���", one unit in the last place above "���" "�", which the in-graph search
 # kept while its unknown piece's score was rounded to float32 (NumPy's promotion of the penalty).
 TIE_DATA = os.path.join(os.path.dirname(__file__), "xlm_roberta_data")
@@ -315,3 +316,19 @@ def test_the_tie_of_a_vocabulary_the_trainer_gave_once():
     ours = read_folder(TIE_DATA, "unigram").build()
     ids = sum(ours.tokenize(tf.constant([TIE_WORD])).to_list()[0], [])
     assert ids == unigram_reference(TIE_DATA).encode(TIE_WORD, add_special_tokens=False).ids
+
+
+# The kept vocabulary (tests/tokenizer_files/unigram/) cuts "▁Ս����_" as "▁" "Ս" "�" "���" "_" in transformers and
+# as "▁" "Ս" "���" "�" "_" in the `tokenizers` library reading the file itself: equal paths whose sums part in the
+# last bit, where serde_json took one of the scores one unit in the last place off (20 of 20,004 texts part so).
+ULP_TEXT = "Just saw a google car \u054d\ufffd\ufffd\ufffd\ufffd_"
+
+
+def test_ties_break_on_the_scores_transformers_reads():
+    folder = str(TOKENIZER_FILES / "unigram")
+    ours = ids_per_row(read_folder(folder, "unigram").build().tokenize(tf.constant([ULP_TEXT])))[0]
+    theirs = unigram_reference(folder).encode(ULP_TEXT, add_special_tokens=False)
+    assert ours == theirs.ids and theirs.tokens[-4:] == ["\u054d", "\ufffd", "\ufffd\ufffd\ufffd", "_"]
+    from_file = tokenizers.Tokenizer.from_file(os.path.join(folder, "tokenizer.json"))
+    assert from_file.encode(ULP_TEXT, add_special_tokens=False).tokens[-4:] == [
+        "\u054d", "\ufffd\ufffd\ufffd", "\ufffd", "_"]

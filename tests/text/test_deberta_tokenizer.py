@@ -1,6 +1,6 @@
 """DeBERTa-v3's tokenizer.json (transformers 5's `DebertaV2Tokenizer`, converted from a SentencePiece model trained here
-on tweets and texts with accents and emoji) read as `DebertaV3Tokenizer`: ids equal to the `tokenizers` library's on
-the same file, literal special tokens read as text (`encode_special_tokens`)."""
+on tweets and texts with accents and emoji) read as `DebertaV3Tokenizer`: ids equal to transformers' tokenizer's on
+the same folder, literal special tokens read as text (`encode_special_tokens`)."""
 
 import copy
 import json
@@ -18,7 +18,7 @@ from tests.helpers import ids_per_row
 from tests.test_family_workflows import ACCENTED, tweets  # noqa: F401 (a fixture)
 from tests.text.deberta_tokenizers import write_deberta_tokenizer
 
-tokenizers = pytest.importorskip("tokenizers")
+transformers = pytest.importorskip("transformers")
 
 # Whitespace of every kind (the charsmap makes a vertical tab nothing, U+0085 stays but is stripped at the end),
 # control characters, NUL, U+FFFD with a mark (mojibake), literal special tokens, "▁" in the text, compatibility forms.
@@ -30,8 +30,9 @@ EDGE_CASES = ACCENTED + [
 
 
 def reference(folder):
-    """The `tokenizers` library on the folder's tokenizer.json, literal special tokens read as text (as ours)."""
-    found = tokenizers.Tokenizer.from_file(os.path.join(folder, "tokenizer.json"))
+    """transformers' DebertaV2Tokenizer of the folder (its `tokenizers` model, built from the tokenizer.json that Python
+    reads: `bert_keras.text.tokenizer_json.unigram_scores`), literal special tokens read as text (as ours)."""
+    found = transformers.DebertaV2Tokenizer.from_pretrained(folder).backend_tokenizer
     found.encode_special_tokens = True
     return found
 
@@ -70,12 +71,12 @@ def test_ids_layout_and_packing_are_deberta_v3_s(folder):
     assert differences(folder, EDGE_CASES) == []
 
 
-def test_ids_equal_the_tokenizers_library_on_tweets(folder, tweets):  # noqa: F811
+def test_ids_equal_transformers_tokenizer_on_tweets(folder, tweets):  # noqa: F811
     assert differences(folder, tweets[-500:]) == []
 
 
 @pytest.mark.slow
-def test_ids_equal_the_tokenizers_library_on_20000_tweets(folder, tweets):  # noqa: F811
+def test_ids_equal_transformers_tokenizer_on_20000_tweets(folder, tweets):  # noqa: F811
     bad = differences(folder, tweets[-20_000:])
     assert bad == [], bad[:3]
 
@@ -102,7 +103,7 @@ def test_offsets_hold_the_pieces_text(folder):
     assert spans[0][-1] == "😀" and spans[2][-1] == "y"
 
 
-def test_offsets_equal_the_tokenizers_library_s(folder, tweets):  # noqa: F811
+def test_offsets_equal_transformers_tokenizer_s(folder, tweets):  # noqa: F811
     tokenizer = read_folder(folder, "deberta_unigram").build()
     texts = tweets[-200:] + ["a   b", "a\t b", " b", "Héllo wörld 😀"]
     _, starts, ends = tokenizer.tokenize_with_char_offsets(tf.constant(texts))
