@@ -16,6 +16,7 @@ import os
 import pathlib
 import shutil
 import sys
+import tempfile
 
 import keras
 import numpy as np
@@ -131,24 +132,51 @@ def unigram_reference(folder):
 # The `tokenizers` library's trainers (WordPiece, byte-level BPE, Unigram) break ties between equal counts in hash
 # order, which differs from process to process: each run trained other vocabularies, so other tiny models and other
 # near-ties (4 trainings, 4 vocabularies; a DistilBERT tagger's entity flipped in one CI run of 2026-12-07). Their
-# files, trained once by the functions above on the first 3,000 tweets, are kept in tests/tokenizer_files/<kind>/:
-# every run tests the same vocabularies. `python -m tests.test_family_workflows` trains and keeps new ones;
-# BERT_KERAS_TEST_TRAIN_TOKENIZERS=1 trains new ones in every test process instead (a search for vocabularies that
-# break parity). SentencePiece's trainer, one thread, gives the same model every time: ALBERT's is trained here.
+# files, trained once by `TRAINERS` on the first 3,000 tweets, are kept in tests/tokenizer_files/<kind>/ (ModernBERT's
+# BPE too: tests/checkpoints/test_modernbert.py), so every run tests the same vocabularies.
+# `python -m tests.test_family_workflows [kind ...]` trains and keeps new ones; BERT_KERAS_TEST_TRAIN_TOKENIZERS=1
+# trains new ones in every test process instead (a search for vocabularies that break parity). SentencePiece's
+# trainer, on one thread, gives the same model every time: ALBERT's is trained here.
 TOKENIZER_FILES = pathlib.Path(__file__).resolve().parent / "tokenizer_files"
-TRAINERS = {"wordpiece": _train_wordpiece, "byte_bpe": _train_byte_bpe, "unigram": _train_unigram}
+
+
+def _train_modernbert_bpe(folder, tweets):
+    """ModernBERT's kind: byte-level BPE without a prefix space, 400 tokens, trained on the first 3,000 tweets as read
+    by `load_tweets()`; `vocab.json` and `merges.txt` (tests/checkpoints/test_modernbert.py's
+    `save_modernbert_tokenizer` adds the special tokens, the normalizer and the post-processor)."""
+    trainer = tokenizers.ByteLevelBPETokenizer(add_prefix_space=False)
+    trainer.train_from_iterator(load_tweets()[0][:3000], vocab_size=400, min_frequency=2, show_progress=False)
+    trainer.save_model(str(folder))
+    return trainer.get_vocab_size()
+
+
+TRAINERS = {"wordpiece": _train_wordpiece, "byte_bpe": _train_byte_bpe, "unigram": _train_unigram,
+            "modernbert_bpe": _train_modernbert_bpe}
 _KEPT_SIZES = {  # the vocabulary size of each kind's kept files
     "wordpiece": lambda kept: len((kept / "vocab.txt").read_text("utf-8").splitlines()),
     "byte_bpe": lambda kept: len(json.loads((kept / "vocab.json").read_text("utf-8"))),
+    "modernbert_bpe": lambda kept: len(json.loads((kept / "vocab.json").read_text("utf-8"))),
     "unigram": lambda kept: len(json.loads((kept / "tokenizer.json").read_text("utf-8"))["model"]["vocab"]),
 }
 
 
+def kept_tokenizer_files(kind, tweets=None):
+    """The folder of `kind`'s tokenizer files: the kept one, or with BERT_KERAS_TEST_TRAIN_TOKENIZERS set, a new one
+    trained on `tweets` (the raw tweets, decoded, when None)."""
+    if not os.environ.get("BERT_KERAS_TEST_TRAIN_TOKENIZERS"):
+        return TOKENIZER_FILES / kind
+    folder = pathlib.Path(tempfile.mkdtemp(prefix=f"{kind}_"))
+    TRAINERS[kind](folder, _raw_tweets() if tweets is None else tweets)
+    return folder
+
+
+def _raw_tweets():
+    return [text.decode("utf-8", errors="replace") for text in load_tweets(raw=True)[0]]
+
+
 def _kept_writer(kind):
     def write(folder, tweets):
-        if os.environ.get("BERT_KERAS_TEST_TRAIN_TOKENIZERS"):
-            return TRAINERS[kind](folder, tweets)
-        kept = TOKENIZER_FILES / kind
+        kept = kept_tokenizer_files(kind, tweets)
         for file in sorted(kept.iterdir()):
             shutil.copyfile(file, pathlib.Path(folder) / file.name)
         return _KEPT_SIZES[kind](kept)
@@ -164,7 +192,7 @@ WRITERS = {"wordpiece": _kept_writer("wordpiece"), "sentencepiece": _write_sente
 
 def keep_new_tokenizer_files(kinds=tuple(TRAINERS)):
     """Trains `kinds` again on the first 3,000 tweets and keeps their files in `TOKENIZER_FILES` (the tests' data)."""
-    tweets = [text.decode("utf-8", errors="replace") for text in load_tweets(raw=True)[0]]
+    tweets = _raw_tweets()
     for kind in kinds:
         kept = TOKENIZER_FILES / kind
         shutil.rmtree(kept, ignore_errors=True)

@@ -247,10 +247,11 @@ def save_modernbert_tokenizer(folder):
     import tokenizers
     from tokenizers import normalizers, processors
 
-    from bert_keras.text.corpora import load_tweets
+    from tests.test_family_workflows import kept_tokenizer_files
 
-    trainer = tokenizers.ByteLevelBPETokenizer(add_prefix_space=False)
-    trainer.train_from_iterator(load_tweets()[0][:3000], vocab_size=400, min_frequency=2, show_progress=False)
+    kept = kept_tokenizer_files("modernbert_bpe")  # trained by the `tokenizers` library on tweets, kept
+    trainer = tokenizers.ByteLevelBPETokenizer.from_file(str(kept / "vocab.json"), str(kept / "merges.txt"),
+                                                         add_prefix_space=False)
     vocab = trainer.get_vocab()
     vocab.update({token: len(vocab) + i for i, token in enumerate(SPECIALS)})
     merges = [tuple(m) for m in json.loads(trainer._tokenizer.to_str())["model"]["merges"]]
