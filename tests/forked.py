@@ -23,6 +23,7 @@ prints as it loads) is not what a forked one can show. Tests of that start a
 fresh interpreter (tests/commands/test_quiet_commands.py).
 """
 
+import gc
 import multiprocessing
 import os
 import runpy
@@ -93,6 +94,9 @@ def _child(argv, env, cwd, stdin_path, stdout_path, stderr_path):
     os.environ.clear()
     os.environ.update(env)
     os.chdir(cwd)
+    # The server's imports (TensorFlow's hundreds of thousands of objects) out of the cyclic collector's walks, as
+    # `bert-keras` freezes its own TensorFlow import (bert_keras._platform.native_log.freeze_tensorflow_import).
+    gc.freeze()
     code = _run_as_main(argv)
     sys.stdout.flush()
     sys.stderr.flush()
