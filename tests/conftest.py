@@ -7,13 +7,20 @@ os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 import keras  # noqa: E402
 import pytest  # noqa: E402
 
-# Python's cyclic collector, run less often in test processes. Tracing graphs creates objects by the million, and
-# with the default thresholds (700, 10, 10) every collection of the oldest generation walks TensorFlow's and
-# Keras' imports too. In a ModernBERT fine-tune-and-export test the collector took 3.30 s of 21.7 s of CPU; with
-# these thresholds 1.52 s, and 0.62 s once pytest's collections at the session's end are left out (see
-# `pytest_configure`), peak memory unchanged (2-core AMD EPYC, 2026-12-07, `gc.callbacks` timing each collection).
+# Python's cyclic collector, in test processes: what was imported before the first test (TensorFlow's and Keras'
+# hundreds of thousands of objects, which live as long as the process) is left out of its walks (`gc.freeze`, as
+# `bert-keras` does after its own TensorFlow import), and it runs a third as often. Tracing graphs creates objects by
+# the million; with the defaults (700, 10, 10) every full collection walked the imports again. Measured on the 2-core
+# AMD EPYC, 2026-12-07, user CPU of one pytest process (`/usr/bin/time`), with no collection at the session's end in
+# each (see `pytest_configure`):
+#   tests/checkpoints/test_modernbert_heads.py: 70.8 s with the defaults, 53.0 s with these;
+#   six tests of tests/commands/test_family_finetune_convert.py: 74.7 s and 1.82 GB peak with the defaults, 69.1 s
+#   and 1.92 GB with these, and 69.3 s but 2.06 GB with thresholds (10,000, 20, 20) and nothing frozen: full
+#   collections 57 times rarer held the garbage of finished fine-tunes longer. With those the full suite ran in
+#   43 min 55 s (5,185 group-seconds, from 5,527) but peaked at 6.07 GB, over its 6 GB.
 # Nothing a test checks depends on when cycles are freed.
-gc.set_threshold(10_000, 20, 20)
+gc.freeze()
+gc.set_threshold(2_000, 10, 10)
 
 
 def pytest_configure(config):
@@ -26,6 +33,15 @@ def pytest_configure(config):
     except ImportError:  # another pytest: its default
         return
     config.stash[gc_collect_iterations_key] = 0
+
+
+@pytest.fixture
+def nothing_frozen():
+    """The objects this module's `gc.freeze` set aside given back for the test, and set aside again after: for the
+    tests of code that freezes objects itself (and leaves a process that already has frozen ones alone)."""
+    gc.unfreeze()
+    yield
+    gc.freeze()
 
 
 @pytest.fixture(autouse=True)

@@ -445,7 +445,7 @@ def test_a_lora_model_round_trips_through_weights_and_keras_files(tmp_path):
 
 
 @pytest.mark.slow
-def test_merging_every_target_of_twelve_blocks_runs_no_full_collection(monkeypatch):
+def test_merging_every_target_of_twelve_blocks_runs_no_full_collection(monkeypatch, nothing_frozen):
     """144 adapter variables are deleted; Keras collects garbage after each (0.5-1 s over a TensorFlow process)."""
     encoder = BertEncoder(**dict(TINY, num_layers=12))
     lora.enable_lora(encoder, rank=2, targets=tuple(lora.LORA_TARGETS))

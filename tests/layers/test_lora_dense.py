@@ -130,7 +130,7 @@ def test_merge_folds_the_adapters_in_and_leaves_an_ordinary_dense():
     assert [weight.name for weight in layer.trainable_weights] == ["lora_kernel_a", "lora_kernel_b"]
 
 
-def test_merge_runs_no_collection_over_the_objects_that_existed_before(monkeypatch):
+def test_merge_runs_no_collection_over_the_objects_that_existed_before(monkeypatch, nothing_frozen):
     """Keras collects garbage after each deleted variable: 0.5-1 s each over a TensorFlow process's objects."""
     seen = []
     collect = gc.collect
