@@ -652,3 +652,45 @@ def test_a_normalizer_model_built_here_normalizes_in_tensorflow_texts_kernel():
     normalizer = tf_text.FastBertNormalizer(model_buffer=text_models.normalizer_model_buffer(table, False))
     text = "A caf\u00e9\u2019s co\u00adop\u0000"
     assert normalizer.normalize(tf.constant([text])).numpy().tolist() == [b"a cafe's coop"]
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+def test_a_saved_model_loads_without_collections_and_the_collector_is_left_as_it_was(tmp_path, monkeypatch, enabled):
+    """`_platform.loading.load_saved_model` pauses Python's cyclic collector while TensorFlow restores the functions
+    (their objects are walked once after, not at every collection on the way), and leaves it as the caller had it."""
+    import gc
+
+    from bert_keras._platform.loading import load_saved_model
+
+    module = tf.Module()
+    module.scale = tf.Variable(2.0)
+    module.double = tf.function(lambda x: x * module.scale, input_signature=[tf.TensorSpec([None], tf.float32)])
+    tf.saved_model.save(module, str(tmp_path / "module"))
+    inside, collections_inside = [False], []
+    restore = tf.saved_model.load
+
+    def load(*args, **kwargs):
+        inside[0] = True
+        try:
+            return restore(*args, **kwargs)
+        finally:
+            inside[0] = False
+
+    def count(phase, info):
+        if phase == "start" and inside[0]:
+            collections_inside.append(info["generation"])
+
+    monkeypatch.setattr(tf.saved_model, "load", load)
+    thresholds, was_enabled = gc.get_threshold(), gc.isenabled()
+    gc.set_threshold(1)  # a collection at nearly every allocation, where the collector runs
+    (gc.enable if enabled else gc.disable)()
+    gc.callbacks.append(count)
+    try:
+        loaded = load_saved_model(str(tmp_path / "module"))
+        assert gc.isenabled() == enabled
+    finally:
+        gc.callbacks.remove(count)
+        gc.set_threshold(*thresholds)
+        (gc.enable if was_enabled else gc.disable)()
+    assert collections_inside == []
+    np.testing.assert_array_equal(loaded.double(tf.constant([1.0, 2.0])).numpy(), [2.0, 4.0])
