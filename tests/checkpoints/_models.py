@@ -86,7 +86,10 @@ def write_training_inputs(transformers, root, num_texts):
     """
     import random
 
+    import torch
+
     config = transformers.BertConfig(**TINY_HF, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    torch.manual_seed(0)  # the initial weights too: torch seeds its generator at random in each process
     checkpoint = save_hf_directory(perturb_torch(transformers.BertForPreTraining(config)), os.path.join(root, "checkpoint"))
     rng = random.Random(0)
     rows = []

@@ -219,6 +219,7 @@ def test_sharded_safetensors(tmp_path):
 
 
 def _task_folder(directory, architecture, **config):
+    torch.manual_seed(4)  # the initial weights too: torch seeds its generator at random in each process
     model = perturb_torch(getattr(transformers, architecture)(transformers.BertConfig(**TINY_HF, **config)), seed=4)
     return model, save_hf_directory(model, directory)
 

@@ -40,7 +40,7 @@ SEQ_LENGTH = 12
 def task_checkpoints(tmp_path_factory):
     """Folders of a BertForTokenClassification, BertForQuestionAnswering and BertForSequenceClassification."""
     transformers = pytest.importorskip("transformers")
-    pytest.importorskip("torch")
+    torch = pytest.importorskip("torch")
     from tests.checkpoints._models import TINY_HF, perturb_torch, save_hf_directory
 
     labels = {"BertForTokenClassification": TAGS, "BertForQuestionAnswering": ["LABEL_0", "LABEL_1"],
@@ -48,6 +48,7 @@ def task_checkpoints(tmp_path_factory):
     folders, models = {}, {}
     for architecture, names in labels.items():
         config = transformers.BertConfig(**TINY_HF, id2label=dict(enumerate(names)))
+        torch.manual_seed(3)  # the initial weights too: torch seeds its generator at random in each process
         models[architecture] = perturb_torch(getattr(transformers, architecture)(config), seed=3)
         folders[architecture] = save_hf_directory(models[architecture], tmp_path_factory.mktemp(architecture))
     return folders, models
