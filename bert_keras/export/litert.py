@@ -34,8 +34,9 @@ their exact tokenizers are TensorFlow ops that LiteRT cannot run) gets
 `serve_ids` only: raw strings need WordPiece.
 
 What the file is (the export's kind and settings) is recorded beside it, in
-`PATH.json`; a file is replaced only when that record says this package
-wrote it. `load_litert(path)` reads both and answers as the matching loader
+`PATH.json`: the export's manifest with `"engine": "litert"`, the file's
+size and SHA-256; a file is replaced only when that record says this
+package wrote it. `load_litert(path)` reads both and answers as the matching loader
 does (`ExportedClassifier.predict`, `ExportedTagger.predict`,
 `ExportedReader.predict`, `ExportedSentenceEncoder.encode`) without importing TensorFlow: the
 interpreter is `ai-edge-litert`'s, with tensorflow-text's kernels
@@ -58,9 +59,9 @@ from bert_keras._platform.tflite_file import gathered_branches, op_names
 from bert_keras.export.entity_groups import check_aggregation  # no TensorFlow (text.decoding)
 from bert_keras.export.litert_engine import (TAGGER_OUTPUTS, LiteRTModel, check_num_threads,  # noqa: F401
                                              load_litert)
-from bert_keras.export.litert_record import (FORMAT, SERVED_KINDS, SIDECAR_SUFFIX, VERSION,  # noqa: F401
+from bert_keras.export.litert_record import (SERVED_KINDS, SIDECAR_SUFFIX,  # noqa: F401
                                              _check_names, _expect, _remove_leftovers, carried_values, _tokenizer_kind, _write_pair,
-                                             check_litert_target, file_record, file_sha256, is_litert,
+                                             check_litert_target, file_record, file_sha256, is_litert, new_record,
                                              read_sidecar, sidecar_path)
 from bert_keras.export.litert_windows import reader_settings  # no TensorFlow
 from bert_keras.export.manifest import (ASSETS_EXTRA, CLASSIFIER, READER, SENTENCE_ENCODER, TAGGER, ExportError,
@@ -246,9 +247,7 @@ def export_litert(export_dir, path, quantize=None, overwrite=False):
                          manifest["kind"] == READER else tokenizer["seq_length"])  # a reader's windows: its own
         from bert_keras.export._litert_graph import litert_module, check_tokenizes_as_export
 
-        settings = {key: value for key, value in manifest.items() if key not in ("format", "version")}
-        record = {"format": FORMAT, "version": VERSION, "writer": "bert_keras", "source": os.path.abspath(export_dir),
-                  **settings, **names, "quantize": quantize, "strings": strings}
+        record = new_record(manifest, export_dir, **names, quantize=quantize, strings=strings)
         module = litert_module(saved, manifest, vocabulary, carried_values(record))  # the file carries its record
         if strings:
             check_tokenizes_as_export(module, loaded, manifest, vocabulary)

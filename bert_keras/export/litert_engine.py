@@ -270,7 +270,7 @@ class LiteRTModel(Engine):
 
 
 # What a record holds besides the export's settings: its bookkeeping, the kind, how the file tokenizes and runs.
-_NOT_SETTINGS = frozenset({"format", "version", "writer", "size", "sha256", "previous", "kind", "tokenizer", "quantize",
+_NOT_SETTINGS = frozenset({"format", "version", "engine", "writer", "converted_from", "size", "sha256", "previous", "kind", "tokenizer", "quantize",
                            "strings", "label_names", "tag_names"})
 
 

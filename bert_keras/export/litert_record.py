@@ -1,5 +1,13 @@
 """The record beside a LiteRT file of this package (`X.tflite.json`): what the file serves, its size and SHA-256.
 
+The record is the export's manifest (`manifest.py`: `"format": "bert_keras
+export"`, its version, `kind` and the kind's settings) with `"engine":
+"litert"`, what the file adds (the names its graph serves, `quantize`,
+`strings`) and the file's bookkeeping (`writer`, `converted_from`, `size`,
+`sha256`, and `previous` during a write): one format for an export directory and a
+`.tflite` file. Records written before (`"format": "bert_keras litert"`,
+version 3) are read as they are.
+
 Read without TensorFlow (`read_sidecar`, `file_record`: the file's SHA-256
 checked before LiteRT reads a byte of it), checked value by value (`_recorded`:
 a damaged record is an `ExportError` naming the value), and written with its
@@ -21,19 +29,24 @@ import tempfile
 from bert_keras._checks import NotRegularFileError, check_choice, open_regular_file, replace_hint
 from bert_keras._faults import fault_point
 from bert_keras.export.entity_groups import check_tokenizer_kind  # no TensorFlow (text.decoding)
+from bert_keras.export import manifest as manifests
 from bert_keras.export.manifest import CLASSIFIER, READER, SENTENCE_ENCODER, TAGGER, ExportError
 
 logger = logging.getLogger(__name__)
 
 SERVED_KINDS = (CLASSIFIER, TAGGER, READER, SENTENCE_ENCODER)
-FORMAT = "bert_keras litert"
+# A record is the manifest's format with this engine (`manifest.VERSION` 2 and later).
+FORMAT, ENGINE = manifests.FORMAT, "litert"
+# The records of earlier versions had a format of their own:
 # 2: the record holds the file's SHA-256 (`sha256`), checked before LiteRT reads a byte of the file.
 # 3: the file carries what its record serves (`carried_values`, in its `record` signature), compared at load: an
 #    edited record is refused. A file of an earlier version is refused too (`file_record`): its record's values could
-#    be edited unseen.
-VERSION = 3
+#    be edited unseen. A record of version 3 holds what a manifest record holds, so it is still served.
+LEGACY_FORMAT, LEGACY_VERSION = "bert_keras litert", 3
 # What a record says of the file itself rather than of what it serves; everything else is carried in the file.
-_FILE_FIELDS = ("format", "version", "writer", "source", "size", "sha256", "previous")
+# (`source` is the export a record of version 3 was converted from; a record of the manifest's format names it
+# `converted_from`, and its `source` is the export's own setting, a sentence encoder's model, as it was in version 3.)
+_FILE_FIELDS = ("format", "version", "engine", "writer", "source", "converted_from", "size", "sha256", "previous")
 SIDECAR_SUFFIX = ".json"
 # A record of ours is a few KB (a tagger's or classifier's names); a larger file is not one, and is not read whole.
 _MAX_RECORD_BYTES = 1 << 20
@@ -106,7 +119,30 @@ def read_sidecar(path):
         raise
     except (OSError, ValueError, RecursionError):
         return None
-    return record if isinstance(record, dict) and record.get("format") == FORMAT else None
+    return record if _is_record(record) else None
+
+
+def _is_record(value):
+    """Whether `value` is a record of this package: a manifest of the LiteRT engine, or an earlier version's record."""
+    if not isinstance(value, dict):
+        return False
+    return (value.get("format") == FORMAT and value.get("engine") == ENGINE) or value.get("format") == LEGACY_FORMAT
+
+
+def new_record(export_manifest, source, **served):
+    """The record of a file converted from the export `source` whose manifest is `export_manifest`: the manifest
+    (this version's) with the LiteRT engine, the writer and source, and `served` (names, `quantize`, `strings`);
+    the file's `size` and `sha256` are added once it is converted."""
+    settings = {key: value for key, value in export_manifest.items() if key not in ("format", "version", "engine")}
+    return {"format": FORMAT, "version": manifests.VERSION, "engine": ENGINE, "writer": "bert_keras",
+            "converted_from": os.path.abspath(source), **settings, **served}
+
+
+def _current_version(record):
+    """Whether `record` is of a version this one serves: a manifest record, or an earlier record of version 3."""
+    if record.get("format") == LEGACY_FORMAT:
+        return record.get("version") == LEGACY_VERSION
+    return isinstance(record.get("version"), int) and record["version"] >= 2
 
 
 # Digests already computed in this process: (path, device, inode, size, mtime) -> SHA-256, so that `predict`, which
@@ -149,11 +185,11 @@ def file_record(path):
     if not isinstance(record.get("sha256"), str):
         raise ExportError(f"{name} records no SHA-256 of {path!r} (written by an earlier version of bert_keras, "
                           "which recorded only its size): its integrity cannot be checked. Convert the export again.")
-    if record.get("version") != VERSION:
+    if not _current_version(record):
         raise ExportError(f"{path!r} was converted by an earlier version of bert_keras ({name} version "
-                          f"{record.get('version')!r}, this one reads {VERSION}): the file does not carry what its "
-                          "record says it serves, so an edited record could not be told apart. Convert the export "
-                          "again (bert-keras litert --force).")
+                          f"{record.get('version')!r}, this one reads {LEGACY_VERSION} and later): the file does not "
+                          "carry what its record says it serves, so an edited record could not be told apart. Convert "
+                          "the export again (bert-keras litert --force).")
     size = os.path.getsize(path)
     candidates = [record] + ([record["previous"]] if isinstance(record.get("previous"), dict) else [])
     sized = [candidate for candidate in candidates if candidate.get("size") == size]

@@ -19,7 +19,9 @@ from bert_keras._checks import NotRegularFileError, open_regular_file
 MANIFEST_FILE = "export.json"
 ASSETS_EXTRA = "assets.extra"
 FORMAT = "bert_keras export"
-VERSION = 1
+# 2: a LiteRT file's record (`litert_record`) is this manifest too, with `"engine": "litert"` and the file's size
+#    and SHA-256; an export directory's manifest is as in version 1.
+VERSION = 2
 
 CLASSIFIER, TAGGER, READER, SENTENCE_ENCODER = "classifier", "tagger", "reader", "sentence_encoder"
 KINDS = (CLASSIFIER, TAGGER, READER, SENTENCE_ENCODER)

@@ -217,7 +217,7 @@ def test_the_export_writes_its_settings_and_a_warm_up_file_that_replays(exported
     directory, reader = exported
     manifest = read_manifest(directory)
     assert manifest.pop("tokenizer")["kind"] == "wordpiece"
-    assert manifest == {"format": "bert_keras export", "version": 1, "kind": "reader",
+    assert manifest == {"format": "bert_keras export", "version": 2, "kind": "reader",
                                         "inputs": ["question", "context"], "seq_length": SEQ_LENGTH,
                                         "doc_stride": STRIDE, "max_question_length": 16, "max_answer_len": 15,
                                         "dtype": "float32"}

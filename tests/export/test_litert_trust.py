@@ -290,6 +290,8 @@ def _edited_record(original, tmp_path, name, **edits):
     for field, value in edits.items():
         if field.startswith("tokenizer."):
             record["tokenizer"] = {**record["tokenizer"], field.split(".", 1)[1]: value}
+        elif value is None:
+            record.pop(field, None)
         else:
             record[field] = value
     _write_record(path, record)
@@ -345,12 +347,48 @@ def test_a_file_converted_before_it_carried_its_record_is_refused_with_convert_a
     from bert_keras.export.litert import load_litert
 
     _, _, original = classifier
-    path = _edited_record(original, tmp_path, "m.tflite", version=2)  # as this package wrote them before
+    # As this package wrote them before: the record's own format, version 2.
+    path = _edited_record(original, tmp_path, "m.tflite", format="bert_keras litert", version=2, engine=None)
     with pytest.raises(ExportError, match=r"converted by an earlier version of bert_keras \(m.tflite.json version 2, "
-                                          r"this one reads 3\).* Convert the export again"):
+                                          r"this one reads 3 and later\).* Convert the export again"):
         load_litert(path)
     out = _cli("predict", "--model", path, "good day")
     assert out.returncode == 2 and "Convert the export again" in out.stderr, out.stderr
+
+
+@pytest.mark.slow
+def test_the_record_is_the_exports_manifest_and_a_record_of_the_earlier_format_still_serves(classifier, tmp_path):
+    from bert_keras.export import describe, load
+    from bert_keras.export.manifest import read_manifest
+
+    _, export_dir, original = classifier
+    record, manifest = _record(original), read_manifest(export_dir)
+    # One format: the export's manifest, its engine, the names the graph serves and the file's bookkeeping.
+    assert {key: record[key] for key in ("format", "version", "engine")} == \
+        {"format": "bert_keras export", "version": 2, "engine": "litert"}
+    assert {key: value for key, value in record.items() if key in manifest} == manifest
+    assert sorted(set(record) - set(manifest)) == ["converted_from", "engine", "quantize", "sha256", "size",
+                                                   "strings", "writer"]
+    assert describe(original) == {**{k: v for k, v in record.items()
+                                     if k not in ("writer", "converted_from", "size", "sha256")}, "engine": "litert"}
+    expected = load(original).predict_proba(TEXTS[:3])
+    # A file converted by the version before (its record "bert_keras litert", version 3, no engine) is served as it
+    # was, the file's carried values still equal to its record's.
+    path = str(tmp_path / "m.tflite")
+    shutil.copy(original, path)
+    legacy = {key: value for key, value in record.items() if key not in ("engine", "converted_from")}
+    _write_record(path, {**legacy, "format": "bert_keras litert", "version": 3, "source": record["converted_from"]})
+    assert describe(path) == describe(original)
+    np.testing.assert_array_equal(load(path).predict_proba(TEXTS[:3]), expected)
+    out = _cli("predict", "--model", path, TEXTS[0])
+    assert out.returncode == 0, out.stderr
+    # A record of the manifest's format without the engine, or of version 1 (before LiteRT records were manifests),
+    # is not one of ours.
+    for edit in ({"engine": None}, {"version": 1}):
+        _write_record(path, {key: value for key, value in {**record, **edit}.items() if value is not None})
+        with pytest.raises(ExportError, match="m.tflite.json, which records what it serves, is missing or not ours"
+                           if "engine" in edit else "converted by an earlier version of bert_keras"):
+            load(path)
 
 
 @pytest.mark.slow

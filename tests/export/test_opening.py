@@ -57,7 +57,7 @@ def test_a_directory_and_its_file_are_described_as_one_manifest(exports):
         assert lite[name] == saved[name], name
     assert lite["kind"] == "classifier" and lite["label_names"] == ["neg", "neu", "pos"]
     assert (lite["strings"], lite["quantize"]) == (True, None)  # what the file adds: how it runs
-    assert not {"sha256", "size", "writer", "previous"} & set(lite)  # the record's bookkeeping is not the manifest's
+    assert not {"sha256", "size", "writer", "converted_from", "previous"} & set(lite)  # the record's bookkeeping is not the manifest's
 
 
 def test_one_call_loads_either_engine_as_its_kinds_class_and_both_answer_alike(exports):

@@ -68,7 +68,7 @@ def test_single_texts_run_an_xla_compiled_function(fp32_export):
     assert len(compiled) == 1 and "classify" in compiled[0], compiled
     manifest = read_manifest(fp32_export)
     assert manifest.pop("tokenizer")["seq_length"] > 0
-    assert manifest == {"format": "bert_keras export", "version": 1, "kind": "classifier",
+    assert manifest == {"format": "bert_keras export", "version": 2, "kind": "classifier",
                                           "label_names": LABELS, "inputs": ["text"], "dtype": "float32"}
 
 
