@@ -421,15 +421,24 @@ def test_functions_unoptimized_sets_this_threads_call_options_and_gives_them_bac
     from tensorflow.python.eager import context
 
     before = context.context().function_call_options.config_proto_serialized
-    function = tf.function(lambda x: tf.nn.gelu(tf.matmul(x, x) + 1.0))
+
+    @tf.function
+    def function(x):  # a conditional and a loop, as an export's encoder and a tagger's windows hold them
+        y = tf.cond(tf.reduce_sum(x) > 0, lambda: tf.nn.gelu(tf.matmul(x, x) + 1.0), lambda: -x)
+        return tf.while_loop(lambda i, y: i < 3, lambda i, y: (i + 1, tf.tanh(y) * 2.0), (0, y))[1]
+
     x = tf.constant([[1.0, 2.0], [3.0, 4.0]])
     with keras_private.functions_unoptimized():
         config = config_pb2.ConfigProto.FromString(context.context().function_call_options.config_proto_serialized)
         assert config.graph_options.rewrite_options.disable_meta_optimizer
-        inside = function(x).numpy()
+        assert config.experimental.disable_functional_ops_lowering
+        inside = [function(x).numpy(), function(-x).numpy()]
     assert context.context().function_call_options.config_proto_serialized == before
-    assert not config_pb2.ConfigProto.FromString(before).graph_options.rewrite_options.disable_meta_optimizer
-    np.testing.assert_allclose(inside, function(x).numpy(), rtol=1e-6)  # the rewritten instance: the same values
+    config = config_pb2.ConfigProto.FromString(before)
+    assert not config.graph_options.rewrite_options.disable_meta_optimizer
+    assert not config.experimental.disable_functional_ops_lowering
+    # The rewritten, lowered instance: the same values, each branch.
+    np.testing.assert_allclose(inside, [function(x).numpy(), function(-x).numpy()], rtol=1e-6)
 
 
 def _module_with_two_endpoints(directory):

@@ -11,7 +11,7 @@ Depends on:
 | name here | what it relies on | why there is no public way |
 | --- | --- | --- |
 | `saved_model_without` | `tensorflow.python.saved_model.loader_impl.parse_saved_model_with_debug_info` (replaced in the loading thread while inside), `function_deserialization._list_function_deps` | `tf.saved_model.load` turns every function of the file into a Python graph before anything is called (1.4-1.6 s of a tagger's or reader's 2 s load on 2 cores), the endpoints no loader calls (`serve_ids`, for LiteRT) and the checkpoint's save/restore functions included; `load_partial`'s filters load everything once they name the root, and no option loads a subset of the functions |
-| `functions_unoptimized` | `tensorflow.python.eager.context.context().function_call_options`, `FunctionCallOptions` | Grappler's rewrites of a function are set for the whole process (`tf.config.optimizer.set_experimental_options`), not for one call; a loaded export's first request waits for them (a tagger's first call: 4.7-5.9 s with them, 2.1-3.1 s without, alternated fresh processes) while a background warm-up builds the rewritten instance for the requests after |
+| `functions_unoptimized` | `tensorflow.python.eager.context.context().function_call_options`, `FunctionCallOptions`; the `ConfigProto` they carry reaching the instantiation's passes (`disable_meta_optimizer`, and `experimental.disable_functional_ops_lowering`, read by the pass that lowers `If`/`While`) | Grappler's rewrites of a function are set for the whole process (`tf.config.optimizer.set_experimental_options`), not for one call, and lowering has no API at all; a loaded export's first request waits for them (a tagger's first call: 4.7-5.9 s with the rewrites, 2.1-3.1 s without, alternated fresh processes; a MiniLM tagger's 0.89-0.96 s lowered, 0.44-0.48 s not) while a background warm-up builds the rewritten instance for the requests after |
 | `register_text_ops` | tensorflow-text's wheel holding its op libraries as `python/ops/_*.so` in its package folder, each loaded by its modules with `tf.load_op_library` at that path | `import tensorflow_text` registers the ops, and imports Keras with them (its Keras layers subclass `tf.keras.layers.Layer` at import); loading a SavedModel needs the ops only. Where the folder holds none, tensorflow_text is imported |
 
 Pinned by `tests/test_platform.py` (the two SavedModel functions) and `tests/export/test_loader_imports.py`.
@@ -158,7 +158,8 @@ def _collector_paused():
 
 @contextlib.contextmanager
 def functions_unoptimized():
-    """TensorFlow functions called in this thread, inside, run without Grappler's graph rewrites.
+    """TensorFlow functions called in this thread, inside, run without Grappler's graph rewrites, and their
+    conditionals and loops as functional ops.
 
     TensorFlow instantiates a function at its first call under each setting
     of the calling thread's options, so a function first called inside gets
@@ -166,12 +167,20 @@ def functions_unoptimized():
     this one's after) get the rewritten instance, built at their own first
     call. The values are the same up to float rounding (the rewrites fuse
     and reorder operations); the rewritten instance runs faster.
+
+    By default every `If` and `While` of a function is lowered into the
+    caller's graph when it is instantiated, both branches of each `If`
+    included: an export's encoder carries one per block (its padded and
+    token-packed layouts), and a tagger's windows loop holds the encoder. Left
+    functional, a branch or a loop body is instantiated when it first runs,
+    so the first call builds only what it runs.
     """
     context = tf_context.context()
     previous = context.function_call_options
     config = config_pb2.ConfigProto()
     config.ParseFromString(previous.config_proto_serialized or b"")
     config.graph_options.rewrite_options.disable_meta_optimizer = True
+    config.experimental.disable_functional_ops_lowering = True
     context.function_call_options = tf_context.FunctionCallOptions(executor_type=previous.executor_type,
                                                                    config_proto=config)
     try:
