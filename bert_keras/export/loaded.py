@@ -12,6 +12,7 @@ import atexit
 import contextlib
 import logging
 import os
+import sys
 import threading
 import time
 
@@ -55,6 +56,11 @@ def stop_warm_ups(timeout=STOP_SECONDS):
     rest of it, at most `timeout` seconds in all. The command line ends with
     `os._exit`, without finalizing, and never comes here.
 
+    Before it waits, it flushes `sys.stdout` and `sys.stderr`: the
+    interpreter flushes them only after the `atexit` handlers, so a script
+    whose output goes to a pipe or a file would otherwise show its answer
+    only once the request in flight has ended.
+
     Returns:
         The number of warm-ups still running after `timeout` (0 once all ended).
     """
@@ -62,6 +68,10 @@ def stop_warm_ups(timeout=STOP_SECONDS):
         running = list(_warm_ups)
     for _, stop in running:
         stop.set()
+    if running:
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(AttributeError, OSError, ValueError):  # None, a closed pipe, a closed file
+                stream.flush()
     deadline = time.monotonic() + timeout
     for thread, _ in running:
         thread.join(max(0.0, deadline - time.monotonic()))

@@ -7,6 +7,7 @@ throwing an instance of ...", "FATAL: exception not rethrown": an abort after th
 """
 
 import os
+import select
 import subprocess
 import sys
 import textwrap
@@ -109,11 +110,22 @@ def test_stop_warm_ups_stops_a_warm_up_between_two_requests_and_waits_for_it(exp
     classifier.predict("good movie")  # the first answer starts the warm-up
     thread = classifier._warming_thread
     assert thread is not None and thread.daemon and entered.wait(60)
-    stopper = threading.Thread(target=lambda: stopped.append(loaded.stop_warm_ups(timeout=60)))
-    stopped = []
-    stopper.start()
-    stopper.join(0.5)
-    assert stopper.is_alive() and thread.is_alive()  # it waits for the request in flight ...
+    # The answer a script printed to a pipe, still in its buffer (the interpreter flushes after the atexit hooks).
+    read_end, write_end = os.pipe()
+    with os.fdopen(read_end, "rb") as pipe_out, os.fdopen(write_end, "w") as pipe_in:
+        stdout, sys.stdout = sys.stdout, pipe_in
+        try:
+            print("answer pos")
+            assert not select.select([pipe_out], [], [], 0)[0]
+            stopper = threading.Thread(target=lambda: stopped.append(loaded.stop_warm_ups(timeout=60)))
+            stopped = []
+            stopper.start()
+            stopper.join(0.5)
+            assert stopper.is_alive() and thread.is_alive()  # it waits for the request in flight ...
+            # ... with the answer already out.
+            assert select.select([pipe_out], [], [], 10)[0] and os.read(pipe_out.fileno(), 100) == b"answer pos\n"
+        finally:
+            sys.stdout = stdout
     release.set()
     stopper.join(60)
     assert stopped == [0] and not thread.is_alive() and calls == [1]  # ... and replays no other
