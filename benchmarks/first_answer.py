@@ -185,7 +185,8 @@ def extract_package(revision, directory):
 
 def timed(argv, env, run):
     """`(answer, end)`: seconds from the start of `argv` (its `{run}` filled in: a new output file per run) to the
-    first line it prints (every contender prints its answer, `embed` its "Wrote ..." line once the file is written)
+    first line it reads from its stdout, a pipe (every contender prints its answer, `embed` its "Wrote ..." line
+    once the file is written; a Python contender's buffered answer arrives when its interpreter flushes it)
     and to its end (the interpreter's teardown too: ~1 s for a Python process that imported TensorFlow, which the
     command line skips by ending with `os._exit`)."""
     argv = [part.replace("{run}", str(run)) for part in argv]
@@ -226,6 +227,9 @@ def main():
         if name.startswith("embedding-") and name.endswith(".npy"):
             os.remove(os.path.join(work, name))
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", TOKENIZERS_PARALLELISM="false")
+    # Python's output to a pipe as a user's shell has it, block-buffered: a Python contender's answer shows when it
+    # flushes (at its exit, after the interpreter's atexit hooks), not when it prints.
+    env.pop("PYTHONUNBUFFERED", None)
     if args.reuse:
         folders = {name: os.path.join(work, f"transformers_{name}") for name in ("classifier", "tagger", "reader")}
     else:
