@@ -60,6 +60,20 @@ def _run(argv, capsys, stdin=None, monkeypatch=None):
     return code, captured.out, captured.err
 
 
+def _same_entities(printed, expected):
+    """`printed` (per text, the command's entities) is `expected` (`load_tagger(...).predict`'s): every field equal, each
+    score within float rounding. The command answers its first requests before the export's background warm-up
+    ends, on the graph as loaded (`functions_unoptimized`), the loader with `warm_up=False` on the rewritten graph:
+    the same arithmetic in another order, 1e-7 apart."""
+    def without_scores(rows):
+        return [[{key: value for key, value in entity.items() if key != "score"} for entity in row] for row in rows]
+
+    assert without_scores(printed) == without_scores(expected)
+    np.testing.assert_allclose([e["score"] for row in printed for e in row],
+                               [e["score"] for row in expected for e in row], rtol=1e-6)
+    return True
+
+
 @pytest.mark.slow
 def test_predict_prints_load_taggers_entities(tagger_dir, capsys):
     loaded = load_tagger(tagger_dir, warm_up=False)
@@ -69,8 +83,8 @@ def test_predict_prints_load_taggers_entities(tagger_dir, capsys):
                              *TEXTS], capsys)
         assert code == 0
         records = [json.loads(line) for line in out.splitlines()]
-        assert records == [{"text": text, "entities": entities}
-                           for text, entities in zip(TEXTS, loaded.predict(TEXTS, aggregation=aggregation))]
+        assert [record["text"] for record in records] == TEXTS
+        _same_entities([record["entities"] for record in records], loaded.predict(TEXTS, aggregation=aggregation))
     assert sum(len(record["entities"]) for record in records) >= 5
     code, out, _ = _run(["predict", "--model", tagger_dir, *TEXTS], capsys)  # tsv: each text, its entities marked
     expected = loaded.predict(TEXTS)
@@ -78,7 +92,8 @@ def test_predict_prints_load_taggers_entities(tagger_dir, capsys):
     first = expected[0][0]
     assert f"[{TEXTS[0][first['start']:first['end']]}]({first['entity_group']} {first['score']:.4f})" in out
     code, out, _ = _run(["predict", "--model", tagger_dir, "--format", "json", "paris"], capsys)
-    assert json.loads(out) == [{"text": "paris", "entities": loaded.predict("paris")}]
+    (record,) = json.loads(out)
+    assert record["text"] == "paris" and _same_entities([record["entities"]], [loaded.predict("paris")])
 
 
 @pytest.mark.slow
@@ -87,7 +102,8 @@ def test_predict_reads_files_and_standard_input(tagger_dir, tmp_path, capsys, mo
     path = tmp_path / "texts.txt"
     path.write_text("\n".join(TEXTS[:2]) + "\n", encoding="utf-8")
     code, out, _ = _run(["predict", "--model", tagger_dir, "--input", str(path), "--format", "jsonl"], capsys)
-    assert code == 0 and [json.loads(line)["entities"] for line in out.splitlines()] == loaded.predict(TEXTS[:2])
+    assert code == 0 and _same_entities([json.loads(line)["entities"] for line in out.splitlines()],
+                                        loaded.predict(TEXTS[:2]))
     stdin = "ada lovelace\n   \nparis\n".encode()
     code, out, err = _run(["predict", "--model", tagger_dir, "--skip-blank", "--format", "jsonl"], capsys, stdin,
                           monkeypatch)
