@@ -485,6 +485,24 @@ def test_saved_model_without_loads_the_rest_as_it_was(tmp_path):
     np.testing.assert_array_equal(pruned.weight.numpy(), module.weight.numpy())  # the checkpoint restored
 
 
+def test_saved_model_without_takes_a_choice_made_on_the_names_the_file_serves(tmp_path):
+    directory = str(tmp_path / "module")
+    _module_with_two_endpoints(directory)
+    seen = []
+
+    def unless_absent(served):  # leave `dropped` out where the file serves `kept`, which does its work
+        seen.append(served)
+        return ["dropped"] if "kept" in served else []
+
+    with keras_private.saved_model_without({unless_absent}):
+        pruned = tf.saved_model.load(directory)
+    assert {"kept", "dropped", "serving_default"} <= seen[0] and "signatures" in seen[0]
+    assert sorted(pruned.signatures) == ["serving_default"] and not hasattr(pruned, "dropped")
+    with keras_private.saved_model_without({lambda served: ["dropped"] if "absent" in served else []}):
+        whole = tf.saved_model.load(directory)
+    assert sorted(whole.signatures) == ["dropped", "serving_default"] and hasattr(whole, "dropped")
+
+
 def test_saved_model_without_leaves_other_threads_loading_the_whole_file(tmp_path):
     import threading
 

@@ -197,18 +197,39 @@ _parse_users = 0  # threads inside `saved_model_without`: the module attribute i
 
 def _parse_pruned(export_dir):
     proto, debug_info = _parse_saved_model(export_dir)
-    endpoints = getattr(_pruning, "endpoints", None)
-    if endpoints:
-        _prune_saved_model(proto, endpoints)
+    choices = getattr(_pruning, "endpoints", None)
+    if choices:
+        served = endpoint_names(proto)
+        endpoints = set()
+        for choice in choices:
+            endpoints.update(choice(served) if callable(choice) else [choice])
+        if endpoints:
+            _prune_saved_model(proto, endpoints)
     return proto, debug_info
+
+
+def endpoint_names(proto):
+    """The names a parsed `SavedModel` proto serves: its root's attributes and its signatures (a set; empty for a
+    file without a TF 2 object graph)."""
+    if len(proto.meta_graphs) != 1 or not proto.meta_graphs[0].HasField("object_graph_def"):
+        return frozenset()
+    nodes = proto.meta_graphs[0].object_graph_def.nodes
+    names = {ref.local_name for ref in nodes[0].children}
+    for ref in nodes[0].children:
+        if ref.local_name == "signatures":
+            names.update(child.local_name for child in nodes[ref.node_id].children)
+    return frozenset(names)
 
 
 @contextlib.contextmanager
 def saved_model_without(endpoints):
     """`tf.saved_model.load` in this thread, inside, loads the SavedModel without the named endpoints.
 
-    The endpoints (attributes of the root and signatures, by name) are left
-    out of the object graph, and so is every function that nothing loaded
+    `endpoints`: names, and callables that are given the names the file
+    serves (`endpoint_names`: a frozenset) and return the names to leave
+    out of it (a kind whose requests call one endpoint of several, where the
+    file has it). The endpoints (attributes of the root and signatures, by
+    name) are left out of the object graph, and so is every function that nothing loaded
     calls any more (the left-out endpoints' and the checkpoint's own
     save/restore functions); the rest loads as before, the same functions
     with the same graphs. Other threads load whole files meanwhile.
@@ -218,7 +239,7 @@ def saved_model_without(endpoints):
         _parse_users += 1
         loader_impl.parse_saved_model_with_debug_info = _parse_pruned
     previous = getattr(_pruning, "endpoints", None)
-    _pruning.endpoints = frozenset(endpoints) | (previous or frozenset())
+    _pruning.endpoints = frozenset(endpoints) | (previous or frozenset())  # names and callables
     try:
         yield
     finally:

@@ -130,6 +130,9 @@ class LoadedExport(Engine):
 
     kind = None
     expected = ""
+    # Endpoints beside `UNUSED_ENDPOINTS` that the kind's requests do not call, left unloaded: names, or callables
+    # given the names the file serves (`saved_model_without`). `whole` loads them where a caller asks for one.
+    left_out = ()
     # Whether a SavedModel without a manifest is taken (a classifier from Keras' `model.export()`).
     accepts_unrecorded = False
 
@@ -161,7 +164,8 @@ class LoadedExport(Engine):
         self._background = warm_up == "background"  # requests skip the graph rewrites until `warmed`
         self._warming_thread = None
         self._stop_warming = threading.Event()  # set by `stop_warm_ups`: no more warm-up requests
-        with saved_model_without(UNUSED_ENDPOINTS):  # the same functions for every request, fewer to load
+        self._loading = threading.Lock()  # `whole`: one load of the endpoints left out at a time
+        with saved_model_without((*UNUSED_ENDPOINTS, *self.left_out)):  # the same functions, fewer to load
             self._saved = load_saved_model(self.export_dir)
         self._check_signatures()
         self._warm_up_pending = warm_up == "background"
@@ -188,6 +192,17 @@ class LoadedExport(Engine):
         """The `ExportError` for signatures that are not this kind's: what was found, what was expected."""
         return ExportError(f"{self.export_dir!r} is not a {self.kind.replace('_', ' ')} written by bert_keras' "
                            f"`export_{self.kind}`: {found}. Expected {self.expected}.")
+
+    def whole(self):
+        """The SavedModel with the endpoints `left_out` at the load (every endpoint but `UNUSED_ENDPOINTS`), loaded
+        now where they were left out; later requests run on it. Loaded once, in the calling thread."""
+        if self.left_out:
+            with self._loading:
+                if self.left_out:
+                    with saved_model_without(UNUSED_ENDPOINTS):
+                        self._saved = load_saved_model(self.export_dir)
+                    self.left_out = ()
+        return self._saved
 
     def serving_signature(self):
         """The signature the warm-up requests are replayed on (`serving_default`)."""

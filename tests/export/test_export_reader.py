@@ -168,7 +168,7 @@ def test_merged_duplicates_equal_the_last_transformers_4(checkpoint, exported):
 def test_contexts_longer_than_one_window_are_read_in_all_windows(exported, checkpoint):
     _, model, tokenizer = checkpoint
     _, reader = exported
-    windows = reader._windows(question=tf.constant(QUESTIONS[:1]), context=tf.constant(CONTEXTS[:1]))
+    windows = reader.all_windows(QUESTIONS[:1], CONTEXTS[:1])
     assert len(windows["example_index"]) == 4  # the parity above covers every window of it
     short = reader.predict(question="why", context="a b", max_answer_len=1, top_k=5)
     assert [a["answer"] for a in short] in (["a", "b"], ["b", "a"])  # only single-piece spans in the context
@@ -187,6 +187,29 @@ def test_serving_default_gives_the_best_answer_in_the_graph(exported):
     null = reader.predict(question=QUESTIONS, context=CONTEXTS, handle_impossible_answer=True, top_k=10_000)
     null_scores = [next(a["score"] for a in answers if a["answer"] == "") for answers in null]
     np.testing.assert_allclose(outputs["null_score"].numpy(), null_scores, rtol=1e-5)
+
+
+@pytest.mark.slow
+def test_a_loaded_reader_holds_window_range_alone_and_loads_the_rest_when_called(exported):
+    directory, reader = exported
+    # predict reads window_range only: the string endpoints for TF Serving and all windows at once are not loaded.
+    assert sorted(reader._saved.signatures) == ["window_range"], sorted(reader._saved.signatures)
+    assert reader.warm_up_seconds > 0  # its warm-up requests ran on window_range
+    expected = reader.predict(question=QUESTIONS, context=CONTEXTS, top_k=3)
+    saved = tf.saved_model.load(directory)
+    theirs = saved.signatures["windows"](question=tf.constant(QUESTIONS), context=tf.constant(CONTEXTS))
+    ours = reader.all_windows(QUESTIONS, CONTEXTS)
+    assert sorted(ours) == sorted(theirs) and sorted(reader._saved.signatures) == ["window_range"]
+    for name, value in theirs.items():
+        np.testing.assert_allclose(ours[name], value.numpy(), rtol=1e-6, atol=1e-7, err_msg=name)
+    # Calling the reader gives serving_default, loaded at the first call.
+    outputs = reader(tf.constant(QUESTIONS), tf.constant(CONTEXTS))
+    assert "serving_default" in reader._saved.signatures
+    for i, answers in enumerate(expected):
+        assert outputs["answer"][i].numpy().decode("utf-8") == answers[0]["answer"]
+    again = reader.predict(question=QUESTIONS, context=CONTEXTS, top_k=3)
+    for ours, theirs, context in zip(again, expected, CONTEXTS):
+        _assert_same(ours, theirs, context)
 
 
 @pytest.mark.slow
@@ -272,7 +295,7 @@ def test_default_windows_of_384_with_stride_128_equal_transformers(checkpoint, t
     directory = export_reader(BertSpanLabeler.from_checkpoint(folder), str(tmp_path / "export"))  # 384, 128, 64
     reader = load_reader(directory, warm_up=False)
     context = " ".join(CONTEXTS) * 3  # about 1,000 pieces: four windows of 384
-    windows = reader._windows(question=tf.constant(QUESTIONS[:1]), context=tf.constant([context]))
+    windows = reader.all_windows(QUESTIONS[:1], [context])
     assert len(windows["example_index"]) == len(tokenizer(QUESTIONS[0], context, truncation="only_second",
                                                           max_length=384, stride=128,
                                                           return_overflowing_tokens=True)["input_ids"]) > 2
@@ -404,6 +427,7 @@ def test_predict_reading_a_few_windows_at_a_time_equals_reading_all_at_once(expo
 
     _, reader = exported
     assert reader._window_range is not None
+    reader.whole()  # `windows` loaded too, which predict calls as an export before window_range would
     monkeypatch.setattr(reader_kind, "WINDOWS_PER_READ", 1)  # one window per call: 4 calls for the first context
     for top_k in (1, 3):
         chunked = reader.predict(question=QUESTIONS, context=CONTEXTS, top_k=top_k, handle_impossible_answer=True)

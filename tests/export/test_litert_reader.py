@@ -58,7 +58,7 @@ def test_a_reader_file_answers_as_its_export_on_contexts_of_several_windows(read
     export, path = reader
     lite = load_litert(path, windows_per_call=3)  # a long context's windows over several calls of the model
     assert type(lite) is LiteRTReader and lite.inputs == ["question", "context"]
-    windows = export.run("windows", question=QUESTIONS[:2], context=CONTEXTS[:2])
+    windows = export.all_windows(QUESTIONS[:2], CONTEXTS[:2])
     assert len(windows["example_index"]) > 2 * 3  # contexts longer than one window, more windows than one call
     for options in ({}, {"top_k": 3}, {"top_k": 2, "handle_impossible_answer": True, "max_answer_len": 4},
                     {"top_k": 2, "align_to_words": False}, {"top_k": 3, "merge_duplicates": True}):
@@ -81,7 +81,7 @@ def test_the_windows_cut_outside_the_graph_are_the_exports_windows(reader):
     export, path = reader
     lite = load_litert(path, windows_per_call=1000)
     [ours] = lite._window_reads(QUESTIONS, CONTEXTS)
-    theirs = export.run("windows", question=QUESTIONS, context=CONTEXTS)
+    theirs = export.all_windows(QUESTIONS, CONTEXTS)
     width = ours["context_mask"].shape[1]
     assert theirs["context_mask"].shape == (len(ours["example_index"]), width)
     for name in ("example_index", "char_starts", "char_ends", "word_starts", "word_ends", "context_mask"):
