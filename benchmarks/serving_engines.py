@@ -7,6 +7,8 @@ of tweets (`bert_keras.text.corpora.load_tweets()`, `serving.tweet_sample`), raw
 - ours, SavedModel: `bert_keras.export.export_classifier` of `BertClassifier.from_checkpoint(HF, num_classes=3,
   seq_length=128)`, served by `load_classifier(DIR).predict(texts)`; `--model DIR` serves a given export
   instead (the references then keep MiniLM with the seeded head, and ours-vs-torch parity is not reported).
+  A second row serves its export written with `xla=True` (a single text of up to 64 tokens XLA-compiled, its
+  length bucket compiled by the background warm-up while `serve_plain` answers).
 - ours, LiteRT fp32 and int8: `bert_keras.export.export_litert(DIR, PATH, quantize=None | "int8")` and
   `load_litert(PATH).predict(texts)`, where the package has them (else the rows say so).
 - the torch pipeline: `transformers.pipeline("text-classification", model=HF)`, where HF is the folder of
@@ -71,6 +73,7 @@ ENV = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
 # reference counts, per round, the better of its two rows.
 ENGINES = {
     "ours SavedModel (load_classifier)": ("ours", 0),
+    "ours SavedModel, xla=True (load_classifier)": ("ours", 0),
     "ours LiteRT fp32": ("litert", 0),
     "ours LiteRT int8": ("litert", 0),
     "torch pipeline": ("pipeline", 0),
@@ -91,6 +94,7 @@ WITHOUT_EXTRAS = ("import importlib.abc, sys\n"
                   "            raise ModuleNotFoundError(f'No module named {name!r}', name=name)\n"
                   "sys.meta_path.insert(0, Absent())\n")
 PIPELINE, ORT_FP32, OURS = "torch pipeline", "ONNX Runtime fp32", "ours SavedModel (load_classifier)"
+OURS_XLA = "ours SavedModel, xla=True (load_classifier)"
 REFERENCES = {PIPELINE: [PIPELINE, PIPELINE + ", 1 thread"], ORT_FP32: [ORT_FP32, ORT_FP32 + ", 1 thread"]}
 
 
@@ -156,9 +160,10 @@ def stage_ours(work, hf_dir):
     from bert_keras.tasks import BertClassifier
 
     model = BertClassifier.from_checkpoint(hf_dir, num_classes=len(serving.LABELS), seq_length=SEQ_LENGTH)
-    export_dir = os.path.join(work, "saved_model")
+    export_dir, compiled = os.path.join(work, "saved_model"), os.path.join(work, "saved_model_xla")
     export_classifier(model, export_dir, overwrite=True)
-    return {"saved model": export_dir}
+    export_classifier(model, compiled, overwrite=True, xla=True)  # a single short text XLA-compiled
+    return {"saved model": export_dir, "saved model xla": compiled}
 
 
 def stage_litert(work, export_dir):
@@ -195,9 +200,9 @@ def prepare(work, given_model):
     """The files of every engine, built in `work` (with `--work`, kept: a stage done is reused, and ours with
     the reference it was read from)."""
     paths, rebuilt = {}, False
-    for name, done in (("reference", "onnx int8"), ("ours", "saved model")):
+    for name, done in (("reference", "onnx int8"), ("ours", "saved model xla")):
         if name == "ours" and given_model:
-            paths["saved model"] = given_model
+            paths["saved model"] = paths["saved model xla"] = given_model
             continue
         manifest = os.path.join(work, f"{name}.json")
         if os.path.exists(manifest) and not rebuilt:
@@ -364,6 +369,8 @@ def first_answer_commands(paths, available):
     commands = {
         OURS: py + [f"from bert_keras.export import load_classifier\n"
                     f"print('ANSWER', load_classifier({paths['saved model']!r}).predict({text}), flush=True)"],
+        OURS_XLA: py + [f"from bert_keras.export import load_classifier\n"
+                        f"print('ANSWER', load_classifier({paths['saved model xla']!r}).predict({text}), flush=True)"],
         PLAIN_ROW: py + [WITHOUT_EXTRAS + f"from bert_keras.export import load_classifier\n"
                           f"print('ANSWER', load_classifier({paths['saved model']!r}).predict({text}), flush=True)"],
         # The console script beside this interpreter (a virtual environment's python run without activating it).
@@ -561,7 +568,7 @@ def main(argv=None):
         paths = prepare(os.path.abspath(work), args.model and os.path.abspath(args.model))
         litert = paths.get("litert")
         missing = {} if litert else {label: paths["why"] for label in ENGINES if "LiteRT" in label}
-        files = {OURS: paths["saved model"], PIPELINE: paths["transformers"], ORT_FP32: paths["onnx fp32"],
+        files = {OURS: paths["saved model"], OURS_XLA: paths["saved model xla"], PIPELINE: paths["transformers"], ORT_FP32: paths["onnx fp32"],
                  "ONNX Runtime int8": paths["onnx int8"], CLI_ROW: paths["saved model"],
                  PIPELINE + ", 1 thread": paths["transformers"], ORT_FP32 + ", 1 thread": paths["onnx fp32"]}
         if litert:

@@ -205,6 +205,7 @@ def _parse_pruned(export_dir):
             endpoints.update(choice(served) if callable(choice) else [choice])
         if endpoints:
             _prune_saved_model(proto, endpoints)
+            _pruning.left_out.update(endpoints & served)
     return proto, debug_info
 
 
@@ -233,17 +234,24 @@ def saved_model_without(endpoints):
     calls any more (the left-out endpoints' and the checkpoint's own
     save/restore functions); the rest loads as before, the same functions
     with the same graphs. Other threads load whole files meanwhile.
+
+    Yields:
+        A set, filled with the names left out of the files loaded inside
+        (those the files serve).
     """
     global _parse_users
     with _parse_lock:
         _parse_users += 1
         loader_impl.parse_saved_model_with_debug_info = _parse_pruned
     previous = getattr(_pruning, "endpoints", None)
+    previous_left_out = getattr(_pruning, "left_out", None)
     _pruning.endpoints = frozenset(endpoints) | (previous or frozenset())  # names and callables
+    _pruning.left_out = set()
     try:
-        yield
+        yield _pruning.left_out
     finally:
         _pruning.endpoints = previous
+        _pruning.left_out = previous_left_out
         with _parse_lock:
             _parse_users -= 1
             if not _parse_users:

@@ -131,8 +131,12 @@ class LoadedExport(Engine):
     kind = None
     expected = ""
     # Endpoints beside `UNUSED_ENDPOINTS` that the kind's requests do not call, left unloaded: names, or callables
-    # given the names the file serves (`saved_model_without`). `whole` loads them where a caller asks for one.
+    # given the names the file serves (`saved_model_without`); once loaded, the names the export served and the load
+    # left out. `whole` loads them where a caller asks for one (`run` of a signature left out, `ExportedReader()`).
     left_out = ()
+    # Whether the warm-up runs on endpoints `left_out` (a classifier's compiled `serve`, while `serve_plain` answers):
+    # it then loads the whole SavedModel in its thread, warms it, and the requests after it run on it.
+    warms_what_is_left_out = False
     # Whether a SavedModel without a manifest is taken (a classifier from Keras' `model.export()`).
     accepts_unrecorded = False
 
@@ -165,8 +169,8 @@ class LoadedExport(Engine):
         self._warming_thread = None
         self._stop_warming = threading.Event()  # set by `stop_warm_ups`: no more warm-up requests
         self._loading = threading.Lock()  # `whole`: one load of the endpoints left out at a time
-        with saved_model_without((*UNUSED_ENDPOINTS, *self.left_out)):  # the same functions, fewer to load
-            self._saved = load_saved_model(self.export_dir)
+        self._warming = None  # the whole SavedModel a warm-up loaded, until it is warm (`warms_what_is_left_out`)
+        self._saved, self.left_out = self._load(self.left_out)  # the same functions for every request, fewer
         self._check_signatures()
         self._warm_up_pending = warm_up == "background"
         if warm_up is True:
@@ -193,20 +197,33 @@ class LoadedExport(Engine):
         return ExportError(f"{self.export_dir!r} is not a {self.kind.replace('_', ' ')} written by bert_keras' "
                            f"`export_{self.kind}`: {found}. Expected {self.expected}.")
 
+    def _load(self, left_out):
+        """The SavedModel without `UNUSED_ENDPOINTS` and `left_out`, and the names of `left_out` it served (sorted)."""
+        with saved_model_without((*UNUSED_ENDPOINTS, *left_out)) as names:
+            saved = load_saved_model(self.export_dir)
+        return saved, tuple(sorted(names - set(UNUSED_ENDPOINTS)))
+
     def whole(self):
         """The SavedModel with the endpoints `left_out` at the load (every endpoint but `UNUSED_ENDPOINTS`), loaded
         now where they were left out; later requests run on it. Loaded once, in the calling thread."""
         if self.left_out:
             with self._loading:
                 if self.left_out:
-                    with saved_model_without(UNUSED_ENDPOINTS):
-                        self._saved = load_saved_model(self.export_dir)
-                    self.left_out = ()
+                    self._use(self._load(())[0])
         return self._saved
+
+    def _use(self, saved):
+        """Serves `saved` (the whole SavedModel) from now on."""
+        self._saved, self.left_out = saved, ()
+        self._loaded_whole()
+
+    def _loaded_whole(self):
+        """Called once the whole SavedModel serves (`whole`, or the end of a warm-up that loaded it): a kind that
+        keeps functions read from `_saved` reads them again."""
 
     def serving_signature(self):
         """The signature the warm-up requests are replayed on (`serving_default`)."""
-        signatures = getattr(self._saved, "signatures", None) or {}
+        signatures = getattr(self._served(), "signatures", None) or {}
         if "serving_default" not in signatures:
             raise self._refuse(f"it has no `serving_default` signature (signatures: {sorted(signatures)})")
         return signatures["serving_default"]
@@ -214,7 +231,10 @@ class LoadedExport(Engine):
     def run(self, signature, **inputs):
         """The SavedModel's signature `signature` on one batch (see `Engine.run`), in the request's context
         (`requesting`): each input converted to the dtype the signature takes, each output to numpy."""
-        function = self._saved.signatures[signature]
+        signatures = self._saved.signatures
+        if signature not in signatures and self.left_out:  # one the requests do not call: the rest loaded now
+            signatures = self.whole().signatures
+        function = signatures[signature]
         _, specs = function.structured_input_signature
         with self.requesting():
             outputs = function(**{name: tf.constant(value, specs[name].dtype) for name, value in inputs.items()})
@@ -257,6 +277,9 @@ class LoadedExport(Engine):
         """
         started = time.perf_counter()
         try:
+            if self.left_out and self.warms_what_is_left_out:
+                with self._loading:
+                    self._warming, _ = self._load(())
             self.warm_up_seconds = warmup.replay(self.export_dir, self.serving_signature(), stop=self._stop_warming)
         except Exception as error:  # noqa: BLE001 - a background thread has no caller to raise to
             logger.warning("The warm-up of %s stopped (%s); serving goes on without it.", self.export_dir, error)
@@ -268,8 +291,16 @@ class LoadedExport(Engine):
         except Exception as error:  # noqa: BLE001 - as above
             logger.warning("The warm-up of %s stopped (%s); serving goes on without it.", self.export_dir, error)
         finally:
+            if self._warming is not None:  # warm now (or as warm as the warm-up got): it serves from here on
+                with self._loading:
+                    self._use(self._warming)
+                    self._warming = None
             self.warmed.set()
         return self.warm_up_seconds
+
+    def _served(self):
+        """The SavedModel the warm-up runs on: the whole one it loaded, else the one that serves."""
+        return self._warming if self._warming is not None else self._saved
 
     def __repr__(self):
         return f"{type(self).__name__}({self.export_dir!r})"

@@ -217,6 +217,8 @@ def test_the_export_carries_tf_servings_warm_up_requests_and_the_loader_replays_
     assert load_classifier(fp32_export, warm_up=False).warm_up_seconds == 0 and replayed == [path]
     # By default the requests replay in a thread, and the first texts are answered by `serve_plain` (no compile).
     background = load_classifier(fp32_export)
+    # Loaded without the compiled path, which the warm-up loads and compiles in its thread.
+    assert background.left_out == ("__call__", "serve", "serving_default") and not hasattr(background._saved, "serve")
     calls = []
     plain = background._saved.serve_plain
     monkeypatch.setattr(background._saved, "serve_plain", lambda *texts: calls.append(len(texts)) or plain(*texts),
@@ -225,6 +227,14 @@ def test_the_export_carries_tf_servings_warm_up_requests_and_the_loader_replays_
     assert background.warmed.wait(120) and background.warm_up_seconds > 0 and replayed == [path, path]
     assert calls in ([1], [])  # the first text took the plain path unless the warm-up had already ended
     np.testing.assert_allclose(first, background.predict_proba(TEXTS[:1]), atol=1e-5)  # the same outputs by XLA
+    assert background.left_out == () and "serving_default" in background._saved.signatures
+    # Without a warm-up, `serve_plain` alone, for good; a signature asked for by name loads the rest.
+    cold = load_classifier(fp32_export, warm_up=False)
+    assert cold.left_out == ("__call__", "serve", "serving_default")
+    np.testing.assert_allclose(cold.predict_proba(TEXTS[:1]), first, atol=1e-5)
+    assert cold.left_out and not hasattr(cold._saved, "serve")
+    np.testing.assert_allclose(cold.run("serving_default", text=TEXTS[:1])["probabilities"], first, atol=1e-5)
+    assert cold.left_out == () and hasattr(cold._saved, "serve")
     with pytest.raises(ValueError, match="expected True, False or \"background\". Received: warm_up='yes'"):
         load_classifier(fp32_export, warm_up="yes")
     monkeypatch.undo()
