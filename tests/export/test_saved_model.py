@@ -214,7 +214,8 @@ def test_the_export_carries_tf_servings_warm_up_requests_and_the_loader_replays_
     monkeypatch.setattr(warmup, "read_warmup_requests", lambda p: replayed.append(p) or requests)
     loaded = load_classifier(fp32_export, warm_up=True)
     assert replayed == [path] and loaded.warm_up_seconds > 0 and loaded.warmed.is_set()
-    assert load_classifier(fp32_export, warm_up=False).warm_up_seconds == 0 and replayed == [path]
+    cold = load_classifier(fp32_export, warm_up=False)
+    assert cold.warm_up_seconds == 0 and replayed == [path]
     # By default the requests replay in a thread, and the first texts are answered by `serve_plain` (no compile).
     background = load_classifier(fp32_export)
     # Loaded without the compiled path, which the warm-up loads and compiles in its thread.
@@ -229,7 +230,6 @@ def test_the_export_carries_tf_servings_warm_up_requests_and_the_loader_replays_
     np.testing.assert_allclose(first, background.predict_proba(TEXTS[:1]), atol=1e-5)  # the same outputs by XLA
     assert background.left_out == () and "serving_default" in background._saved.signatures
     # Without a warm-up, `serve_plain` alone, for good; a signature asked for by name loads the rest.
-    cold = load_classifier(fp32_export, warm_up=False)
     assert cold.left_out == ("__call__", "serve", "serving_default")
     np.testing.assert_allclose(cold.predict_proba(TEXTS[:1]), first, atol=1e-5)
     assert cold.left_out and not hasattr(cold._saved, "serve")
