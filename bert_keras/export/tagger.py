@@ -79,11 +79,12 @@ def _check_tagger(model):
 
 def _tag_pieces(model, tokenizer, vocabulary, texts, stride, xla, windows_per_call=WINDOWS_PER_CALL):
     """`serving_default`'s computation: texts -> the dict of `OUTPUTS`, `(batch, entries)` each (see export_tagger)."""
-    from bert_keras.text.windows import max_context, piece_windows  # the writer's graph: see above
+    from bert_keras.text.packer import pieces_of_words  # the writer's graph: see above
+    from bert_keras.text.windows import max_context, piece_windows
 
 
     window = model.preprocessor.seq_length - 2
-    ids, starts, ends = (x.merge_dims(1, 2) for x in tokenizer.tokenize_with_char_offsets(texts))  # (batch, (pieces))
+    ids, starts, ends = (pieces_of_words(x) for x in tokenizer.tokenize_with_char_offsets(texts))  # (batch, (pieces))
     text, index, first, last = piece_windows(ids.row_lengths(), window, window - stride)
     positions = tf.ragged.range(first, last)  # (windows, (pieces)): the piece's index within its text
     entry_window = positions.value_rowids()  # (entries,)

@@ -25,7 +25,7 @@ import tensorflow as tf
 
 from bert_keras._checks import check_int
 from bert_keras.text.alignment import IGNORE_LABEL, as_ragged, pack_values, word_of_pieces
-from bert_keras.text.packer import pack_inputs
+from bert_keras.text.packer import pack_inputs, pieces_of_words
 
 # Keys of `qa_windows`' dict: the packed inputs, then where every piece came from.
 INPUT_KEYS = ("input_word_ids", "input_mask", "input_type_ids")
@@ -176,7 +176,7 @@ def tagging_windows(tokenizer, texts, word_starts, word_ends, labels, seq_length
     seq_length = check_int("seq_length", seq_length, minimum=3)
     window = seq_length - 2
     stride = check_stride(stride, seq_length)
-    ids, starts, _ = (x.merge_dims(1, 2) for x in tokenizer.tokenize_with_char_offsets(texts))  # (batch, (pieces))
+    ids, starts, _ = (pieces_of_words(x) for x in tokenizer.tokenize_with_char_offsets(texts))  # (batch, (pieces))
     word_starts, word_ends = as_ragged(word_starts, "word_starts"), as_ragged(word_ends, "word_ends")
     labels = as_ragged(labels, "labels")
     word, first_piece = word_of_pieces(starts, word_starts, word_ends)
@@ -205,7 +205,7 @@ def _pieces(tokenizer, texts):
         word = global_word - tf.gather(ids.row_starts(), tf.gather(ids.value_rowids(), global_word))
         word_first = tf.gather(ids.values.row_starts(), global_word)
         word_last = tf.gather(ids.values.row_limits(), global_word) - 1
-        ids, starts, ends = (x.merge_dims(1, 2) for x in (ids, starts, ends))
+        ids, starts, ends = (pieces_of_words(x) for x in (ids, starts, ends))
     else:  # a tokenizer without words: each piece is one
         word_first = word_last = tf.range(tf.size(ids.flat_values, out_type=tf.int64), dtype=tf.int64)
         word = word_first - tf.gather(ids.row_starts(), ids.value_rowids())

@@ -146,3 +146,17 @@ def test_empty_second_text_is_a_segment_as_in_the_reference_batch_call(uncased_t
     assert _reference_pairs(hf_uncased, ["hello"], [""], 6)["input_ids"] == [[101, 7592, 102, 102, 0, 0]]
     assert _ours_pairs(uncased_tokenizer, ["hello"], [""], 6)["input_word_ids"] == [[101, 7592, 102, 102, 0, 0]]
     assert _reference_pairs(hf_uncased, "hello", "", 6)["input_ids"] == [101, 7592, 102, 0, 0, 0]
+
+
+def test_pieces_of_words_equal_merge_dims_and_put_no_checks_in_a_graph():
+    from bert_keras.text.packer import pieces_of_words
+
+    words = tf.ragged.constant([[[1, 2], [], [3]], [], [[4]], [[], []], [[5, 6, 7], [8]]], dtype=tf.int64)
+    for case in (words, words.with_row_splits_dtype(tf.int32), words[:0]):
+        merged = pieces_of_words(case)
+        assert merged.to_list() == case.merge_dims(1, 2).to_list()
+        assert merged.row_splits.dtype == case.row_splits.dtype
+    assert pieces_of_words(tf.ragged.constant([[[[1]], [[2, 3]]]])).to_list() == [[[1], [2, 3]]]  # deeper: merge_dims
+    graph = tf.function(pieces_of_words).get_concrete_function(
+        tf.RaggedTensorSpec([None, None, None], tf.int64, ragged_rank=2)).graph
+    assert not [op.name for op in graph.get_operations() if op.type in ("Assert", "If", "StatelessIf")]
