@@ -208,8 +208,8 @@ class LoadedExport(Engine):
         now where they were left out; later requests run on it. Loaded once, in the calling thread."""
         if self.left_out:
             with self._loading:
-                if self.left_out:
-                    self._use(self._load(())[0])
+                if self.left_out:  # a warm-up's whole SavedModel where one is loaded (not yet warm: it still serves)
+                    self._use(self._warming if self._warming is not None else self._load(())[0])
         return self._saved
 
     def _use(self, saved):
